@@ -1,0 +1,9 @@
+//! The library half of the guest: what the guest kernel and the VMM share.
+//!
+//! - [`protocol`]: ports, exit statuses and the report record.
+//!
+//! The kernel itself (`src/main.rs`, feature `kernel`) is built by
+//! `vmm/build.rs` with bare-metal link flags and embedded in the `vmm` binary.
+#![no_std]
+
+pub mod protocol;

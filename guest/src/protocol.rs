@@ -1,0 +1,493 @@
+//! The guest/VMM protocol: every port, exit status and record layout the
+//! guest kernel and a VMM exchange, in one place.
+//!
+//! The guest talks to its VMM only through x86 port I/O, so the same image
+//! runs under `vmm run` and under QEMU (`-M microvm` with `isa-debug-exit`):
+//!
+//! | port  | width | direction | meaning |
+//! |-------|-------|-----------|---------|
+//! | 0x3f8 | 8     | out       | COM1 8250 UART: the human-readable report (QEMU and `vmm` alike) |
+//! | 0xf4  | 32    | out       | debug exit: the guest is done, the value is its [`ExitStatus`] |
+//! | 0xf8  | 32    | out       | report: guest-physical address (< 4 GiB) of a [`Report`] |
+//!
+//! QEMU's `isa-debug-exit` turns a write of `v` into the process exit code
+//! `(v << 1) | 1`; `vmm` uses `v` itself as the run's exit status.
+//!
+//! The kernel command line (PVH `hvm_start_info.cmdline_paddr`, QEMU
+//! `-append`) is a space-separated list of words:
+//!
+//! | word | meaning |
+//! |------|---------|
+//! | `quiet` | do not print the report on the serial console (the VMM prints it from the record) |
+//! | `workload=LIST` | comma-separated workloads to run (`none`, `quick`, `aes`, `gemm`, `linpack`, `all`) |
+//!
+//! The [`Report`] is a `repr(C)` little-endian record in guest memory. The
+//! guest writes it completely and then writes its address to
+//! [`REPORT_PORT`]; the VMM copies it out through bounds-checked guest-memory
+//! accessors and validates magic, version, size and counts with
+//! [`Report::from_bytes`] before trusting a single field.
+
+/// COM1: the 8250 UART the report is printed on.
+pub const SERIAL_PORT: u16 = 0x3f8;
+/// Debug exit (QEMU `isa-debug-exit` compatible): a 32-bit write ends the run.
+pub const DEBUG_EXIT_PORT: u16 = 0xf4;
+/// A 32-bit write hands the VMM the guest-physical address of a [`Report`].
+pub const REPORT_PORT: u16 = 0xf8;
+
+/// "VMMGUEST", little-endian.
+pub const REPORT_MAGIC: u64 = u64::from_le_bytes(*b"VMMGUEST");
+/// Bumped on every incompatible change of [`Report`].
+pub const REPORT_VERSION: u32 = 1;
+
+/// Number of XSAVE state components described in a report (0..=19).
+pub const REPORT_COMPONENTS: usize = 20;
+/// Most workload results one report carries.
+pub const MAX_RESULTS: usize = 64;
+/// Most "skipped, and why" entries one report carries.
+pub const MAX_SKIPPED: usize = 32;
+/// Length of the fixed, NUL-padded ASCII name fields.
+pub const NAME_LEN: usize = 24;
+/// Length of the fixed, NUL-padded ASCII reason field.
+pub const REASON_LEN: usize = 64;
+
+/// The value the guest writes to [`DEBUG_EXIT_PORT`].
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// Everything ran and every check passed.
+    Success = 0,
+    /// A workload's known-answer or residual check failed.
+    CheckFailed = 1,
+    /// A CPU exception in a guest task or in the kernel; see [`FaultRecord`].
+    Exception = 2,
+    /// The guest could not set itself up (bad boot info, CPUID it cannot use, ...).
+    SetupFailed = 3,
+}
+
+impl ExitStatus {
+    /// Decode a value written to [`DEBUG_EXIT_PORT`].
+    pub fn from_u32(v: u32) -> Option<Self> {
+        match v {
+            0 => Some(Self::Success),
+            1 => Some(Self::CheckFailed),
+            2 => Some(Self::Exception),
+            3 => Some(Self::SetupFailed),
+            _ => None,
+        }
+    }
+
+    /// Short description for tables and error messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Success => "success",
+            Self::CheckFailed => "check failed",
+            Self::Exception => "guest exception",
+            Self::SetupFailed => "guest setup failed",
+        }
+    }
+}
+
+/// What CPUID leaf 0xD says about one state component, as the guest saw it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ComponentReport {
+    /// CPUID 0xD.i EAX: size in bytes.
+    pub size: u32,
+    /// CPUID 0xD.i EBX: offset in the standard format (0 for supervisor state).
+    pub offset: u32,
+    /// CPUID 0xD.i ECX: bit 0 supervisor, bit 1 64-byte aligned when compacted, bit 2 XFD.
+    pub flags: u32,
+    /// Offset in the compacted format for the XCR0 the guest set, as the
+    /// guest computed it with the xstate crate (0 when not in XCR0).
+    pub compacted_offset: u32,
+}
+
+/// A CPU exception the guest kernel caught.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FaultRecord {
+    /// 1 when a fault happened, 0 otherwise.
+    pub valid: u32,
+    /// Exception vector (0 #DE, 6 #UD, 13 #GP, 14 #PF, ...).
+    pub vector: u32,
+    /// Error code pushed by the CPU, 0 for vectors without one.
+    pub error_code: u64,
+    /// RIP of the faulting instruction.
+    pub rip: u64,
+    /// CR2 (the faulting address for #PF).
+    pub cr2: u64,
+    /// Privilege level the fault happened at (0 kernel, 3 task).
+    pub cpl: u32,
+    pub _pad: u32,
+}
+
+/// How [`ResultRecord::work`] is to be read.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkUnit {
+    /// Bytes processed: throughput is MB/s (10^6 bytes per second).
+    Bytes = 0,
+    /// Floating-point operations: throughput is GFLOPS.
+    Flops = 1,
+    /// Events (exits, switches): throughput is events per second.
+    Events = 2,
+}
+
+/// One measured workload or benchmark.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ResultRecord {
+    /// Workload name, NUL-padded ASCII (`aes-128-cbc`, `dgemm`, `linpack`, ...).
+    pub name: [u8; NAME_LEN],
+    /// ISA variant, NUL-padded ASCII (`aesni-sse`, `avx2-fma`, ...).
+    pub variant: [u8; NAME_LEN],
+    /// Problem size: message bytes or matrix order n.
+    pub size: u64,
+    /// Work done in the timed region, in [`WorkUnit`]s.
+    pub work: u64,
+    /// TSC cycles of the timed region.
+    pub cycles: u64,
+    /// [`WorkUnit`] as u32.
+    pub unit: u32,
+    /// 1 pass, 0 fail.
+    pub check: u32,
+    /// Workload-specific figure: scaled residual for linear algebra, 0 otherwise.
+    pub residual: f64,
+}
+
+/// A workload variant the guest did not run, and why.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SkipRecord {
+    pub name: [u8; NAME_LEN],
+    pub variant: [u8; NAME_LEN],
+    /// NUL-padded ASCII, e.g. `CPUID lacks AVX (XCR0 0x3)`.
+    pub reason: [u8; REASON_LEN],
+}
+
+/// Everything the guest reports, written once at the end of the run.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Report {
+    /// [`REPORT_MAGIC`].
+    pub magic: u64,
+    /// [`REPORT_VERSION`].
+    pub version: u32,
+    /// `size_of::<Report>()` as the guest was built.
+    pub size: u32,
+
+    /// CPUID.1 ECX/EDX, CPUID.7.0 EBX/ECX/EDX, CPUID.7.1 EAX as seen by the guest.
+    pub cpuid1_ecx: u32,
+    pub cpuid1_edx: u32,
+    pub cpuid7_ebx: u32,
+    pub cpuid7_ecx: u32,
+    pub cpuid7_edx: u32,
+    pub cpuid7_1_eax: u32,
+
+    /// CPUID 0xD.0 EDX:EAX: user state the CPU (as exposed) supports.
+    pub cpuid_xcr0_supported: u64,
+    /// CPUID 0xD.1 EDX:ECX: supervisor state supported in IA32_XSS.
+    pub cpuid_xss_supported: u64,
+    /// CPUID 0xD.0 EBX after the guest set XCR0: standard size for that XCR0.
+    pub cpuid_size_enabled: u32,
+    /// CPUID 0xD.0 ECX: standard size for every supported user component.
+    pub cpuid_size_max: u32,
+    /// CPUID 0xD.1 EAX: bit 0 XSAVEOPT, 1 XSAVEC, 2 XGETBV(1), 3 XSAVES, 4 XFD.
+    pub cpuid_xsave_features: u32,
+    /// CPUID 0xD.1 EBX: compacted size for XCR0 | IA32_XSS as enabled.
+    pub cpuid_size_compacted: u32,
+    /// Per component 0..=19.
+    pub components: [ComponentReport; REPORT_COMPONENTS],
+
+    /// XCR0 the guest set with XSETBV (0 when the CPU has no XSAVE).
+    pub xcr0: u64,
+    /// XGETBV(1) at the end of the run (0 when XGETBV(1) is unsupported).
+    pub xinuse: u64,
+    /// Standard-format size the guest computed with the xstate crate for `xcr0`.
+    pub computed_standard_size: u32,
+    /// Compacted-format size the guest computed with the xstate crate for `xcr0`.
+    pub computed_compacted_size: u32,
+    /// TSC frequency in kHz if the guest knows it (CPUID 0x15/0x16/0x40000010), else 0.
+    pub tsc_khz: u64,
+
+    /// Set when the run ended in a CPU exception.
+    pub fault: FaultRecord,
+
+    pub result_count: u32,
+    pub skipped_count: u32,
+    pub results: [ResultRecord; MAX_RESULTS],
+    pub skipped: [SkipRecord; MAX_SKIPPED],
+}
+
+/// Why a report copied out of guest memory was not accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReportError {
+    /// Fewer bytes than `size_of::<Report>()`.
+    Truncated { got: usize, need: usize },
+    BadMagic(u64),
+    BadVersion(u32),
+    /// The guest was built with a different record layout.
+    BadSize { got: u32, need: u32 },
+    TooManyResults(u32),
+    TooManySkipped(u32),
+}
+
+impl core::fmt::Display for ReportError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::Truncated { got, need } => {
+                write!(f, "report truncated: {got} bytes, need {need}")
+            }
+            Self::BadMagic(m) => write!(f, "report has bad magic {m:#018x}"),
+            Self::BadVersion(v) => {
+                write!(f, "report version {v}, this VMM speaks {REPORT_VERSION}")
+            }
+            Self::BadSize { got, need } => {
+                write!(f, "report size field {got}, expected {need}")
+            }
+            Self::TooManyResults(n) => write!(f, "report claims {n} results (max {MAX_RESULTS})"),
+            Self::TooManySkipped(n) => {
+                write!(f, "report claims {n} skipped entries (max {MAX_SKIPPED})")
+            }
+        }
+    }
+}
+
+impl Report {
+    /// An empty report with magic, version and size filled in.
+    pub const fn new() -> Self {
+        const EMPTY_RESULT: ResultRecord = ResultRecord {
+            name: [0; NAME_LEN],
+            variant: [0; NAME_LEN],
+            size: 0,
+            work: 0,
+            cycles: 0,
+            unit: 0,
+            check: 0,
+            residual: 0.0,
+        };
+        const EMPTY_SKIP: SkipRecord = SkipRecord {
+            name: [0; NAME_LEN],
+            variant: [0; NAME_LEN],
+            reason: [0; REASON_LEN],
+        };
+        const EMPTY_COMPONENT: ComponentReport = ComponentReport {
+            size: 0,
+            offset: 0,
+            flags: 0,
+            compacted_offset: 0,
+        };
+        Report {
+            magic: REPORT_MAGIC,
+            version: REPORT_VERSION,
+            size: core::mem::size_of::<Report>() as u32,
+            cpuid1_ecx: 0,
+            cpuid1_edx: 0,
+            cpuid7_ebx: 0,
+            cpuid7_ecx: 0,
+            cpuid7_edx: 0,
+            cpuid7_1_eax: 0,
+            cpuid_xcr0_supported: 0,
+            cpuid_xss_supported: 0,
+            cpuid_size_enabled: 0,
+            cpuid_size_max: 0,
+            cpuid_xsave_features: 0,
+            cpuid_size_compacted: 0,
+            components: [EMPTY_COMPONENT; REPORT_COMPONENTS],
+            xcr0: 0,
+            xinuse: 0,
+            computed_standard_size: 0,
+            computed_compacted_size: 0,
+            tsc_khz: 0,
+            fault: FaultRecord {
+                valid: 0,
+                vector: 0,
+                error_code: 0,
+                rip: 0,
+                cr2: 0,
+                cpl: 0,
+                _pad: 0,
+            },
+            result_count: 0,
+            skipped_count: 0,
+            results: [EMPTY_RESULT; MAX_RESULTS],
+            skipped: [EMPTY_SKIP; MAX_SKIPPED],
+        }
+    }
+
+    /// Size of the record in bytes: what the VMM copies out of guest memory.
+    pub const SIZE: usize = core::mem::size_of::<Report>();
+
+    /// Decode and validate a record copied out of guest memory.
+    ///
+    /// Never trusts the guest: the length, magic, version, size field and
+    /// both counts are checked before the record is returned.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Report, ReportError> {
+        if bytes.len() < Self::SIZE {
+            return Err(ReportError::Truncated {
+                got: bytes.len(),
+                need: Self::SIZE,
+            });
+        }
+        // SAFETY: `bytes` holds at least `size_of::<Report>()` bytes (checked
+        // above), `read_unaligned` has no alignment requirement, and `Report`
+        // is `repr(C)` made only of integers, f64 and byte arrays, for which
+        // every bit pattern is a valid value.
+        let report: Report = unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast()) };
+        if report.magic != REPORT_MAGIC {
+            return Err(ReportError::BadMagic(report.magic));
+        }
+        if report.version != REPORT_VERSION {
+            return Err(ReportError::BadVersion(report.version));
+        }
+        if report.size as usize != Self::SIZE {
+            return Err(ReportError::BadSize {
+                got: report.size,
+                need: Self::SIZE as u32,
+            });
+        }
+        if report.result_count as usize > MAX_RESULTS {
+            return Err(ReportError::TooManyResults(report.result_count));
+        }
+        if report.skipped_count as usize > MAX_SKIPPED {
+            return Err(ReportError::TooManySkipped(report.skipped_count));
+        }
+        Ok(report)
+    }
+
+    /// The record's bytes, for a guest or a test to hand over.
+    pub fn as_bytes(&self) -> &[u8] {
+        // SAFETY: `Report` is `repr(C)` plain data; viewing it as bytes reads
+        // padding only where the compiler inserted none (all fields are
+        // naturally aligned and sized to multiples of 8 in this layout).
+        unsafe { core::slice::from_raw_parts((self as *const Report).cast(), Self::SIZE) }
+    }
+
+    /// The valid results.
+    pub fn results(&self) -> &[ResultRecord] {
+        &self.results[..(self.result_count as usize).min(MAX_RESULTS)]
+    }
+
+    /// The valid skipped entries.
+    pub fn skipped(&self) -> &[SkipRecord] {
+        &self.skipped[..(self.skipped_count as usize).min(MAX_SKIPPED)]
+    }
+
+    /// Append a result; returns false when the report is full.
+    pub fn push_result(&mut self, r: ResultRecord) -> bool {
+        let i = self.result_count as usize;
+        if i >= MAX_RESULTS {
+            return false;
+        }
+        self.results[i] = r;
+        self.result_count += 1;
+        true
+    }
+
+    /// Append a skipped entry; returns false when the report is full.
+    pub fn push_skipped(&mut self, s: SkipRecord) -> bool {
+        let i = self.skipped_count as usize;
+        if i >= MAX_SKIPPED {
+            return false;
+        }
+        self.skipped[i] = s;
+        self.skipped_count += 1;
+        true
+    }
+}
+
+impl Default for Report {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Copy `s` into a fixed NUL-padded field, truncating if needed.
+pub const fn fixed_str<const N: usize>(s: &str) -> [u8; N] {
+    let b = s.as_bytes();
+    let mut out = [0u8; N];
+    let mut i = 0;
+    while i < b.len() && i < N {
+        out[i] = b[i];
+        i += 1;
+    }
+    out
+}
+
+/// Read a NUL-padded field back as text; non-ASCII bytes end it.
+pub fn field_str(f: &[u8]) -> &str {
+    let end = f
+        .iter()
+        .position(|&c| c == 0 || !c.is_ascii())
+        .unwrap_or(f.len());
+    // ASCII prefix: always valid UTF-8.
+    core::str::from_utf8(&f[..end]).unwrap_or("")
+}
+
+// The record must not contain implicit padding: `as_bytes` exposes all of it.
+const _: () = {
+    assert!(core::mem::size_of::<ComponentReport>() == 16);
+    assert!(core::mem::size_of::<FaultRecord>() == 40);
+    assert!(core::mem::size_of::<ResultRecord>() == 2 * NAME_LEN + 5 * 8);
+    assert!(core::mem::size_of::<SkipRecord>() == 2 * NAME_LEN + REASON_LEN);
+    assert!(
+        core::mem::size_of::<Report>()
+            == 16
+                + 6 * 4
+                + 2 * 8
+                + 4 * 4
+                + REPORT_COMPONENTS * 16
+                + 2 * 8
+                + 2 * 4
+                + 8
+                + 40
+                + 2 * 4
+                + MAX_RESULTS * (2 * NAME_LEN + 5 * 8)
+                + MAX_SKIPPED * (2 * NAME_LEN + REASON_LEN)
+    );
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_validation() {
+        let mut r = Report::new();
+        r.xcr0 = 0x7;
+        assert!(r.push_result(ResultRecord {
+            name: fixed_str("aes-128-cbc"),
+            variant: fixed_str("aesni-sse"),
+            size: 8192,
+            work: 8192 * 100,
+            cycles: 12345,
+            unit: WorkUnit::Bytes as u32,
+            check: 1,
+            residual: 0.0,
+        }));
+        let back = Report::from_bytes(r.as_bytes()).unwrap();
+        assert_eq!(back.xcr0, 0x7);
+        assert_eq!(field_str(&back.results()[0].name), "aes-128-cbc");
+
+        let bytes = r.as_bytes();
+        assert_eq!(
+            Report::from_bytes(&bytes[..100]).err(),
+            Some(ReportError::Truncated {
+                got: 100,
+                need: Report::SIZE
+            })
+        );
+        let mut bad = bytes.to_vec();
+        bad[0] ^= 1;
+        assert!(matches!(
+            Report::from_bytes(&bad),
+            Err(ReportError::BadMagic(_))
+        ));
+        let mut r2 = r;
+        r2.result_count = 1000;
+        assert_eq!(
+            Report::from_bytes(r2.as_bytes()).err(),
+            Some(ReportError::TooManyResults(1000))
+        );
+    }
+}

@@ -1,0 +1,59 @@
+//! Builds the guest kernel (`guest/`, binary `guest-kernel`) and embeds it in
+//! the `vmm` binary, so a bare `vmm run` boots our own guest.
+//!
+//! The guest is a `#![no_std]` `#![no_main]` ELF for the host target: it only
+//! needs `-C relocation-model=static` for its own crate (passed with
+//! `cargo rustc`) and the link arguments and linker script that
+//! `guest/build.rs` adds. It is always built optimised: an unoptimised guest
+//! measures nothing useful. A separate target directory keeps the nested
+//! cargo from waiting on the lock of the outer one.
+
+use std::env;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn main() {
+    let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
+    let root = manifest_dir.parent().expect("workspace root").to_path_buf();
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
+    let target_dir = out_dir.join("guest-target");
+    let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+
+    for dir in ["guest", "xstate/src", "xstate/Cargo.toml"] {
+        println!("cargo:rerun-if-changed={}", root.join(dir).display());
+    }
+    println!("cargo:rerun-if-changed={}", root.join("Cargo.lock").display());
+
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(&root)
+        .args(["rustc", "--release", "--offline", "-p", "guest"])
+        .args(["--bin", "guest-kernel", "--features", "kernel"])
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .args(["--", "-C", "relocation-model=static"]);
+    // The outer build's flags and wrappers (clippy, coverage, a host-tuned
+    // target-cpu) are for host code, not for the guest.
+    for var in [
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_BUILD_RUSTFLAGS",
+        "RUSTC_WRAPPER",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+        "CLIPPY_ARGS",
+    ] {
+        cmd.env_remove(var);
+    }
+    let status = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run cargo to build the guest kernel: {e}"));
+    if !status.success() {
+        panic!("building the guest kernel (guest/, bin guest-kernel) failed: {status}");
+    }
+    let kernel = target_dir.join("release").join("guest-kernel");
+    if !kernel.is_file() {
+        panic!("guest kernel not found at {}", kernel.display());
+    }
+    println!("cargo:rustc-env=VMM_GUEST_KERNEL={}", kernel.display());
+}
