@@ -19,6 +19,14 @@ fn main() {
     let target_dir = out_dir.join("guest-target");
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
 
+    // A prebuilt guest (e.g. one under development) can stand in for the
+    // embedded one.
+    println!("cargo:rerun-if-env-changed=VMM_GUEST_KERNEL_PREBUILT");
+    if let Some(prebuilt) = env::var_os("VMM_GUEST_KERNEL_PREBUILT") {
+        println!("cargo:rustc-env=VMM_GUEST_KERNEL={}", PathBuf::from(prebuilt).display());
+        return;
+    }
+
     for dir in ["guest", "xstate/src", "xstate/Cargo.toml"] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
@@ -27,6 +35,11 @@ fn main() {
     let mut cmd = Command::new(cargo);
     cmd.current_dir(&root)
         .args(["rustc", "--release", "--offline", "-p", "guest"])
+        // Bare metal has no unwinder; one codegen unit with LTO keeps the
+        // image small and lets the workloads inline across crates.
+        .args(["--config", "profile.release.panic=\"abort\""])
+        .args(["--config", "profile.release.lto=true"])
+        .args(["--config", "profile.release.codegen-units=1"])
         .args(["--bin", "guest-kernel", "--features", "kernel"])
         .arg("--target-dir")
         .arg(&target_dir)

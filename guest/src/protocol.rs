@@ -20,6 +20,9 @@
 //! |------|---------|
 //! | `quiet` | do not print the report on the serial console (the VMM prints it from the record) |
 //! | `workload=LIST` | comma-separated workloads to run (`none`, `quick`, `aes`, `gemm`, `linpack`, `all`) |
+//! | `xfeatures=MASK` | hex XCR0 policy: the guest sets XCR0 = CPUID 0xD.0 mask & MASK. The VMM always passes it, because some KVMs (kvm_pvm) answer CPUID from the host whatever table the VMM set |
+//! | `fault=KIND` | testing: end the run with a deliberate CPU exception in the CPL3 task after the CPUID part of the report is filled (`ud`, `de`, `pf`, `gp`) |
+//! | `selftest` | testing: exercise the kernel's system calls and print what they returned |
 //!
 //! The [`Report`] is a `repr(C)` little-endian record in guest memory. The
 //! guest writes it completely and then writes its address to
@@ -37,7 +40,7 @@ pub const REPORT_PORT: u16 = 0xf8;
 /// "VMMGUEST", little-endian.
 pub const REPORT_MAGIC: u64 = u64::from_le_bytes(*b"VMMGUEST");
 /// Bumped on every incompatible change of [`Report`].
-pub const REPORT_VERSION: u32 = 1;
+pub const REPORT_VERSION: u32 = 2;
 
 /// Number of XSAVE state components described in a report (0..=19).
 pub const REPORT_COMPONENTS: usize = 20;
@@ -203,6 +206,10 @@ pub struct Report {
     pub xcr0: u64,
     /// XGETBV(1) at the end of the run (0 when XGETBV(1) is unsupported).
     pub xinuse: u64,
+    /// XGETBV(0) executed at CPL3: the XCR0 the hardware applies to the
+    /// guest's tasks. Equal to `xcr0` under hardware KVM; kvm_pvm runs CPL3
+    /// code on the host's XCR0.
+    pub xcr0_hardware: u64,
     /// Standard-format size the guest computed with the xstate crate for `xcr0`.
     pub computed_standard_size: u32,
     /// Compacted-format size the guest computed with the xstate crate for `xcr0`.
@@ -219,15 +226,114 @@ pub struct Report {
     pub skipped: [SkipRecord; MAX_SKIPPED],
 }
 
+/// Workload names `workload=` accepts (see the module documentation).
+pub const WORKLOAD_NAMES: &[&str] = &["none", "quick", "aes", "gemm", "linpack", "all"];
+
+/// The guest command line, parsed: what the guest acts on, and what a VMM
+/// can check before it boots a guest with it.
+///
+/// Words are separated by ASCII whitespace. Words the guest does not know
+/// are kept (see [`Cmdline::unknown_words`]) but otherwise ignored, like a
+/// Linux kernel ignores unknown parameters: QEMU, for one, appends words of
+/// its own. When `workload=` is given more than once the last one wins.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cmdline<'a> {
+    /// The whole command line as given.
+    pub raw: &'a str,
+    /// `quiet`: do not print the report on the serial console.
+    pub quiet: bool,
+    /// The `workload=` value as given; `None` when the word is absent.
+    pub workload: Option<&'a str>,
+    /// `fault=KIND`: the deliberate exception to raise (see [`FAULT_KINDS`]).
+    pub fault: Option<&'a str>,
+    /// `selftest`: exercise the kernel's system calls.
+    pub selftest: bool,
+    /// `xfeatures=MASK` (hex): the XCR0 policy to narrow to.
+    pub xfeatures: Option<u64>,
+    /// `xfeatures=` was present but not a hex number.
+    pub bad_xfeatures: Option<&'a str>,
+}
+
+/// Exceptions `fault=` can provoke: invalid opcode, divide error, page
+/// fault (a read of the unmapped page 0), general protection (a
+/// non-canonical address).
+pub const FAULT_KINDS: &[&str] = &["ud", "de", "pf", "gp"];
+
+impl<'a> Cmdline<'a> {
+    /// Parse a command line. Never fails: unknown words are only recorded.
+    pub fn parse(raw: &'a str) -> Self {
+        let mut c = Cmdline {
+            raw,
+            ..Cmdline::default()
+        };
+        for word in raw.split_ascii_whitespace() {
+            if word == "quiet" {
+                c.quiet = true;
+            } else if word == "selftest" {
+                c.selftest = true;
+            } else if let Some(list) = word.strip_prefix("workload=") {
+                c.workload = Some(list);
+            } else if let Some(kind) = word.strip_prefix("fault=") {
+                c.fault = Some(kind);
+            } else if let Some(mask) = word.strip_prefix("xfeatures=") {
+                let digits = mask.strip_prefix("0x").unwrap_or(mask);
+                match u64::from_str_radix(digits, 16) {
+                    Ok(v) => c.xfeatures = Some(v),
+                    Err(_) => c.bad_xfeatures = Some(mask),
+                }
+            }
+        }
+        c
+    }
+
+    /// The requested workload names in order, without empty items
+    /// (`workload=aes,,gemm` is `aes`, `gemm`). Empty when `workload=` is
+    /// absent or empty.
+    pub fn workloads(&self) -> impl Iterator<Item = &'a str> + 'a {
+        self.workload
+            .unwrap_or("")
+            .split(',')
+            .filter(|w| !w.is_empty())
+    }
+
+    /// True when the list asks for nothing to run: `workload=`,
+    /// `workload=none` (or only `none` items). False when `workload=` is
+    /// absent: the guest then runs its default set.
+    pub fn runs_nothing(&self) -> bool {
+        self.workload.is_some() && self.workloads().all(|w| w == "none")
+    }
+
+    /// The first workload name not in [`WORKLOAD_NAMES`], if any.
+    pub fn unknown_workload(&self) -> Option<&'a str> {
+        self.workloads().find(|w| !WORKLOAD_NAMES.contains(w))
+    }
+
+    /// Words the guest does not act on.
+    pub fn unknown_words(&self) -> impl Iterator<Item = &'a str> + 'a {
+        self.raw.split_ascii_whitespace().filter(|w| {
+            !matches!(*w, "quiet" | "selftest")
+                && !w.starts_with("workload=")
+                && !w.starts_with("fault=")
+                && !w.starts_with("xfeatures=")
+        })
+    }
+}
+
 /// Why a report copied out of guest memory was not accepted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReportError {
     /// Fewer bytes than `size_of::<Report>()`.
-    Truncated { got: usize, need: usize },
+    Truncated {
+        got: usize,
+        need: usize,
+    },
     BadMagic(u64),
     BadVersion(u32),
     /// The guest was built with a different record layout.
-    BadSize { got: u32, need: u32 },
+    BadSize {
+        got: u32,
+        need: u32,
+    },
     TooManyResults(u32),
     TooManySkipped(u32),
 }
@@ -296,6 +402,7 @@ impl Report {
             components: [EMPTY_COMPONENT; REPORT_COMPONENTS],
             xcr0: 0,
             xinuse: 0,
+            xcr0_hardware: 0,
             computed_standard_size: 0,
             computed_compacted_size: 0,
             tsc_khz: 0,
@@ -437,7 +544,7 @@ const _: () = {
                 + 2 * 8
                 + 4 * 4
                 + REPORT_COMPONENTS * 16
-                + 2 * 8
+                + 3 * 8
                 + 2 * 4
                 + 8
                 + 40
@@ -450,6 +557,70 @@ const _: () = {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cmdline_words() {
+        let c = Cmdline::parse("  quiet   workload=aes,,gemm console=ttyS0 ");
+        assert!(c.quiet);
+        assert_eq!(c.workload, Some("aes,,gemm"));
+        let w: [&str; 2] = {
+            let mut it = c.workloads();
+            [it.next().unwrap(), it.next().unwrap()]
+        };
+        assert_eq!(w, ["aes", "gemm"]);
+        assert_eq!(c.workloads().count(), 2);
+        assert!(!c.runs_nothing());
+        assert_eq!(c.unknown_workload(), None);
+        let mut unknown = c.unknown_words();
+        assert_eq!(unknown.next(), Some("console=ttyS0"));
+        assert_eq!(unknown.next(), None);
+        assert_eq!(c.fault, None);
+        assert!(!c.selftest);
+
+        let t = Cmdline::parse("selftest fault=pf");
+        assert!(t.selftest);
+        assert_eq!(t.fault, Some("pf"));
+        assert_eq!(t.unknown_words().count(), 0);
+    }
+
+    #[test]
+    fn cmdline_defaults_and_none() {
+        let empty = Cmdline::parse("");
+        assert!(!empty.quiet);
+        assert_eq!(empty.workload, None);
+        assert!(
+            !empty.runs_nothing(),
+            "absent workload= means the default set"
+        );
+        assert_eq!(empty.workloads().count(), 0);
+
+        assert!(Cmdline::parse("workload=").runs_nothing());
+        assert!(Cmdline::parse("workload=none").runs_nothing());
+        assert!(Cmdline::parse("workload=none,none").runs_nothing());
+        assert!(!Cmdline::parse("workload=none,aes").runs_nothing());
+        // The last workload= wins.
+        assert_eq!(
+            Cmdline::parse("workload=aes workload=none").workload,
+            Some("none")
+        );
+        // Tabs and newlines separate words too; "quietly" is not "quiet".
+        let c = Cmdline::parse("quietly\tworkload=linpack\n");
+        assert!(!c.quiet);
+        assert_eq!(c.workload, Some("linpack"));
+    }
+
+    #[test]
+    fn cmdline_unknown_workload() {
+        assert_eq!(
+            Cmdline::parse("workload=aes,bogus,gemm").unknown_workload(),
+            Some("bogus")
+        );
+        for name in WORKLOAD_NAMES {
+            let line = [b"workload=".as_slice(), name.as_bytes()].concat();
+            let line = core::str::from_utf8(&line).unwrap();
+            assert_eq!(Cmdline::parse(line).unknown_workload(), None, "{name}");
+        }
+    }
 
     #[test]
     fn round_trip_and_validation() {

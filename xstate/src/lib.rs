@@ -1,1 +1,76 @@
+//! The XSAVE model: everything the VMM and the guest kernel know about
+//! extended CPU state, exact on every x86 CPU (not just the one it runs on).
+//!
+//! # Modules
+//! - [`feature`]: the state components 0..=19 ([`Xfeature`]): names, user or
+//!   supervisor.
+//! - [`mask`]: [`XfeatureMask`], a set of components (XCR0, IA32_XSS,
+//!   XSTATE_BV, XCOMP_BV); parsing (`0x2e7`, `x87,sse,avx`, `host,-avx512`),
+//!   printing, XCR0 validation by the architectural rules, dependency closure.
+//! - [`info`]: [`XsaveInfo`], CPUID leaf 0xD validated: supported XCR0/IA32_XSS,
+//!   per-component size, standard offset, 64-byte alignment and XFD flags,
+//!   XSAVEOPT/XSAVEC/XGETBV1/XSAVES/XFD support. Built by a pure function over
+//!   the raw subleaves, from the host (`native`), KVM's CPUID table (`kvm`) or
+//!   a recorded dump ([`profile`], `serde`).
+//! - [`layout`]: standard and compacted [`Layout`]s of any mask.
+//! - [`buffer`]: XSAVE areas: [`XsaveRef`]/[`XsaveMut`] views over caller
+//!   memory (no allocation), [`XsaveBuf`] (owned, `std`), typed access to the
+//!   legacy region, header and components, and [`validate`].
+//! - [`convert`]: standard <-> compacted conversion ([`compact`], [`expand`]),
+//!   init-state detection ([`minimal_xstate_bv`]) and the architectural
+//!   initial image ([`init_image`], [`InitMode`]).
+//! - `profile` (feature `serde`): [`CpuidProfile`], the JSON dump format of
+//!   `tests/data`.
+//! - `kvm` (feature `kvm`): `kvm_xsave` / KVM_GET_XSAVE2 images and KVM's
+//!   supported CPUID.
+//! - `native` (feature `native`, x86_64): XGETBV, XSAVE, XSAVEOPT, XSAVEC,
+//!   XRSTOR on the running CPU and a measured save-strategy chooser.
+//!
+//! # Conventions
+//! - x87 and SSE live in the 512-byte legacy region in both formats. Their
+//!   [`ComponentInfo`] and layout entries are fixed: x87 at offset 0, size 160
+//!   (FCW..FDP at 0..24, ST0-7 at 32..160); SSE at offset 160, size 256
+//!   (XMM0-15). MXCSR (bytes 24..28) belongs to SSE although it sits inside
+//!   the x87 range; MXCSR_MASK (28..32) and bytes 416..512 belong to no
+//!   component and are carried verbatim. See [`convert`] for the MXCSR rules
+//!   of XRSTOR.
+//! - Supervisor components have no standard-format offset (reported as 0)
+//!   and appear only in compacted layouts.
+//! - Every size and offset is a `u32` byte count; every area starts on a
+//!   64-byte boundary and is at least 576 bytes (legacy region + header).
+//! - Bad input (masks, CPUID data, images) gives an error enum naming the
+//!   broken rule; nothing panics on it.
+//!
+//! The core (everything but `profile`, `kvm` and `native`) is `no_std`
+//! without allocation when the default `std` feature is off; the guest kernel
+//! uses it that way.
 #![cfg_attr(not(feature = "std"), no_std)]
+#![forbid(unsafe_op_in_unsafe_fn)]
+
+pub mod buffer;
+pub mod convert;
+pub mod feature;
+pub mod info;
+pub mod layout;
+pub mod mask;
+
+#[cfg(feature = "std")]
+pub use buffer::XsaveBuf;
+pub use buffer::{validate, BufferError, XsaveMut, XsaveRef};
+pub use convert::{compact, expand, init_image, minimal_xstate_bv, ConvertError, InitMode};
+#[cfg(feature = "std")]
+pub use convert::{compact_to_buf, compacted_in_use, expand_to_standard};
+pub use feature::Xfeature;
+pub use info::{ComponentInfo, CpuidRegs, InfoError, XsaveInfo};
+pub use layout::{Format, Layout, LayoutError};
+pub use mask::{MaskError, Token, Xcr0Error, XfeatureMask};
+#[cfg(feature = "kvm")]
+pub mod kvm;
+#[cfg(all(feature = "native", target_arch = "x86_64"))]
+pub mod native;
+#[cfg(feature = "serde")]
+pub mod profile;
+#[cfg(all(feature = "native", target_arch = "x86_64"))]
+pub use native::{choose_save_strategy, xgetbv, NativeError, SaveStrategy, StrategyReport};
+#[cfg(feature = "serde")]
+pub use profile::{CpuidEntry, CpuidProfile, Hex32, ProfileError};

@@ -1,0 +1,145 @@
+//! CPUID, XGETBV and the TSC, from CPL3.
+//!
+//! CPUID always exits to the hypervisor (a few µs each), so callers read
+//! each leaf once and keep the result.
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+/// One CPUID result.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Regs {
+    pub eax: u32,
+    pub ebx: u32,
+    pub ecx: u32,
+    pub edx: u32,
+}
+
+/// CPUID.1:ECX.XSAVE.
+pub const CPUID1_ECX_XSAVE: u32 = 1 << 26;
+/// CPUID.1:ECX.OSXSAVE: CR4.OSXSAVE is set, XGETBV works at any CPL.
+pub const CPUID1_ECX_OSXSAVE: u32 = 1 << 27;
+/// CPUID.1:ECX bit 31: running under a hypervisor.
+pub const CPUID1_ECX_HYPERVISOR: u32 = 1 << 31;
+/// CPUID 0xD.1 EAX bit 2: XGETBV with ECX=1 (XINUSE) is supported.
+pub const XSAVE_FEATURE_XGETBV1: u32 = 1 << 2;
+
+/// CPUID as the VMM presents it: executed at CPL0 through the kernel
+/// ([`super::syscall::cpuid_cpl0`]).
+///
+/// On hardware KVM CPUID exits to the hypervisor at any CPL. On the
+/// development host (kvm_pvm) CPUID at CPL3 runs natively and answers with
+/// the host's leaves (e.g. XSAVES and IA32_XSS bits KVM does not expose),
+/// while CPUID at CPL0 is emulated by KVM from the VMM's CPUID table, the
+/// same table that decided XCR0 at boot. The report must describe the
+/// latter, so the kernel reads CPUID at CPL0 (~14 µs per leaf there).
+pub fn cpuid(leaf: u32, subleaf: u32) -> Regs {
+    let (eax, ebx, ecx, edx) = super::syscall::cpuid_cpl0(leaf, subleaf);
+    Regs { eax, ebx, ecx, edx }
+}
+
+/// CPUID executed directly at CPL3 (see [`cpuid`] for how it can differ).
+pub fn cpuid_cpl3(leaf: u32, subleaf: u32) -> Regs {
+    // CPUID exists on every x86-64 CPU and has no side effects.
+    let r = core::arch::x86_64::__cpuid_count(leaf, subleaf);
+    Regs {
+        eax: r.eax,
+        ebx: r.ebx,
+        ecx: r.ecx,
+        edx: r.edx,
+    }
+}
+
+/// XGETBV(`index`): 0 is XCR0, 1 is XINUSE (XCR0 & state not in init).
+///
+/// # Safety
+/// CR4.OSXSAVE must be set (CPUID.1:ECX.OSXSAVE) and, for index 1,
+/// CPUID 0xD.1 EAX bit 2; otherwise the instruction raises #UD/#GP.
+pub unsafe fn xgetbv(index: u32) -> u64 {
+    let (lo, hi): (u32, u32);
+    // SAFETY: preconditions are the caller's; XGETBV only reads an XCR.
+    unsafe {
+        core::arch::asm!("xgetbv", in("ecx") index, out("eax") lo, out("edx") hi,
+            options(nostack, nomem, preserves_flags));
+    }
+    (u64::from(hi) << 32) | u64::from(lo)
+}
+
+/// XCR0 written by the last successful XSETBV syscall; 0 = none since boot.
+static XCR0_SET: AtomicU64 = AtomicU64::new(0);
+
+/// Remember an XCR0 the kernel set after boot.
+pub fn record_xcr0(value: u64) {
+    XCR0_SET.store(value, Ordering::Relaxed);
+}
+
+/// XCR0 as the kernel set it, or 0 when the OS has not enabled XSAVE.
+pub fn xcr0() -> u64 {
+    xcr0_given(cpuid(1, 0).ecx)
+}
+
+/// [`xcr0`] with CPUID.1:ECX already read.
+///
+/// This is the kernel's own record, not XGETBV(0) at CPL3: where CPL3 code
+/// runs directly on the host (kvm_pvm) XGETBV there returns the host's
+/// XCR0, not the guest's (see [`xcr0_hardware`]). The boot path sets
+/// XCR0 to CPUID 0xD.0 EDX:EAX unless that XSETBV faulted.
+pub fn xcr0_given(cpuid1_ecx: u32) -> u64 {
+    if cpuid1_ecx & CPUID1_ECX_OSXSAVE == 0 {
+        return 0;
+    }
+    match XCR0_SET.load(Ordering::Relaxed) {
+        0 if super::boot::boot_xsetbv_faulted() => 1,
+        0 => {
+            let d0 = cpuid(0xd, 0);
+            (u64::from(d0.edx) << 32) | u64::from(d0.eax)
+        }
+        set => set,
+    }
+}
+
+/// XGETBV(0) executed at CPL3: the XCR0 the hardware applies to this code.
+pub fn xcr0_hardware(cpuid1_ecx: u32) -> u64 {
+    if cpuid1_ecx & CPUID1_ECX_OSXSAVE == 0 {
+        return 0;
+    }
+    // SAFETY: CPUID.1:ECX.OSXSAVE is set, so CR4.OSXSAVE is.
+    unsafe { xgetbv(0) }
+}
+
+/// The time-stamp counter.
+pub fn rdtsc() -> u64 {
+    // SAFETY: RDTSC is allowed at CPL3 (CR4.TSD is clear) and has no effect.
+    unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+/// TSC frequency in kHz if the platform says, else 0.
+///
+/// Sources, most exact first: the hypervisor timing leaf 0x40000010 (EAX,
+/// kHz), CPUID 0x15 (crystal Hz × EBX / EAX), CPUID 0x16 (base MHz, nominal).
+///
+/// `cpuid1_ecx` and `max_basic` are CPUID.1:ECX and CPUID.0:EAX, which the
+/// caller has already read (each CPUID costs an emulated system call here).
+pub fn tsc_khz(cpuid1_ecx: u32, max_basic: u32) -> u64 {
+    if cpuid1_ecx & CPUID1_ECX_HYPERVISOR != 0 {
+        let max = cpuid(0x4000_0000, 0).eax;
+        if (0x4000_0010..0x4000_0100).contains(&max) {
+            let khz = cpuid(0x4000_0010, 0).eax;
+            if khz != 0 {
+                return khz.into();
+            }
+        }
+    }
+    if max_basic >= 0x15 {
+        let r = cpuid(0x15, 0);
+        if r.eax != 0 && r.ebx != 0 && r.ecx != 0 {
+            return u64::from(r.ecx) * u64::from(r.ebx) / u64::from(r.eax) / 1000;
+        }
+    }
+    if max_basic >= 0x16 {
+        let mhz = cpuid(0x16, 0).eax & 0xffff;
+        if mhz != 0 {
+            return u64::from(mhz) * 1000;
+        }
+    }
+    0
+}

@@ -1,0 +1,117 @@
+//! Reporting a CPU exception or a panic, at CPL3.
+//!
+//! The CPL0 fault stub in [`super::boot`] records the exception in
+//! `kernel_fault` and `iretq`s here on a fresh stack (the faulting task's
+//! stack may be what broke). From here on the run is over: the fault goes
+//! into the report, the report goes to the VMM and the run ends with
+//! [`ExitStatus::Exception`]. A second fault while this runs is handled at
+//! CPL0 (fixed message, debug exit), so there is no loop.
+
+use super::boot;
+use super::report;
+use super::serial::Console;
+use super::syscall::exit_direct;
+use crate::protocol::ExitStatus;
+use core::fmt::Write;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+/// Mnemonic of an exception vector.
+pub fn vector_name(vector: u32) -> &'static str {
+    match vector {
+        0 => "#DE",
+        1 => "#DB",
+        2 => "NMI",
+        3 => "#BP",
+        4 => "#OF",
+        5 => "#BR",
+        6 => "#UD",
+        7 => "#NM",
+        8 => "#DF",
+        9 => "#CSO",
+        10 => "#TS",
+        11 => "#NP",
+        12 => "#SS",
+        13 => "#GP",
+        14 => "#PF",
+        16 => "#MF",
+        17 => "#AC",
+        18 => "#MC",
+        19 => "#XM",
+        20 => "#VE",
+        21 => "#CP",
+        28 => "#HV",
+        29 => "#VC",
+        30 => "#SX",
+        _ => "#reserved",
+    }
+}
+
+/// True for the vectors that push an error code.
+pub fn has_error_code(vector: u32) -> bool {
+    matches!(vector, 8 | 10..=14 | 17 | 21 | 29 | 30)
+}
+
+/// Entered from the CPL0 fault stub at CPL3, on the fault stack.
+pub extern "C" fn on_fault() -> ! {
+    let fault = boot::recorded_fault();
+    // SAFETY: the faulting flow of control is abandoned for good (the stub
+    // never returns to it), so this is now the only reference to the report.
+    let report = unsafe { &mut *report::report_ptr() };
+    report.fault = fault;
+    let mut out = Console::new();
+    let _ = write!(out, "guest: exception {}", vector_name(fault.vector));
+    if has_error_code(fault.vector) {
+        let _ = write!(out, "({:#x})", fault.error_code);
+    }
+    let _ = write!(out, " at rip {:#x} (CPL{})", fault.rip, fault.cpl);
+    if fault.vector == 14 {
+        let _ = write!(out, ", cr2 {:#x}", fault.cr2);
+    }
+    let _ = writeln!(out);
+    out.flush();
+    report::send(report);
+    exit_direct(ExitStatus::Exception)
+}
+
+static PANICKING: AtomicBool = AtomicBool::new(false);
+
+/// The kernel's panic handler: say where, hand over the report as far as
+/// it got, and end the run as a guest exception.
+pub fn on_panic(info: &core::panic::PanicInfo<'_>) -> ! {
+    if PANICKING.swap(true, Ordering::Relaxed) {
+        // Panicked while reporting a panic: just stop.
+        exit_direct(ExitStatus::Exception)
+    }
+    let mut out = Console::new();
+    let _ = writeln!(out, "guest: {info}");
+    out.flush();
+    // SAFETY: the panicking flow of control never resumes (panic=abort
+    // semantics), so this is now the only reference to the report.
+    report::send(unsafe { &*report::report_ptr() });
+    exit_direct(ExitStatus::Exception)
+}
+
+/// Raise the exception `fault=KIND` asks for (see
+/// [`crate::protocol::FAULT_KINDS`]); returns only for an unknown kind.
+pub fn provoke(kind: &str) {
+    // SAFETY (all arms): each instruction sequence faults on its first
+    // memory or arithmetic access and never completes, so no Rust-visible
+    // state is changed; the fault handler takes the run over.
+    match kind {
+        "ud" => unsafe { core::arch::asm!("ud2", options(nostack)) },
+        "de" => unsafe {
+            core::arch::asm!("xor edx, edx", "xor eax, eax", "xor ecx, ecx", "div ecx",
+                out("eax") _, out("ecx") _, out("edx") _, options(nostack));
+        },
+        "pf" => unsafe {
+            // Page 0 is deliberately not mapped.
+            core::arch::asm!("mov rax, qword ptr [rcx]", in("rcx") 8u64, out("rax") _,
+                options(nostack, readonly));
+        },
+        "gp" => unsafe {
+            core::arch::asm!("mov rax, qword ptr [rcx]", in("rcx") 0x8000_0000_0000_0000u64,
+                out("rax") _, options(nostack, readonly));
+        },
+        _ => {}
+    }
+}

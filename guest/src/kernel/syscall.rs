@@ -1,0 +1,165 @@
+//! The system-call interface of the kernel, and direct port I/O from CPL3.
+//!
+//! Calling convention: `call kernel_syscall_gate` (an `int3; ret`
+//! trampoline whose `int3` is the only breakpoint the kernel treats as a
+//! system call; see [`super::boot`] for why not `SYSCALL` or `INT 0x80`)
+//! with RAX = number, RDI/RSI/RDX = arguments, result in RAX; RCX, RDX,
+//! RSI, RDI and R11 are clobbered, all other registers (including all
+//! vector registers) are preserved. The handlers are a few instructions of
+//! assembly; every one of them is emulated on the development host (~0.7 µs
+//! each; a `SYS_NOP` round trip is 7 plus the `call`/`ret`).
+//!
+//! | nr | name | arguments | result |
+//! |----|------|-----------|--------|
+//! | 0 | [`SYS_EXIT`] | status | does not return: writes status to the debug-exit port from CPL0 |
+//! | 1 | [`SYS_NOP`] | — | 0: a bare CPL3→CPL0→CPL3 round trip |
+//! | 2 | [`SYS_PORT_WRITES`] | port, value, count | 0 after `count` 32-bit `out`s at CPL0 (exit benchmark) |
+//! | 3 | [`SYS_XSETBV`] | XCR index, value | 0, or [`SYS_ERR_REFUSED`] when the CPU raised #GP/#UD |
+//! | 4 | [`SYS_HALT`] | — | does not return: HLT with interrupts off (the vCPU stops) |
+//! | 5 | [`SYS_CPUID`] | leaf, subleaf | RAX = EBX:EAX, RDX = EDX:ECX of CPUID executed at CPL0 |
+//!
+//! Unknown numbers return [`SYS_ERR_UNKNOWN`]. A new call is a handler in
+//! boot.rs that ends with `iretq`, an entry at the end of `sys_table`, and a
+//! constant here.
+
+use crate::protocol::{ExitStatus, DEBUG_EXIT_PORT};
+
+pub const SYS_EXIT: u64 = 0;
+pub const SYS_NOP: u64 = 1;
+pub const SYS_PORT_WRITES: u64 = 2;
+pub const SYS_XSETBV: u64 = 3;
+pub const SYS_HALT: u64 = 4;
+pub const SYS_CPUID: u64 = 5;
+
+/// The instruction raised an exception (#GP for an invalid XCR0 value).
+pub const SYS_ERR_REFUSED: u64 = u64::MAX;
+/// No such system call.
+pub const SYS_ERR_UNKNOWN: u64 = u64::MAX - 1;
+
+extern "C" {
+    /// `int3; ret` in boot.rs; not callable from Rust (custom convention).
+    fn kernel_syscall_gate();
+}
+
+/// Raw system call with up to three arguments.
+///
+/// # Safety
+/// The call must be one whose effect the caller can uphold (e.g. an XCR0
+/// change must not drop state a live value depends on).
+pub unsafe fn syscall3(nr: u64, a: u64, b: u64, c: u64) -> u64 {
+    let ret: u64;
+    // SAFETY: the gate enters our own kernel, which runs the handler on
+    // its own stack (RSP0) and clobbers at most RCX, RDX, RSI, RDI and R11
+    // besides the RAX result. The `call` pushes a return address, so the
+    // block may use the stack (no `nostack`: the red zone is kept free).
+    unsafe {
+        core::arch::asm!(
+            "call {gate}",
+            gate = sym kernel_syscall_gate,
+            inlateout("rax") nr => ret,
+            inlateout("rdi") a => _,
+            inlateout("rsi") b => _,
+            inlateout("rdx") c => _,
+            lateout("rcx") _,
+            lateout("r11") _,
+        );
+    }
+    ret
+}
+
+/// CPUID executed at CPL0.
+///
+/// On a hypervisor that lets CPL3 run natively without CPUID faulting (the
+/// development host), CPUID at CPL3 shows the host's answer, while CPUID at
+/// CPL0 is emulated by KVM and shows the VMM's CPUID policy. Returns
+/// `(eax, ebx, ecx, edx)`.
+pub fn cpuid_cpl0(leaf: u32, subleaf: u32) -> (u32, u32, u32, u32) {
+    let (lo, hi): (u64, u64);
+    // SAFETY: SYS_CPUID only executes CPUID; RAX and RDX carry the result
+    // (RDX is one of the clobbered argument registers, read back here).
+    unsafe {
+        core::arch::asm!(
+            "call {gate}",
+            gate = sym kernel_syscall_gate,
+            inlateout("rax") SYS_CPUID => lo,
+            inlateout("rdi") u64::from(leaf) => _,
+            inlateout("rsi") u64::from(subleaf) => _,
+            lateout("rdx") hi,
+            lateout("rcx") _,
+            lateout("r11") _,
+        );
+    }
+    (lo as u32, (lo >> 32) as u32, hi as u32, (hi >> 32) as u32)
+}
+
+/// End the run with `status` through the CPL0 exit path.
+pub fn exit(status: ExitStatus) -> ! {
+    // SAFETY: SYS_EXIT never returns and has no other effect.
+    unsafe { syscall3(SYS_EXIT, status as u64, 0, 0) };
+    halt_forever()
+}
+
+/// One empty round trip to CPL0 and back.
+pub fn nop() {
+    // SAFETY: SYS_NOP has no effect.
+    unsafe { syscall3(SYS_NOP, 0, 0, 0) };
+}
+
+/// Perform `count` 32-bit writes of `value` to `port` from CPL0.
+pub fn port_writes(port: u16, value: u32, count: u64) {
+    // SAFETY: port writes have no effect on guest memory; the caller picks a
+    // port whose device tolerates them.
+    unsafe { syscall3(SYS_PORT_WRITES, port.into(), value.into(), count) };
+}
+
+/// The CPU refused an XSETBV value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct XsetbvRefused {
+    pub index: u32,
+    pub value: u64,
+}
+
+/// XSETBV(index, value) at CPL0.
+///
+/// # Safety
+/// Disabling a state component the running code keeps live values in
+/// (e.g. clearing AVX while the compiler holds YMM values) corrupts them.
+pub unsafe fn xsetbv(index: u32, value: u64) -> Result<(), XsetbvRefused> {
+    // SAFETY: forwarded to the caller's contract.
+    let ret = unsafe { syscall3(SYS_XSETBV, index.into(), value, 0) };
+    debug_assert!(ret == 0 || ret == SYS_ERR_REFUSED);
+    if ret == 0 {
+        if index == 0 {
+            super::cpu::record_xcr0(value);
+        }
+        Ok(())
+    } else {
+        Err(XsetbvRefused { index, value })
+    }
+}
+
+/// A 32-bit `out` from CPL3 (one VM exit).
+pub fn outl(port: u16, value: u32) {
+    // SAFETY: the TSS I/O bitmap (and IOPL=3) grants CPL3 every port; an
+    // `out` touches no memory.
+    unsafe {
+        core::arch::asm!("out dx, eax", in("dx") port, in("eax") value,
+            options(nostack, nomem, preserves_flags));
+    }
+}
+
+/// Hand the VMM the run's exit status, from CPL3. Does not return.
+pub fn exit_direct(status: ExitStatus) -> ! {
+    outl(DEBUG_EXIT_PORT, status as u32);
+    halt_forever()
+}
+
+/// Stop the vCPU for good (for a VMM that ignored the debug-exit write).
+pub fn halt_forever() -> ! {
+    // SAFETY: SYS_HALT never returns and has no other effect.
+    unsafe { syscall3(SYS_HALT, 0, 0, 0) };
+    // Unreachable unless the gate is broken; HLT is privileged at CPL3.
+    loop {
+        core::hint::spin_loop();
+    }
+}

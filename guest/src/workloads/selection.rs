@@ -1,0 +1,178 @@
+//! Which workloads a run executes: the `workload=LIST` kernel command-line
+//! word and the VMM's `--workload` option.
+
+/// What [`super::run`] executes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Selection {
+    /// AES-128 CBC and CTR, every variant the CPU allows.
+    pub aes: bool,
+    /// Blocked DGEMM per ISA variant.
+    pub gemm: bool,
+    /// Linpack (LU with partial pivoting + solve) per ISA variant.
+    pub linpack: bool,
+    /// Small sizes and short measurements: the whole set takes a few seconds.
+    pub quick: bool,
+    /// Fault injection: corrupt one AES round key after key expansion, so
+    /// every AES variant must fail its known-answer test (and the run must
+    /// end in check failure) instead of being timed.
+    pub corrupt_aes_key: bool,
+}
+
+/// The words [`Selection::parse`] accepts, for help texts.
+pub const SELECTION_WORDS: &str = "none, quick, aes, gemm, linpack, all, corrupt-aes-key";
+
+impl Selection {
+    /// Nothing at all (`none`).
+    pub const NONE: Selection = Selection {
+        aes: false,
+        gemm: false,
+        linpack: false,
+        quick: false,
+        corrupt_aes_key: false,
+    };
+
+    /// The default: every workload at quick sizes (`quick`).
+    pub const QUICK: Selection = Selection {
+        aes: true,
+        gemm: true,
+        linpack: true,
+        quick: true,
+        corrupt_aes_key: false,
+    };
+
+    /// Every workload at full sizes (`all`).
+    pub const ALL: Selection = Selection {
+        aes: true,
+        gemm: true,
+        linpack: true,
+        quick: false,
+        corrupt_aes_key: false,
+    };
+
+    /// Parse a comma-separated list.
+    ///
+    /// - `` (empty) or `quick`: every workload, quick sizes (the default);
+    /// - `none`: nothing (cannot be combined with other words);
+    /// - `aes`, `gemm`, `linpack`: those workloads at full sizes, or at quick
+    ///   sizes when `quick` is in the list too (`aes,quick`);
+    /// - `all`: every workload at full sizes;
+    /// - `corrupt-aes-key`: fault injection (see [`Selection::corrupt_aes_key`]);
+    ///   alone it applies to the default quick set.
+    ///
+    /// Words are case-sensitive; surrounding blanks are ignored; empty items
+    /// (`aes,,gemm`) are an error.
+    pub fn parse(list: &str) -> Result<Self, &'static str> {
+        let list = list.trim();
+        if list.is_empty() {
+            return Ok(Self::QUICK);
+        }
+        let mut sel = Self::NONE;
+        let mut none = false;
+        let mut named = false;
+        let mut words = 0;
+        for word in list.split(',') {
+            words += 1;
+            match word.trim() {
+                "none" => none = true,
+                "quick" => sel.quick = true,
+                "aes" => (sel.aes, named) = (true, true),
+                "gemm" => (sel.gemm, named) = (true, true),
+                "linpack" => (sel.linpack, named) = (true, true),
+                "all" => {
+                    (sel.aes, sel.gemm, sel.linpack) = (true, true, true);
+                    named = true;
+                }
+                "corrupt-aes-key" => sel.corrupt_aes_key = true,
+                "" => return Err("empty item in workload list"),
+                _ => {
+                    return Err(
+                        "unknown workload (expected none, quick, aes, gemm, linpack, all, corrupt-aes-key)",
+                    )
+                }
+            }
+        }
+        if none {
+            return if words == 1 {
+                Ok(Self::NONE)
+            } else {
+                Err("workload `none` cannot be combined with other words")
+            };
+        }
+        if !named {
+            // Only modifiers (`quick`, `corrupt-aes-key`): the default set.
+            (sel.aes, sel.gemm, sel.linpack, sel.quick) = (true, true, true, true);
+        }
+        Ok(sel)
+    }
+
+    /// Whether anything at all runs.
+    pub fn is_empty(&self) -> bool {
+        !(self.aes || self.gemm || self.linpack)
+    }
+}
+
+impl Default for Selection {
+    fn default() -> Self {
+        Self::QUICK
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_cases() {
+        assert_eq!(Selection::parse(""), Ok(Selection::QUICK));
+        assert_eq!(Selection::parse("quick"), Ok(Selection::QUICK));
+        assert_eq!(Selection::parse("none"), Ok(Selection::NONE));
+        assert!(Selection::parse("none").unwrap().is_empty());
+        assert_eq!(Selection::parse("all"), Ok(Selection::ALL));
+        assert_eq!(
+            Selection::parse("aes"),
+            Ok(Selection {
+                aes: true,
+                ..Selection::NONE
+            })
+        );
+        assert_eq!(
+            Selection::parse(" gemm , linpack "),
+            Ok(Selection {
+                gemm: true,
+                linpack: true,
+                ..Selection::NONE
+            })
+        );
+        assert_eq!(
+            Selection::parse("aes,quick"),
+            Ok(Selection {
+                aes: true,
+                quick: true,
+                ..Selection::NONE
+            })
+        );
+        assert_eq!(
+            Selection::parse("corrupt-aes-key"),
+            Ok(Selection {
+                corrupt_aes_key: true,
+                ..Selection::QUICK
+            })
+        );
+        assert_eq!(
+            Selection::parse("aes,corrupt-aes-key"),
+            Ok(Selection {
+                aes: true,
+                corrupt_aes_key: true,
+                ..Selection::NONE
+            })
+        );
+        assert_eq!(Selection::parse("all,quick"), Ok(Selection::QUICK));
+        assert!(Selection::parse("none,aes").is_err());
+        assert!(Selection::parse("aes,,gemm").is_err());
+        assert!(Selection::parse("AES").is_err());
+        assert!(Selection::parse("linpak")
+            .unwrap_err()
+            .contains("unknown workload"));
+        assert_eq!(Selection::default(), Selection::QUICK);
+    }
+}

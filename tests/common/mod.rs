@@ -1,0 +1,124 @@
+//! Shared helpers for the end-to-end tests.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// Whether KVM tests can run. Where `/dev/kvm` cannot be opened the test
+/// skips and says why, unless `VMM_REQUIRE_KVM=1` (set by CI wherever
+/// `/dev/kvm` exists), in which case the skip is a failure.
+pub fn kvm_or_skip(test: &str) -> bool {
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+    {
+        Ok(_) => true,
+        Err(e) => {
+            if std::env::var("VMM_REQUIRE_KVM").as_deref() == Ok("1") {
+                panic!("{test}: VMM_REQUIRE_KVM=1 but /dev/kvm cannot be opened: {e}");
+            }
+            eprintln!("SKIPPED {test}: /dev/kvm cannot be opened ({e})");
+            false
+        }
+    }
+}
+
+/// The `vmm` binary cargo built for this test run.
+pub fn vmm_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_vmm"))
+}
+
+/// Run `vmm` with arguments.
+pub fn vmm(args: &[&str]) -> Output {
+    Command::new(vmm_bin())
+        .args(args)
+        .output()
+        .expect("cannot start the vmm binary")
+}
+
+/// Run `vmm ... --json` and parse stdout.
+pub fn vmm_json(args: &[&str]) -> (Output, serde_json::Value) {
+    let mut all: Vec<&str> = args.to_vec();
+    all.push("--json");
+    let out = vmm(&all);
+    let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "vmm {all:?} did not print JSON ({e}); status {:?}\nstdout:\n{}\nstderr:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out, v)
+}
+
+/// The embedded guest kernel, written to a temporary file (for QEMU).
+pub fn guest_kernel_file() -> PathBuf {
+    let path = std::env::temp_dir().join(format!("vmm-guest-kernel-{}.elf", std::process::id()));
+    std::fs::write(&path, vmm::GUEST_KERNEL).expect("write guest kernel");
+    path
+}
+
+/// A minimal ELF64 with one PT_LOAD segment of `code` at 1 MiB and,
+/// optionally, a PVH entry note pointing at it.
+pub fn tiny_pvh_elf(code: &[u8], with_pvh_note: bool) -> Vec<u8> {
+    const LOAD: u64 = 0x10_0000;
+    let ehsize = 64u64;
+    let phentsize = 56u64;
+    let phnum: u64 = if with_pvh_note { 2 } else { 1 };
+    let note_off = ehsize + phentsize * phnum;
+    // Note: namesz 4 "Xen\0", descsz 8, type 18 (XEN_ELFNOTE_PHYS32_ENTRY).
+    let mut note = Vec::new();
+    note.extend_from_slice(&4u32.to_le_bytes());
+    note.extend_from_slice(&8u32.to_le_bytes());
+    note.extend_from_slice(&18u32.to_le_bytes());
+    note.extend_from_slice(b"Xen\0");
+    note.extend_from_slice(&LOAD.to_le_bytes());
+    let code_off = note_off + if with_pvh_note { note.len() as u64 } else { 0 };
+
+    let mut e = Vec::new();
+    e.extend_from_slice(b"\x7fELF");
+    e.extend_from_slice(&[2, 1, 1, 0]); // 64-bit, little-endian, version 1, SysV
+    e.extend_from_slice(&[0; 8]);
+    e.extend_from_slice(&2u16.to_le_bytes()); // ET_EXEC
+    e.extend_from_slice(&0x3eu16.to_le_bytes()); // x86-64
+    e.extend_from_slice(&1u32.to_le_bytes());
+    e.extend_from_slice(&LOAD.to_le_bytes()); // e_entry
+    e.extend_from_slice(&ehsize.to_le_bytes()); // e_phoff
+    e.extend_from_slice(&0u64.to_le_bytes()); // e_shoff
+    e.extend_from_slice(&0u32.to_le_bytes()); // e_flags
+    e.extend_from_slice(&(ehsize as u16).to_le_bytes());
+    e.extend_from_slice(&(phentsize as u16).to_le_bytes());
+    e.extend_from_slice(&(phnum as u16).to_le_bytes());
+    e.extend_from_slice(&64u16.to_le_bytes()); // e_shentsize
+    e.extend_from_slice(&0u16.to_le_bytes()); // e_shnum
+    e.extend_from_slice(&0u16.to_le_bytes()); // e_shstrndx
+    assert_eq!(e.len() as u64, ehsize);
+
+    let phdr =
+        |e: &mut Vec<u8>, ty: u32, flags: u32, off: u64, addr: u64, size: u64, align: u64| {
+            e.extend_from_slice(&ty.to_le_bytes());
+            e.extend_from_slice(&flags.to_le_bytes());
+            e.extend_from_slice(&off.to_le_bytes());
+            e.extend_from_slice(&addr.to_le_bytes());
+            e.extend_from_slice(&addr.to_le_bytes());
+            e.extend_from_slice(&size.to_le_bytes());
+            e.extend_from_slice(&size.to_le_bytes());
+            e.extend_from_slice(&align.to_le_bytes());
+        };
+    phdr(&mut e, 1, 5, code_off, LOAD, code.len() as u64, 0x1000);
+    if with_pvh_note {
+        phdr(&mut e, 4, 4, note_off, 0, note.len() as u64, 4);
+        e.extend_from_slice(&note);
+    }
+    e.extend_from_slice(code);
+    e
+}
+
+/// Write bytes to a temporary file named after the test.
+pub fn temp_file(name: &str, bytes: &[u8]) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("vmm-test-{}-{name}", std::process::id()));
+    std::fs::write(&path, bytes).expect("write temp file");
+    path
+}

@@ -1,0 +1,228 @@
+//! End-to-end tests of `vmm run`: boot the embedded guest on KVM with
+//! different policies, and refuse bad input before any VM exists.
+
+mod common;
+
+use common::{kvm_or_skip, tiny_pvh_elf, temp_file, vmm, vmm_json};
+use serde_json::Value;
+
+fn hex(v: &Value) -> u64 {
+    let s = v.as_str().unwrap_or_else(|| panic!("expected a hex string, got {v}"));
+    u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap()
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The guest's XCR0 equals the policy, and its CPUID 0xD view equals the
+/// xstate crate's layout for that policy.
+fn boot_with(mask: Option<&str>, expect_xcr0: Option<u64>) -> Value {
+    let mut args = vec!["run", "--workload", "none"];
+    if let Some(m) = mask {
+        args.extend(["--xfeatures", m]);
+    }
+    let (out, v) = vmm_json(&args);
+    assert!(
+        out.status.success(),
+        "vmm {args:?} failed: {:?}\n{v:#}\n{}",
+        out.status,
+        stderr(&out)
+    );
+    assert_eq!(v["exit_status"], 0, "{v:#}");
+    assert_eq!(v["exit_reason"], "exited");
+    let policy = hex(&v["policy_xfeatures"]);
+    assert_eq!(hex(&v["guest_xcr0"]), policy, "guest XCR0 must equal the policy mask");
+    if let Some(x) = expect_xcr0 {
+        assert_eq!(policy, x);
+    }
+    let c = &v["guest_cpuid"];
+    assert_eq!(hex(&c["xcr0_supported"]), policy, "CPUID 0xD.0 EDX:EAX");
+    // 0xD.0 ECX is computed by the VMM with the xstate crate.
+    assert_eq!(c["standard_size_max"], v["standard_size"], "CPUID 0xD.0 ECX");
+    // KVM refreshes 0xD.0 EBX for the XCR0 in force: all of the policy.
+    assert_eq!(c["standard_size_enabled"], v["standard_size"], "CPUID 0xD.0 EBX");
+    // The guest's own computation with the no_std xstate core agrees.
+    assert_eq!(c["computed_standard_size"], v["standard_size"]);
+    v
+}
+
+#[test]
+fn boots_with_full_kvm_mask() {
+    if !kvm_or_skip("boots_with_full_kvm_mask") {
+        return;
+    }
+    let v = boot_with(None, None);
+    assert_eq!(v["policy_xfeatures"], v["kvm_xfeatures"]);
+    assert_eq!(v["init_xstate"], "minimal");
+}
+
+#[test]
+fn boots_with_x87_sse_only() {
+    if !kvm_or_skip("boots_with_x87_sse_only") {
+        return;
+    }
+    let v = boot_with(Some("x87,sse"), Some(0x3));
+    assert_eq!(v["standard_size"], 576);
+    // Every flag whose state is masked is hidden from the guest.
+    let hidden: Vec<&str> = v["hidden_cpuid_flags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    if hex(&v["kvm_xfeatures"]) & 0x4 != 0 {
+        assert!(hidden.contains(&"avx"), "{hidden:?}");
+    }
+}
+
+#[test]
+fn boots_with_hex_mask_0x7() {
+    if !kvm_or_skip("boots_with_hex_mask_0x7") {
+        return;
+    }
+    let (out, v) = vmm_json(&["run", "--workload", "none", "--xfeatures", "host"]);
+    assert!(out.status.success(), "{v:#}");
+    if hex(&v["kvm_xfeatures"]) & 0x7 == 0x7 {
+        let v = boot_with(Some("0x7"), Some(0x7));
+        assert_eq!(v["standard_size"], 832);
+    }
+}
+
+#[test]
+fn invalid_masks_fail_before_boot() {
+    if !kvm_or_skip("invalid_masks_fail_before_boot") {
+        return;
+    }
+    for (mask, needle) in [
+        ("x87,avx", "sse"),
+        ("x87,sse,bogus", "bogus"),
+        ("sse", "x87"),
+    ] {
+        let out = vmm(&["run", "--xfeatures", mask]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(64), "{mask}: {err}");
+        assert!(err.contains("--xfeatures"), "{mask}: {err}");
+        assert!(err.to_lowercase().contains(needle), "{mask}: {err}");
+        assert!(out.stdout.is_empty(), "no guest may run for {mask}");
+    }
+    // A bit KVM lacks: some component above what it supports.
+    let (_, v) = vmm_json(&["run", "--workload", "none"]);
+    let kvm = hex(&v["kvm_xfeatures"]);
+    let missing = [0x2e7u64, 0x602e7, 0x207].into_iter().find(|m| m & !kvm != 0);
+    if let Some(m) = missing {
+        let out = vmm(&["run", "--xfeatures", &format!("{m:#x}")]);
+        assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+        assert!(stderr(&out).contains("support"), "{}", stderr(&out));
+    }
+}
+
+#[test]
+fn broken_images_are_refused() {
+    if !kvm_or_skip("broken_images_are_refused") {
+        return;
+    }
+    let good = tiny_pvh_elf(&[0xf4], true);
+    let truncated = temp_file("truncated.elf", &vmm::GUEST_KERNEL[..200]);
+    let no_note = temp_file("nonote.elf", &tiny_pvh_elf(&[0xf4], false));
+    let not_elf = temp_file("notelf.bin", b"MZ this is not an ELF");
+    let cut = temp_file("cut.elf", &good[..good.len() - 3]);
+    for (path, needle) in [
+        (&truncated, "ELF"),
+        (&no_note, "PVH"),
+        (&not_elf, "not an ELF"),
+        (&cut, "ELF"),
+    ] {
+        let out = vmm(&["run", "--kernel", path.to_str().unwrap()]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(64), "{}: {err}", path.display());
+        assert!(err.contains(needle), "{}: {err}", path.display());
+        let _ = std::fs::remove_file(path);
+    }
+    let missing = vmm(&["run", "--kernel", "/nonexistent/kernel.elf"]);
+    assert_eq!(missing.status.code(), Some(64));
+    assert!(stderr(&missing).contains("/nonexistent/kernel.elf"));
+}
+
+#[test]
+fn triple_fault_is_reported_with_registers() {
+    if !kvm_or_skip("triple_fault_is_reported_with_registers") {
+        return;
+    }
+    // int3 with an empty IDT: #BP -> #GP -> #DF -> shutdown.
+    let path = temp_file("int3.elf", &tiny_pvh_elf(&[0xcc], true));
+    let (out, v) = vmm_json(&["run", "--kernel", path.to_str().unwrap(), "--timeout", "20"]);
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(out.status.code(), Some(65), "{v:#}");
+    assert_eq!(v["exit_reason"], "crashed");
+    let reason = v["crash"]["reason"].as_str().unwrap();
+    assert!(reason.contains("triple"), "{reason}");
+    assert!(v["crash"]["registers"]["regs"]["rip"].is_u64());
+
+    // The table says the same.
+    let path = temp_file("int3b.elf", &tiny_pvh_elf(&[0xcc], true));
+    let out = vmm(&["run", "--kernel", path.to_str().unwrap(), "--timeout", "20"]);
+    let _ = std::fs::remove_file(&path);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(65));
+    assert!(text.contains("triple-faulted") && text.contains("rip"), "{text}");
+}
+
+#[test]
+fn halting_guest_ends_the_run() {
+    if !kvm_or_skip("halting_guest_ends_the_run") {
+        return;
+    }
+    let path = temp_file("hlt.elf", &tiny_pvh_elf(&[0xf4], true));
+    let (out, v) = vmm_json(&["run", "--kernel", path.to_str().unwrap(), "--timeout", "20"]);
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(out.status.code(), Some(65), "{v:#}");
+    assert!(v["crash"]["reason"].as_str().unwrap().contains("HLT"));
+}
+
+#[test]
+fn runaway_guest_times_out() {
+    if !kvm_or_skip("runaway_guest_times_out") {
+        return;
+    }
+    // jmp $ : spins forever.
+    let path = temp_file("spin.elf", &tiny_pvh_elf(&[0xeb, 0xfe], true));
+    let (out, v) = vmm_json(&["run", "--kernel", path.to_str().unwrap(), "--timeout", "1"]);
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(out.status.code(), Some(66), "{v:#}");
+    assert_eq!(v["exit_reason"], "timed_out");
+}
+
+#[test]
+fn exit_status_mirrors_the_guest() {
+    if !kvm_or_skip("exit_status_mirrors_the_guest") {
+        return;
+    }
+    // 32-bit: mov eax, 7; out 0xf4, eax
+    let code = [0xb8, 7, 0, 0, 0, 0xe7, 0xf4];
+    let path = temp_file("exit7.elf", &tiny_pvh_elf(&code, true));
+    let (out, v) = vmm_json(&["run", "--kernel", path.to_str().unwrap(), "--timeout", "20"]);
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(out.status.code(), Some(7), "{v:#}");
+    assert_eq!(v["exit_status"], 7);
+    assert!(v["guest_xcr0"].is_null(), "no report was handed over");
+}
+
+#[test]
+fn bad_report_address_is_refused_not_trusted() {
+    if !kvm_or_skip("bad_report_address_is_refused_not_trusted") {
+        return;
+    }
+    // 32-bit: mov eax, 0xfffffff0; out 0xf8, eax; xor eax, eax; out 0xf4, eax
+    let code = [
+        0xb8, 0xf0, 0xff, 0xff, 0xff, 0xe7, 0xf8, 0x31, 0xc0, 0xe7, 0xf4,
+    ];
+    let path = temp_file("badreport.elf", &tiny_pvh_elf(&code, true));
+    let (out, v) = vmm_json(&["run", "--kernel", path.to_str().unwrap(), "--timeout", "20"]);
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(out.status.code(), Some(0), "{v:#}");
+    let errors = v["report_errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 1, "{v:#}");
+    assert!(errors[0].as_str().unwrap().contains("0xfffffff0"), "{v:#}");
+    assert!(v["guest_xcr0"].is_null());
+}

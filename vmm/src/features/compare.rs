@@ -1,0 +1,733 @@
+//! `vmm features compare`: which hosts of a pool have which state
+//! components, whether their XSAVE layouts agree, the largest XCR0 every host
+//! can give a guest (the safe baseline for migration), and on which hosts a
+//! given saved state can be restored.
+//!
+//! [`restorable_on`] is the reusable check: snapshot/restore calls it with
+//! the XCR0 and XSTATE_BV of a saved vCPU and the target's KVM leaf 0xD.
+
+use serde::Serialize;
+use xstate::{Xcr0Error, Xfeature, XfeatureMask, XsaveInfo};
+
+use super::describe_mask;
+use super::profile::HostProfile;
+use crate::cpuid::GATED_FLAGS;
+
+/// Why a saved xstate cannot be restored on a host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Incompatibility {
+    /// XSTATE_BV or XCR0 has bit 63 or a bit of no component this VMM knows.
+    #[error("{what} {mask:#x} has bits {unknown:#x} that are no known state component (known: bits 0-19)")]
+    UnknownBits {
+        what: &'static str,
+        mask: XfeatureMask,
+        unknown: XfeatureMask,
+    },
+    /// The saved XCR0 breaks an architectural rule: no CPU could hold it.
+    #[error("saved XCR0 {xcr0:#x}: {error}")]
+    InvalidXcr0 {
+        xcr0: XfeatureMask,
+        error: Xcr0Error,
+    },
+    /// XSTATE_BV marks user state live that the saved XCR0 does not enable:
+    /// the saved state is inconsistent (XRSTOR would fault).
+    #[error(
+        "saved state is inconsistent: XSTATE_BV {xstate_bv:#x} uses {} outside XCR0 {xcr0:#x}",
+        describe_mask(*outside)
+    )]
+    StateOutsideXcr0 {
+        xstate_bv: XfeatureMask,
+        xcr0: XfeatureMask,
+        outside: XfeatureMask,
+    },
+    /// Live user state of components the host cannot enable.
+    #[error("state uses {}; this host supports {host_xcr0:#x}", describe_mask(*missing))]
+    StateUnsupported {
+        missing: XfeatureMask,
+        host_xcr0: XfeatureMask,
+    },
+    /// Live supervisor state (XSAVES) the host's IA32_XSS cannot hold.
+    #[error(
+        "state uses supervisor {}; this host supports IA32_XSS {host_xss:#x}",
+        describe_mask(*missing)
+    )]
+    SupervisorUnsupported {
+        missing: XfeatureMask,
+        host_xss: XfeatureMask,
+    },
+    /// Components the guest enabled (though in their init state) that the
+    /// host cannot enable: KVM would refuse the guest's XCR0.
+    #[error(
+        "guest XCR0 {xcr0:#x} enables {} (not in use, but KVM_SET_XCRS would refuse it); \
+         this host supports {host_xcr0:#x}",
+        describe_mask(*missing)
+    )]
+    Xcr0Unsupported {
+        xcr0: XfeatureMask,
+        missing: XfeatureMask,
+        host_xcr0: XfeatureMask,
+    },
+}
+
+/// Whether a vCPU's saved extended state (its XCR0 and the XSTATE_BV of its
+/// xsave image; supervisor bits of an XSAVES image included) can be restored
+/// on `host`, which should be the target's KVM leaf 0xD (what KVM lets a guest
+/// enable), or its CPU's where KVM's is unknown.
+///
+/// Checks, first failure reported: no unknown bits; `xcr0` is a valid XCR0;
+/// the live user state lies inside `xcr0`; the host supports the live user
+/// state, the live supervisor state and every component of `xcr0`.
+///
+/// Layout differences (a component at another standard offset) do not make
+/// state unrestorable: the VMM re-lays the image out for the target (see
+/// [`compare`]'s differences).
+pub fn restorable_on(
+    xcr0: XfeatureMask,
+    xstate_bv: XfeatureMask,
+    host: &XsaveInfo,
+) -> Result<(), Incompatibility> {
+    for (what, mask) in [("XSTATE_BV", xstate_bv), ("XCR0", xcr0)] {
+        let unknown = mask - XfeatureMask::ALL_KNOWN;
+        if !unknown.is_empty() {
+            return Err(Incompatibility::UnknownBits {
+                what,
+                mask,
+                unknown,
+            });
+        }
+    }
+    // Validity of the saved XCR0 on its own (every known bit "supported").
+    xcr0.validate_xcr0(XfeatureMask::ALL_KNOWN.user())
+        .map_err(|error| Incompatibility::InvalidXcr0 { xcr0, error })?;
+    let live_user = xstate_bv.user();
+    let outside = live_user - xcr0;
+    if !outside.is_empty() {
+        return Err(Incompatibility::StateOutsideXcr0 {
+            xstate_bv,
+            xcr0,
+            outside,
+        });
+    }
+    let host_xcr0 = host.supported_xcr0();
+    let missing = live_user - host_xcr0;
+    if !missing.is_empty() {
+        return Err(Incompatibility::StateUnsupported { missing, host_xcr0 });
+    }
+    let host_xss = host.supported_xss();
+    let missing = xstate_bv.supervisor() - host_xss;
+    if !missing.is_empty() {
+        return Err(Incompatibility::SupervisorUnsupported { missing, host_xss });
+    }
+    let missing = xcr0 - host_xcr0;
+    if !missing.is_empty() {
+        return Err(Incompatibility::Xcr0Unsupported {
+            xcr0,
+            missing,
+            host_xcr0,
+        });
+    }
+    Ok(())
+}
+
+/// The largest valid XCR0 inside `mask`: supervisor bits, bit 63 and
+/// unknown bits removed, then every component whose architectural partners
+/// are missing (AVX without SSE, part of AVX-512 or AVX-512 without AVX, half
+/// of MPX or AMX). x87 and SSE are kept: every XSAVE host has them.
+pub fn reduce_to_valid_xcr0(mask: XfeatureMask) -> XfeatureMask {
+    let mut m = (mask & XfeatureMask::ALL_KNOWN).user() | XfeatureMask::LEGACY;
+    loop {
+        let before = m;
+        if !m.contains(Xfeature::Sse) {
+            m = m.without(Xfeature::Avx);
+        }
+        if !m.contains_all(XfeatureMask::AVX512) || !m.contains(Xfeature::Avx) {
+            m = m - XfeatureMask::AVX512;
+        }
+        if !m.contains_all(XfeatureMask::MPX) {
+            m = m - XfeatureMask::MPX;
+        }
+        if !m.contains_all(XfeatureMask::AMX) {
+            m = m - XfeatureMask::AMX;
+        }
+        if m == before {
+            return m;
+        }
+    }
+}
+
+/// One host as compared.
+#[derive(Clone, Debug, Serialize)]
+pub struct HostColumn {
+    /// Short label used in the table (`A`, `B`, ...).
+    pub label: String,
+    /// The profile file.
+    pub file: String,
+    /// The CPU's name as recorded.
+    pub name: String,
+    /// `kvm` when the profile records KVM's supported leaf 0xD (used for the
+    /// baseline and restore checks), else `cpu`.
+    pub xcr0_source: &'static str,
+    pub xcr0: String,
+    pub xss: String,
+    /// Standard size of all of `xcr0` on this host.
+    pub standard_size: u32,
+    /// Standard and compacted (XSAVEC) size of the baseline on this host.
+    pub baseline_standard_size: u32,
+    pub baseline_compacted_size: u32,
+}
+
+/// One component across the hosts.
+#[derive(Clone, Debug, Serialize)]
+pub struct ComponentAcross {
+    pub id: u32,
+    pub name: &'static str,
+    pub supervisor: bool,
+    /// Per host, in `hosts` order: whether it supports the component.
+    pub present: Vec<bool>,
+    /// Per host: size, standard offset (null for supervisor state or where
+    /// absent), 64-byte alignment when compacted.
+    pub sizes: Vec<Option<u32>>,
+    pub standard_offsets: Vec<Option<u32>>,
+    pub align64: Vec<Option<bool>>,
+    /// Whether the hosts that have it agree.
+    pub sizes_agree: bool,
+    pub offsets_agree: bool,
+    pub align_agree: bool,
+    pub in_baseline: bool,
+}
+
+/// A CPUID feature flag (leaf 1/7) that gates extended state and differs
+/// between hosts that recorded those leaves.
+#[derive(Clone, Debug, Serialize)]
+pub struct FlagDifference {
+    pub flag: &'static str,
+    /// Labels of the hosts that have it.
+    pub present_on: Vec<String>,
+    pub missing_on: Vec<String>,
+}
+
+/// The restore check of one host.
+#[derive(Clone, Debug, Serialize)]
+pub struct RestoreOn {
+    pub label: String,
+    pub file: String,
+    pub restorable: bool,
+    /// Why not (null when restorable).
+    pub reason: Option<String>,
+}
+
+/// Where a given saved state can be restored.
+#[derive(Clone, Debug, Serialize)]
+pub struct RestoreCheck {
+    pub xstate_bv: String,
+    pub xcr0: String,
+    pub hosts: Vec<RestoreOn>,
+}
+
+/// The result of comparing host profiles.
+#[derive(Clone, Debug, Serialize)]
+pub struct Comparison {
+    pub hosts: Vec<HostColumn>,
+    /// The intersection of every host's supported XCR0, before reduction.
+    pub common_xcr0: String,
+    /// The largest valid XCR0 every host supports.
+    pub baseline_xcr0: String,
+    /// The same, as a ready `--xfeatures` value (component names).
+    pub baseline_xfeatures: String,
+    /// Components every host has but that the baseline drops to keep XCR0
+    /// valid.
+    pub baseline_dropped: String,
+    /// Supervisor state every host supports (IA32_XSS).
+    pub baseline_xss: String,
+    pub components: Vec<ComponentAcross>,
+    /// Every difference, spelled out.
+    pub differences: Vec<String>,
+    /// Gating CPUID flags that differ (only between hosts that recorded
+    /// leaves 1 and 7).
+    pub flag_differences: Vec<FlagDifference>,
+    pub restore: Option<RestoreCheck>,
+}
+
+/// The leaf 0xD that decides what a guest can get on a host.
+fn effective(h: &HostProfile) -> &XsaveInfo {
+    h.kvm.as_ref().unwrap_or(&h.cpu)
+}
+
+/// Table labels: A, B, ..., Z, AA, AB, ...
+fn label(i: usize) -> String {
+    let letter = |n: usize| char::from(b'A' + (n % 26) as u8);
+    if i < 26 {
+        letter(i).to_string()
+    } else {
+        format!("{}{}", letter(i / 26 - 1), letter(i))
+    }
+}
+
+/// Whether all present values are equal.
+fn agree<T: PartialEq + Copy>(v: &[Option<T>]) -> bool {
+    let mut it = v.iter().flatten();
+    match it.next() {
+        Some(first) => it.all(|x| x == first),
+        None => true,
+    }
+}
+
+/// Compare host profiles. `restore` is an optional `(xcr0, xstate_bv)` to
+/// check against every host with [`restorable_on`].
+pub fn compare(hosts: &[HostProfile], restore: Option<(XfeatureMask, XfeatureMask)>) -> Comparison {
+    let labels: Vec<String> = (0..hosts.len()).map(label).collect();
+    let common_xcr0 = hosts.iter().fold(XfeatureMask::ALL_KNOWN.user(), |m, h| {
+        m & effective(h).supported_xcr0()
+    });
+    let baseline = reduce_to_valid_xcr0(common_xcr0);
+    let baseline_xss = hosts.iter().fold(XfeatureMask::SUPERVISOR, |m, h| {
+        m & effective(h).supported_xss()
+    });
+
+    let columns = hosts
+        .iter()
+        .zip(&labels)
+        .map(|(h, l)| {
+            let info = effective(h);
+            HostColumn {
+                label: l.clone(),
+                file: h.file.clone(),
+                name: h.name.clone(),
+                xcr0_source: if h.kvm.is_some() { "kvm" } else { "cpu" },
+                xcr0: format!("{:#x}", info.supported_xcr0()),
+                xss: format!("{:#x}", info.supported_xss()),
+                standard_size: info.standard_size(info.supported_xcr0()).unwrap_or(0),
+                baseline_standard_size: info.standard_size(baseline).unwrap_or(0),
+                baseline_compacted_size: info.compacted_size(baseline).unwrap_or(0),
+            }
+        })
+        .collect();
+
+    let mut differences = Vec::new();
+    let mut components = Vec::new();
+    let mut partial: Vec<(Vec<bool>, XfeatureMask)> = Vec::new();
+    for f in Xfeature::ALL {
+        let infos: Vec<_> = hosts.iter().map(|h| effective(h).component(f)).collect();
+        let present: Vec<bool> = infos.iter().map(Option::is_some).collect();
+        let sizes: Vec<Option<u32>> = infos.iter().map(|c| c.map(|c| c.size)).collect();
+        let standard_offsets: Vec<Option<u32>> = infos
+            .iter()
+            .map(|c| c.filter(|c| !c.supervisor).map(|c| c.standard_offset))
+            .collect();
+        let align64: Vec<Option<bool>> = infos.iter().map(|c| c.map(|c| c.align64)).collect();
+        let row = ComponentAcross {
+            id: f.index(),
+            name: f.short_name(),
+            supervisor: f.is_supervisor(),
+            sizes_agree: agree(&sizes),
+            offsets_agree: agree(&standard_offsets),
+            align_agree: agree(&align64),
+            in_baseline: baseline.contains(f),
+            present,
+            sizes,
+            standard_offsets,
+            align64,
+        };
+        let on = |v: &[bool], want: bool| -> Vec<String> {
+            v.iter()
+                .zip(&labels)
+                .filter(|(p, _)| **p == want)
+                .map(|(_, l)| l.clone())
+                .collect()
+        };
+        let have = on(&row.present, true);
+        if !have.is_empty() && have.len() < hosts.len() {
+            // Grouped by the set of hosts that have them, reported below.
+            match partial.iter_mut().find(|(p, _)| *p == row.present) {
+                Some((_, m)) => *m |= f.mask(),
+                None => partial.push((row.present.clone(), f.mask())),
+            }
+        }
+        let per_host = |v: &[Option<u32>]| -> String {
+            v.iter()
+                .zip(&labels)
+                .filter_map(|(x, l)| x.map(|x| format!("{x} on {l}")))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if !row.sizes_agree {
+            differences.push(format!(
+                "{}: size differs ({}): state of this component cannot move between these hosts",
+                f.short_name(),
+                per_host(&row.sizes)
+            ));
+        }
+        if !row.offsets_agree {
+            differences.push(format!(
+                "{}: standard offset differs ({}): standard-format images (KVM_GET_XSAVE) \
+                 must be re-laid out when moving between these hosts",
+                f.short_name(),
+                per_host(&row.standard_offsets)
+            ));
+        }
+        if !row.align_agree {
+            differences.push(format!(
+                "{}: 64-byte alignment in the compacted format differs: compacted offsets \
+                 of later components differ",
+                f.short_name()
+            ));
+        }
+        if common_xcr0.contains(f) && !baseline.contains(f) {
+            differences.push(format!(
+                "{}: every host has it, but the baseline drops it (its XCR0 partners are not \
+                 on every host)",
+                f.short_name()
+            ));
+        }
+        components.push(row);
+    }
+    // Unknown components (bits 20..63) are rejected when profiles load, so
+    // the known ones are everything.
+    // Components only some hosts have, grouped by those hosts, first.
+    let mut grouped: Vec<String> = partial
+        .iter()
+        .map(|(present, mask)| {
+            let pick = |want: bool| -> String {
+                present
+                    .iter()
+                    .zip(&labels)
+                    .filter(|(p, _)| **p == want)
+                    .map(|(_, l)| l.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            format!(
+                "{} only on {} (missing on {})",
+                describe_mask(*mask),
+                pick(true),
+                pick(false)
+            )
+        })
+        .collect();
+    grouped.append(&mut differences);
+    let mut differences = grouped;
+
+    let mut flag_differences = Vec::new();
+    let recorded: Vec<bool> = hosts
+        .iter()
+        .map(|h| h.flag(&GATED_FLAGS[0]).is_some())
+        .collect();
+    if recorded.iter().filter(|r| **r).count() >= 2 {
+        for f in GATED_FLAGS {
+            let (mut yes, mut no) = (Vec::new(), Vec::new());
+            for (h, l) in hosts.iter().zip(&labels) {
+                match h.flag(f) {
+                    Some(true) => yes.push(l.clone()),
+                    Some(false) => no.push(l.clone()),
+                    None => {}
+                }
+            }
+            if !yes.is_empty() && !no.is_empty() {
+                differences.push(format!(
+                    "CPUID flag {} only on {} (missing on {})",
+                    f.name,
+                    yes.join(", "),
+                    no.join(", ")
+                ));
+                flag_differences.push(FlagDifference {
+                    flag: f.name,
+                    present_on: yes,
+                    missing_on: no,
+                });
+            }
+        }
+    }
+
+    let restore = restore.map(|(xcr0, xstate_bv)| RestoreCheck {
+        xstate_bv: format!("{xstate_bv:#x}"),
+        xcr0: format!("{xcr0:#x}"),
+        hosts: hosts
+            .iter()
+            .zip(&labels)
+            .map(|(h, l)| {
+                let r = restorable_on(xcr0, xstate_bv, effective(h));
+                RestoreOn {
+                    label: l.clone(),
+                    file: h.file.clone(),
+                    restorable: r.is_ok(),
+                    reason: r.err().map(|e| e.to_string()),
+                }
+            })
+            .collect(),
+    });
+
+    Comparison {
+        hosts: columns,
+        common_xcr0: format!("{common_xcr0:#x}"),
+        baseline_xcr0: format!("{baseline:#x}"),
+        baseline_xfeatures: baseline.to_string(),
+        baseline_dropped: format!("{:#x}", common_xcr0 - baseline),
+        baseline_xss: format!("{baseline_xss:#x}"),
+        components,
+        differences,
+        flag_differences,
+        restore,
+    }
+}
+
+impl Comparison {
+    /// The human-readable report.
+    pub fn to_table(&self) -> String {
+        use std::fmt::Write as _;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "Hosts (the XCR0 a guest can get: from KVM where recorded, else the CPU)"
+        );
+        for h in &self.hosts {
+            let _ = writeln!(s, "  {:<2} {}", h.label, h.file);
+            let _ = writeln!(
+                s,
+                "     XCR0 {} ({}), XSS {}: {}",
+                h.xcr0, h.xcr0_source, h.xss, h.name
+            );
+        }
+        let _ = writeln!(s);
+        let _ = write!(s, "id {:<9} u/s  size ", "name");
+        for h in &self.hosts {
+            let _ = write!(s, "{:>6}", h.label);
+        }
+        let _ = writeln!(s, "  agreement");
+        for c in &self.components {
+            if !c.present.iter().any(|p| *p) {
+                continue;
+            }
+            let size = if c.sizes_agree {
+                c.sizes
+                    .iter()
+                    .flatten()
+                    .next()
+                    .map(u32::to_string)
+                    .unwrap_or_default()
+            } else {
+                "diff".into()
+            };
+            let _ = write!(
+                s,
+                "{:>2} {:<9} {:<4}{:>5} ",
+                c.id,
+                c.name,
+                if c.supervisor { "sup" } else { "user" },
+                size
+            );
+            for (p, o) in c.present.iter().zip(&c.standard_offsets) {
+                let cell = match (p, o) {
+                    (false, _) => "-".to_string(),
+                    (true, Some(o)) => o.to_string(),
+                    (true, None) => "yes".to_string(),
+                };
+                let _ = write!(s, "{cell:>6}");
+            }
+            let mut notes = Vec::new();
+            if c.present.iter().all(|p| *p) {
+                notes.push("all");
+            } else {
+                notes.push("some");
+            }
+            if !c.sizes_agree {
+                notes.push("sizes differ");
+            }
+            if !c.offsets_agree {
+                notes.push("offsets differ");
+            }
+            if !c.align_agree {
+                notes.push("alignment differs");
+            }
+            if c.in_baseline {
+                notes.push("baseline");
+            }
+            let _ = writeln!(s, "  {}", notes.join(", "));
+        }
+        let _ = writeln!(
+            s,
+            "(host columns: standard offset; \"yes\" for supervisor state, which has none)"
+        );
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "Baseline XCR0 (every host): {} = {}",
+            self.baseline_xcr0, self.baseline_xfeatures
+        );
+        let _ = writeln!(s, "  --xfeatures {}", self.baseline_xfeatures);
+        if self.baseline_dropped != "0x0" {
+            let _ = writeln!(
+                s,
+                "  common to all hosts {}, reduced to a valid XCR0 (dropped {})",
+                self.common_xcr0, self.baseline_dropped
+            );
+        }
+        let _ = writeln!(s, "  common IA32_XSS: {}", self.baseline_xss);
+        for h in &self.hosts {
+            let _ = writeln!(
+                s,
+                "  {:<2} baseline sizes: standard {}, compacted {}",
+                h.label, h.baseline_standard_size, h.baseline_compacted_size
+            );
+        }
+        let _ = writeln!(s);
+        if self.differences.is_empty() {
+            let _ = writeln!(s, "Differences: none");
+        } else {
+            let _ = writeln!(s, "Differences:");
+            for d in &self.differences {
+                let _ = writeln!(s, "  - {d}");
+            }
+        }
+        if let Some(r) = &self.restore {
+            let _ = writeln!(s);
+            let _ = writeln!(
+                s,
+                "Restore of XSTATE_BV {} with XCR0 {}:",
+                r.xstate_bv, r.xcr0
+            );
+            for h in &r.hosts {
+                match &h.reason {
+                    None => {
+                        let _ = writeln!(s, "  {:<2} {}: restorable", h.label, h.file);
+                    }
+                    Some(why) => {
+                        let _ = writeln!(s, "  {:<2} {}: NOT restorable: {why}", h.label, h.file);
+                    }
+                }
+            }
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xstate::CpuidRegs;
+
+    /// A leaf 0xD with the given user components at their usual Intel places.
+    fn info(xcr0: u64) -> XsaveInfo {
+        let places: [(u32, u32, u32); 8] = [
+            (2, 256, 576),
+            (3, 64, 960),
+            (4, 64, 1024),
+            (5, 64, 1088),
+            (6, 512, 1152),
+            (7, 1024, 1664),
+            (9, 8, 2688),
+            (17, 64, 2752),
+        ];
+        let mut raw = [CpuidRegs::default(); 64];
+        let mut end = 576;
+        for (i, size, off) in places {
+            if xcr0 & (1 << i) != 0 {
+                raw[i as usize] = CpuidRegs::new(size, off, 0, 0);
+                end = end.max(off + size);
+            }
+        }
+        if xcr0 & (1 << 18) != 0 {
+            raw[18] = CpuidRegs::new(8192, 2816, 6, 0);
+            end = end.max(2816 + 8192);
+        }
+        raw[0] = CpuidRegs::new(xcr0 as u32, end, end, 0);
+        raw[1] = CpuidRegs::new(0xf, 0, 0, 0);
+        XsaveInfo::from_raw(raw).unwrap()
+    }
+
+    #[test]
+    fn reduce_keeps_valid_masks() {
+        for m in [0x3u64, 0x7, 0x207, 0xe7, 0x602e7, 0x2ff] {
+            let m = XfeatureMask::from_bits(m);
+            assert_eq!(reduce_to_valid_xcr0(m), m);
+            m.validate_xcr0(m).unwrap();
+        }
+    }
+
+    #[test]
+    fn reduce_drops_orphans() {
+        let r = |m: u64| reduce_to_valid_xcr0(XfeatureMask::from_bits(m)).bits();
+        // Half of AVX-512, of MPX, of AMX.
+        assert_eq!(r(0x67), 0x7);
+        assert_eq!(r(0x0f), 0x7);
+        assert_eq!(r(0x20007), 0x7);
+        // AVX-512 without AVX; AVX without SSE (x87/SSE are always kept).
+        assert_eq!(r(0xe3), 0x3);
+        assert_eq!(r(0x5), 0x7);
+        // Supervisor, unknown and bit 63 bits go.
+        assert_eq!(r(0x1807 | (1 << 40) | (1 << 63)), 0x7);
+        for m in 0..(1u64 << 20) {
+            if m % 97 != 0 {
+                continue;
+            }
+            let red = reduce_to_valid_xcr0(XfeatureMask::from_bits(m));
+            red.validate_xcr0(XfeatureMask::ALL_KNOWN.user()).unwrap();
+        }
+    }
+
+    #[test]
+    fn restorable_messages() {
+        let host = info(0x7);
+        let avx512 = XfeatureMask::from_bits(0xe7);
+        let e = restorable_on(avx512, avx512, &host).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "state uses avx512 (components 5-7); this host supports 0x7"
+        );
+        // Enabled but unused AVX-512 still blocks the guest's XCR0.
+        let e = restorable_on(avx512, XfeatureMask::from_bits(0x7), &host).unwrap_err();
+        assert!(matches!(e, Incompatibility::Xcr0Unsupported { .. }), "{e}");
+        assert!(e.to_string().contains("avx512 (components 5-7)"), "{e}");
+        restorable_on(
+            XfeatureMask::from_bits(0x7),
+            XfeatureMask::from_bits(0x3),
+            &host,
+        )
+        .unwrap();
+        let e = restorable_on(
+            XfeatureMask::from_bits(0x3),
+            XfeatureMask::from_bits(0x7),
+            &host,
+        )
+        .unwrap_err();
+        assert!(matches!(e, Incompatibility::StateOutsideXcr0 { .. }), "{e}");
+        let e = restorable_on(
+            XfeatureMask::from_bits(0x67),
+            XfeatureMask::from_bits(0x3),
+            &host,
+        )
+        .unwrap_err();
+        assert!(matches!(e, Incompatibility::InvalidXcr0 { .. }), "{e}");
+        let e = restorable_on(
+            XfeatureMask::from_bits(0x7),
+            XfeatureMask::from_bits(0x3 | 1 << 20),
+            &host,
+        )
+        .unwrap_err();
+        assert!(matches!(e, Incompatibility::UnknownBits { .. }), "{e}");
+        let e = restorable_on(
+            XfeatureMask::from_bits(0x7),
+            XfeatureMask::from_bits(0x3 | 1 << 11),
+            &host,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "state uses supervisor cet_u (component 11); this host supports IA32_XSS 0x0"
+        );
+        let amx = XfeatureMask::from_bits(0x60003);
+        let e = restorable_on(amx, amx, &info(0x2e7)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "state uses amx (components 17-18); this host supports 0x2e7"
+        );
+        restorable_on(amx, amx, &info(0x602e7)).unwrap();
+    }
+
+    #[test]
+    fn labels() {
+        assert_eq!(label(0), "A");
+        assert_eq!(label(25), "Z");
+        assert_eq!(label(26), "AA");
+        assert_eq!(label(27), "AB");
+    }
+}

@@ -1,0 +1,445 @@
+//! Host profiles: the xstate crate's [`CpuidProfile`] JSON format (see
+//! `xstate/tests/data/README.md`), loaded with errors that name the file,
+//! checked beyond what [`CpuidProfile::from_json`] checks, and recorded from
+//! the running host by `vmm features save`.
+//!
+//! A saved profile is a `CpuidProfile` (identification, `leaf_0xd`, `leaf_1`,
+//! `leaf_7`, `kvm_leaf_0xd`) plus these optional fields, which readers of the
+//! plain format ignore:
+//!
+//! | field | meaning |
+//! |-------|---------|
+//! | `xcr0_enabled` | XGETBV(0) on the recording host: what its OS enabled (hex string) |
+//! | `leaf_7_1` | CPUID leaf 7 subleaf 1 (AVX-VNNI, AMX-FP16, ... flags) |
+//! | `kvm_leaf_1`, `kvm_leaf_7`, `kvm_leaf_7_1` | the same leaves in `KVM_GET_SUPPORTED_CPUID` |
+//! | `recorded_by` | the `vmm` version, host name and kernel release that recorded it |
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use xstate::profile::{CpuidEntry, CpuidProfile};
+use xstate::{CpuidRegs, Xfeature, XfeatureMask, XsaveInfo};
+
+use super::{describe_mask, FeaturesError};
+use crate::cpuid::{GatedFlag, Reg};
+
+/// A 64-bit mask written as a `0x`-prefixed hex string.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HexMask(pub u64);
+
+impl Serialize for HexMask {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{:#x}", self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for HexMask {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        let t = s.trim();
+        t.strip_prefix("0x")
+            .or_else(|| t.strip_prefix("0X"))
+            .and_then(|h| u64::from_str_radix(h, 16).ok())
+            .map(HexMask)
+            .ok_or_else(|| {
+                serde::de::Error::custom(format!("{s:?} is not a 0x-prefixed 64-bit hex number"))
+            })
+    }
+}
+
+/// The fields `vmm features save` adds to a [`CpuidProfile`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProfileExtras {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xcr0_enabled: Option<HexMask>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leaf_7_1: Option<CpuidEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kvm_leaf_1: Option<CpuidEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kvm_leaf_7: Option<CpuidEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kvm_leaf_7_1: Option<CpuidEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded_by: Option<String>,
+}
+
+/// A profile as written: the xstate format plus [`ProfileExtras`].
+#[derive(Serialize)]
+struct SavedProfile<'a> {
+    #[serde(flatten)]
+    profile: &'a CpuidProfile,
+    #[serde(flatten)]
+    extras: &'a ProfileExtras,
+}
+
+/// One host's extended-state facts, from a profile file or the running host.
+#[derive(Clone, Debug)]
+pub struct HostProfile {
+    /// The file it came from (or `this host`).
+    pub file: String,
+    /// CPU name, with the microarchitecture when recorded.
+    pub name: String,
+    /// The CPU's leaf 0xD.
+    pub cpu: XsaveInfo,
+    /// KVM's supported leaf 0xD, where recorded.
+    pub kvm: Option<XsaveInfo>,
+    /// XGETBV(0): what the host OS enabled, where known.
+    pub os_xcr0: Option<XfeatureMask>,
+    pub profile: CpuidProfile,
+    pub extras: ProfileExtras,
+}
+
+impl HostProfile {
+    /// Read and check a profile file. Every error names the file.
+    pub fn load(path: &Path) -> Result<Self, FeaturesError> {
+        let text = std::fs::read_to_string(path).map_err(|e| FeaturesError::Profile {
+            path: path.to_path_buf(),
+            reason: format!("cannot read: {e}"),
+        })?;
+        Self::parse(path, &text)
+    }
+
+    /// Parse and check profile text (`path` only names it in errors).
+    pub fn parse(path: &Path, text: &str) -> Result<Self, FeaturesError> {
+        let fail = |reason: String| FeaturesError::Profile {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let profile = CpuidProfile::from_json(text).map_err(|e| fail(e.to_string()))?;
+        let extras: ProfileExtras =
+            serde_json::from_str(text).map_err(|e| fail(format!("CPUID profile: {e}")))?;
+        let cpu = profile
+            .xsave_info()
+            .map_err(|e| fail(format!("leaf_0xd: {e}")))?;
+        check_consistent(&cpu).map_err(|e| fail(format!("leaf_0xd: {e}")))?;
+        let kvm = match profile.kvm_xsave_info() {
+            None => None,
+            Some(r) => {
+                let kvm = r.map_err(|e| fail(format!("kvm_leaf_0xd: {e}")))?;
+                check_consistent(&kvm).map_err(|e| fail(format!("kvm_leaf_0xd: {e}")))?;
+                Some(kvm)
+            }
+        };
+        let os_xcr0 = extras.xcr0_enabled.map(|m| XfeatureMask::from_bits(m.0));
+        if let Some(os) = os_xcr0 {
+            os.validate_xcr0(cpu.supported_xcr0())
+                .map_err(|e| fail(format!("xcr0_enabled {os:#x}: {e}")))?;
+        }
+        let name = if profile.microarchitecture.is_empty() {
+            profile.name.clone()
+        } else {
+            format!("{} ({})", profile.name, profile.microarchitecture)
+        };
+        Ok(Self {
+            file: path.display().to_string(),
+            name,
+            cpu,
+            kvm,
+            os_xcr0,
+            profile,
+            extras,
+        })
+    }
+
+    /// The profile JSON as `vmm features save` writes it.
+    pub fn to_json(&self) -> String {
+        let saved = SavedProfile {
+            profile: &self.profile,
+            extras: &self.extras,
+        };
+        let mut s = serde_json::to_string_pretty(&saved)
+            .unwrap_or_else(|e| unreachable!("profile serialisation cannot fail: {e}"));
+        s.push('\n');
+        s
+    }
+
+    /// Whether a guest on this host could be offered CPUID flag `f`: KVM's
+    /// leaves where recorded, else the CPU's. `None` where not recorded.
+    pub fn flag(&self, f: &GatedFlag) -> Option<bool> {
+        let e = &self.extras;
+        let kvm = self.kvm.is_some() && e.kvm_leaf_1.is_some();
+        let entry = match (f.leaf, f.subleaf, kvm) {
+            (1, 0, true) => e.kvm_leaf_1,
+            (7, 0, true) => e.kvm_leaf_7,
+            (7, 1, true) => e.kvm_leaf_7_1,
+            (1, 0, false) => self.profile.leaf_1,
+            (7, 0, false) => self.profile.leaf_7,
+            (7, 1, false) => e.leaf_7_1,
+            _ => None,
+        }?;
+        let r = entry.regs();
+        let v = match f.reg {
+            Reg::Eax => r.eax,
+            Reg::Ebx => r.ebx,
+            Reg::Ecx => r.ecx,
+            Reg::Edx => r.edx,
+        };
+        Some(v & (1 << f.bit) != 0)
+    }
+}
+
+/// Sizes the architecture fixes for user components; a leaf 0xD that says
+/// otherwise cannot describe a real CPU's state.
+const ARCH_SIZES: [(Xfeature, u32); 8] = [
+    (Xfeature::Avx, 256),
+    (Xfeature::Opmask, 64),
+    (Xfeature::ZmmHi256, 512),
+    (Xfeature::Hi16Zmm, 1024),
+    (Xfeature::Pkru, 8),
+    (Xfeature::XtileCfg, 64),
+    (Xfeature::XtileData, 8192),
+    (Xfeature::Apx, 128),
+];
+
+/// Checks the xstate crate leaves to its users: only known components
+/// (bits 0-19) enumerated, architectural component sizes, and a maximum
+/// standard size (0.ECX) equal to the end of the highest user component.
+pub fn check_consistent(info: &XsaveInfo) -> Result<(), String> {
+    let unknown = info.supported_all() - XfeatureMask::ALL_KNOWN;
+    if !unknown.is_empty() {
+        let bits: Vec<String> = unknown.iter_indices().map(|i| i.to_string()).collect();
+        return Err(format!(
+            "CPUID 0xD enumerates unknown state component bit(s) {} (mask {unknown:#x}); \
+             this vmm knows components 0-19",
+            bits.join(", ")
+        ));
+    }
+    for (f, size) in ARCH_SIZES {
+        if let Some(c) = info.component(f) {
+            if c.size != size {
+                return Err(format!(
+                    "CPUID 0xD.{}: {} has size {}, the architecture defines {size}",
+                    f.index(),
+                    f.short_name(),
+                    c.size
+                ));
+            }
+        }
+    }
+    let end = info
+        .standard_size(info.supported_xcr0())
+        .map_err(|e| e.to_string())?;
+    if end != info.max_standard_size() {
+        return Err(format!(
+            "CPUID 0xD.0 ECX (maximum standard size) is {}, but the supported components {} \
+             end at {end}",
+            info.max_standard_size(),
+            describe_mask(info.supported_xcr0())
+        ));
+    }
+    Ok(())
+}
+
+/// XGETBV(0) of the running host, `None` when the OS has not enabled XSAVE
+/// (CPUID.1:ECX.OSXSAVE clear).
+#[cfg(target_arch = "x86_64")]
+pub fn host_xcr0() -> Option<XfeatureMask> {
+    use core::arch::x86_64::__cpuid;
+    // SAFETY: CPUID only reads identification registers. (`unsafe` is
+    // needed on older toolchains where the intrinsic is an unsafe fn.)
+    #[allow(unused_unsafe)]
+    let leaf1 = unsafe { __cpuid(1) };
+    if leaf1.ecx & (1 << 27) == 0 {
+        return None;
+    }
+    let (lo, hi): (u32, u32);
+    // SAFETY: XGETBV with ECX = 0 reads XCR0; OSXSAVE (checked above) means
+    // the OS set CR4.OSXSAVE, so the instruction does not fault. It touches
+    // no memory and no flags.
+    unsafe {
+        core::arch::asm!(
+            "xgetbv",
+            in("ecx") 0u32,
+            out("eax") lo,
+            out("edx") hi,
+            options(nomem, nostack, preserves_flags)
+        );
+    }
+    Some(XfeatureMask::from_bits(
+        u64::from(lo) | (u64::from(hi) << 32),
+    ))
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+pub fn host_xcr0() -> Option<XfeatureMask> {
+    None
+}
+
+/// CPUID leaf 7 subleaf 1 of the running CPU, where leaf 7 reports it.
+#[cfg(target_arch = "x86_64")]
+fn host_leaf_7_1() -> Option<CpuidEntry> {
+    use core::arch::x86_64::{__cpuid, __cpuid_count};
+    // SAFETY: CPUID only reads identification registers.
+    #[allow(unused_unsafe)]
+    let max = unsafe { __cpuid(0) }.eax;
+    if max < 7 {
+        return None;
+    }
+    // SAFETY: as above; leaf 7 exists.
+    #[allow(unused_unsafe)]
+    let l7 = unsafe { __cpuid_count(7, 0) };
+    if l7.eax < 1 {
+        return None;
+    }
+    // SAFETY: as above; subleaf 1 exists (7.0 EAX is the highest subleaf).
+    #[allow(unused_unsafe)]
+    let r = unsafe { __cpuid_count(7, 1) };
+    Some(CpuidEntry::new(
+        1,
+        CpuidRegs::new(r.eax, r.ebx, r.ecx, r.edx),
+    ))
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn host_leaf_7_1() -> Option<CpuidEntry> {
+    None
+}
+
+fn kvm_entry(cpuid: &kvm_bindings::CpuId, leaf: u32, subleaf: u32) -> Option<CpuidEntry> {
+    crate::cpuid::entry(cpuid, leaf, subleaf)
+        .map(|e| CpuidEntry::new(subleaf, CpuidRegs::new(e.eax, e.ebx, e.ecx, e.edx)))
+}
+
+fn proc_text(path: &str) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+/// Records the running host: its CPU (leaves 0xD, 1, 7), XGETBV(0) and, when
+/// `/dev/kvm` opens, KVM's supported leaves. `kvm_error` says why KVM is
+/// missing from the profile.
+pub fn record_host(
+    microarchitecture: Option<&str>,
+) -> Result<(HostProfile, Option<String>), FeaturesError> {
+    let mut profile = CpuidProfile::host().map_err(|e| FeaturesError::Host(e.to_string()))?;
+    if let Some(m) = microarchitecture {
+        profile.microarchitecture = m.to_string();
+    }
+    let host = proc_text("/proc/sys/kernel/hostname").unwrap_or_else(|| "unknown host".into());
+    let kernel = proc_text("/proc/sys/kernel/osrelease").unwrap_or_else(|| "unknown kernel".into());
+    profile.source = format!("recorded by `vmm features save` on {host} (Linux {kernel})");
+    let mut extras = ProfileExtras {
+        xcr0_enabled: host_xcr0().map(|m| HexMask(m.bits())),
+        leaf_7_1: host_leaf_7_1(),
+        recorded_by: Some(format!(
+            "vmm {} on {host}, Linux {kernel}",
+            env!("CARGO_PKG_VERSION")
+        )),
+        ..Default::default()
+    };
+    let mut kvm_error = None;
+    match crate::kvm::HostKvm::open() {
+        Ok(kvm) => {
+            profile.kvm_leaf_0xd = Some(CpuidProfile::entries_of(&kvm.xstate.info));
+            extras.kvm_leaf_1 = kvm_entry(&kvm.supported_cpuid, 1, 0);
+            extras.kvm_leaf_7 = kvm_entry(&kvm.supported_cpuid, 7, 0);
+            extras.kvm_leaf_7_1 = kvm_entry(&kvm.supported_cpuid, 7, 1);
+        }
+        Err(e) => kvm_error = Some(e.to_string()),
+    }
+    let text = SavedProfile {
+        profile: &profile,
+        extras: &extras,
+    };
+    let json = serde_json::to_string(&text).map_err(|e| FeaturesError::Host(e.to_string()))?;
+    // Check what was recorded exactly as a reader will.
+    let parsed = HostProfile::parse(&PathBuf::from("(this host)"), &json)?;
+    Ok((
+        HostProfile {
+            file: "this host".into(),
+            ..parsed
+        },
+        kvm_error,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(name: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../xstate/tests/data")
+            .join(name)
+    }
+
+    #[test]
+    fn loads_every_recorded_cpu() {
+        for (f, xcr0, xss) in [
+            ("intel-sapphire-rapids.json", 0x602e7, 0xdd00),
+            ("intel-ice-lake-client.json", 0x2e7, 0x2100),
+            ("amd-zen3-milan.json", 0x207, 0x1800),
+            ("amd-zen3-kvm-guest.json", 0x7, 0x1800),
+        ] {
+            let p = HostProfile::load(&data(f)).unwrap();
+            assert_eq!(p.cpu.supported_xcr0().bits(), xcr0, "{f}");
+            assert_eq!(p.cpu.supported_xss().bits(), xss, "{f}");
+            assert!(p.kvm.is_none());
+            assert!(p.os_xcr0.is_none());
+        }
+    }
+
+    #[test]
+    fn extras_round_trip() {
+        let mut p = HostProfile::load(&data("amd-zen3-milan.json")).unwrap();
+        p.extras.xcr0_enabled = Some(HexMask(0x207));
+        p.extras.leaf_7_1 = Some(CpuidEntry::new(1, CpuidRegs::new(0x10, 0, 0, 0)));
+        p.profile.kvm_leaf_0xd = Some(CpuidProfile::entries_of(&p.cpu));
+        let q = HostProfile::parse(Path::new("x.json"), &p.to_json()).unwrap();
+        assert_eq!(q.extras, p.extras);
+        assert_eq!(q.profile, p.profile);
+        assert_eq!(q.os_xcr0, Some(XfeatureMask::from_bits(0x207)));
+        assert_eq!(q.kvm, Some(p.cpu));
+        // The plain format still reads it.
+        CpuidProfile::from_json(&p.to_json()).unwrap();
+    }
+
+    fn edit(f: impl FnOnce(&mut serde_json::Value)) -> String {
+        let text = std::fs::read_to_string(data("amd-zen3-milan.json")).unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        f(&mut v);
+        v.to_string()
+    }
+
+    fn err(text: &str) -> String {
+        HostProfile::parse(Path::new("bad.json"), text)
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn rejects_bad_profiles_naming_the_file() {
+        let e = err("{");
+        assert!(e.starts_with("profile bad.json: "), "{e}");
+        // Maximum size larger than the components need.
+        let e = err(&edit(|v| v["leaf_0xd"][0]["ecx"] = "0x00000a00".into()));
+        assert!(e.contains("bad.json") && e.contains("0xD.0 ECX"), "{e}");
+        // A wrong architectural size.
+        let e = err(&edit(|v| {
+            let l = v["leaf_0xd"].as_array_mut().unwrap();
+            let avx = l.iter_mut().find(|e| e["subleaf"] == 2).unwrap();
+            avx["eax"] = "0x00000080".into();
+        }));
+        assert!(e.contains("avx has size 128"), "{e}");
+        let e = err(&edit(|v| v["xcr0_enabled"] = "0x1f".into()));
+        assert!(e.contains("xcr0_enabled 0x1f"), "{e}");
+        let e = err(&edit(|v| v["xcr0_enabled"] = "7".into()));
+        assert!(e.contains("0x-prefixed"), "{e}");
+    }
+
+    #[test]
+    fn rejects_unknown_components() {
+        let e = err(&edit(|v| {
+            v["leaf_0xd"][0]["eax"] = "0x00100207".into();
+            v["leaf_0xd"][0]["ecx"] = "0x00000a08".into();
+            v["leaf_0xd"].as_array_mut().unwrap().push(
+                serde_json::json!({"subleaf": 20, "eax": "0x00000080", "ebx": "0x00000988",
+                    "ecx": "0x00000000", "edx": "0x00000000"}),
+            );
+        }));
+        assert!(e.contains("unknown state component bit(s) 20"), "{e}");
+    }
+}

@@ -1,0 +1,366 @@
+//! One guest run: build the VM from a validated policy, run the boot vCPU
+//! until the guest exits (or crashes, or times out), and collect what it
+//! reported.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use guest::protocol::Report;
+use kvm_ioctls::{VcpuExit, VcpuFd};
+use vm_memory::GuestMemoryMmap;
+use vmm_sys_util::signal::{register_signal_handler, Killable, SIGRTMIN};
+use xstate::{InitMode, XfeatureMask};
+
+use crate::boot;
+use crate::cpuid::{self, CpuidCheck, GuestCpuid};
+use crate::devices::{Devices, PortAction, ReportDelivery, SerialSink};
+use crate::error::{Error, Result};
+use crate::kvm::HostKvm;
+use crate::memory;
+use crate::regs::RegisterDump;
+use crate::vcpu;
+
+/// A kernel image to boot, with a name for messages.
+#[derive(Clone)]
+pub struct KernelImage {
+    pub name: String,
+    pub bytes: std::borrow::Cow<'static, [u8]>,
+}
+
+impl KernelImage {
+    /// The guest kernel built from `guest/` and embedded at build time.
+    pub fn embedded() -> Self {
+        Self {
+            name: "embedded guest kernel".into(),
+            bytes: std::borrow::Cow::Borrowed(crate::GUEST_KERNEL),
+        }
+    }
+
+    /// A kernel read from a file.
+    pub fn from_file(path: &std::path::Path) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(|source| Error::KernelRead {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok(Self {
+            name: path.display().to_string(),
+            bytes: bytes.into(),
+        })
+    }
+}
+
+/// Everything `vmm run` decides before a VM exists.
+pub struct RunConfig {
+    pub kernel: KernelImage,
+    pub mem_mib: u64,
+    /// `--xfeatures`; `None` = everything KVM supports.
+    pub xfeatures: Option<String>,
+    pub init_xstate: InitMode,
+    pub cmdline: String,
+    pub serial: SerialSink,
+    /// Stop a guest that runs longer than this.
+    pub timeout: Option<Duration>,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        Self {
+            kernel: KernelImage::embedded(),
+            mem_mib: 64,
+            xfeatures: None,
+            init_xstate: InitMode::Minimal,
+            cmdline: String::new(),
+            serial: SerialSink::Stdout,
+            timeout: Some(Duration::from_secs(600)),
+        }
+    }
+}
+
+/// The xstate policy a run used.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    /// User state KVM can give a guest.
+    pub kvm_xcr0: XfeatureMask,
+    /// Supervisor state KVM reports in leaf 0xD.1.
+    pub kvm_xss: XfeatureMask,
+    /// What the guest's CPUID advertises.
+    pub xcr0: XfeatureMask,
+    pub standard_size: u32,
+    pub compacted_size: u32,
+    pub hidden_flags: Vec<&'static str>,
+    pub init_xstate: InitMode,
+    /// What KVM made of the policy's CPUID (set once the vCPU exists).
+    pub cpuid_check: Option<CpuidCheck>,
+}
+
+/// How the run ended.
+#[derive(Clone, Debug)]
+pub enum RunEnd {
+    /// The guest wrote this to the debug-exit port.
+    Exited(u32),
+    /// The guest crashed or KVM refused to go on.
+    Crashed { reason: String, dump: Box<RegisterDump> },
+    /// The run exceeded its time limit.
+    TimedOut(Duration),
+}
+
+/// Exit counters.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ExitCounts {
+    pub total: u64,
+    pub io: u64,
+    pub mmio: u64,
+}
+
+/// Everything a run produced.
+pub struct RunOutcome {
+    pub policy: Policy,
+    pub end: RunEnd,
+    /// The last report the guest handed over, if it was valid.
+    pub report: Option<Box<Report>>,
+    /// Why a report the guest handed over was refused.
+    pub report_errors: Vec<String>,
+    pub serial: Vec<u8>,
+    pub exits: ExitCounts,
+    pub unhandled_ports: u64,
+    /// XCR0 as KVM holds it at the end of the run.
+    pub final_xcr0: Option<u64>,
+    /// The guest's TSC rate (`KVM_GET_TSC_KHZ`), 0 when unknown.
+    pub tsc_khz: u64,
+    /// Process-visible timings.
+    pub setup_time: Duration,
+    pub run_time: Duration,
+}
+
+/// Check a policy against KVM without creating a VM.
+pub fn resolve_policy(host: &HostKvm, xfeatures: Option<&str>, init: InitMode, tsc_khz: u32) -> Result<(Policy, GuestCpuid)> {
+    let xcr0 = cpuid::validate_policy(xfeatures, &host.xstate, &host.supported_cpuid)?;
+    let guest = cpuid::guest_cpuid(&host.supported_cpuid, &host.xstate, xcr0, tsc_khz)?;
+    let policy = Policy {
+        kvm_xcr0: host.xstate.supported_xcr0(),
+        kvm_xss: host.xstate.info.supported_xss(),
+        xcr0,
+        standard_size: guest.standard_size,
+        compacted_size: guest.compacted_size,
+        hidden_flags: guest.hidden_flags.clone(),
+        init_xstate: init,
+        cpuid_check: None,
+    };
+    Ok((policy, guest))
+}
+
+/// Boot a guest and run it to the end.
+pub fn run(config: RunConfig) -> Result<RunOutcome> {
+    let start = Instant::now();
+    let host = HostKvm::open()?;
+    // Validate the policy first: an invalid mask never creates a VM.
+    let xcr0 = cpuid::validate_policy(config.xfeatures.as_deref(), &host.xstate, &host.supported_cpuid)?;
+    // The policy also travels on the command line: where KVM ignores the
+    // CPUID table (kvm_pvm) our guest still limits XCR0 to it.
+    let cmdline = with_xfeatures_hint(&config.cmdline, xcr0);
+
+    let vm = host.kvm.create_vm().map_err(Error::kvm("KVM_CREATE_VM"))?;
+    // Intel VMX needs these three pages for real-mode emulation; harmless elsewhere.
+    vm.set_tss_address(0xfffb_d000).map_err(Error::kvm("KVM_SET_TSS_ADDR"))?;
+    let mem = memory::create(&vm, config.mem_mib)?;
+    let kernel = boot::load_kernel(&mem, &config.kernel.bytes, &config.kernel.name)?;
+    boot::write_boot_info(&mem, &cmdline)?;
+
+    // The TSC rate is a vCPU property; it goes into the guest's CPUID so the
+    // guest converts cycles to time without calibrating.
+    let vcpu = vm.create_vcpu(0).map_err(Error::kvm("KVM_CREATE_VCPU"))?;
+    let tsc_khz = vcpu.get_tsc_khz().unwrap_or(0);
+    let (mut policy, guest_cpuid) = resolve_policy(&host, config.xfeatures.as_deref(), config.init_xstate, tsc_khz)?;
+    let check = vcpu::configure_boot_vcpu(
+        &vcpu,
+        &mem,
+        &kernel,
+        &guest_cpuid,
+        &host.xstate.info,
+        config.init_xstate,
+        host.xsave2_size,
+    )?;
+    policy.cpuid_check = Some(check);
+    let setup_time = start.elapsed();
+
+    let run_start = Instant::now();
+    let runner = VcpuRunner {
+        vcpu,
+        mem,
+        devices: Devices::new(config.serial),
+        exits: ExitCounts::default(),
+    };
+    let (runner, end) = run_with_timeout(runner, config.timeout)?;
+    let run_time = run_start.elapsed();
+
+    let final_xcr0 = vcpu::get_xcr0(&runner.vcpu).ok();
+    let mut report = None;
+    let mut report_errors = Vec::new();
+    for d in runner.devices.reports {
+        match d {
+            ReportDelivery::Accepted(r) => report = Some(r),
+            ReportDelivery::Rejected(e) => report_errors.push(e),
+        }
+    }
+    Ok(RunOutcome {
+        policy,
+        end,
+        report,
+        report_errors,
+        serial: runner.devices.serial.writer().captured.clone(),
+        exits: runner.exits,
+        unhandled_ports: runner.devices.unhandled_ports,
+        final_xcr0,
+        tsc_khz: tsc_khz as u64,
+        setup_time,
+        run_time,
+    })
+}
+
+/// Append `xfeatures=MASK` (see `guest::protocol`) unless the caller set one.
+fn with_xfeatures_hint(cmdline: &str, xcr0: XfeatureMask) -> String {
+    if cmdline.split_whitespace().any(|w| w.starts_with("xfeatures=")) {
+        return cmdline.to_string();
+    }
+    let hint = format!("xfeatures={:#x}", xcr0.bits());
+    if cmdline.is_empty() {
+        hint
+    } else {
+        format!("{cmdline} {hint}")
+    }
+}
+
+struct VcpuRunner {
+    vcpu: VcpuFd,
+    mem: GuestMemoryMmap,
+    devices: Devices,
+    exits: ExitCounts,
+}
+
+extern "C" fn kick_handler(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {}
+
+fn kick_signal() -> libc::c_int {
+    SIGRTMIN()
+}
+
+/// Run the vCPU on its own thread; stop it with a signal when time is up.
+fn run_with_timeout(runner: VcpuRunner, timeout: Option<Duration>) -> Result<(VcpuRunner, RunEnd)> {
+    let Some(limit) = timeout else {
+        let mut runner = runner;
+        let end = runner.run_loop(&AtomicBool::new(false))?;
+        return Ok((runner, end));
+    };
+    // The handler does nothing: its only job is to make KVM_RUN return EINTR.
+    register_signal_handler(kick_signal(), kick_handler)
+        .map_err(|e| Error::Guest(format!("cannot install the vCPU kick signal handler: {e}")))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let thread_stop = stop.clone();
+    let handle = std::thread::Builder::new()
+        .name("vcpu0".into())
+        .spawn(move || {
+            let mut runner = runner;
+            let end = runner.run_loop(&thread_stop);
+            let _ = tx.send(());
+            (runner, end)
+        })
+        .map_err(Error::Io)?;
+    let mut timed_out = false;
+    if rx.recv_timeout(limit).is_err() {
+        timed_out = true;
+        stop.store(true, Ordering::SeqCst);
+        // Kick until the thread notices: a signal that lands outside
+        // KVM_RUN is simply lost, so repeat.
+        while rx.recv_timeout(Duration::from_millis(10)).is_err() {
+            if handle.is_finished() {
+                break;
+            }
+            let _ = handle.kill(kick_signal());
+        }
+    }
+    let (runner, end) = handle
+        .join()
+        .map_err(|_| Error::Guest("the vCPU thread panicked".into()))?;
+    let end = end?;
+    if timed_out {
+        return Ok((runner, RunEnd::TimedOut(limit)));
+    }
+    Ok((runner, end))
+}
+
+impl VcpuRunner {
+    fn run_loop(&mut self, stop: &AtomicBool) -> Result<RunEnd> {
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(RunEnd::TimedOut(Duration::ZERO));
+            }
+            let exit = self.vcpu.run();
+            self.exits.total += 1;
+            let crash = match exit {
+                Ok(VcpuExit::IoOut(port, data)) => {
+                    self.exits.io += 1;
+                    match self.devices.port_write(&self.mem, port, data) {
+                        PortAction::Continue => continue,
+                        PortAction::Exit(status) => return Ok(RunEnd::Exited(status)),
+                    }
+                }
+                Ok(VcpuExit::IoIn(port, data)) => {
+                    self.exits.io += 1;
+                    self.devices.port_read(port, data);
+                    continue;
+                }
+                Ok(VcpuExit::MmioRead(_, data)) => {
+                    self.exits.mmio += 1;
+                    data.fill(0xff);
+                    continue;
+                }
+                Ok(VcpuExit::MmioWrite(..)) => {
+                    self.exits.mmio += 1;
+                    continue;
+                }
+                Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
+                    self.exits.total -= 1;
+                    continue;
+                }
+                Err(e) => format!("KVM_RUN failed: {e}"),
+                Ok(VcpuExit::Hlt) => "the guest halted (HLT) with no interrupt source to wake it".to_string(),
+                Ok(VcpuExit::Shutdown) => "the guest triple-faulted (KVM_EXIT_SHUTDOWN)".to_string(),
+                Ok(VcpuExit::FailEntry(reason, cpu)) => {
+                    format!("KVM_EXIT_FAIL_ENTRY: hardware entry failure reason {reason:#x} on cpu {cpu}")
+                }
+                Ok(VcpuExit::InternalError) => internal_error(&mut self.vcpu),
+                Ok(VcpuExit::SystemEvent(kind, data)) => {
+                    format!("KVM_EXIT_SYSTEM_EVENT type {kind} data {data:x?}")
+                }
+                Ok(other) => format!("unexpected exit {other:?}"),
+            };
+            let dump = RegisterDump::capture(&self.vcpu);
+            return Ok(RunEnd::Crashed {
+                reason: crash,
+                dump: Box::new(dump),
+            });
+        }
+    }
+}
+
+/// Describe `KVM_EXIT_INTERNAL_ERROR` with its suberror.
+fn internal_error(vcpu: &mut VcpuFd) -> String {
+    let run = vcpu.get_kvm_run();
+    // SAFETY: the exit reason is KVM_EXIT_INTERNAL_ERROR, so `internal` is
+    // the union member KVM filled.
+    let internal = unsafe { run.__bindgen_anon_1.internal };
+    let what = match internal.suberror {
+        1 => "emulation failure (an instruction KVM's emulator cannot run, e.g. VEX at emulated CPL0)",
+        2 => "simultaneous exceptions",
+        3 => "delivery event failure",
+        4 => "unexpected exit reason",
+        _ => "unknown suberror",
+    };
+    let n = (internal.ndata as usize).min(internal.data.len());
+    format!(
+        "KVM_EXIT_INTERNAL_ERROR suberror {}: {what}; data {:x?}",
+        internal.suberror,
+        &internal.data[..n]
+    )
+}

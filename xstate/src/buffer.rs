@@ -1,0 +1,737 @@
+//! XSAVE areas in memory: typed access to the legacy region, the header and
+//! each component, as a borrowed view over caller memory ([`XsaveRef`],
+//! [`XsaveMut`]; `no_std`, no allocation) or, with `std`, an owned 64-byte
+//! aligned heap buffer ([`XsaveBuf`]). [`validate`] checks a buffer the way
+//! XRSTOR and KVM_SET_XSAVE would, before hardware or KVM sees it.
+//!
+//! Legacy region (bytes 0..512, the FXSAVE64 image):
+//!
+//! | bytes | field | component |
+//! |---|---|---|
+//! | 0..2 | FCW | x87 |
+//! | 2..4 | FSW | x87 |
+//! | 4 | FTW, abridged (1 bit per register, 1 = valid) | x87 |
+//! | 6..8 | FOP | x87 |
+//! | 8..16 | FIP | x87 |
+//! | 16..24 | FDP | x87 |
+//! | 24..28 | MXCSR | SSE (see below) |
+//! | 28..32 | MXCSR_MASK (read-only CPU capability) | none |
+//! | 32..160 | ST0-7 / MM0-7, 16 bytes each (10 used) | x87 |
+//! | 160..416 | XMM0-15 | SSE |
+//! | 416..512 | available to software | none |
+//!
+//! Header (bytes 512..576): XSTATE_BV (u64), XCOMP_BV (u64, bit 63 = compacted
+//! format), then 48 bytes that must be zero.
+
+use core::fmt;
+
+use crate::feature::Xfeature;
+use crate::info::XSAVE_HEADER_END;
+use crate::layout::{Format, Layout};
+use crate::mask::XfeatureMask;
+use crate::XsaveInfo;
+
+/// Required alignment of an XSAVE area.
+pub const XSAVE_ALIGN: usize = 64;
+/// Minimum size of an XSAVE area (legacy region + header).
+pub const XSAVE_MIN_SIZE: usize = XSAVE_HEADER_END as usize;
+/// XCOMP_BV bit 63: the area is in the compacted format.
+pub const XCOMP_BV_COMPACTED: u64 = 1 << 63;
+/// x87 control word after FNINIT / in the x87 init state.
+pub const FCW_INIT: u16 = 0x037f;
+/// MXCSR at reset and in the SSE init state (all exceptions masked, round to
+/// nearest).
+pub const MXCSR_INIT: u32 = 0x1f80;
+/// MXCSR_MASK to assume when an image holds 0 there (as FXSAVE defines).
+pub const MXCSR_MASK_DEFAULT: u32 = 0xffbf;
+
+/// Byte offsets inside the legacy region and header.
+pub mod offsets {
+    /// x87 control word.
+    pub const FCW: usize = 0;
+    /// x87 status word.
+    pub const FSW: usize = 2;
+    /// Abridged x87 tag word.
+    pub const FTW: usize = 4;
+    /// Last x87 opcode.
+    pub const FOP: usize = 6;
+    /// Last x87 instruction pointer.
+    pub const FIP: usize = 8;
+    /// Last x87 data pointer.
+    pub const FDP: usize = 16;
+    /// MXCSR.
+    pub const MXCSR: usize = 24;
+    /// MXCSR_MASK.
+    pub const MXCSR_MASK: usize = 28;
+    /// ST0/MM0 (8 registers, 16 bytes apart).
+    pub const ST0: usize = 32;
+    /// XMM0 (16 registers, 16 bytes apart).
+    pub const XMM0: usize = 160;
+    /// First byte of the software-available part of the legacy region.
+    pub const SW_AVAILABLE: usize = 416;
+    /// XSTATE_BV.
+    pub const XSTATE_BV: usize = 512;
+    /// XCOMP_BV.
+    pub const XCOMP_BV: usize = 520;
+    /// First reserved header byte (header bytes 16..63 must be zero).
+    pub const HEADER_RESERVED: usize = 528;
+}
+
+use offsets as o;
+
+fn rd_u16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+fn rd_u32(b: &[u8], at: usize) -> u32 {
+    let mut a = [0; 4];
+    a.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(a)
+}
+fn rd_u64(b: &[u8], at: usize) -> u64 {
+    let mut a = [0; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+fn rd_16(b: &[u8], at: usize) -> [u8; 16] {
+    let mut a = [0; 16];
+    a.copy_from_slice(&b[at..at + 16]);
+    a
+}
+pub(crate) fn wr_u16(b: &mut [u8], at: usize, v: u16) {
+    b[at..at + 2].copy_from_slice(&v.to_le_bytes());
+}
+pub(crate) fn wr_u32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+pub(crate) fn wr_u64(b: &mut [u8], at: usize, v: u64) {
+    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+pub(crate) fn header_xstate_bv(b: &[u8]) -> u64 {
+    rd_u64(b, o::XSTATE_BV)
+}
+pub(crate) fn header_xcomp_bv(b: &[u8]) -> u64 {
+    rd_u64(b, o::XCOMP_BV)
+}
+
+/// Read accessors shared by the three buffer types (each has `fn bytes`).
+macro_rules! read_accessors {
+    () => {
+        /// The whole area.
+        pub fn as_bytes(&self) -> &[u8] {
+            self.bytes()
+        }
+        /// Length of the area in bytes.
+        pub fn len(&self) -> usize {
+            self.bytes().len()
+        }
+        /// Always false: an area holds at least the legacy region and header.
+        pub fn is_empty(&self) -> bool {
+            self.bytes().is_empty()
+        }
+        /// XSTATE_BV: components whose state the area holds (clear = init state).
+        pub fn xstate_bv(&self) -> u64 {
+            header_xstate_bv(self.bytes())
+        }
+        /// XSTATE_BV as a mask.
+        pub fn xstate_bv_mask(&self) -> XfeatureMask {
+            XfeatureMask::from_bits(self.xstate_bv())
+        }
+        /// XCOMP_BV: bit 63 = compacted format, other bits = the components laid out.
+        pub fn xcomp_bv(&self) -> u64 {
+            header_xcomp_bv(self.bytes())
+        }
+        /// XCOMP_BV without bit 63, as a mask.
+        pub fn xcomp_bv_mask(&self) -> XfeatureMask {
+            XfeatureMask::from_bits(self.xcomp_bv() & !XCOMP_BV_COMPACTED)
+        }
+        /// Whether XCOMP_BV bit 63 marks the compacted format.
+        pub fn is_compacted(&self) -> bool {
+            self.xcomp_bv() & XCOMP_BV_COMPACTED != 0
+        }
+        /// The format named by XCOMP_BV bit 63.
+        pub fn format(&self) -> Format {
+            if self.is_compacted() {
+                Format::Compacted
+            } else {
+                Format::Standard
+            }
+        }
+        /// x87 control word.
+        pub fn fcw(&self) -> u16 {
+            rd_u16(self.bytes(), o::FCW)
+        }
+        /// x87 status word.
+        pub fn fsw(&self) -> u16 {
+            rd_u16(self.bytes(), o::FSW)
+        }
+        /// Abridged x87 tag word (bit i set = ST(i) physical register valid).
+        pub fn ftw(&self) -> u8 {
+            self.bytes()[o::FTW]
+        }
+        /// Last x87 opcode.
+        pub fn fop(&self) -> u16 {
+            rd_u16(self.bytes(), o::FOP)
+        }
+        /// Last x87 instruction pointer.
+        pub fn fip(&self) -> u64 {
+            rd_u64(self.bytes(), o::FIP)
+        }
+        /// Last x87 data pointer.
+        pub fn fdp(&self) -> u64 {
+            rd_u64(self.bytes(), o::FDP)
+        }
+        /// MXCSR.
+        pub fn mxcsr(&self) -> u32 {
+            rd_u32(self.bytes(), o::MXCSR)
+        }
+        /// MXCSR_MASK as saved.
+        pub fn mxcsr_mask(&self) -> u32 {
+            rd_u32(self.bytes(), o::MXCSR_MASK)
+        }
+        /// ST(i)/MM(i) slot, 16 bytes (80-bit value in the low 10).
+        ///
+        /// # Panics
+        /// If `i >= 8`.
+        pub fn st(&self, i: usize) -> [u8; 16] {
+            assert!(i < 8, "x87 register index {i} out of range 0..8");
+            rd_16(self.bytes(), o::ST0 + 16 * i)
+        }
+        /// XMM(i).
+        ///
+        /// # Panics
+        /// If `i >= 16`.
+        pub fn xmm(&self, i: usize) -> [u8; 16] {
+            assert!(i < 16, "XMM register index {i} out of range 0..16");
+            rd_16(self.bytes(), o::XMM0 + 16 * i)
+        }
+        /// Upper 128 bits of YMM(i) from the AVX component, if `layout` has it
+        /// and the area covers it.
+        ///
+        /// # Panics
+        /// If `i >= 16`.
+        pub fn ymm_hi(&self, i: usize, layout: &Layout) -> Option<[u8; 16]> {
+            assert!(i < 16, "YMM register index {i} out of range 0..16");
+            self.component(Xfeature::Avx, layout)
+                .map(|c| rd_16(c, 16 * i))
+        }
+        /// The bytes of component `f` under `layout` (`None` if the layout has
+        /// no such component or the area is too short). For x87 and SSE this is
+        /// their legacy range (0..160, 160..416; MXCSR is at bytes 24..28).
+        pub fn component(&self, f: Xfeature, layout: &Layout) -> Option<&[u8]> {
+            self.component_by_index(f.index(), layout)
+        }
+        /// Like `component`, by component index.
+        pub fn component_by_index(&self, i: u32, layout: &Layout) -> Option<&[u8]> {
+            layout.range_by_index(i).and_then(|r| self.bytes().get(r))
+        }
+        /// Whether header bytes 16..63 are all zero, as XRSTOR requires.
+        pub fn header_reserved_is_zero(&self) -> bool {
+            self.bytes()[o::HEADER_RESERVED..XSAVE_MIN_SIZE]
+                .iter()
+                .all(|&b| b == 0)
+        }
+    };
+}
+
+/// Write accessors shared by [`XsaveMut`] and [`XsaveBuf`] (each has `fn bytes_mut`).
+macro_rules! write_accessors {
+    () => {
+        /// The whole area, writable.
+        pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+            self.bytes_mut()
+        }
+        /// Sets XSTATE_BV.
+        pub fn set_xstate_bv(&mut self, bv: impl Into<u64>) {
+            wr_u64(self.bytes_mut(), o::XSTATE_BV, bv.into());
+        }
+        /// Sets XCOMP_BV (including bit 63).
+        pub fn set_xcomp_bv(&mut self, bv: u64) {
+            wr_u64(self.bytes_mut(), o::XCOMP_BV, bv);
+        }
+        /// Sets the x87 control word.
+        pub fn set_fcw(&mut self, v: u16) {
+            wr_u16(self.bytes_mut(), o::FCW, v);
+        }
+        /// Sets the x87 status word.
+        pub fn set_fsw(&mut self, v: u16) {
+            wr_u16(self.bytes_mut(), o::FSW, v);
+        }
+        /// Sets the abridged x87 tag word.
+        pub fn set_ftw(&mut self, v: u8) {
+            self.bytes_mut()[o::FTW] = v;
+        }
+        /// Sets the last x87 opcode.
+        pub fn set_fop(&mut self, v: u16) {
+            wr_u16(self.bytes_mut(), o::FOP, v);
+        }
+        /// Sets MXCSR.
+        pub fn set_mxcsr(&mut self, v: u32) {
+            wr_u32(self.bytes_mut(), o::MXCSR, v);
+        }
+        /// Sets MXCSR_MASK.
+        pub fn set_mxcsr_mask(&mut self, v: u32) {
+            wr_u32(self.bytes_mut(), o::MXCSR_MASK, v);
+        }
+        /// Sets ST(i)/MM(i).
+        ///
+        /// # Panics
+        /// If `i >= 8`.
+        pub fn set_st(&mut self, i: usize, v: [u8; 16]) {
+            assert!(i < 8, "x87 register index {i} out of range 0..8");
+            self.bytes_mut()[o::ST0 + 16 * i..o::ST0 + 16 * i + 16].copy_from_slice(&v);
+        }
+        /// Sets XMM(i).
+        ///
+        /// # Panics
+        /// If `i >= 16`.
+        pub fn set_xmm(&mut self, i: usize, v: [u8; 16]) {
+            assert!(i < 16, "XMM register index {i} out of range 0..16");
+            self.bytes_mut()[o::XMM0 + 16 * i..o::XMM0 + 16 * i + 16].copy_from_slice(&v);
+        }
+        /// Sets the upper half of YMM(i); returns false if `layout` has no AVX
+        /// component or the area is too short.
+        ///
+        /// # Panics
+        /// If `i >= 16`.
+        pub fn set_ymm_hi(&mut self, i: usize, layout: &Layout, v: [u8; 16]) -> bool {
+            assert!(i < 16, "YMM register index {i} out of range 0..16");
+            match self.component_mut(Xfeature::Avx, layout) {
+                Some(c) => {
+                    c[16 * i..16 * i + 16].copy_from_slice(&v);
+                    true
+                }
+                None => false,
+            }
+        }
+        /// The bytes of component `f` under `layout`, writable.
+        pub fn component_mut(&mut self, f: Xfeature, layout: &Layout) -> Option<&mut [u8]> {
+            self.component_by_index_mut(f.index(), layout)
+        }
+        /// Like `component_mut`, by component index.
+        pub fn component_by_index_mut(&mut self, i: u32, layout: &Layout) -> Option<&mut [u8]> {
+            layout
+                .range_by_index(i)
+                .and_then(move |r| self.bytes_mut().get_mut(r))
+        }
+    };
+}
+
+fn check_view(len: usize, addr: usize) -> Result<(), BufferError> {
+    if len < XSAVE_MIN_SIZE {
+        return Err(BufferError::TooSmall {
+            need: XSAVE_MIN_SIZE,
+            have: len,
+        });
+    }
+    if addr & (XSAVE_ALIGN - 1) != 0 {
+        return Err(BufferError::Misaligned { addr });
+    }
+    Ok(())
+}
+
+/// A read-only XSAVE area over caller memory (64-byte aligned, >= 576 bytes).
+#[derive(Clone, Copy)]
+pub struct XsaveRef<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> XsaveRef<'a> {
+    /// Wraps `bytes`, checking the 64-byte alignment XSAVE requires and the
+    /// 576-byte minimum size.
+    pub fn new(bytes: &'a [u8]) -> Result<Self, BufferError> {
+        check_view(bytes.len(), bytes.as_ptr() as usize)?;
+        Ok(Self { bytes })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        self.bytes
+    }
+
+    /// The underlying slice with the view's lifetime.
+    pub fn into_bytes(self) -> &'a [u8] {
+        self.bytes
+    }
+
+    read_accessors!();
+}
+
+/// A writable XSAVE area over caller memory (64-byte aligned, >= 576 bytes),
+/// e.g. a static buffer in the guest kernel.
+pub struct XsaveMut<'a> {
+    bytes: &'a mut [u8],
+}
+
+impl<'a> XsaveMut<'a> {
+    /// Wraps `bytes`, checking alignment and minimum size.
+    pub fn new(bytes: &'a mut [u8]) -> Result<Self, BufferError> {
+        check_view(bytes.len(), bytes.as_ptr() as usize)?;
+        Ok(Self { bytes })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        self.bytes
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self.bytes
+    }
+
+    /// A read-only view of the same area.
+    pub fn as_ref(&self) -> XsaveRef<'_> {
+        XsaveRef { bytes: self.bytes }
+    }
+
+    read_accessors!();
+    write_accessors!();
+}
+
+impl AsRef<[u8]> for XsaveRef<'_> {
+    fn as_ref(&self) -> &[u8] {
+        self.bytes
+    }
+}
+impl AsRef<[u8]> for XsaveMut<'_> {
+    fn as_ref(&self) -> &[u8] {
+        self.bytes
+    }
+}
+impl AsMut<[u8]> for XsaveMut<'_> {
+    fn as_mut(&mut self) -> &mut [u8] {
+        self.bytes
+    }
+}
+
+impl fmt::Debug for XsaveRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        debug_area(f, "XsaveRef", self.bytes)
+    }
+}
+impl fmt::Debug for XsaveMut<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        debug_area(f, "XsaveMut", self.bytes)
+    }
+}
+
+fn debug_area(f: &mut fmt::Formatter<'_>, name: &str, b: &[u8]) -> fmt::Result {
+    f.debug_struct(name)
+        .field("len", &b.len())
+        .field("xstate_bv", &format_args!("{:#x}", header_xstate_bv(b)))
+        .field("xcomp_bv", &format_args!("{:#x}", header_xcomp_bv(b)))
+        .field("fcw", &format_args!("{:#x}", rd_u16(b, o::FCW)))
+        .field("mxcsr", &format_args!("{:#x}", rd_u32(b, o::MXCSR)))
+        .finish_non_exhaustive()
+}
+
+#[cfg(feature = "std")]
+pub use owned::XsaveBuf;
+
+#[cfg(feature = "std")]
+mod owned {
+    use super::*;
+    use crate::convert::{self, ConvertError, InitMode};
+    use std::vec::Vec;
+
+    /// An owned, heap-allocated, 64-byte-aligned XSAVE area.
+    ///
+    /// The storage is over-allocated by up to 63 bytes and the area starts at
+    /// the first 64-byte boundary inside it; the vector is never resized, so
+    /// the offset stays valid (and no `unsafe` is needed).
+    pub struct XsaveBuf {
+        storage: Vec<u8>,
+        start: usize,
+        len: usize,
+    }
+
+    impl XsaveBuf {
+        /// A zeroed area of `len` bytes (at least 576: smaller requests are
+        /// rounded up to the legacy region plus header).
+        pub fn new(len: usize) -> Self {
+            let len = len.max(XSAVE_MIN_SIZE);
+            let storage = vec![0u8; len + XSAVE_ALIGN - 1];
+            let start = storage.as_ptr().align_offset(XSAVE_ALIGN);
+            Self {
+                storage,
+                start,
+                len,
+            }
+        }
+
+        /// A copy of `bytes` in aligned memory.
+        pub fn from_bytes(bytes: &[u8]) -> Result<Self, BufferError> {
+            if bytes.len() < XSAVE_MIN_SIZE {
+                return Err(BufferError::TooSmall {
+                    need: XSAVE_MIN_SIZE,
+                    have: bytes.len(),
+                });
+            }
+            let mut b = Self::new(bytes.len());
+            b.bytes_mut().copy_from_slice(bytes);
+            Ok(b)
+        }
+
+        /// The architectural initial image for `xcr0` in the standard format
+        /// (see [`convert::init_image`]).
+        pub fn init(
+            info: &XsaveInfo,
+            xcr0: XfeatureMask,
+            mode: InitMode,
+        ) -> Result<Self, ConvertError> {
+            let size = info.standard_size(xcr0)?;
+            let mut b = Self::new(size as usize);
+            convert::init_image(info, xcr0, mode, b.bytes_mut())?;
+            Ok(b)
+        }
+
+        /// A zeroed standard-format area sized for `xcr0`.
+        pub fn standard_for(info: &XsaveInfo, xcr0: XfeatureMask) -> Result<Self, ConvertError> {
+            Ok(Self::new(info.standard_size(xcr0)? as usize))
+        }
+
+        fn bytes(&self) -> &[u8] {
+            &self.storage[self.start..self.start + self.len]
+        }
+
+        fn bytes_mut(&mut self) -> &mut [u8] {
+            &mut self.storage[self.start..self.start + self.len]
+        }
+
+        /// A borrowed read-only view.
+        pub fn view(&self) -> XsaveRef<'_> {
+            XsaveRef {
+                bytes: self.bytes(),
+            }
+        }
+
+        /// A borrowed writable view.
+        pub fn view_mut(&mut self) -> XsaveMut<'_> {
+            let start = self.start;
+            let len = self.len;
+            XsaveMut {
+                bytes: &mut self.storage[start..start + len],
+            }
+        }
+
+        /// Copies into a plain vector.
+        pub fn to_vec(&self) -> Vec<u8> {
+            self.bytes().to_vec()
+        }
+
+        read_accessors!();
+        write_accessors!();
+    }
+
+    impl Clone for XsaveBuf {
+        fn clone(&self) -> Self {
+            let mut b = Self::new(self.len);
+            b.bytes_mut().copy_from_slice(self.bytes());
+            b
+        }
+    }
+
+    impl PartialEq for XsaveBuf {
+        fn eq(&self, other: &Self) -> bool {
+            self.bytes() == other.bytes()
+        }
+    }
+    impl Eq for XsaveBuf {}
+
+    impl fmt::Debug for XsaveBuf {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            debug_area(f, "XsaveBuf", self.bytes())
+        }
+    }
+
+    impl AsRef<[u8]> for XsaveBuf {
+        fn as_ref(&self) -> &[u8] {
+            self.bytes()
+        }
+    }
+    impl AsMut<[u8]> for XsaveBuf {
+        fn as_mut(&mut self) -> &mut [u8] {
+            self.bytes_mut()
+        }
+    }
+}
+
+/// Checks an area the way the restoring side would, so that the VMM can
+/// refuse a bad image before KVM (or XRSTOR) sees it.
+///
+/// `xcr0` and `xss` are the enabled sets of the vCPU the image is for. The
+/// format comes from XCOMP_BV bit 63. Checked: the area holds the header and
+/// every component its format needs; standard format: XCOMP_BV is 0 and
+/// XSTATE_BV is within XCR0; compacted format: the CPU has XSAVEC, XCOMP_BV is
+/// within XCR0 | IA32_XSS and XSTATE_BV within XCOMP_BV; header bytes 16..63
+/// are zero; MXCSR, when it would be loaded, has no bit set that MXCSR_MASK
+/// (or the default 0xFFBF when the image's mask is 0) reserves.
+pub fn validate(
+    area: &[u8],
+    info: &XsaveInfo,
+    xcr0: XfeatureMask,
+    xss: XfeatureMask,
+) -> Result<Format, BufferError> {
+    if area.len() < XSAVE_MIN_SIZE {
+        return Err(BufferError::TooSmall {
+            need: XSAVE_MIN_SIZE,
+            have: area.len(),
+        });
+    }
+    let xstate_bv = header_xstate_bv(area);
+    let xcomp_bv = header_xcomp_bv(area);
+    let format = if xcomp_bv & XCOMP_BV_COMPACTED != 0 {
+        Format::Compacted
+    } else {
+        Format::Standard
+    };
+    let need = match format {
+        Format::Standard => {
+            if xcomp_bv != 0 {
+                return Err(BufferError::XcompBvInStandard(xcomp_bv));
+            }
+            let extra = xstate_bv & !xcr0.bits();
+            if extra != 0 {
+                return Err(BufferError::XstateBvOutsideXcr0(XfeatureMask::from_bits(
+                    extra,
+                )));
+            }
+            info.standard_size(xcr0.intersection(info.supported_xcr0()))
+                .map_err(BufferError::Layout)?
+        }
+        Format::Compacted => {
+            if !info.has_xsavec() {
+                return Err(BufferError::CompactedUnsupported);
+            }
+            let comp = xcomp_bv & !XCOMP_BV_COMPACTED;
+            let extra = comp & !(xcr0.bits() | xss.bits());
+            if extra != 0 {
+                return Err(BufferError::XcompBvOutsideEnabled(XfeatureMask::from_bits(
+                    extra,
+                )));
+            }
+            let extra = xstate_bv & !comp;
+            if extra != 0 {
+                return Err(BufferError::XstateBvOutsideXcompBv(
+                    XfeatureMask::from_bits(extra),
+                ));
+            }
+            info.compacted_size(XfeatureMask::from_bits(comp))
+                .map_err(BufferError::Layout)?
+        }
+    };
+    if let Some(pos) = area[o::HEADER_RESERVED..XSAVE_MIN_SIZE]
+        .iter()
+        .position(|&b| b != 0)
+    {
+        return Err(BufferError::ReservedHeaderBytes {
+            offset: o::HEADER_RESERVED + pos,
+        });
+    }
+    if area.len() < need as usize {
+        return Err(BufferError::TooSmall {
+            need: need as usize,
+            have: area.len(),
+        });
+    }
+    // Standard XRSTOR loads MXCSR whenever SSE or AVX is requested; compacted
+    // XRSTOR only when SSE state is loaded from memory.
+    let sse_avx = Xfeature::Sse.bit() | Xfeature::Avx.bit();
+    let loads_mxcsr = match format {
+        Format::Standard => xcr0.bits() & sse_avx != 0,
+        Format::Compacted => xstate_bv & Xfeature::Sse.bit() != 0,
+    };
+    if loads_mxcsr {
+        let mxcsr = rd_u32(area, o::MXCSR);
+        let mut mask = rd_u32(area, o::MXCSR_MASK);
+        if mask == 0 {
+            mask = MXCSR_MASK_DEFAULT;
+        }
+        if mxcsr & !mask != 0 {
+            return Err(BufferError::MxcsrReserved { mxcsr, mask });
+        }
+    }
+    Ok(format)
+}
+
+/// Why an XSAVE area was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BufferError {
+    /// The area is shorter than its header or format requires.
+    TooSmall {
+        /// Bytes needed.
+        need: usize,
+        /// Bytes present.
+        have: usize,
+    },
+    /// The area does not start on a 64-byte boundary.
+    Misaligned {
+        /// Its address.
+        addr: usize,
+    },
+    /// Standard format (XCOMP_BV bit 63 clear) but XCOMP_BV is not zero.
+    XcompBvInStandard(u64),
+    /// Compacted format but the CPU has no XSAVEC / compacted XRSTOR.
+    CompactedUnsupported,
+    /// Standard format: XSTATE_BV has bits outside XCR0.
+    XstateBvOutsideXcr0(XfeatureMask),
+    /// Compacted format: XCOMP_BV has bits outside XCR0 | IA32_XSS.
+    XcompBvOutsideEnabled(XfeatureMask),
+    /// Compacted format: XSTATE_BV has bits outside XCOMP_BV.
+    XstateBvOutsideXcompBv(XfeatureMask),
+    /// Header bytes 16..63 must be zero; the first nonzero byte's offset.
+    ReservedHeaderBytes {
+        /// Offset in the area.
+        offset: usize,
+    },
+    /// MXCSR sets bits reserved by MXCSR_MASK.
+    MxcsrReserved {
+        /// MXCSR in the image.
+        mxcsr: u32,
+        /// The mask applied.
+        mask: u32,
+    },
+    /// The size needed could not be computed.
+    Layout(crate::LayoutError),
+}
+
+impl fmt::Display for BufferError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BufferError::TooSmall { need, have } => {
+                write!(f, "xsave area too small: {have} bytes, need {need}")
+            }
+            BufferError::Misaligned { addr } => {
+                write!(f, "xsave area at {addr:#x} is not 64-byte aligned")
+            }
+            BufferError::XcompBvInStandard(v) => write!(
+                f,
+                "xsave header: XCOMP_BV {v:#x} must be 0 in the standard format (bit 63 clear)"
+            ),
+            BufferError::CompactedUnsupported => {
+                f.write_str("xsave header: compacted format (XCOMP_BV bit 63) but the CPU has no XSAVEC")
+            }
+            BufferError::XstateBvOutsideXcr0(m) => {
+                write!(f, "xsave header: XSTATE_BV has components {m} ({m:#x}) outside XCR0")
+            }
+            BufferError::XcompBvOutsideEnabled(m) => write!(
+                f,
+                "xsave header: XCOMP_BV has components {m} ({m:#x}) outside XCR0 | IA32_XSS"
+            ),
+            BufferError::XstateBvOutsideXcompBv(m) => write!(
+                f,
+                "xsave header: XSTATE_BV has components {m} ({m:#x}) outside XCOMP_BV"
+            ),
+            BufferError::ReservedHeaderBytes { offset } => write!(
+                f,
+                "xsave header: reserved byte at offset {offset} is nonzero (header bytes 16..63 must be 0)"
+            ),
+            BufferError::MxcsrReserved { mxcsr, mask } => write!(
+                f,
+                "xsave legacy region: MXCSR {mxcsr:#x} sets bits reserved by MXCSR_MASK {mask:#x}"
+            ),
+            BufferError::Layout(e) => write!(f, "xsave area: {e}"),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for BufferError {}

@@ -1,0 +1,578 @@
+//! Conversions between the standard and compacted formats, init-state
+//! detection and the architectural initial image.
+//!
+//! # Init values and the MXCSR rule
+//!
+//! A component whose XSTATE_BV bit is clear is in its *init state*; XRSTOR
+//! loads the init value instead of reading the area. The init values are:
+//! - x87: FCW = 0x037F, FSW = 0, abridged FTW = 0 (all registers empty),
+//!   FOP = FIP = FDP = 0, ST0-7 = 0;
+//! - SSE: XMM0-15 = 0 and MXCSR = 0x1F80;
+//! - every other component: all bytes zero.
+//!
+//! MXCSR is the exception to "clear bit = ignore the bytes". The *standard*
+//! form of XRSTOR loads MXCSR from bytes 24..28 whenever SSE or AVX is in the
+//! requested-feature bitmap, regardless of XSTATE_BV bit 1; the *compacted* form
+//! treats MXCSR as part of the SSE component (XSTATE_BV bit 1 = 0 gives 0x1F80).
+//! The conversions here are exact under both rules: [`compact`] marks SSE as
+//! present when a standard image's MXCSR is not 0x1F80 even if its XSTATE_BV bit 1
+//! is clear; init detection treats SSE as init only if the XMM registers are
+//! zero *and* MXCSR is 0x1F80. MXCSR_MASK (a read-only CPU capability) and the
+//! software-available bytes 416..512 are copied verbatim in both directions.
+//!
+//! A *canonical* image holds the init value in every component whose
+//! XSTATE_BV bit is clear, zeros in the gaps between standard-format
+//! components and in the reserved header bytes. Conversions produce canonical
+//! images, and `expand(compact(x)) == x` and `compact(expand(y)) == y` hold
+//! byte for byte for canonical `x` and `y`.
+
+use core::fmt;
+
+use crate::buffer::{header_xcomp_bv, header_xstate_bv, offsets as o, wr_u16, wr_u32, wr_u64};
+use crate::buffer::{FCW_INIT, MXCSR_INIT, XCOMP_BV_COMPACTED, XSAVE_MIN_SIZE};
+use crate::feature::Xfeature;
+use crate::layout::{Format, LayoutError};
+use crate::mask::{Xcr0Error, XfeatureMask};
+use crate::XsaveInfo;
+
+/// How [`init_image`] marks the initial state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InitMode {
+    /// XSTATE_BV = x87 | SSE: only the legacy state is marked in use, so the
+    /// CPU tracks AVX and wider state as init (no false dependencies or
+    /// SSE/AVX transition penalties). The correct choice.
+    Minimal,
+    /// XSTATE_BV = all of XCR0 (the illumos bug): values are the same, but the
+    /// CPU treats the upper vector state as live. For experiments only.
+    AllOfXcr0,
+}
+
+const X87_A: core::ops::Range<usize> = 0..o::MXCSR;
+const X87_B: core::ops::Range<usize> = o::ST0..o::XMM0;
+const XMM: core::ops::Range<usize> = o::XMM0..o::SW_AVAILABLE;
+
+fn all_zero(b: &[u8]) -> bool {
+    let mut chunks = b.chunks_exact(64);
+    for c in &mut chunks {
+        // Folding without early exit inside a block lets the compiler vectorise.
+        if c.iter().fold(0u8, |a, &x| a | x) != 0 {
+            return false;
+        }
+    }
+    chunks.remainder().iter().all(|&x| x == 0)
+}
+
+fn x87_is_init(a: &[u8]) -> bool {
+    a[0..2] == FCW_INIT.to_le_bytes() && all_zero(&a[2..o::MXCSR]) && all_zero(&a[X87_B])
+}
+
+fn sse_is_init(a: &[u8]) -> bool {
+    a[o::MXCSR..o::MXCSR + 4] == MXCSR_INIT.to_le_bytes() && all_zero(&a[XMM])
+}
+
+fn write_x87_init(a: &mut [u8]) {
+    a[X87_A].fill(0);
+    a[X87_B].fill(0);
+    wr_u16(a, o::FCW, FCW_INIT);
+}
+
+fn write_sse_init(a: &mut [u8]) {
+    a[XMM].fill(0);
+    wr_u32(a, o::MXCSR, MXCSR_INIT);
+}
+
+fn write_header(a: &mut [u8], xstate_bv: u64, xcomp_bv: u64) {
+    wr_u64(a, o::XSTATE_BV, xstate_bv);
+    wr_u64(a, o::XCOMP_BV, xcomp_bv);
+    a[o::HEADER_RESERVED..XSAVE_MIN_SIZE].fill(0);
+}
+
+/// Copies the legacy region from `src` to `dst`: x87 and SSE state from
+/// `src` when `bv` marks them, their init values otherwise; MXCSR_MASK and the
+/// software-available bytes always.
+fn copy_legacy(src: &[u8], dst: &mut [u8], bv: u64) {
+    if bv & Xfeature::X87.bit() != 0 {
+        dst[X87_A].copy_from_slice(&src[X87_A]);
+        dst[X87_B].copy_from_slice(&src[X87_B]);
+    } else {
+        write_x87_init(dst);
+    }
+    if bv & Xfeature::Sse.bit() != 0 {
+        dst[XMM].copy_from_slice(&src[XMM]);
+        dst[o::MXCSR..o::MXCSR + 4].copy_from_slice(&src[o::MXCSR..o::MXCSR + 4]);
+    } else {
+        write_sse_init(dst);
+    }
+    dst[o::MXCSR_MASK..o::MXCSR_MASK + 4].copy_from_slice(&src[o::MXCSR_MASK..o::MXCSR_MASK + 4]);
+    dst[o::SW_AVAILABLE..o::XSTATE_BV].copy_from_slice(&src[o::SW_AVAILABLE..o::XSTATE_BV]);
+}
+
+/// Whether component `i`, at `range` of `area`, holds its init value.
+fn component_is_init(area: &[u8], i: u32, range: core::ops::Range<usize>) -> bool {
+    match i {
+        0 => x87_is_init(area),
+        1 => sse_is_init(area),
+        _ => all_zero(&area[range]),
+    }
+}
+
+/// Converts a standard-format image to the compacted format with XCOMP_BV =
+/// `requested` (as XSAVEC with that requested-feature bitmap would have saved
+/// it) and returns the number of bytes written (the compacted size).
+///
+/// Bytes of `dst` past the compacted size are left untouched. A component
+/// that `src` holds but `requested` lacks is an error unless its bytes equal
+/// the init value (so that no state is silently dropped); the same holds for
+/// a non-default MXCSR when `requested` lacks SSE (see the module docs).
+pub fn compact(
+    info: &XsaveInfo,
+    src: &[u8],
+    requested: XfeatureMask,
+    dst: &mut [u8],
+) -> Result<usize, ConvertError> {
+    if src.len() < XSAVE_MIN_SIZE {
+        return Err(ConvertError::SourceTooSmall {
+            need: XSAVE_MIN_SIZE,
+            have: src.len(),
+        });
+    }
+    let xcomp = header_xcomp_bv(src);
+    if xcomp != 0 {
+        return Err(ConvertError::NotStandard { xcomp_bv: xcomp });
+    }
+    let src_bv = XfeatureMask::from_bits(header_xstate_bv(src));
+    let outside = src_bv - info.supported_xcr0();
+    if !outside.is_empty() {
+        return Err(ConvertError::Unsupported(outside));
+    }
+    let need = standard_end(info, src_bv);
+    if need > src.len() {
+        return Err(ConvertError::SourceTooSmall {
+            need,
+            have: src.len(),
+        });
+    }
+    let mut offs = [0u32; 64];
+    let total = compacted_offsets(info, requested, &mut offs)?;
+    if dst.len() < total {
+        return Err(ConvertError::DestinationTooSmall {
+            need: total,
+            have: dst.len(),
+        });
+    }
+    // Components held by the source (XSTATE_BV, plus SSE if MXCSR is live).
+    let mut live = src_bv;
+    let mxcsr_live = src[o::MXCSR..o::MXCSR + 4] != MXCSR_INIT.to_le_bytes();
+    if mxcsr_live {
+        live = live.with(Xfeature::Sse);
+    }
+    let dropped = live - requested;
+    for i in dropped.iter_indices() {
+        let init = match i {
+            0 => x87_is_init(src),
+            1 => !mxcsr_live && (!src_bv.contains(Xfeature::Sse) || sse_is_init(src)),
+            _ => {
+                let (size, off) = info.raw_size_offset(i);
+                all_zero(&src[off as usize..(off + size) as usize])
+            }
+        };
+        if !init {
+            return Err(ConvertError::StateNotRequested(XfeatureMask::from_bits(
+                1 << i,
+            )));
+        }
+    }
+    let bv = live & requested;
+    if bv.contains(Xfeature::Sse) && !src_bv.contains(Xfeature::Sse) {
+        // Standard image with XSTATE_BV bit 1 clear but a live MXCSR: the XMM
+        // registers are init, MXCSR comes from the image.
+        copy_legacy(src, dst, bv.without(Xfeature::Sse).bits());
+        dst[XMM].fill(0);
+        dst[o::MXCSR..o::MXCSR + 4].copy_from_slice(&src[o::MXCSR..o::MXCSR + 4]);
+    } else {
+        copy_legacy(src, dst, bv.bits());
+    }
+    for i in requested.iter_indices().filter(|&i| i >= 2) {
+        let (size, std_off) = info.raw_size_offset(i);
+        let (size, off) = (size as usize, offs[i as usize] as usize);
+        let d = &mut dst[off..off + size];
+        if bv.contains_index(i) {
+            d.copy_from_slice(&src[std_off as usize..std_off as usize + size]);
+        } else {
+            d.fill(0);
+        }
+    }
+    write_header(dst, bv.bits(), requested.bits() | XCOMP_BV_COMPACTED);
+    Ok(total)
+}
+
+/// End of the highest standard-format component of `mask` (user components
+/// only; at least 576).
+fn standard_end(info: &XsaveInfo, mask: XfeatureMask) -> usize {
+    let mut end = XSAVE_MIN_SIZE;
+    for i in mask.iter_indices().filter(|&i| i >= 2) {
+        let (size, off) = info.raw_size_offset(i);
+        end = end.max(off as usize + size as usize);
+    }
+    end
+}
+
+/// Compacted offsets of the components >= 2 of `mask` into `offs`; returns
+/// the compacted size. The layout rule of [`XsaveInfo::layout`], without
+/// building a [`crate::Layout`] (this is the conversions' hot path).
+fn compacted_offsets(
+    info: &XsaveInfo,
+    mask: XfeatureMask,
+    offs: &mut [u32; 64],
+) -> Result<usize, ConvertError> {
+    if mask.contains_index(63) {
+        return Err(LayoutError::Bit63.into());
+    }
+    let unsupported = mask - info.supported_all();
+    if !unsupported.is_empty() {
+        return Err(LayoutError::Unsupported(unsupported).into());
+    }
+    // XsaveInfo guarantees that the compacted size of everything fits in u32.
+    let mut next = XSAVE_MIN_SIZE;
+    for i in mask.iter_indices().filter(|&i| i >= 2) {
+        if info.raw_align64(i) {
+            next = next.div_ceil(64) * 64;
+        }
+        offs[i as usize] = next as u32;
+        next += info.raw_size_offset(i).0 as usize;
+    }
+    Ok(next)
+}
+
+/// Converts a compacted-format image (as saved by XSAVEC, or by [`compact`])
+/// to the standard format for `xcr0` (as XSAVE would have saved it), writing
+/// the standard size for `xcr0` into `dst` (bytes past it are untouched).
+///
+/// Components not in XSTATE_BV get their init values; gaps between
+/// components are zeroed. Errors if the image holds state `xcr0` cannot
+/// represent (supervisor state, or components outside `xcr0`).
+pub fn expand(
+    info: &XsaveInfo,
+    src: &[u8],
+    dst: &mut [u8],
+    xcr0: XfeatureMask,
+) -> Result<(), ConvertError> {
+    expand_inner(info, src, dst, xcr0).map(|_| ())
+}
+
+/// Like [`expand`], returning the number of bytes written.
+pub fn expand_len(
+    info: &XsaveInfo,
+    src: &[u8],
+    dst: &mut [u8],
+    xcr0: XfeatureMask,
+) -> Result<usize, ConvertError> {
+    expand_inner(info, src, dst, xcr0)
+}
+
+fn expand_inner(
+    info: &XsaveInfo,
+    src: &[u8],
+    dst: &mut [u8],
+    xcr0: XfeatureMask,
+) -> Result<usize, ConvertError> {
+    if src.len() < XSAVE_MIN_SIZE {
+        return Err(ConvertError::SourceTooSmall {
+            need: XSAVE_MIN_SIZE,
+            have: src.len(),
+        });
+    }
+    let xcomp = header_xcomp_bv(src);
+    if xcomp & XCOMP_BV_COMPACTED == 0 {
+        return Err(ConvertError::NotCompacted { xcomp_bv: xcomp });
+    }
+    let comp = XfeatureMask::from_bits(xcomp & !XCOMP_BV_COMPACTED);
+    let bv = XfeatureMask::from_bits(header_xstate_bv(src));
+    let outside = bv - comp;
+    if !outside.is_empty() {
+        return Err(ConvertError::XstateBvOutsideXcompBv(outside));
+    }
+    let outside = bv - xcr0;
+    if !outside.is_empty() {
+        return Err(ConvertError::StateNotRequested(outside));
+    }
+    if xcr0.contains_index(63) {
+        return Err(LayoutError::Bit63.into());
+    }
+    let sup = xcr0 & info.supported_xss();
+    if !sup.is_empty() {
+        return Err(LayoutError::SupervisorInStandard(sup).into());
+    }
+    let unsupported = xcr0 - info.supported_xcr0();
+    if !unsupported.is_empty() {
+        return Err(LayoutError::Unsupported(unsupported).into());
+    }
+    let mut offs = [0u32; 64];
+    compacted_offsets(info, comp, &mut offs)?;
+    // The source must hold every component it marks present.
+    let mut need = XSAVE_MIN_SIZE;
+    for i in bv.iter_indices().filter(|&i| i >= 2) {
+        need = need.max(offs[i as usize] as usize + info.raw_size_offset(i).0 as usize);
+    }
+    if src.len() < need {
+        return Err(ConvertError::SourceTooSmall {
+            need,
+            have: src.len(),
+        });
+    }
+    let total = standard_end(info, xcr0);
+    if dst.len() < total {
+        return Err(ConvertError::DestinationTooSmall {
+            need: total,
+            have: dst.len(),
+        });
+    }
+    copy_legacy(src, dst, bv.bits());
+    // Extended components in ascending standard offset, zeroing the gaps
+    // (user components never overlap: checked by XsaveInfo).
+    let mut cursor = XSAVE_MIN_SIZE;
+    for &i in info.standard_order() {
+        let i = u32::from(i);
+        if !xcr0.contains_index(i) {
+            continue;
+        }
+        let (size, off) = info.raw_size_offset(i);
+        let (size, off) = (size as usize, off as usize);
+        dst[cursor..off].fill(0);
+        let d = &mut dst[off..off + size];
+        if bv.contains_index(i) {
+            let c = offs[i as usize] as usize;
+            d.copy_from_slice(&src[c..c + size]);
+        } else {
+            d.fill(0);
+        }
+        cursor = off + size;
+    }
+    dst[cursor..total].fill(0);
+    write_header(dst, bv.bits(), 0);
+    Ok(total)
+}
+
+/// Writes the architectural initial image for `xcr0` in the standard format:
+/// FCW = 0x037F, MXCSR = 0x1F80, every other byte zero (MXCSR_MASK included),
+/// and XSTATE_BV per `mode`. Returns the bytes written (the standard size).
+pub fn init_image(
+    info: &XsaveInfo,
+    xcr0: XfeatureMask,
+    mode: InitMode,
+    dst: &mut [u8],
+) -> Result<usize, ConvertError> {
+    xcr0.validate_xcr0(info.supported_xcr0())?;
+    let total = info.standard_size(xcr0)? as usize;
+    if dst.len() < total {
+        return Err(ConvertError::DestinationTooSmall {
+            need: total,
+            have: dst.len(),
+        });
+    }
+    dst[..total].fill(0);
+    wr_u16(dst, o::FCW, FCW_INIT);
+    wr_u32(dst, o::MXCSR, MXCSR_INIT);
+    let bv = match mode {
+        InitMode::Minimal => XfeatureMask::LEGACY,
+        InitMode::AllOfXcr0 => xcr0,
+    };
+    write_header(dst, bv.bits(), 0);
+    Ok(total)
+}
+
+/// The smallest XSTATE_BV that describes `area` exactly: its XSTATE_BV minus
+/// every component whose bytes equal the init value (what the CPU's XINUSE
+/// would report had the state been reached by an init). Works on both formats.
+pub fn minimal_xstate_bv(info: &XsaveInfo, area: &[u8]) -> Result<XfeatureMask, ConvertError> {
+    if area.len() < XSAVE_MIN_SIZE {
+        return Err(ConvertError::SourceTooSmall {
+            need: XSAVE_MIN_SIZE,
+            have: area.len(),
+        });
+    }
+    let bv = XfeatureMask::from_bits(header_xstate_bv(area));
+    let xcomp = header_xcomp_bv(area);
+    let layout = if xcomp & XCOMP_BV_COMPACTED != 0 {
+        let comp = XfeatureMask::from_bits(xcomp & !XCOMP_BV_COMPACTED);
+        let outside = bv - comp;
+        if !outside.is_empty() {
+            return Err(ConvertError::XstateBvOutsideXcompBv(outside));
+        }
+        info.layout(comp, Format::Compacted)?
+    } else {
+        info.layout(bv, Format::Standard)?
+    };
+    let mut out = bv;
+    for i in bv.iter_indices() {
+        let r = layout
+            .range_by_index(i)
+            .ok_or(ConvertError::Layout(LayoutError::Unsupported(
+                XfeatureMask::from_bits(1 << i),
+            )))?;
+        if r.end > area.len() {
+            return Err(ConvertError::SourceTooSmall {
+                need: r.end,
+                have: area.len(),
+            });
+        }
+        if component_is_init(area, i, r) {
+            out = out.difference(XfeatureMask::from_bits(1 << i));
+        }
+    }
+    Ok(out)
+}
+
+/// Components of `area` (by its XSTATE_BV and layout) whose bytes are not the
+/// init value: [`minimal_xstate_bv`] under another name, for readability at
+/// call sites that ask "what is in use".
+pub fn in_use(info: &XsaveInfo, area: &[u8]) -> Result<XfeatureMask, ConvertError> {
+    minimal_xstate_bv(info, area)
+}
+
+#[cfg(feature = "std")]
+mod owned {
+    use super::*;
+    use crate::buffer::XsaveBuf;
+
+    /// Compacts a standard image to only the components in use: XSTATE_BV and
+    /// XCOMP_BV are both the minimal XSTATE_BV (limited to `xcr0`), so a
+    /// sparse in-use set is dense in memory, as XSAVEC with an XINUSE mask
+    /// would store it.
+    pub fn compacted_in_use(
+        info: &XsaveInfo,
+        standard: &XsaveBuf,
+        xcr0: XfeatureMask,
+    ) -> Result<XsaveBuf, ConvertError> {
+        let src = standard.as_bytes();
+        let mut used = minimal_xstate_bv(info, src)?;
+        if src.len() >= XSAVE_MIN_SIZE && src[o::MXCSR..o::MXCSR + 4] != MXCSR_INIT.to_le_bytes() {
+            used = used.with(Xfeature::Sse);
+        }
+        let outside = used - xcr0;
+        if !outside.is_empty() {
+            return Err(ConvertError::StateNotRequested(outside));
+        }
+        let mut out = XsaveBuf::new(info.compacted_size(used)? as usize);
+        compact(info, src, used, out.as_bytes_mut())?;
+        Ok(out)
+    }
+
+    /// Expands a compacted image into a new standard-format buffer for `xcr0`.
+    pub fn expand_to_standard(
+        info: &XsaveInfo,
+        compacted: &XsaveBuf,
+        xcr0: XfeatureMask,
+    ) -> Result<XsaveBuf, ConvertError> {
+        let mut out = XsaveBuf::new(info.standard_size(xcr0)? as usize);
+        expand(info, compacted.as_bytes(), out.as_bytes_mut(), xcr0)?;
+        Ok(out)
+    }
+
+    /// Compacts a standard image into a new buffer with XCOMP_BV = `requested`.
+    pub fn compact_to_buf(
+        info: &XsaveInfo,
+        standard: &XsaveBuf,
+        requested: XfeatureMask,
+    ) -> Result<XsaveBuf, ConvertError> {
+        let mut out = XsaveBuf::new(info.compacted_size(requested)? as usize);
+        compact(info, standard.as_bytes(), requested, out.as_bytes_mut())?;
+        Ok(out)
+    }
+}
+
+#[cfg(feature = "std")]
+pub use owned::{compact_to_buf, compacted_in_use, expand_to_standard};
+
+/// Why a conversion failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConvertError {
+    /// The source is shorter than its header or components require.
+    SourceTooSmall {
+        /// Bytes needed.
+        need: usize,
+        /// Bytes present.
+        have: usize,
+    },
+    /// The destination is shorter than the converted image.
+    DestinationTooSmall {
+        /// Bytes needed.
+        need: usize,
+        /// Bytes present.
+        have: usize,
+    },
+    /// A standard-format source was expected but XCOMP_BV is not 0.
+    NotStandard {
+        /// The source's XCOMP_BV.
+        xcomp_bv: u64,
+    },
+    /// A compacted-format source was expected but XCOMP_BV bit 63 is clear.
+    NotCompacted {
+        /// The source's XCOMP_BV.
+        xcomp_bv: u64,
+    },
+    /// The source's XSTATE_BV names components the CPU does not support.
+    Unsupported(XfeatureMask),
+    /// The source's XSTATE_BV has bits outside its XCOMP_BV.
+    XstateBvOutsideXcompBv(XfeatureMask),
+    /// The source holds (non-init) state for components the target mask lacks.
+    StateNotRequested(XfeatureMask),
+    /// A layout could not be computed.
+    Layout(LayoutError),
+    /// The XCR0 value is invalid.
+    Xcr0(Xcr0Error),
+}
+
+impl From<LayoutError> for ConvertError {
+    fn from(e: LayoutError) -> Self {
+        ConvertError::Layout(e)
+    }
+}
+
+impl From<Xcr0Error> for ConvertError {
+    fn from(e: Xcr0Error) -> Self {
+        ConvertError::Xcr0(e)
+    }
+}
+
+impl fmt::Display for ConvertError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConvertError::SourceTooSmall { need, have } => {
+                write!(f, "xsave source too small: {have} bytes, need {need}")
+            }
+            ConvertError::DestinationTooSmall { need, have } => {
+                write!(f, "xsave destination too small: {have} bytes, need {need}")
+            }
+            ConvertError::NotStandard { xcomp_bv } => write!(
+                f,
+                "xsave source is not in the standard format (XCOMP_BV {xcomp_bv:#x}, expected 0)"
+            ),
+            ConvertError::NotCompacted { xcomp_bv } => write!(
+                f,
+                "xsave source is not in the compacted format (XCOMP_BV {xcomp_bv:#x}, bit 63 clear)"
+            ),
+            ConvertError::Unsupported(m) => {
+                write!(
+                    f,
+                    "xsave source holds components {m} ({m:#x}) the CPU does not support"
+                )
+            }
+            ConvertError::XstateBvOutsideXcompBv(m) => {
+                write!(
+                    f,
+                    "xsave source: XSTATE_BV has components {m} ({m:#x}) outside XCOMP_BV"
+                )
+            }
+            ConvertError::StateNotRequested(m) => write!(
+                f,
+                "xsave source holds live state for components {m} ({m:#x}) the target mask lacks"
+            ),
+            ConvertError::Layout(e) => fmt::Display::fmt(e, f),
+            ConvertError::Xcr0(e) => fmt::Display::fmt(e, f),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for ConvertError {}

@@ -1,0 +1,190 @@
+//! The XSAVE state components ("xfeatures") 0..=19 known to this crate.
+//!
+//! A state component is one block of processor state that the XSAVE family
+//! manages; component `i` corresponds to bit `i` of XCR0 (user state) or of the
+//! IA32_XSS MSR (supervisor state). Components with a higher index than
+//! [`Xfeature::Apx`] may still be enumerated by a CPU; the rest of the crate
+//! handles them by index (see [`crate::XsaveInfo::component_by_index`]).
+
+use core::fmt;
+
+/// One XSAVE-managed state component, numbered by its XCR0/IA32_XSS bit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+pub enum Xfeature {
+    /// x87 FPU state (legacy region bytes 0..24 and 32..160).
+    X87 = 0,
+    /// SSE state: XMM0-15 (legacy region 160..416) and MXCSR (bytes 24..28).
+    Sse = 1,
+    /// Upper halves of YMM0-15 (YMM_Hi128).
+    Avx = 2,
+    /// MPX bound registers BND0-3.
+    BndRegs = 3,
+    /// MPX BNDCFGU and BNDSTATUS.
+    BndCsr = 4,
+    /// AVX-512 opmask registers k0-k7.
+    Opmask = 5,
+    /// Upper 256 bits of ZMM0-15 (ZMM_Hi256).
+    ZmmHi256 = 6,
+    /// ZMM16-31 (Hi16_ZMM).
+    Hi16Zmm = 7,
+    /// Intel Processor Trace MSRs (supervisor).
+    Pt = 8,
+    /// Protection-key rights register for user pages.
+    Pkru = 9,
+    /// IA32_PASID MSR for ENQCMD (supervisor).
+    Pasid = 10,
+    /// CET user-mode state: IA32_U_CET and IA32_PL3_SSP (supervisor).
+    CetU = 11,
+    /// CET supervisor shadow-stack pointers IA32_PL0-2_SSP (supervisor).
+    CetS = 12,
+    /// Hardware Duty Cycling (supervisor).
+    Hdc = 13,
+    /// User interrupts (supervisor).
+    Uintr = 14,
+    /// Architectural last branch records (supervisor).
+    Lbr = 15,
+    /// Hardware P-states (supervisor).
+    Hwp = 16,
+    /// AMX tile configuration (TILECFG), 64 bytes.
+    XtileCfg = 17,
+    /// AMX tile data TMM0-7, 8 KiB.
+    XtileData = 18,
+    /// APX extended general-purpose registers R16-R31.
+    Apx = 19,
+}
+
+impl Xfeature {
+    /// Every known component, in ascending bit order.
+    pub const ALL: [Xfeature; 20] = [
+        Xfeature::X87,
+        Xfeature::Sse,
+        Xfeature::Avx,
+        Xfeature::BndRegs,
+        Xfeature::BndCsr,
+        Xfeature::Opmask,
+        Xfeature::ZmmHi256,
+        Xfeature::Hi16Zmm,
+        Xfeature::Pt,
+        Xfeature::Pkru,
+        Xfeature::Pasid,
+        Xfeature::CetU,
+        Xfeature::CetS,
+        Xfeature::Hdc,
+        Xfeature::Uintr,
+        Xfeature::Lbr,
+        Xfeature::Hwp,
+        Xfeature::XtileCfg,
+        Xfeature::XtileData,
+        Xfeature::Apx,
+    ];
+
+    /// The component with XCR0/IA32_XSS bit `i`, if this crate knows it.
+    pub fn from_index(i: u32) -> Option<Self> {
+        Self::ALL.get(i as usize).copied()
+    }
+
+    /// The component's bit number.
+    pub fn index(self) -> u32 {
+        self as u32
+    }
+
+    /// The component's bit (`1 << index`).
+    pub fn bit(self) -> u64 {
+        1u64 << self.index()
+    }
+
+    /// The component as a one-bit mask.
+    pub fn mask(self) -> crate::XfeatureMask {
+        crate::XfeatureMask::from_bits(self.bit())
+    }
+
+    /// Short lower-case name used in mask strings (`x87`, `zmm_hi256`, ...).
+    pub fn short_name(self) -> &'static str {
+        match self {
+            Xfeature::X87 => "x87",
+            Xfeature::Sse => "sse",
+            Xfeature::Avx => "avx",
+            Xfeature::BndRegs => "bndregs",
+            Xfeature::BndCsr => "bndcsr",
+            Xfeature::Opmask => "opmask",
+            Xfeature::ZmmHi256 => "zmm_hi256",
+            Xfeature::Hi16Zmm => "hi16_zmm",
+            Xfeature::Pt => "pt",
+            Xfeature::Pkru => "pkru",
+            Xfeature::Pasid => "pasid",
+            Xfeature::CetU => "cet_u",
+            Xfeature::CetS => "cet_s",
+            Xfeature::Hdc => "hdc",
+            Xfeature::Uintr => "uintr",
+            Xfeature::Lbr => "lbr",
+            Xfeature::Hwp => "hwp",
+            Xfeature::XtileCfg => "xtilecfg",
+            Xfeature::XtileData => "xtiledata",
+            Xfeature::Apx => "apx",
+        }
+    }
+
+    /// Descriptive name, worded the way Linux reports xstate features at boot
+    /// (so logs can be compared line by line).
+    pub fn long_name(self) -> &'static str {
+        match self {
+            Xfeature::X87 => "x87 floating point registers",
+            Xfeature::Sse => "SSE registers",
+            Xfeature::Avx => "AVX registers",
+            Xfeature::BndRegs => "MPX bounds registers",
+            Xfeature::BndCsr => "MPX CSR",
+            Xfeature::Opmask => "AVX-512 opmask",
+            Xfeature::ZmmHi256 => "AVX-512 Hi256",
+            Xfeature::Hi16Zmm => "AVX-512 ZMM_Hi256",
+            Xfeature::Pt => "Processor Trace (unused)",
+            Xfeature::Pkru => "Protection Keys User registers",
+            Xfeature::Pasid => "PASID state",
+            Xfeature::CetU => "Control-flow User registers",
+            Xfeature::CetS => "Control-flow Kernel registers (KVM only)",
+            Xfeature::Hdc => "unknown xstate feature",
+            Xfeature::Uintr => "User Interrupts",
+            Xfeature::Lbr => "Last Branch Records",
+            Xfeature::Hwp => "unknown xstate feature",
+            Xfeature::XtileCfg => "AMX Tile config",
+            Xfeature::XtileData => "AMX Tile data",
+            Xfeature::Apx => "APX registers",
+        }
+    }
+
+    /// Whether the component is supervisor state, enabled through IA32_XSS and
+    /// saved only by XSAVES (never part of XCR0 or of a standard-format area).
+    pub fn is_supervisor(self) -> bool {
+        matches!(
+            self,
+            Xfeature::Pt
+                | Xfeature::Pasid
+                | Xfeature::CetU
+                | Xfeature::CetS
+                | Xfeature::Hdc
+                | Xfeature::Uintr
+                | Xfeature::Lbr
+                | Xfeature::Hwp
+        )
+    }
+
+    /// Whether the component lives in the 512-byte legacy (FXSAVE) region at a
+    /// fixed place rather than in the extended region.
+    pub fn is_legacy(self) -> bool {
+        matches!(self, Xfeature::X87 | Xfeature::Sse)
+    }
+
+    /// Looks a component up by its short name (ASCII case-insensitive).
+    pub fn from_short_name(name: &str) -> Option<Self> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|f| f.short_name().eq_ignore_ascii_case(name))
+    }
+}
+
+impl fmt::Display for Xfeature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.short_name())
+    }
+}

@@ -1,0 +1,560 @@
+//! [`XsaveInfo`]: what CPUID leaf 0xD enumerates, validated.
+//!
+//! The construction ([`XsaveInfo::from_leaf_0xd`]) is a pure function over a
+//! closure returning the raw registers of each subleaf, so the same code runs
+//! on the host (`native`), on KVM's supported-CPUID table (`kvm`), on a
+//! recorded JSON dump (`serde`) and in the `no_std` guest kernel.
+//!
+//! Convention for the legacy components: CPUID does not describe x87 and SSE
+//! (subleaves 0 and 1 have other meanings), so [`XsaveInfo::component`] reports
+//! their fixed places in the 512-byte legacy region: x87 at offset 0, size 160
+//! (FCW..FDP in bytes 0..24 and ST0-7 in 32..160) and SSE at offset 160, size
+//! 256 (XMM0-15). SSE also owns MXCSR and MXCSR_MASK at bytes 24..32 of the x87
+//! range; the buffer code treats those bytes specially.
+
+use core::fmt;
+
+use crate::feature::Xfeature;
+use crate::mask::XfeatureMask;
+
+/// Size of the legacy region plus the XSAVE header: the start of the extended
+/// region and the minimum size of any XSAVE area.
+pub const XSAVE_HEADER_END: u32 = 576;
+/// Offset of the XSAVE header.
+pub const XSAVE_HEADER_OFFSET: u32 = 512;
+/// Size of the legacy (FXSAVE-compatible) region.
+pub const LEGACY_REGION_SIZE: u32 = 512;
+
+/// Raw CPUID registers of one (sub)leaf.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CpuidRegs {
+    /// EAX.
+    pub eax: u32,
+    /// EBX.
+    pub ebx: u32,
+    /// ECX.
+    pub ecx: u32,
+    /// EDX.
+    pub edx: u32,
+}
+
+impl CpuidRegs {
+    /// Builds from the four registers.
+    pub const fn new(eax: u32, ebx: u32, ecx: u32, edx: u32) -> Self {
+        Self { eax, ebx, ecx, edx }
+    }
+
+    /// Whether every register is zero (how CPUID answers an unknown subleaf).
+    pub const fn is_zero(&self) -> bool {
+        self.eax == 0 && self.ebx == 0 && self.ecx == 0 && self.edx == 0
+    }
+}
+
+/// Placement and properties of one state component.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ComponentInfo {
+    /// Size in bytes (CPUID.(0DH,i).EAX).
+    pub size: u32,
+    /// Offset in the standard format (CPUID.(0DH,i).EBX); 0 for supervisor
+    /// components, which have no standard-format place.
+    pub standard_offset: u32,
+    /// In the compacted format the component starts on a 64-byte boundary
+    /// (CPUID.(0DH,i).ECX bit 1).
+    pub align64: bool,
+    /// Extended feature disable (XFD) supports the component (ECX bit 2).
+    pub xfd: bool,
+    /// Supervisor state, enabled via IA32_XSS (ECX bit 0).
+    pub supervisor: bool,
+}
+
+const X87_INFO: ComponentInfo = ComponentInfo {
+    size: 160,
+    standard_offset: 0,
+    align64: false,
+    xfd: false,
+    supervisor: false,
+};
+const SSE_INFO: ComponentInfo = ComponentInfo {
+    size: 256,
+    standard_offset: 160,
+    align64: false,
+    xfd: false,
+    supervisor: false,
+};
+
+/// Feature bits of CPUID.(EAX=0DH,ECX=1):EAX.
+mod sub1 {
+    pub const XSAVEOPT: u32 = 1 << 0;
+    pub const XSAVEC: u32 = 1 << 1;
+    pub const XGETBV1: u32 = 1 << 2;
+    pub const XSAVES: u32 = 1 << 3;
+    pub const XFD: u32 = 1 << 4;
+}
+
+/// The validated contents of CPUID leaf 0xD.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct XsaveInfo {
+    /// Raw registers of every subleaf 0..64 (zero where not read).
+    raw: [CpuidRegs; 64],
+    xcr0: XfeatureMask,
+    xss: XfeatureMask,
+    /// Supported user components >= 2 in ascending standard offset (the
+    /// conversions walk them in memory order to zero the gaps).
+    std_order: [u8; 64],
+    std_count: u8,
+}
+
+impl XsaveInfo {
+    /// Builds and validates from the raw subleaves of CPUID leaf 0xD.
+    ///
+    /// `read(i)` returns the registers of subleaf `i`. It is called for
+    /// subleaves 0 and 1 and for every bit `i >= 2` set in the supported XCR0
+    /// (0.EDX:EAX) or IA32_XSS (1.EDX:ECX) mask, in ascending order.
+    ///
+    /// Rejected ([`InfoError`]): x87 or SSE not supported; a bit supported as
+    /// both user and supervisor state, x87/SSE or bit 63 in IA32_XSS; a
+    /// supported component whose subleaf is all zero or has size 0; a
+    /// supervisor flag (ECX bit 0) that disagrees with the mask it came from;
+    /// a user component placed inside the legacy region or header, overlapping
+    /// another user component, ending past 0.ECX (the maximum standard size) or
+    /// past 4 GiB; a maximum standard size below 576.
+    pub fn from_leaf_0xd(mut read: impl FnMut(u32) -> CpuidRegs) -> Result<Self, InfoError> {
+        let mut raw = [CpuidRegs::default(); 64];
+        raw[0] = read(0);
+        raw[1] = read(1);
+        let xcr0 = XfeatureMask::from_bits(u64::from(raw[0].eax) | (u64::from(raw[0].edx) << 32));
+        let xss = XfeatureMask::from_bits(u64::from(raw[1].ecx) | (u64::from(raw[1].edx) << 32));
+        for i in (xcr0 | xss).iter_indices().filter(|&i| i >= 2) {
+            raw[i as usize] = read(i);
+        }
+        Self::from_raw(raw)
+    }
+
+    /// Builds and validates from an array of every subleaf's registers
+    /// (subleaves that are not supported components are ignored).
+    pub fn from_raw(raw: [CpuidRegs; 64]) -> Result<Self, InfoError> {
+        let xcr0 = XfeatureMask::from_bits(u64::from(raw[0].eax) | (u64::from(raw[0].edx) << 32));
+        let xss = XfeatureMask::from_bits(u64::from(raw[1].ecx) | (u64::from(raw[1].edx) << 32));
+        if !xcr0.contains_all(XfeatureMask::LEGACY) {
+            return Err(InfoError::LegacyNotSupported { xcr0 });
+        }
+        if xcr0.contains_index(63) {
+            return Err(InfoError::ReservedBit { xcr0, xss });
+        }
+        if xss.contains_index(63) || xss.contains_index(0) || xss.contains_index(1) {
+            return Err(InfoError::ReservedBit { xcr0, xss });
+        }
+        let both = xcr0 & xss;
+        if !both.is_empty() {
+            return Err(InfoError::UserAndSupervisor(both));
+        }
+        let max_standard = raw[0].ecx;
+        if max_standard < XSAVE_HEADER_END {
+            return Err(InfoError::MaxSizeTooSmall(max_standard));
+        }
+        // Per-component checks.
+        for i in (xcr0 | xss).iter_indices().filter(|&i| i >= 2) {
+            let r = raw[i as usize];
+            if r.is_zero() || r.eax == 0 {
+                return Err(InfoError::MissingSubleaf(i));
+            }
+            let supervisor = xss.contains_index(i);
+            if (r.ecx & 1 != 0) != supervisor {
+                return Err(InfoError::SupervisorFlagMismatch(i));
+            }
+            if supervisor {
+                continue;
+            }
+            let end = r
+                .ebx
+                .checked_add(r.eax)
+                .ok_or(InfoError::PastAddressSpace {
+                    index: i,
+                    offset: r.ebx,
+                    size: r.eax,
+                })?;
+            if r.ebx < XSAVE_HEADER_END {
+                return Err(InfoError::InsideLegacyRegion {
+                    index: i,
+                    offset: r.ebx,
+                });
+            }
+            if end > max_standard {
+                return Err(InfoError::PastMaxSize {
+                    index: i,
+                    end,
+                    max: max_standard,
+                });
+            }
+        }
+        // Overlaps between user components (quadratic over <= 62 entries).
+        for i in xcr0.iter_indices().filter(|&i| i >= 2) {
+            for j in xcr0.iter_indices().filter(|&j| j > i) {
+                let (a, b) = (raw[i as usize], raw[j as usize]);
+                if a.ebx < b.ebx + b.eax && b.ebx < a.ebx + a.eax {
+                    return Err(InfoError::Overlap { a: i, b: j });
+                }
+            }
+        }
+        // Compacted sizes must fit in 32 bits too (sum of all sizes + padding).
+        let mut total: u64 = u64::from(XSAVE_HEADER_END);
+        for i in (xcr0 | xss).iter_indices().filter(|&i| i >= 2) {
+            total = total.div_ceil(64) * 64 + u64::from(raw[i as usize].eax);
+        }
+        if total > u64::from(u32::MAX) {
+            return Err(InfoError::CompactedTooLarge(total));
+        }
+        let mut std_order = [0u8; 64];
+        let mut std_count = 0usize;
+        for i in xcr0.iter_indices().filter(|&i| i >= 2) {
+            std_order[std_count] = i as u8;
+            std_count += 1;
+        }
+        std_order[..std_count].sort_unstable_by_key(|&i| (raw[i as usize].ebx, i));
+        let mut info = Self {
+            raw,
+            xcr0,
+            xss,
+            std_order,
+            std_count: std_count as u8,
+        };
+        // Keep only what was validated; stale data of unsupported subleaves
+        // would otherwise make equal CPUs compare unequal.
+        for i in 2..64u32 {
+            if !(xcr0 | xss).contains_index(i) {
+                info.raw[i as usize] = CpuidRegs::default();
+            }
+        }
+        Ok(info)
+    }
+
+    /// Supported user components >= 2, ascending by standard offset.
+    pub(crate) fn standard_order(&self) -> &[u8] {
+        &self.std_order[..self.std_count as usize]
+    }
+
+    /// Size and standard offset of component `i` (raw, unchecked).
+    #[inline]
+    pub(crate) fn raw_size_offset(&self, i: u32) -> (u32, u32) {
+        let r = &self.raw[i as usize & 63];
+        (r.eax, r.ebx)
+    }
+
+    /// Whether component `i` is 64-byte aligned in the compacted format.
+    #[inline]
+    pub(crate) fn raw_align64(&self, i: u32) -> bool {
+        self.raw[i as usize & 63].ecx & 2 != 0
+    }
+
+    /// Supported XCR0 bits (CPUID.(0DH,0).EDX:EAX).
+    pub fn supported_xcr0(&self) -> XfeatureMask {
+        self.xcr0
+    }
+
+    /// Supported IA32_XSS bits (CPUID.(0DH,1).EDX:ECX).
+    pub fn supported_xss(&self) -> XfeatureMask {
+        self.xss
+    }
+
+    /// Every supported component, user and supervisor.
+    pub fn supported_all(&self) -> XfeatureMask {
+        self.xcr0 | self.xss
+    }
+
+    /// The component's placement, or `None` if the CPU does not support it.
+    /// x87 and SSE report their fixed legacy places (see the module docs).
+    pub fn component(&self, f: Xfeature) -> Option<ComponentInfo> {
+        self.component_by_index(f.index())
+    }
+
+    /// Like [`XsaveInfo::component`], by bit index (also for components this
+    /// crate has no [`Xfeature`] for).
+    pub fn component_by_index(&self, i: u32) -> Option<ComponentInfo> {
+        if i >= 64 || !self.supported_all().contains_index(i) {
+            return None;
+        }
+        match i {
+            0 => Some(X87_INFO),
+            1 => Some(SSE_INFO),
+            _ => {
+                let r = self.raw[i as usize];
+                let supervisor = r.ecx & 1 != 0;
+                Some(ComponentInfo {
+                    size: r.eax,
+                    standard_offset: if supervisor { 0 } else { r.ebx },
+                    align64: r.ecx & 2 != 0,
+                    xfd: r.ecx & 4 != 0,
+                    supervisor,
+                })
+            }
+        }
+    }
+
+    /// XSAVEOPT is supported.
+    pub fn has_xsaveopt(&self) -> bool {
+        self.raw[1].eax & sub1::XSAVEOPT != 0
+    }
+
+    /// XSAVEC and the compacted form of XRSTOR are supported.
+    pub fn has_xsavec(&self) -> bool {
+        self.raw[1].eax & sub1::XSAVEC != 0
+    }
+
+    /// XGETBV with ECX = 1 (the XINUSE bitmap) is supported.
+    pub fn has_xgetbv1(&self) -> bool {
+        self.raw[1].eax & sub1::XGETBV1 != 0
+    }
+
+    /// XSAVES/XRSTORS and IA32_XSS are supported.
+    pub fn has_xsaves(&self) -> bool {
+        self.raw[1].eax & sub1::XSAVES != 0
+    }
+
+    /// Extended feature disable (IA32_XFD) is supported.
+    pub fn has_xfd(&self) -> bool {
+        self.raw[1].eax & sub1::XFD != 0
+    }
+
+    /// Components that XFD can disable.
+    pub fn xfd_capable(&self) -> XfeatureMask {
+        let mut m = XfeatureMask::EMPTY;
+        for i in self.supported_all().iter_indices().filter(|&i| i >= 2) {
+            if self.raw[i as usize].ecx & 4 != 0 {
+                m |= XfeatureMask::from_bits(1 << i);
+            }
+        }
+        m
+    }
+
+    /// Raw registers of subleaf `i` (zero for subleaves that are neither 0, 1
+    /// nor a supported component, or `i >= 64`).
+    pub fn raw_subleaf(&self, i: u32) -> CpuidRegs {
+        self.raw.get(i as usize).copied().unwrap_or_default()
+    }
+
+    /// The subleaves that carry information: 0, 1 and each supported
+    /// component, ascending, with their raw registers.
+    pub fn subleaves(&self) -> impl Iterator<Item = (u32, CpuidRegs)> + '_ {
+        let all = self.supported_all();
+        (0..64u32)
+            .filter(move |&i| i < 2 || all.contains_index(i))
+            .map(move |i| (i, self.raw[i as usize]))
+    }
+
+    /// Maximum standard-format size for all supported user state
+    /// (CPUID.(0DH,0).ECX).
+    pub fn max_standard_size(&self) -> u32 {
+        self.raw[0].ecx
+    }
+
+    /// A copy restricted to `xcr0`/`xss` (bits outside the supported sets are
+    /// ignored): what a guest would see in CPUID leaf 0xD if the VMM offers
+    /// only these components. Subleaf 0.ECX becomes the standard size of the
+    /// restricted set; 0.EBX and 1.EBX (which depend on the guest's enabled
+    /// XCR0) are set to the sizes with everything offered enabled.
+    pub fn restricted(&self, xcr0: XfeatureMask, xss: XfeatureMask) -> Result<Self, InfoError> {
+        let xcr0 = (xcr0 & self.xcr0) | XfeatureMask::LEGACY;
+        let xss = xss & self.xss;
+        let mut raw = self.raw;
+        for i in 2..64u32 {
+            if !(xcr0 | xss).contains_index(i) {
+                raw[i as usize] = CpuidRegs::default();
+            }
+        }
+        raw[0].eax = xcr0.bits() as u32;
+        raw[0].edx = (xcr0.bits() >> 32) as u32;
+        raw[1].ecx = xss.bits() as u32;
+        raw[1].edx = (xss.bits() >> 32) as u32;
+        let std_size = self
+            .standard_size(xcr0)
+            .map_err(|_| InfoError::CompactedTooLarge(0))?;
+        raw[0].ebx = std_size;
+        raw[0].ecx = std_size;
+        raw[1].ebx = self
+            .compacted_size(xcr0 | xss)
+            .map_err(|_| InfoError::CompactedTooLarge(0))?;
+        Self::from_raw(raw)
+    }
+
+    /// The registers of the running CPU's leaf 0xD.
+    #[cfg(all(feature = "native", target_arch = "x86_64"))]
+    pub fn host() -> Result<Self, InfoError> {
+        let max_leaf = cpuid(0, 0).eax;
+        let has_xsave = cpuid(1, 0).ecx & (1 << 26) != 0;
+        if max_leaf < 0xd || !has_xsave {
+            return Err(InfoError::NoXsave);
+        }
+        Self::from_leaf_0xd(|i| cpuid(0xd, i))
+    }
+}
+
+/// Executes CPUID on the running CPU.
+#[cfg(all(feature = "native", target_arch = "x86_64"))]
+#[allow(unused_unsafe)] // `__cpuid_count` is `unsafe` on older toolchains only.
+pub fn cpuid(leaf: u32, subleaf: u32) -> CpuidRegs {
+    // SAFETY: CPUID exists on every x86_64 CPU and only reads identification
+    // registers; unknown leaves return zeros or the highest basic leaf.
+    let r = unsafe { core::arch::x86_64::__cpuid_count(leaf, subleaf) };
+    CpuidRegs::new(r.eax, r.ebx, r.ecx, r.edx)
+}
+
+/// Why leaf 0xD data was rejected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InfoError {
+    /// The CPU has no XSAVE (CPUID.1:ECX.XSAVE = 0 or no leaf 0xD).
+    NoXsave,
+    /// The supported XCR0 lacks x87 or SSE.
+    LegacyNotSupported {
+        /// Supported XCR0 as enumerated.
+        xcr0: XfeatureMask,
+    },
+    /// Bit 63 of XCR0/IA32_XSS, or bit 0/1 of IA32_XSS, is enumerated.
+    ReservedBit {
+        /// Supported XCR0 as enumerated.
+        xcr0: XfeatureMask,
+        /// Supported IA32_XSS as enumerated.
+        xss: XfeatureMask,
+    },
+    /// Components enumerated as both user (XCR0) and supervisor (IA32_XSS).
+    UserAndSupervisor(XfeatureMask),
+    /// 0.ECX (maximum standard size) is below 576 bytes.
+    MaxSizeTooSmall(u32),
+    /// A supported component's subleaf is all zero or reports size 0.
+    MissingSubleaf(u32),
+    /// ECX bit 0 of a subleaf disagrees with whether its bit is in IA32_XSS.
+    SupervisorFlagMismatch(u32),
+    /// A user component's offset + size does not fit in 32 bits.
+    PastAddressSpace {
+        /// Component index.
+        index: u32,
+        /// Enumerated standard offset.
+        offset: u32,
+        /// Enumerated size.
+        size: u32,
+    },
+    /// A user component starts inside the legacy region or XSAVE header.
+    InsideLegacyRegion {
+        /// Component index.
+        index: u32,
+        /// Enumerated standard offset.
+        offset: u32,
+    },
+    /// A user component ends past the maximum standard size (0.ECX).
+    PastMaxSize {
+        /// Component index.
+        index: u32,
+        /// Offset + size.
+        end: u32,
+        /// 0.ECX.
+        max: u32,
+    },
+    /// The standard-format ranges of two user components overlap.
+    Overlap {
+        /// Lower component index.
+        a: u32,
+        /// Higher component index.
+        b: u32,
+    },
+    /// The compacted size of all components exceeds 4 GiB.
+    CompactedTooLarge(u64),
+    /// No CPUID entry for leaf 0xD was found (e.g. in KVM's table).
+    NoLeaf0xd,
+    /// A recorded subleaf number is 64 or more.
+    SubleafOutOfRange(u32),
+    /// A recorded subleaf is listed twice.
+    DuplicateSubleaf(u32),
+    /// A recorded subleaf has data but its component is not enumerated as
+    /// supported in subleaf 0 or 1.
+    UnsupportedSubleafData(u32),
+}
+
+impl fmt::Display for InfoError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InfoError::NoXsave => f.write_str("CPU does not support XSAVE (no CPUID leaf 0xD)"),
+            InfoError::LegacyNotSupported { xcr0 } => {
+                write!(f, "CPUID 0xD.0: supported XCR0 {xcr0:#x} lacks x87 or SSE")
+            }
+            InfoError::ReservedBit { xcr0, xss } => write!(
+                f,
+                "CPUID 0xD: reserved bit set (XCR0 {xcr0:#x}, IA32_XSS {xss:#x}: bit 63, or \
+                 bit 0/1 in IA32_XSS)"
+            ),
+            InfoError::UserAndSupervisor(m) => write!(
+                f,
+                "CPUID 0xD: components {m} ({m:#x}) enumerated as both XCR0 and IA32_XSS state"
+            ),
+            InfoError::MaxSizeTooSmall(s) => {
+                write!(f, "CPUID 0xD.0: maximum XSAVE size {s} is below 576 bytes")
+            }
+            InfoError::MissingSubleaf(i) => write!(
+                f,
+                "CPUID 0xD.{i}: component {} is supported but its subleaf is missing or has size 0",
+                Name(*i)
+            ),
+            InfoError::SupervisorFlagMismatch(i) => write!(
+                f,
+                "CPUID 0xD.{i}: ECX bit 0 (supervisor) disagrees with whether component {} is in \
+                 IA32_XSS",
+                Name(*i)
+            ),
+            InfoError::PastAddressSpace {
+                index,
+                offset,
+                size,
+            } => write!(
+                f,
+                "CPUID 0xD.{index}: component {} at offset {offset:#x} with size {size:#x} ends \
+                 past 4 GiB",
+                Name(*index)
+            ),
+            InfoError::InsideLegacyRegion { index, offset } => write!(
+                f,
+                "CPUID 0xD.{index}: component {} at offset {offset} lies inside the legacy region \
+                 or XSAVE header (below 576)",
+                Name(*index)
+            ),
+            InfoError::PastMaxSize { index, end, max } => write!(
+                f,
+                "CPUID 0xD.{index}: component {} ends at {end}, past the maximum XSAVE size {max} \
+                 (0xD.0 ECX)",
+                Name(*index)
+            ),
+            InfoError::Overlap { a, b } => write!(
+                f,
+                "CPUID 0xD: standard-format ranges of components {} and {} overlap",
+                Name(*a),
+                Name(*b)
+            ),
+            InfoError::CompactedTooLarge(s) => {
+                write!(f, "CPUID 0xD: compacted XSAVE size {s} exceeds 4 GiB")
+            }
+            InfoError::NoLeaf0xd => f.write_str("CPUID table has no leaf 0xD entries"),
+            InfoError::SubleafOutOfRange(i) => {
+                write!(f, "CPUID 0xD: subleaf {i} out of range 0..64")
+            }
+            InfoError::DuplicateSubleaf(i) => write!(f, "CPUID 0xD: subleaf {i} listed twice"),
+            InfoError::UnsupportedSubleafData(i) => write!(
+                f,
+                "CPUID 0xD.{i}: subleaf has data but component {} is not enumerated in subleaf 0 \
+                 or 1",
+                Name(*i)
+            ),
+        }
+    }
+}
+
+/// Prints a component index as its short name when known.
+pub(crate) struct Name(pub u32);
+
+impl fmt::Display for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match Xfeature::from_index(self.0) {
+            Some(x) => write!(f, "{} ({})", self.0, x.short_name()),
+            None => write!(f, "{}", self.0),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for InfoError {}

@@ -1,0 +1,227 @@
+//! Standard and compacted layouts of an XSAVE area.
+//!
+//! Standard format (XSAVE, XSAVEOPT, standard XRSTOR, KVM_GET/SET_XSAVE): every
+//! user component sits at the offset CPUID.(0DH,i).EBX gives it, whether or
+//! not it is saved; the size is the end of the highest component (at least
+//! 576). Supervisor components have no standard place.
+//!
+//! Compacted format (XSAVEC, XSAVES, compacted XRSTOR/XRSTORS; XCOMP_BV bit 63
+//! set): the extended region starts at 576 and holds exactly the components of
+//! XCOMP_BV in ascending order, packed, except that a component whose
+//! CPUID.(0DH,i).ECX bit 1 is set starts at the next multiple of 64. x87 and
+//! SSE stay in the legacy region in both formats.
+
+use core::fmt;
+
+use crate::feature::Xfeature;
+use crate::info::{XsaveInfo, XSAVE_HEADER_END};
+use crate::mask::XfeatureMask;
+
+/// The two formats of an XSAVE area.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// Every component at its fixed CPUID offset (XCOMP_BV = 0).
+    Standard,
+    /// Components of XCOMP_BV packed in ascending order (XCOMP_BV bit 63 = 1).
+    Compacted,
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Format::Standard => "standard",
+            Format::Compacted => "compacted",
+        })
+    }
+}
+
+/// Offsets and sizes of the components of one mask in one format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    format: Format,
+    mask: XfeatureMask,
+    offsets: [u32; 64],
+    sizes: [u32; 64],
+    total: u32,
+}
+
+impl Layout {
+    /// The format.
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// The components laid out.
+    pub fn mask(&self) -> XfeatureMask {
+        self.mask
+    }
+
+    /// Offset of component `f`, if it is in the layout.
+    pub fn offset(&self, f: Xfeature) -> Option<u32> {
+        self.offset_by_index(f.index())
+    }
+
+    /// Size of component `f`, if it is in the layout.
+    pub fn size_of(&self, f: Xfeature) -> Option<u32> {
+        self.size_by_index(f.index())
+    }
+
+    /// Offset of component `i`, if it is in the layout.
+    pub fn offset_by_index(&self, i: u32) -> Option<u32> {
+        self.mask
+            .contains_index(i)
+            .then(|| self.offsets[i as usize])
+    }
+
+    /// Size of component `i`, if it is in the layout.
+    pub fn size_by_index(&self, i: u32) -> Option<u32> {
+        self.mask.contains_index(i).then(|| self.sizes[i as usize])
+    }
+
+    /// Byte range of component `i`, if it is in the layout.
+    pub fn range_by_index(&self, i: u32) -> Option<core::ops::Range<usize>> {
+        self.mask.contains_index(i).then(|| {
+            let o = self.offsets[i as usize] as usize;
+            o..o + self.sizes[i as usize] as usize
+        })
+    }
+
+    /// Byte range of component `f`, if it is in the layout.
+    pub fn range(&self, f: Xfeature) -> Option<core::ops::Range<usize>> {
+        self.range_by_index(f.index())
+    }
+
+    /// Total size of the area in bytes (at least 576).
+    pub fn total_size(&self) -> u32 {
+        self.total
+    }
+
+    /// The known components with offset and size, ascending.
+    pub fn iter(&self) -> impl Iterator<Item = (Xfeature, u32, u32)> + '_ {
+        self.mask.iter().map(move |f| {
+            (
+                f,
+                self.offsets[f.index() as usize],
+                self.sizes[f.index() as usize],
+            )
+        })
+    }
+
+    /// Every component (by index) with offset and size, ascending.
+    pub fn iter_indices(&self) -> impl Iterator<Item = (u32, u32, u32)> + '_ {
+        self.mask
+            .iter_indices()
+            .map(move |i| (i, self.offsets[i as usize], self.sizes[i as usize]))
+    }
+}
+
+impl XsaveInfo {
+    /// Size of a standard-format area holding `mask` (user components only):
+    /// the end of the highest component, at least 576.
+    pub fn standard_size(&self, mask: XfeatureMask) -> Result<u32, LayoutError> {
+        Ok(self.layout(mask, Format::Standard)?.total_size())
+    }
+
+    /// Size of a compacted-format area with XCOMP_BV = `mask` (user and
+    /// supervisor components).
+    pub fn compacted_size(&self, mask: XfeatureMask) -> Result<u32, LayoutError> {
+        Ok(self.layout(mask, Format::Compacted)?.total_size())
+    }
+
+    /// Lays out `mask` in `format`.
+    ///
+    /// Every bit must be supported; supervisor components only exist in the
+    /// compacted format; bit 63 is never a component. The mask need not be a
+    /// valid XCR0 (a compacted area's XCOMP_BV may be any subset, e.g. only the
+    /// components in use).
+    pub fn layout(&self, mask: XfeatureMask, format: Format) -> Result<Layout, LayoutError> {
+        if mask.contains_index(63) {
+            return Err(LayoutError::Bit63);
+        }
+        let unsupported = mask - self.supported_all();
+        if !unsupported.is_empty() {
+            return Err(LayoutError::Unsupported(unsupported));
+        }
+        let mut l = Layout {
+            format,
+            mask,
+            offsets: [0; 64],
+            sizes: [0; 64],
+            total: XSAVE_HEADER_END,
+        };
+        match format {
+            Format::Standard => {
+                let sup = mask & self.supported_xss();
+                if !sup.is_empty() {
+                    return Err(LayoutError::SupervisorInStandard(sup));
+                }
+                for i in mask.iter_indices() {
+                    // Supported (checked above), so present.
+                    let c = self
+                        .component_by_index(i)
+                        .ok_or(LayoutError::Unsupported(XfeatureMask::from_bits(1 << i)))?;
+                    l.offsets[i as usize] = c.standard_offset;
+                    l.sizes[i as usize] = c.size;
+                    // Validated by XsaveInfo: fits in u32.
+                    l.total = l.total.max(c.standard_offset + c.size);
+                }
+            }
+            Format::Compacted => {
+                let mut next: u64 = u64::from(XSAVE_HEADER_END);
+                for i in mask.iter_indices() {
+                    let c = self
+                        .component_by_index(i)
+                        .ok_or(LayoutError::Unsupported(XfeatureMask::from_bits(1 << i)))?;
+                    if i < 2 {
+                        l.offsets[i as usize] = c.standard_offset;
+                        l.sizes[i as usize] = c.size;
+                        continue;
+                    }
+                    if c.align64 {
+                        next = next.div_ceil(64) * 64;
+                    }
+                    let off = u32::try_from(next).map_err(|_| LayoutError::TooLarge)?;
+                    l.offsets[i as usize] = off;
+                    l.sizes[i as usize] = c.size;
+                    next += u64::from(c.size);
+                }
+                l.total = u32::try_from(next).map_err(|_| LayoutError::TooLarge)?;
+            }
+        }
+        Ok(l)
+    }
+}
+
+/// Why a layout could not be computed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayoutError {
+    /// Components the CPU does not support.
+    Unsupported(XfeatureMask),
+    /// Supervisor components have no place in the standard format.
+    SupervisorInStandard(XfeatureMask),
+    /// Bit 63 is the compacted-format flag of XCOMP_BV, not a component.
+    Bit63,
+    /// The area would exceed 4 GiB.
+    TooLarge,
+}
+
+impl fmt::Display for LayoutError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LayoutError::Unsupported(m) => {
+                write!(f, "xsave layout: components {m} ({m:#x}) are not supported by the CPU")
+            }
+            LayoutError::SupervisorInStandard(m) => write!(
+                f,
+                "xsave layout: supervisor components {m} ({m:#x}) exist only in the compacted format"
+            ),
+            LayoutError::Bit63 => {
+                f.write_str("xsave layout: bit 63 is the compacted-format flag, not a component")
+            }
+            LayoutError::TooLarge => f.write_str("xsave layout: area would exceed 4 GiB"),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for LayoutError {}

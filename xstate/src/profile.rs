@@ -1,0 +1,251 @@
+//! [`CpuidProfile`]: a recorded CPUID leaf 0xD (and optionally leaves 1 and 7,
+//! and what KVM offers) in the JSON format of `xstate/tests/data/*.json`,
+//! read and written with serde. Register values are hex strings (`"0x000602e7"`).
+
+use std::fmt;
+use std::string::String;
+use std::vec::Vec;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::info::{CpuidRegs, InfoError, XsaveInfo};
+
+/// A 32-bit register value written as a `0x`-prefixed, 8-digit hex string.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Hex32(pub u32);
+
+impl Serialize for Hex32 {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{:#010x}", self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for Hex32 {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        let t = s.trim();
+        let digits = t
+            .strip_prefix("0x")
+            .or_else(|| t.strip_prefix("0X"))
+            .ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "register value {s:?} is not a 0x-prefixed hex string"
+                ))
+            })?;
+        u32::from_str_radix(digits, 16).map(Hex32).map_err(|_| {
+            serde::de::Error::custom(format!("register value {s:?} is not a 32-bit hex number"))
+        })
+    }
+}
+
+/// One CPUID subleaf as recorded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CpuidEntry {
+    /// Subleaf (ECX input).
+    pub subleaf: u32,
+    /// EAX.
+    pub eax: Hex32,
+    /// EBX.
+    pub ebx: Hex32,
+    /// ECX.
+    pub ecx: Hex32,
+    /// EDX.
+    pub edx: Hex32,
+}
+
+impl CpuidEntry {
+    /// Builds an entry from raw registers.
+    pub fn new(subleaf: u32, r: CpuidRegs) -> Self {
+        Self {
+            subleaf,
+            eax: Hex32(r.eax),
+            ebx: Hex32(r.ebx),
+            ecx: Hex32(r.ecx),
+            edx: Hex32(r.edx),
+        }
+    }
+
+    /// The raw registers.
+    pub fn regs(&self) -> CpuidRegs {
+        CpuidRegs::new(self.eax.0, self.ebx.0, self.ecx.0, self.edx.0)
+    }
+}
+
+/// A recorded CPU: identification plus its CPUID leaf 0xD.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuidProfile {
+    /// Brand string or other human name.
+    pub name: String,
+    /// Microarchitecture, e.g. "Zen 3 (Milan)".
+    pub microarchitecture: String,
+    /// CPUID.0 vendor string ("GenuineIntel", "AuthenticAMD").
+    pub vendor: String,
+    /// CPUID.1:EAX (family/model/stepping).
+    pub signature: Hex32,
+    /// False if recorded inside a virtual machine.
+    pub bare_metal: bool,
+    /// Where the numbers come from.
+    pub source: String,
+    /// Subleaves of leaf 0xD: 0, 1 and every supported component.
+    pub leaf_0xd: Vec<CpuidEntry>,
+    /// CPUID leaf 1 (subleaf 0), if recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leaf_1: Option<CpuidEntry>,
+    /// CPUID leaf 7 subleaf 0, if recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leaf_7: Option<CpuidEntry>,
+    /// Leaf 0xD as KVM_GET_SUPPORTED_CPUID reports it on this host, if recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kvm_leaf_0xd: Option<Vec<CpuidEntry>>,
+}
+
+impl CpuidProfile {
+    /// Parses a profile and checks that its leaf 0xD forms a valid
+    /// [`XsaveInfo`] (as does `kvm_leaf_0xd`, when present).
+    pub fn from_json(s: &str) -> Result<Self, ProfileError> {
+        let p: Self = serde_json::from_str(s).map_err(|e| ProfileError::Json(e.to_string()))?;
+        p.xsave_info().map_err(|error| ProfileError::Info {
+            field: "leaf_0xd",
+            error,
+        })?;
+        if let Some(Err(error)) = p.kvm_xsave_info() {
+            return Err(ProfileError::Info {
+                field: "kvm_leaf_0xd",
+                error,
+            });
+        }
+        Ok(p)
+    }
+
+    /// Pretty-printed JSON in the format of `tests/data` (newline-terminated).
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self)
+            .unwrap_or_else(|e| unreachable!("profile serialisation cannot fail: {e}"));
+        s.push('\n');
+        s
+    }
+
+    /// The enumeration in `leaf_0xd`.
+    pub fn xsave_info(&self) -> Result<XsaveInfo, InfoError> {
+        info_from_entries(&self.leaf_0xd)
+    }
+
+    /// The enumeration in `kvm_leaf_0xd`, if recorded.
+    pub fn kvm_xsave_info(&self) -> Option<Result<XsaveInfo, InfoError>> {
+        self.kvm_leaf_0xd.as_deref().map(info_from_entries)
+    }
+
+    /// Entries for every informative subleaf of `info` (0, 1 and each
+    /// supported component), as stored in `leaf_0xd`.
+    pub fn entries_of(info: &XsaveInfo) -> Vec<CpuidEntry> {
+        info.subleaves()
+            .map(|(i, r)| CpuidEntry::new(i, r))
+            .collect()
+    }
+
+    /// A profile of the running CPU: brand string, vendor, signature,
+    /// hypervisor bit, leaves 1, 7 and 0xD. `microarchitecture` is left for
+    /// the caller (CPUID does not name it).
+    #[cfg(all(feature = "native", target_arch = "x86_64"))]
+    pub fn host() -> Result<Self, ProfileError> {
+        use crate::info::cpuid;
+        let info = XsaveInfo::host()?;
+        let l0 = cpuid(0, 0);
+        let l1 = cpuid(1, 0);
+        let l7 = (l0.eax >= 7).then(|| cpuid(7, 0));
+        let mut vendor = Vec::with_capacity(12);
+        for r in [l0.ebx, l0.edx, l0.ecx] {
+            vendor.extend_from_slice(&r.to_le_bytes());
+        }
+        let max_ext = cpuid(0x8000_0000, 0).eax;
+        let mut brand = Vec::with_capacity(48);
+        if max_ext >= 0x8000_0004 {
+            for leaf in 0x8000_0002u32..=0x8000_0004 {
+                let r = cpuid(leaf, 0);
+                for v in [r.eax, r.ebx, r.ecx, r.edx] {
+                    brand.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+        }
+        let brand = String::from_utf8_lossy(&brand)
+            .trim_matches(|c: char| c == '\0' || c.is_whitespace())
+            .to_string();
+        let e = |r: CpuidRegs| CpuidEntry::new(0, r);
+        Ok(Self {
+            name: brand,
+            microarchitecture: String::new(),
+            vendor: String::from_utf8_lossy(&vendor).into_owned(),
+            signature: Hex32(l1.eax),
+            bare_metal: l1.ecx & (1 << 31) == 0,
+            source: "recorded on the running CPU by the xstate crate".into(),
+            leaf_0xd: Self::entries_of(&info),
+            leaf_1: Some(e(l1)),
+            leaf_7: l7.map(e),
+            kvm_leaf_0xd: None,
+        })
+    }
+}
+
+fn info_from_entries(entries: &[CpuidEntry]) -> Result<XsaveInfo, InfoError> {
+    let mut raw = [CpuidRegs::default(); 64];
+    let mut seen = 0u64;
+    for e in entries {
+        if e.subleaf >= 64 {
+            return Err(InfoError::SubleafOutOfRange(e.subleaf));
+        }
+        if seen & (1 << e.subleaf) != 0 {
+            return Err(InfoError::DuplicateSubleaf(e.subleaf));
+        }
+        seen |= 1 << e.subleaf;
+        raw[e.subleaf as usize] = e.regs();
+    }
+    for i in [0u32, 1] {
+        if seen & (1 << i) == 0 {
+            return Err(InfoError::MissingSubleaf(i));
+        }
+    }
+    let info = XsaveInfo::from_raw(raw)?;
+    // Data for a subleaf whose component is not enumerated is inconsistent.
+    for i in 2..64u32 {
+        if !info.supported_all().contains_index(i) && !raw[i as usize].is_zero() {
+            return Err(InfoError::UnsupportedSubleafData(i));
+        }
+    }
+    Ok(info)
+}
+
+/// Why a profile was rejected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProfileError {
+    /// Not valid JSON, a missing field, or a bad hex string (serde's message,
+    /// with line and column).
+    Json(String),
+    /// The leaf 0xD data is inconsistent.
+    Info {
+        /// Field holding the entries.
+        field: &'static str,
+        /// What is wrong.
+        error: InfoError,
+    },
+    /// Reading the host's CPUID failed.
+    Host(InfoError),
+}
+
+impl From<InfoError> for ProfileError {
+    fn from(e: InfoError) -> Self {
+        ProfileError::Host(e)
+    }
+}
+
+impl fmt::Display for ProfileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProfileError::Json(e) => write!(f, "CPUID profile: {e}"),
+            ProfileError::Info { field, error } => write!(f, "CPUID profile: {field}: {error}"),
+            ProfileError::Host(e) => write!(f, "CPUID profile of the host: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ProfileError {}
