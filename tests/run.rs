@@ -3,11 +3,13 @@
 
 mod common;
 
-use common::{kvm_or_skip, tiny_pvh_elf, temp_file, vmm, vmm_json};
+use common::{kvm_or_skip, temp_file, tiny_pvh_elf, vmm, vmm_json};
 use serde_json::Value;
 
 fn hex(v: &Value) -> u64 {
-    let s = v.as_str().unwrap_or_else(|| panic!("expected a hex string, got {v}"));
+    let s = v
+        .as_str()
+        .unwrap_or_else(|| panic!("expected a hex string, got {v}"));
     u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap()
 }
 
@@ -32,19 +34,79 @@ fn boot_with(mask: Option<&str>, expect_xcr0: Option<u64>) -> Value {
     assert_eq!(v["exit_status"], 0, "{v:#}");
     assert_eq!(v["exit_reason"], "exited");
     let policy = hex(&v["policy_xfeatures"]);
-    assert_eq!(hex(&v["guest_xcr0"]), policy, "guest XCR0 must equal the policy mask");
+    assert_eq!(
+        hex(&v["guest_xcr0"]),
+        policy,
+        "guest XCR0 must equal the policy mask"
+    );
     if let Some(x) = expect_xcr0 {
         assert_eq!(policy, x);
     }
+    assert_eq!(hex(&v["final_xcr0"]), policy, "KVM's XCR0 at the end");
     let c = &v["guest_cpuid"];
-    assert_eq!(hex(&c["xcr0_supported"]), policy, "CPUID 0xD.0 EDX:EAX");
-    // 0xD.0 ECX is computed by the VMM with the xstate crate.
-    assert_eq!(c["standard_size_max"], v["standard_size"], "CPUID 0xD.0 ECX");
-    // KVM refreshes 0xD.0 EBX for the XCR0 in force: all of the policy.
-    assert_eq!(c["standard_size_enabled"], v["standard_size"], "CPUID 0xD.0 EBX");
-    // The guest's own computation with the no_std xstate core agrees.
+    // The guest sees the table KVM holds. Hardware KVM keeps the policy's
+    // leaf 0xD; kvm_pvm answers from the host, and the VMM says so.
+    assert_eq!(
+        c["xcr0_supported"], v["kvm_cpuid_xfeatures"],
+        "CPUID 0xD.0 EDX:EAX"
+    );
+    assert_eq!(
+        c["standard_size_max"], v["kvm_cpuid_standard_size"],
+        "CPUID 0xD.0 ECX"
+    );
+    if v["kvm_cpuid_honored"] == true {
+        assert_eq!(hex(&c["xcr0_supported"]), policy);
+        // 0xD.0 ECX is computed by the VMM with the xstate crate.
+        assert_eq!(
+            c["standard_size_max"], v["standard_size"],
+            "CPUID 0xD.0 ECX"
+        );
+    }
+    // Whoever built the table, it agrees with the xstate crate's layout.
+    let info = kvm_xsave_info();
+    let seen = xstate::XfeatureMask::from_bits(hex(&c["xcr0_supported"]));
+    assert_eq!(
+        c["standard_size_max"],
+        info.standard_size(seen).unwrap(),
+        "CPUID 0xD.0 ECX vs xstate layout of {seen:#x}"
+    );
+    // KVM computes 0xD.0 EBX for the XCR0 in force: the policy.
+    assert_eq!(
+        c["standard_size_enabled"], v["standard_size"],
+        "CPUID 0xD.0 EBX"
+    );
+    // The guest's own computation with the no_std xstate core agrees,
+    // offsets included.
     assert_eq!(c["computed_standard_size"], v["standard_size"]);
+    let mask = xstate::XfeatureMask::from_bits(policy);
+    let layout = info.layout(mask, xstate::Format::Compacted).unwrap();
+    assert_eq!(c["computed_compacted_size"], layout.total_size());
+    for comp in c["components"].as_array().unwrap() {
+        let f = xstate::Xfeature::from_index(comp["id"].as_u64().unwrap() as u32).unwrap();
+        let std_off = info.component(f).map(|i| i.standard_offset);
+        if f.index() >= 2 {
+            assert_eq!(
+                comp["standard_offset"].as_u64().map(|o| o as u32),
+                std_off,
+                "{f:?}"
+            );
+        }
+        assert_eq!(
+            comp["compacted_offset"].as_u64().map(|o| o as u32),
+            layout.offset(f),
+            "compacted offset of {f:?}"
+        );
+    }
     v
+}
+
+/// Leaf 0xD of KVM's supported CPUID, through the xstate crate.
+fn kvm_xsave_info() -> xstate::XsaveInfo {
+    let kvm = kvm_ioctls::Kvm::new().unwrap();
+    let cpuid = kvm
+        .get_supported_cpuid(kvm_bindings::KVM_MAX_CPUID_ENTRIES)
+        .unwrap();
+    xstate::XsaveInfo::from_kvm_cpuid(&cpuid).unwrap()
 }
 
 #[test]
@@ -71,8 +133,19 @@ fn boots_with_x87_sse_only() {
         .iter()
         .map(|f| f.as_str().unwrap())
         .collect();
-    if hex(&v["kvm_xfeatures"]) & 0x4 != 0 {
-        assert!(hidden.contains(&"avx"), "{hidden:?}");
+    // ... where KVM offered it (kvm_pvm's supported table has no AVX flag).
+    let kvm = kvm_ioctls::Kvm::new().unwrap();
+    let supported = kvm
+        .get_supported_cpuid(kvm_bindings::KVM_MAX_CPUID_ENTRIES)
+        .unwrap();
+    let offers_avx = supported
+        .as_slice()
+        .iter()
+        .any(|e| e.function == 1 && e.ecx & (1 << 28) != 0);
+    assert_eq!(hidden.contains(&"avx"), offers_avx, "{hidden:?}");
+    // Where KVM ignores the table the VMM says what leaks through.
+    if v["kvm_cpuid_honored"] == false {
+        assert!(!v["exposed_despite_policy"].as_array().unwrap().is_empty() || !offers_avx);
     }
 }
 
@@ -109,7 +182,9 @@ fn invalid_masks_fail_before_boot() {
     // A bit KVM lacks: some component above what it supports.
     let (_, v) = vmm_json(&["run", "--workload", "none"]);
     let kvm = hex(&v["kvm_xfeatures"]);
-    let missing = [0x2e7u64, 0x602e7, 0x207].into_iter().find(|m| m & !kvm != 0);
+    let missing = [0x2e7u64, 0x602e7, 0x207]
+        .into_iter()
+        .find(|m| m & !kvm != 0);
     if let Some(m) = missing {
         let out = vmm(&["run", "--xfeatures", &format!("{m:#x}")]);
         assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
@@ -149,8 +224,8 @@ fn triple_fault_is_reported_with_registers() {
     if !kvm_or_skip("triple_fault_is_reported_with_registers") {
         return;
     }
-    // int3 with an empty IDT: #BP -> #GP -> #DF -> shutdown.
-    let path = temp_file("int3.elf", &tiny_pvh_elf(&[0xcc], true));
+    // ud2 with an empty IDT: #UD -> #DF -> shutdown.
+    let path = temp_file("ud2.elf", &tiny_pvh_elf(&[0x0f, 0x0b], true));
     let (out, v) = vmm_json(&["run", "--kernel", path.to_str().unwrap(), "--timeout", "20"]);
     let _ = std::fs::remove_file(&path);
     assert_eq!(out.status.code(), Some(65), "{v:#}");
@@ -160,12 +235,15 @@ fn triple_fault_is_reported_with_registers() {
     assert!(v["crash"]["registers"]["regs"]["rip"].is_u64());
 
     // The table says the same.
-    let path = temp_file("int3b.elf", &tiny_pvh_elf(&[0xcc], true));
+    let path = temp_file("ud2b.elf", &tiny_pvh_elf(&[0x0f, 0x0b], true));
     let out = vmm(&["run", "--kernel", path.to_str().unwrap(), "--timeout", "20"]);
     let _ = std::fs::remove_file(&path);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(65));
-    assert!(text.contains("triple-faulted") && text.contains("rip"), "{text}");
+    assert!(
+        text.contains("triple-faulted") && text.contains("rip"),
+        "{text}"
+    );
 }
 
 #[test]

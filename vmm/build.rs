@@ -13,7 +13,8 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn main() {
-    let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
+    let manifest_dir =
+        PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
     let root = manifest_dir.parent().expect("workspace root").to_path_buf();
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     let target_dir = out_dir.join("guest-target");
@@ -23,14 +24,20 @@ fn main() {
     // embedded one.
     println!("cargo:rerun-if-env-changed=VMM_GUEST_KERNEL_PREBUILT");
     if let Some(prebuilt) = env::var_os("VMM_GUEST_KERNEL_PREBUILT") {
-        println!("cargo:rustc-env=VMM_GUEST_KERNEL={}", PathBuf::from(prebuilt).display());
+        println!(
+            "cargo:rustc-env=VMM_GUEST_KERNEL={}",
+            PathBuf::from(prebuilt).display()
+        );
         return;
     }
 
     for dir in ["guest", "xstate/src", "xstate/Cargo.toml"] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
-    println!("cargo:rerun-if-changed={}", root.join("Cargo.lock").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        root.join("Cargo.lock").display()
+    );
 
     let mut cmd = Command::new(cargo);
     cmd.current_dir(&root)

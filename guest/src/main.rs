@@ -15,11 +15,11 @@ mod kernel;
 use guest::protocol;
 
 use core::fmt::Write;
+use guest::workloads::{self, CpuFeatures, Selection};
 use kernel::pvh::BootInfo;
 use kernel::serial::Console;
 use kernel::{arena, boot, cpu, report, syscall};
 use protocol::{fixed_str, Cmdline, ExitStatus, Report, SkipRecord, FAULT_KINDS};
-use guest::workloads::{self, CpuFeatures, Selection};
 use xstate::XfeatureMask;
 
 #[panic_handler]
@@ -159,7 +159,9 @@ fn apply_xfeatures(cmdline: &Cmdline, out: &mut Console) -> Result<(), &'static 
     if target == current {
         return Ok(());
     }
-    if let Err(e) = XfeatureMask::from_bits(target).validate_xcr0(XfeatureMask::from_bits(supported)) {
+    if let Err(e) =
+        XfeatureMask::from_bits(target).validate_xcr0(XfeatureMask::from_bits(supported))
+    {
         let _ = writeln!(
             out,
             "guest: xfeatures={policy:#x} & CPUID {supported:#x} = {target:#x} is no valid XCR0: {e}"

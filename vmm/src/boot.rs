@@ -14,7 +14,10 @@ use linux_loader::loader::KernelLoader;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 
 use crate::error::{Error, Result};
-use crate::memory::{BOOT_GDT_ADDR, CMDLINE_ADDR, CMDLINE_MAX, EBDA_START, HIGHMEM_START, MEMMAP_ADDR, START_INFO_ADDR};
+use crate::memory::{
+    BOOT_GDT_ADDR, CMDLINE_ADDR, CMDLINE_MAX, EBDA_START, HIGHMEM_START, MEMMAP_ADDR,
+    START_INFO_ADDR,
+};
 
 const XEN_HVM_START_MAGIC: u32 = 0x336e_c578;
 const E820_RAM: u32 = 1;
@@ -55,7 +58,9 @@ pub fn load_kernel(mem: &GuestMemoryMmap, image: &[u8], name: &str) -> Result<Lo
             entry: entry.0,
             end: result.kernel_end,
         }),
-        other => Err(bad(format!("no usable PVH entry note (XEN_ELFNOTE_PHYS32_ENTRY): {other}"))),
+        other => Err(bad(format!(
+            "no usable PVH entry note (XEN_ELFNOTE_PHYS32_ENTRY): {other}"
+        ))),
     }
 }
 
@@ -128,11 +133,20 @@ fn segment(selector: u16, type_: u8) -> kvm_segment {
 
 /// Pack a segment into an 8-byte GDT descriptor.
 fn descriptor(seg: &kvm_segment) -> u64 {
-    let limit = if seg.g == 1 { seg.limit >> 12 } else { seg.limit } as u64;
+    let limit = if seg.g == 1 {
+        seg.limit >> 12
+    } else {
+        seg.limit
+    } as u64;
     let base = seg.base;
-    let access =
-        (seg.type_ as u64) | ((seg.s as u64) << 4) | ((seg.dpl as u64) << 5) | ((seg.present as u64) << 7);
-    let flags = ((seg.avl as u64) << 0) | ((seg.l as u64) << 1) | ((seg.db as u64) << 2) | ((seg.g as u64) << 3);
+    let access = (seg.type_ as u64)
+        | ((seg.s as u64) << 4)
+        | ((seg.dpl as u64) << 5)
+        | ((seg.present as u64) << 7);
+    let flags = ((seg.avl as u64) << 0)
+        | ((seg.l as u64) << 1)
+        | ((seg.db as u64) << 2)
+        | ((seg.g as u64) << 3);
     (limit & 0xffff)
         | ((base & 0xff_ffff) << 16)
         | (access << 40)
@@ -198,7 +212,13 @@ mod tests {
     #[test]
     fn flat_code_descriptor() {
         // The classic flat 32-bit code descriptor.
-        assert_eq!(descriptor(&segment(CODE_SELECTOR, 0xb)), 0x00cf_9b00_0000_ffff);
-        assert_eq!(descriptor(&segment(DATA_SELECTOR, 0x3)), 0x00cf_9300_0000_ffff);
+        assert_eq!(
+            descriptor(&segment(CODE_SELECTOR, 0xb)),
+            0x00cf_9b00_0000_ffff
+        );
+        assert_eq!(
+            descriptor(&segment(DATA_SELECTOR, 0x3)),
+            0x00cf_9300_0000_ffff
+        );
     }
 }

@@ -44,7 +44,14 @@ const PKRU: u64 = 1 << 9;
 const AMX: u64 = (1 << 17) | (1 << 18);
 const APX: u64 = 1 << 19;
 
-const fn flag(leaf: u32, subleaf: u32, reg: Reg, bit: u32, name: &'static str, needs: u64) -> GatedFlag {
+const fn flag(
+    leaf: u32,
+    subleaf: u32,
+    reg: Reg,
+    bit: u32,
+    name: &'static str,
+    needs: u64,
+) -> GatedFlag {
     GatedFlag {
         leaf,
         subleaf,
@@ -121,7 +128,8 @@ pub struct KvmXstate {
 
 impl KvmXstate {
     pub fn from_supported(supported: &CpuId) -> Result<Self> {
-        let info = XsaveInfo::from_kvm_cpuid(supported).map_err(|e| Error::KvmCpuid(e.to_string()))?;
+        let info =
+            XsaveInfo::from_kvm_cpuid(supported).map_err(|e| Error::KvmCpuid(e.to_string()))?;
         Ok(Self { info })
     }
 
@@ -192,7 +200,12 @@ pub struct GuestCpuid {
 /// `xcr0` must already be valid for `kvm` (see [`validate_policy`]). `tsc_khz`
 /// is published in the hypervisor timing leaf when non-zero so the guest can
 /// convert cycles to time without calibrating.
-pub fn guest_cpuid(supported: &CpuId, kvm: &KvmXstate, xcr0: XfeatureMask, tsc_khz: u32) -> Result<GuestCpuid> {
+pub fn guest_cpuid(
+    supported: &CpuId,
+    kvm: &KvmXstate,
+    xcr0: XfeatureMask,
+    tsc_khz: u32,
+) -> Result<GuestCpuid> {
     let mut cpuid = supported.clone();
     let masked = kvm.supported_xcr0().bits() & !xcr0.bits();
 
@@ -305,7 +318,11 @@ fn publish_tsc_khz(cpuid: &mut CpuId, tsc_khz: u32) -> Result<()> {
 
 /// Parse `--xfeatures` and check it against what KVM supports, before any VM
 /// exists. `None` means everything KVM supports.
-pub fn validate_policy(spec: Option<&str>, kvm: &KvmXstate, supported: &CpuId) -> Result<XfeatureMask> {
+pub fn validate_policy(
+    spec: Option<&str>,
+    kvm: &KvmXstate,
+    supported: &CpuId,
+) -> Result<XfeatureMask> {
     let host = kvm.supported_xcr0();
     // Leaf 0xD is the authority on XSAVE support: some KVMs (kvm_pvm) clear
     // CPUID.1:ECX.XSAVE in the supported table yet enumerate leaf 0xD and
@@ -314,12 +331,14 @@ pub fn validate_policy(spec: Option<&str>, kvm: &KvmXstate, supported: &CpuId) -
         || entry(supported, 1, 0).is_some_and(|e| e.ecx & CPUID1_ECX_XSAVE != 0);
     if !xsave {
         return Err(Error::Policy(
-            "KVM does not offer XSAVE (CPUID.1:ECX.XSAVE clear): no xfeature mask can be set".into(),
+            "KVM does not offer XSAVE (CPUID.1:ECX.XSAVE clear): no xfeature mask can be set"
+                .into(),
         ));
     }
     let mask = match spec {
         None => host,
-        Some(s) => XfeatureMask::parse(s, host).map_err(|e| Error::Policy(format!("--xfeatures {s:?}: {e}")))?,
+        Some(s) => XfeatureMask::parse(s, host)
+            .map_err(|e| Error::Policy(format!("--xfeatures {s:?}: {e}")))?,
     };
     mask.validate_xcr0(host).map_err(|e| {
         Error::Policy(format!(

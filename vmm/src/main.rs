@@ -12,7 +12,11 @@ use vmm::vm::{self, KernelImage, RunConfig};
 use xstate::InitMode;
 
 #[derive(Parser)]
-#[command(name = "vmm", version, about = "A minimal KVM VMM that owns its guest's XCR0 and xsave state")]
+#[command(
+    name = "vmm",
+    version,
+    about = "A minimal KVM VMM that owns its guest's XCR0 and xsave state"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -96,7 +100,11 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
         },
         cmdline: words.join(" "),
         // Keep stdout for the JSON object alone.
-        serial: if args.json { SerialSink::Stderr } else { SerialSink::Stdout },
+        serial: if args.json {
+            SerialSink::Stderr
+        } else {
+            SerialSink::Stdout
+        },
         timeout,
     };
     let outcome = vm::run(config)?;
@@ -109,7 +117,10 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
         }
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&summary).map_err(|e| vmm::Error::Guest(e.to_string()))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&summary).map_err(|e| vmm::Error::Guest(e.to_string()))?
+        );
     } else {
         print!("{}", summary.to_table());
     }

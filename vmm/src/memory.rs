@@ -57,7 +57,8 @@ pub fn create(vm: &VmFd, mib: u64) -> Result<GuestMemoryMmap> {
         // SAFETY: the region is a live anonymous mapping owned by `mem`, which
         // the caller keeps alive for as long as the VM can run; KVM only
         // accesses it through the guest.
-        unsafe { vm.set_user_memory_region(kvm_region) }.map_err(Error::kvm("KVM_SET_USER_MEMORY_REGION"))?;
+        unsafe { vm.set_user_memory_region(kvm_region) }
+            .map_err(Error::kvm("KVM_SET_USER_MEMORY_REGION"))?;
     }
     Ok(mem)
 }

@@ -13,13 +13,20 @@ use crate::report::{result_rows, ResultRow};
 /// Run `list` (the `--workload` syntax) on the host with every variant the
 /// host CPU and OS allow, and return the rows.
 pub fn run_native(list: &str, tsc_khz: u64) -> Result<Vec<ResultRow>> {
-    let sel = Selection::parse(list).map_err(|e| Error::Policy(format!("--workload {list:?}: {e}")))?;
+    let sel =
+        Selection::parse(list).map_err(|e| Error::Policy(format!("--workload {list:?}: {e}")))?;
     if sel.is_empty() {
         return Ok(Vec::new());
     }
     let mut scratch = vec![0u8; workloads::scratch_bytes(&sel)];
     let mut report = Box::new(Report::new());
-    workloads::run(&sel, &CpuFeatures::detect(), tsc_khz, &mut scratch, &mut report);
+    workloads::run(
+        &sel,
+        &CpuFeatures::detect(),
+        tsc_khz,
+        &mut scratch,
+        &mut report,
+    );
     Ok(result_rows(&report, tsc_khz))
 }
 
@@ -42,7 +49,15 @@ pub fn attach_ratios(guest: &mut [ResultRow], native: &[ResultRow]) {
 /// its output cannot be read.
 pub fn openssl_aes_128_cbc_8192(seconds: u32) -> Option<f64> {
     let out = Command::new("openssl")
-        .args(["speed", "-elapsed", "-evp", "aes-128-cbc", "-bytes", "8192", "-seconds"])
+        .args([
+            "speed",
+            "-elapsed",
+            "-evp",
+            "aes-128-cbc",
+            "-bytes",
+            "8192",
+            "-seconds",
+        ])
         .arg(seconds.to_string())
         .output()
         .ok()?;
@@ -55,10 +70,11 @@ pub fn openssl_aes_128_cbc_8192(seconds: u32) -> Option<f64> {
 /// Read the last figure of the `aes-128-cbc` row: openssl prints thousands
 /// of bytes per second with a `k` suffix.
 fn parse_openssl_speed(text: &str) -> Option<f64> {
-    let line = text
-        .lines()
-        .rev()
-        .find(|l| l.trim_start().to_ascii_lowercase().starts_with("aes-128-cbc"))?;
+    let line = text.lines().rev().find(|l| {
+        l.trim_start()
+            .to_ascii_lowercase()
+            .starts_with("aes-128-cbc")
+    })?;
     let last = line.split_whitespace().last()?;
     let kbs: f64 = last.trim_end_matches('k').parse().ok()?;
     Some(kbs * 1000.0 / 1e6)

@@ -12,6 +12,8 @@
 //! | `policy_xfeatures` | the mask the guest's CPUID offered (hex string) |
 //! | `policy_xfeatures_names` | the same as component names |
 //! | `kvm_xfeatures` | what KVM supports (hex string) |
+//! | `kvm_cpuid_honored`, `kvm_cpuid_xfeatures`, `kvm_cpuid_standard_size`, `exposed_despite_policy` | the CPUID table KVM holds after `KVM_SET_CPUID2`, read back: whether it kept the policy (kvm_pvm does not), its leaf 0xD.0 mask and ECX, and the flags the guest sees although the policy masks their state |
+//! | `final_xcr0` | XCR0 as KVM holds it at the end of the run (`KVM_GET_XCRS`) |
 //! | `init_xstate` | `minimal` or `all` |
 //! | `standard_size`, `compacted_size` | xsave sizes for the policy |
 //! | `guest_cpuid` | the guest's view of leaf 0xD: supported mask, sizes, per-component size/offset |
@@ -150,6 +152,8 @@ pub struct RunSummary {
     pub kvm_cpuid_honored: Option<bool>,
     /// Leaf 0xD.0 EDX:EAX as KVM holds it after KVM_SET_CPUID2.
     pub kvm_cpuid_xfeatures: Option<String>,
+    /// Leaf 0xD.0 ECX as KVM holds it after KVM_SET_CPUID2.
+    pub kvm_cpuid_standard_size: Option<u32>,
     /// Flags the guest sees although the policy masks their state.
     pub exposed_despite_policy: Vec<&'static str>,
     pub final_xcr0: Option<String>,
@@ -171,15 +175,21 @@ pub struct RunSummary {
 /// Exception mnemonic for a vector.
 pub fn vector_mnemonic(v: u32) -> &'static str {
     const NAMES: [&str; 22] = [
-        "#DE", "#DB", "NMI", "#BP", "#OF", "#BR", "#UD", "#NM", "#DF", "#CSO", "#TS", "#NP", "#SS", "#GP", "#PF",
-        "#15", "#MF", "#AC", "#MC", "#XM", "#VE", "#CP",
+        "#DE", "#DB", "NMI", "#BP", "#OF", "#BR", "#UD", "#NM", "#DF", "#CSO", "#TS", "#NP", "#SS",
+        "#GP", "#PF", "#15", "#MF", "#AC", "#MC", "#XM", "#VE", "#CP",
     ];
     NAMES.get(v as usize).copied().unwrap_or("#??")
 }
 
 fn xsave_variants(features: u32) -> Vec<&'static str> {
     let mut v = vec!["xsave"];
-    for (bit, name) in [(0, "xsaveopt"), (1, "xsavec"), (2, "xgetbv1"), (3, "xsaves"), (4, "xfd")] {
+    for (bit, name) in [
+        (0, "xsaveopt"),
+        (1, "xsavec"),
+        (2, "xgetbv1"),
+        (3, "xsaves"),
+        (4, "xfd"),
+    ] {
         if features & (1 << bit) != 0 {
             v.push(name);
         }
@@ -211,7 +221,8 @@ pub fn result_rows(report: &Report, tsc_khz: u64) -> Vec<ResultRow> {
                 check: if r.check == 1 { "pass" } else { "fail" },
                 cycles: r.cycles,
                 seconds,
-                residual: (r.unit == WorkUnit::Flops as u32 && r.residual != 0.0).then_some(r.residual),
+                residual: (r.unit == WorkUnit::Flops as u32 && r.residual != 0.0)
+                    .then_some(r.residual),
                 native_ratio: None,
             }
         })
@@ -222,7 +233,10 @@ impl RunSummary {
     pub fn new(outcome: &RunOutcome) -> Self {
         let p = &outcome.policy;
         let report = outcome.report.as_deref();
-        let tsc_khz = report.map(|r| r.tsc_khz).filter(|&k| k != 0).unwrap_or(outcome.tsc_khz);
+        let tsc_khz = report
+            .map(|r| r.tsc_khz)
+            .filter(|&k| k != 0)
+            .unwrap_or(outcome.tsc_khz);
         let (exit_status, exit_reason, exit_description, process_exit, crash) = match &outcome.end {
             RunEnd::Exited(s) => {
                 let desc = ExitStatus::from_u32(*s)
@@ -243,7 +257,10 @@ impl RunSummary {
             RunEnd::TimedOut(d) => (
                 None,
                 "timed_out",
-                format!("the guest ran longer than {:.1} s and was stopped", d.as_secs_f64()),
+                format!(
+                    "the guest ran longer than {:.1} s and was stopped",
+                    d.as_secs_f64()
+                ),
                 EXIT_TIMEOUT,
                 None,
             ),
@@ -289,7 +306,9 @@ impl RunSummary {
             exit_description,
             guest_xcr0: report.map(|r| hex(r.xcr0)),
             guest_xcr0_hardware: report.map(|r| hex(r.xcr0_hardware)),
-            guest_xinuse: report.filter(|r| r.cpuid_xsave_features & 4 != 0).map(|r| hex(r.xinuse)),
+            guest_xinuse: report
+                .filter(|r| r.cpuid_xsave_features & 4 != 0)
+                .map(|r| hex(r.xinuse)),
             policy_xfeatures: hex(p.xcr0.bits()),
             policy_xfeatures_names: p.xcr0.to_string(),
             kvm_xfeatures: hex(p.kvm_xcr0.bits()),
@@ -299,6 +318,7 @@ impl RunSummary {
             hidden_cpuid_flags: p.hidden_flags.clone(),
             kvm_cpuid_honored: p.cpuid_check.as_ref().map(|c| c.honored),
             kvm_cpuid_xfeatures: p.cpuid_check.as_ref().map(|c| hex(c.effective_xcr0.bits())),
+            kvm_cpuid_standard_size: p.cpuid_check.as_ref().map(|c| c.effective_standard_size),
             exposed_despite_policy: p
                 .cpuid_check
                 .as_ref()
@@ -355,7 +375,11 @@ impl RunSummary {
             self.policy_xfeatures, self.policy_xfeatures_names
         );
         if !self.hidden_cpuid_flags.is_empty() {
-            let _ = writeln!(s, "  hidden flags      {}", self.hidden_cpuid_flags.join(" "));
+            let _ = writeln!(
+                s,
+                "  hidden flags      {}",
+                self.hidden_cpuid_flags.join(" ")
+            );
         }
         if self.kvm_cpuid_honored == Some(false) {
             let _ = writeln!(
@@ -364,7 +388,11 @@ impl RunSummary {
                 self.kvm_cpuid_xfeatures.as_deref().unwrap_or("-")
             );
             if !self.exposed_despite_policy.is_empty() {
-                let _ = writeln!(s, "  exposed anyway    {}", self.exposed_despite_policy.join(" "));
+                let _ = writeln!(
+                    s,
+                    "  exposed anyway    {}",
+                    self.exposed_despite_policy.join(" ")
+                );
             }
         }
         let _ = writeln!(
@@ -394,7 +422,11 @@ impl RunSummary {
                 c.computed_compacted_size
             );
             let _ = writeln!(s, "  XSAVE variants    {}", c.xsave_variants.join(" "));
-            let _ = writeln!(s, "  {:<3} {:<12} {:>6} {:>9} {:>10}", "id", "component", "size", "standard", "compacted");
+            let _ = writeln!(
+                s,
+                "  {:<3} {:<12} {:>6} {:>9} {:>10}",
+                "id", "component", "size", "standard", "compacted"
+            );
             for r in &c.components {
                 let _ = writeln!(
                     s,
@@ -403,7 +435,9 @@ impl RunSummary {
                     r.name,
                     r.size,
                     r.standard_offset,
-                    r.compacted_offset.map(|o| o.to_string()).unwrap_or_else(|| "-".into())
+                    r.compacted_offset
+                        .map(|o| o.to_string())
+                        .unwrap_or_else(|| "-".into())
                 );
             }
         }
@@ -430,12 +464,17 @@ impl RunSummary {
                     v,
                     unit,
                     r.check,
-                    r.native_ratio.map(|x| format!("{x:.3}")).unwrap_or_else(|| "-".into())
+                    r.native_ratio
+                        .map(|x| format!("{x:.3}"))
+                        .unwrap_or_else(|| "-".into())
                 );
             }
         }
         if let Some(o) = self.openssl_aes_128_cbc_mb_per_s {
-            let _ = writeln!(s, "  host openssl speed -evp aes-128-cbc (8192 B): {o:.0} MB/s");
+            let _ = writeln!(
+                s,
+                "  host openssl speed -evp aes-128-cbc (8192 B): {o:.0} MB/s"
+            );
         }
         for sk in &self.skipped {
             let _ = writeln!(s, "  skipped {} {}: {}", sk.name, sk.variant, sk.reason);
@@ -457,7 +496,9 @@ impl RunSummary {
         let _ = writeln!(
             s,
             "exit: {} ({}), {} exits, setup {:.1} ms, run {:.1} ms",
-            self.exit_status.map(|v| v.to_string()).unwrap_or_else(|| "-".into()),
+            self.exit_status
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "-".into()),
             self.exit_description,
             self.exits,
             self.timing_ms.setup,

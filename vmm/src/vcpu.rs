@@ -40,7 +40,8 @@ pub fn configure_boot_vcpu(
 
     let mut sregs = vcpu.get_sregs().map_err(Error::kvm("KVM_GET_SREGS"))?;
     let regs = boot::setup_vcpu_regs(mem, &mut sregs, kernel)?;
-    vcpu.set_sregs(&sregs).map_err(Error::kvm("KVM_SET_SREGS"))?;
+    vcpu.set_sregs(&sregs)
+        .map_err(Error::kvm("KVM_SET_SREGS"))?;
     vcpu.set_regs(&regs).map_err(Error::kvm("KVM_SET_REGS"))?;
 
     set_xcr0(vcpu, XCR0_RESET)?;
@@ -51,7 +52,8 @@ pub fn configure_boot_vcpu(
 
 /// The standard-format image a vCPU starts with for this XCR0.
 pub fn initial_image(info: &XsaveInfo, xcr0: XfeatureMask, init: InitMode) -> Result<XsaveBuf> {
-    XsaveBuf::init(info, xcr0, init).map_err(|e| Error::Xstate(format!("initial xsave image for {xcr0:#x}: {e}")))
+    XsaveBuf::init(info, xcr0, init)
+        .map_err(|e| Error::Xstate(format!("initial xsave image for {xcr0:#x}: {e}")))
 }
 
 /// Set XCR0 with `KVM_SET_XCRS`.
@@ -126,7 +128,8 @@ pub fn get_xsave(vcpu: &VcpuFd, len: usize, xsave2_size: usize) -> Result<Vec<u8
 
 fn new_xsave2(xsave2_size: usize) -> Result<Xsave> {
     let words = (xsave2_size.saturating_sub(KVM_XSAVE_LEGACY_SIZE)).div_ceil(4);
-    Xsave::new(words).map_err(|e| Error::Xstate(format!("allocating a {xsave2_size}-byte kvm_xsave2: {e:?}")))
+    Xsave::new(words)
+        .map_err(|e| Error::Xstate(format!("allocating a {xsave2_size}-byte kvm_xsave2: {e:?}")))
 }
 
 fn copy_into_words(words: &mut [u32], bytes: &[u8]) {

@@ -100,7 +100,10 @@ pub enum RunEnd {
     /// The guest wrote this to the debug-exit port.
     Exited(u32),
     /// The guest crashed or KVM refused to go on.
-    Crashed { reason: String, dump: Box<RegisterDump> },
+    Crashed {
+        reason: String,
+        dump: Box<RegisterDump>,
+    },
     /// The run exceeded its time limit.
     TimedOut(Duration),
 }
@@ -134,7 +137,12 @@ pub struct RunOutcome {
 }
 
 /// Check a policy against KVM without creating a VM.
-pub fn resolve_policy(host: &HostKvm, xfeatures: Option<&str>, init: InitMode, tsc_khz: u32) -> Result<(Policy, GuestCpuid)> {
+pub fn resolve_policy(
+    host: &HostKvm,
+    xfeatures: Option<&str>,
+    init: InitMode,
+    tsc_khz: u32,
+) -> Result<(Policy, GuestCpuid)> {
     let xcr0 = cpuid::validate_policy(xfeatures, &host.xstate, &host.supported_cpuid)?;
     let guest = cpuid::guest_cpuid(&host.supported_cpuid, &host.xstate, xcr0, tsc_khz)?;
     let policy = Policy {
@@ -155,14 +163,19 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
     let start = Instant::now();
     let host = HostKvm::open()?;
     // Validate the policy first: an invalid mask never creates a VM.
-    let xcr0 = cpuid::validate_policy(config.xfeatures.as_deref(), &host.xstate, &host.supported_cpuid)?;
+    let xcr0 = cpuid::validate_policy(
+        config.xfeatures.as_deref(),
+        &host.xstate,
+        &host.supported_cpuid,
+    )?;
     // The policy also travels on the command line: where KVM ignores the
     // CPUID table (kvm_pvm) our guest still limits XCR0 to it.
     let cmdline = with_xfeatures_hint(&config.cmdline, xcr0);
 
     let vm = host.kvm.create_vm().map_err(Error::kvm("KVM_CREATE_VM"))?;
     // Intel VMX needs these three pages for real-mode emulation; harmless elsewhere.
-    vm.set_tss_address(0xfffb_d000).map_err(Error::kvm("KVM_SET_TSS_ADDR"))?;
+    vm.set_tss_address(0xfffb_d000)
+        .map_err(Error::kvm("KVM_SET_TSS_ADDR"))?;
     let mem = memory::create(&vm, config.mem_mib)?;
     let kernel = boot::load_kernel(&mem, &config.kernel.bytes, &config.kernel.name)?;
     boot::write_boot_info(&mem, &cmdline)?;
@@ -171,7 +184,12 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
     // guest converts cycles to time without calibrating.
     let vcpu = vm.create_vcpu(0).map_err(Error::kvm("KVM_CREATE_VCPU"))?;
     let tsc_khz = vcpu.get_tsc_khz().unwrap_or(0);
-    let (mut policy, guest_cpuid) = resolve_policy(&host, config.xfeatures.as_deref(), config.init_xstate, tsc_khz)?;
+    let (mut policy, guest_cpuid) = resolve_policy(
+        &host,
+        config.xfeatures.as_deref(),
+        config.init_xstate,
+        tsc_khz,
+    )?;
     let check = vcpu::configure_boot_vcpu(
         &vcpu,
         &mem,
@@ -220,7 +238,10 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
 
 /// Append `xfeatures=MASK` (see `guest::protocol`) unless the caller set one.
 fn with_xfeatures_hint(cmdline: &str, xcr0: XfeatureMask) -> String {
-    if cmdline.split_whitespace().any(|w| w.starts_with("xfeatures=")) {
+    if cmdline
+        .split_whitespace()
+        .any(|w| w.starts_with("xfeatures="))
+    {
         return cmdline.to_string();
     }
     let hint = format!("xfeatures={:#x}", xcr0.bits());
@@ -324,8 +345,12 @@ impl VcpuRunner {
                     continue;
                 }
                 Err(e) => format!("KVM_RUN failed: {e}"),
-                Ok(VcpuExit::Hlt) => "the guest halted (HLT) with no interrupt source to wake it".to_string(),
-                Ok(VcpuExit::Shutdown) => "the guest triple-faulted (KVM_EXIT_SHUTDOWN)".to_string(),
+                Ok(VcpuExit::Hlt) => {
+                    "the guest halted (HLT) with no interrupt source to wake it".to_string()
+                }
+                Ok(VcpuExit::Shutdown) => {
+                    "the guest triple-faulted (KVM_EXIT_SHUTDOWN)".to_string()
+                }
                 Ok(VcpuExit::FailEntry(reason, cpu)) => {
                     format!("KVM_EXIT_FAIL_ENTRY: hardware entry failure reason {reason:#x} on cpu {cpu}")
                 }

@@ -1,0 +1,34 @@
+//! The `vmm` command line itself: help, and refusals that need no KVM.
+//! (The end-to-end tests live in the workspace's `tests/`; this file also
+//! makes `cargo test --workspace` build the `vmm` binary they run.)
+
+use std::process::Command;
+
+fn vmm(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_vmm"))
+        .args(args)
+        .output()
+        .expect("cannot start vmm")
+}
+
+#[test]
+fn help_lists_the_subcommands() {
+    let out = vmm(&["--help"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("run"), "{text}");
+}
+
+#[test]
+fn bad_workload_list_is_refused_before_boot() {
+    let out = vmm(&["run", "--workload", "aes,bogus"]);
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--workload"), "{err}");
+}
+
+#[test]
+fn unknown_option_is_a_usage_error() {
+    let out = vmm(&["run", "--no-such-option"]);
+    assert_eq!(out.status.code(), Some(2));
+}
