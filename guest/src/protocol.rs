@@ -9,6 +9,12 @@
 //! | 0x3f8 | 8     | out       | COM1 8250 UART: the human-readable report (QEMU and `vmm` alike) |
 //! | 0xf4  | 32    | out       | debug exit: the guest is done, the value is its [`ExitStatus`] |
 //! | 0xf8  | 32    | out       | report: guest-physical address (< 4 GiB) of a [`Report`] |
+//! | 0xf0  | 32    | out       | exit benchmark target: the VMM decodes the exit and does nothing else |
+//! | 0xf1  | 32    | out       | benchmark marker: [`MARK_END`] \| result index; the VMM timestamps rows |
+//! | 0xf2  | 32    | out       | xstate edit request: the VMM sets XMM(value & 15) to [`xmm_edit_pattern`] through its xstate manager |
+//!
+//! and one guest-physical address: [`BENCH_MMIO_ADDR`], unbacked, where a
+//! 32-bit store is an MMIO exit the VMM ignores.
 //!
 //! QEMU's `isa-debug-exit` turns a write of `v` into the process exit code
 //! `(v << 1) | 1`; `vmm` uses `v` itself as the run's exit status.
@@ -20,6 +26,8 @@
 //! |------|---------|
 //! | `quiet` | do not print the report on the serial console (the VMM prints it from the record) |
 //! | `workload=LIST` | comma-separated workloads to run (`none`, `quick`, `aes`, `gemm`, `linpack`, `all`) |
+//! | `bench=LIST` | benchmarks and checks to run: `exits` (exit cost per kind and guest mode), `xstate-check` (registers survive exits bit for bit; a VMM-side XMM edit is seen), `ctxsw` (user-level context switch per XSAVE strategy) |
+//! | `exits=N` | exits per benchmark row (default 10000) |
 //! | `xfeatures=MASK` | hex XCR0 policy: the guest sets XCR0 = CPUID 0xD.0 mask & MASK. The VMM always passes it, because some KVMs (kvm_pvm) answer CPUID from the host whatever table the VMM set |
 //! | `fault=KIND` | testing: end the run with a deliberate CPU exception in the CPL3 task after the CPUID part of the report is filled (`ud`, `de`, `pf`, `gp`) |
 //! | `selftest` | testing: exercise the kernel's system calls and print what they returned |
@@ -36,6 +44,29 @@ pub const SERIAL_PORT: u16 = 0x3f8;
 pub const DEBUG_EXIT_PORT: u16 = 0xf4;
 /// A 32-bit write hands the VMM the guest-physical address of a [`Report`].
 pub const REPORT_PORT: u16 = 0xf8;
+
+/// Exit benchmark: the PIO target port.
+pub const BENCH_PIO_PORT: u16 = 0xf0;
+/// Benchmark markers: a write of `i` starts row `i` (its future index in
+/// [`Report::results`]), a write of `MARK_END | i` ends it.
+pub const MARK_PORT: u16 = 0xf1;
+/// Set in a [`MARK_PORT`] value that ends a row.
+pub const MARK_END: u32 = 0x8000_0000;
+/// A write of `r` asks the VMM to set XMM`r & 15` to [`xmm_edit_pattern`].
+pub const XSTATE_EDIT_PORT: u16 = 0xf2;
+/// Exit benchmark: an unbacked guest-physical address (MMIO exit).
+pub const BENCH_MMIO_ADDR: u64 = 0xd000_0000;
+
+/// What the VMM writes into XMM`reg` for an [`XSTATE_EDIT_PORT`] request.
+pub const fn xmm_edit_pattern(reg: u32) -> [u8; 16] {
+    let mut p = [0u8; 16];
+    let mut k = 0;
+    while k < 16 {
+        p[k] = 0xe0 ^ ((reg as u8 & 15) << 4) ^ k as u8;
+        k += 1;
+    }
+    p
+}
 
 /// "VMMGUEST", little-endian.
 pub const REPORT_MAGIC: u64 = u64::from_le_bytes(*b"VMMGUEST");

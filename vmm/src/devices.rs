@@ -4,7 +4,7 @@
 
 use std::io::Write;
 
-use guest::protocol::{Report, DEBUG_EXIT_PORT, REPORT_PORT, SERIAL_PORT};
+use guest::protocol::{Report, DEBUG_EXIT_PORT, MARK_PORT, REPORT_PORT, SERIAL_PORT, XSTATE_EDIT_PORT};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use vm_superio::{Serial, Trigger};
 
@@ -62,6 +62,10 @@ pub enum PortAction {
     Continue,
     /// The guest wrote its exit status.
     Exit(u32),
+    /// A benchmark marker (`guest::protocol::MARK_PORT`): timestamp it.
+    Mark(u32),
+    /// Set XMM`n` to `xmm_edit_pattern(n)` through the xstate manager.
+    EditXmm(u32),
 }
 
 /// The outcome of the guest handing over a report.
@@ -110,6 +114,8 @@ impl Devices {
                 PortAction::Continue
             }
             DEBUG_EXIT_PORT => PortAction::Exit(le_value(data)),
+            MARK_PORT => PortAction::Mark(le_value(data)),
+            XSTATE_EDIT_PORT => PortAction::EditXmm(le_value(data)),
             REPORT_PORT => {
                 let delivery = read_report(mem, le_value(data) as u64);
                 self.reports.push(delivery);

@@ -9,6 +9,7 @@ use vmm::devices::SerialSink;
 use vmm::native;
 use vmm::report::{RunSummary, EXIT_VMM_ERROR};
 use vmm::vm::{self, KernelImage, RunConfig};
+use vmm::xstate_manager::SyncPolicy;
 use xstate::InitMode;
 
 #[derive(Parser)]
@@ -26,6 +27,8 @@ struct Cli {
 enum Command {
     /// Boot a guest kernel (by default the embedded one) and print what it reports.
     Run(RunArgs),
+    /// Benchmarks that boot the guest several times and compare.
+    Bench(vmm::bench::BenchArgs),
     /// Compare guest-visible xstate: host CPU, KVM, policy, guest; host profiles.
     Features(vmm::features::FeaturesArgs),
 }
@@ -53,6 +56,9 @@ struct RunArgs {
     /// Initial XSTATE_BV of the vCPU.
     #[arg(long, value_enum, default_value = "minimal")]
     init_xstate: InitArg,
+    /// When the VMM moves the guest's xsave state across exits.
+    #[arg(long, value_enum, default_value = "lazy")]
+    xstate_sync: SyncPolicy,
     /// Workloads the guest runs: none, quick, aes, gemm, linpack, all (comma-separated).
     #[arg(long, value_name = "LIST", default_value = "quick")]
     workload: String,
@@ -106,6 +112,8 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
             SerialSink::Stdout
         },
         timeout,
+        xstate_sync: args.xstate_sync,
+        raw_loop: false,
     };
     let outcome = vm::run(config)?;
     let mut summary = RunSummary::new(&outcome);
@@ -131,6 +139,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run(args),
+        Command::Bench(args) => vmm::bench::main(args),
         Command::Features(args) => vmm::features::main(args),
     };
     match result {

@@ -22,6 +22,8 @@
 //! | `skipped` | workload variants not run: `name`, `variant`, `reason` |
 //! | `fault` | the CPU exception that ended the run, if any |
 //! | `crash` | reason and register dump when the guest crashed |
+//! | `exits` | exits to user space |
+//! | `xstate_sync`, `xstate_stats` | the xstate sync policy and its `fetches`, `writebacks`, `standard_bytes`, `compacted_bytes` |
 //! | `timing_ms` | `setup`, `run`: wall time of VM setup and of the guest's run |
 
 use std::fmt::Write as _;
@@ -32,6 +34,7 @@ use xstate::{InitMode, Xfeature, XfeatureMask};
 
 use crate::regs::RegisterDump;
 use crate::vm::{RunEnd, RunOutcome};
+use crate::xstate_manager::{SyncPolicy, SyncStats};
 
 /// Process exit status when the VMM itself failed before or while booting.
 pub const EXIT_VMM_ERROR: i32 = 64;
@@ -167,6 +170,9 @@ pub struct RunSummary {
     pub crash: Option<CrashView>,
     pub report_errors: Vec<String>,
     pub exits: u64,
+    /// The xstate sync policy and what it cost: KVM_GET/SET_XSAVE calls and bytes.
+    pub xstate_sync: SyncPolicy,
+    pub xstate_stats: SyncStats,
     pub timing_ms: Timing,
     #[serde(skip)]
     pub process_exit: i32,
@@ -345,6 +351,8 @@ impl RunSummary {
             crash,
             report_errors: outcome.report_errors.clone(),
             exits: outcome.exits.total,
+            xstate_sync: outcome.xstate_sync,
+            xstate_stats: outcome.xstate_stats,
             timing_ms: Timing {
                 setup: outcome.setup_time.as_secs_f64() * 1e3,
                 run: outcome.run_time.as_secs_f64() * 1e3,

@@ -6,7 +6,7 @@
 //! deliberately wrong `--init-xstate all` marks all of the policy's XCR0,
 //! reproducing the illumos bug where AVX upper state looked live to the CPU.
 
-use kvm_bindings::{kvm_xcr, kvm_xcrs, kvm_xsave, Xsave, KVM_MAX_CPUID_ENTRIES};
+use kvm_bindings::{kvm_xcr, kvm_xcrs, Xsave, KVM_MAX_CPUID_ENTRIES};
 use kvm_ioctls::VcpuFd;
 use vm_memory::GuestMemoryMmap;
 use xstate::{InitMode, XfeatureMask, XsaveBuf, XsaveInfo};
@@ -46,7 +46,7 @@ pub fn configure_boot_vcpu(
 
     set_xcr0(vcpu, XCR0_RESET)?;
     let image = initial_image(info, guest_cpuid.xcr0, init)?;
-    set_xsave(vcpu, image.as_bytes(), xsave2_size)?;
+    set_xsave(vcpu, &image, xsave2_size)?;
     Ok(check)
 }
 
@@ -84,64 +84,29 @@ pub fn get_xcr0(vcpu: &VcpuFd) -> Result<u64> {
 /// Write a standard-format xsave image: `KVM_SET_XSAVE` when it fits the
 /// legacy 4 KiB region, `KVM_SET_XSAVE2` sized by `KVM_CAP_XSAVE2` beyond
 /// (AMX tile data alone is 8 KiB; truncating it is how VMMs lose it).
-pub fn set_xsave(vcpu: &VcpuFd, image: &[u8], xsave2_size: usize) -> Result<()> {
-    if image.len() <= KVM_XSAVE_LEGACY_SIZE {
-        let mut xsave = kvm_xsave::default();
-        copy_into_words(&mut xsave.region, image);
-        // SAFETY: `xsave` is a full legacy `kvm_xsave` (4 KiB) and the guest's
-        // state fits in it, so KVM reads nothing past the end.
+pub fn set_xsave(vcpu: &VcpuFd, image: &XsaveBuf, xsave2_size: usize) -> Result<()> {
+    let refused = |e| Error::Xstate(format!("xsave image of {} bytes: {e}", image.len()));
+    if image.len() <= KVM_XSAVE_LEGACY_SIZE || xsave2_size <= KVM_XSAVE_LEGACY_SIZE {
+        let xsave = image.to_kvm_xsave().map_err(refused)?;
+        // SAFETY: `xsave` is a complete legacy `kvm_xsave` (4 KiB) and the
+        // image fits in it, so KVM reads nothing past its end.
         return unsafe { vcpu.set_xsave(&xsave) }.map_err(Error::kvm("KVM_SET_XSAVE"));
     }
-    if image.len() > xsave2_size {
-        return Err(Error::Xstate(format!(
-            "xsave image of {} bytes exceeds KVM_CAP_XSAVE2 ({xsave2_size} bytes)",
-            image.len()
-        )));
-    }
-    let mut xsave = new_xsave2(xsave2_size)?;
-    let (head, tail) = image.split_at(KVM_XSAVE_LEGACY_SIZE);
-    // SAFETY: the FAM wrapper owns `xsave2_size - 4096` bytes of `extra`,
-    // and `as_mut_fam_struct` only hands out the header we fill.
-    copy_into_words(unsafe { &mut xsave.as_mut_fam_struct().xsave.region }, head);
-    copy_into_words(xsave.as_mut_slice(), tail);
-    // SAFETY: `xsave` was allocated for the size KVM_CAP_XSAVE2 reported.
+    let xsave = image.to_kvm_xsave2(xsave2_size).map_err(refused)?;
+    // SAFETY: the wrapper holds the full size KVM_CAP_XSAVE2 reported.
     unsafe { vcpu.set_xsave2(&xsave) }.map_err(Error::kvm("KVM_SET_XSAVE2"))
 }
 
-/// Read the standard-format image of `len` bytes (the guest's standard size).
-pub fn get_xsave(vcpu: &VcpuFd, len: usize, xsave2_size: usize) -> Result<Vec<u8>> {
-    let mut out = vec![0u8; len];
-    if len <= KVM_XSAVE_LEGACY_SIZE || xsave2_size <= KVM_XSAVE_LEGACY_SIZE {
+/// Read the vCPU's standard-format image (`KVM_GET_XSAVE2` where the state
+/// can exceed 4 KiB).
+pub fn get_xsave(vcpu: &VcpuFd, xsave2_size: usize) -> Result<XsaveBuf> {
+    if xsave2_size <= KVM_XSAVE_LEGACY_SIZE {
         let xsave = vcpu.get_xsave().map_err(Error::kvm("KVM_GET_XSAVE"))?;
-        let n = len.min(KVM_XSAVE_LEGACY_SIZE);
-        copy_from_words(&mut out[..n], &xsave.region);
-        return Ok(out);
+        return Ok(XsaveBuf::from_kvm_xsave(&xsave));
     }
-    let mut xsave = new_xsave2(xsave2_size)?;
+    let mut xsave = Xsave::new(xstate::kvm::xsave2_fam_len(xsave2_size))
+        .map_err(|e| Error::Xstate(format!("allocating a {xsave2_size}-byte kvm_xsave2: {e:?}")))?;
     // SAFETY: `xsave` holds the full size KVM_CAP_XSAVE2 reported.
     unsafe { vcpu.get_xsave2(&mut xsave) }.map_err(Error::kvm("KVM_GET_XSAVE2"))?;
-    let (head, tail) = out.split_at_mut(KVM_XSAVE_LEGACY_SIZE);
-    copy_from_words(head, &xsave.as_fam_struct_ref().xsave.region);
-    copy_from_words(tail, xsave.as_slice());
-    Ok(out)
-}
-
-fn new_xsave2(xsave2_size: usize) -> Result<Xsave> {
-    let words = (xsave2_size.saturating_sub(KVM_XSAVE_LEGACY_SIZE)).div_ceil(4);
-    Xsave::new(words)
-        .map_err(|e| Error::Xstate(format!("allocating a {xsave2_size}-byte kvm_xsave2: {e:?}")))
-}
-
-fn copy_into_words(words: &mut [u32], bytes: &[u8]) {
-    for (w, chunk) in words.iter_mut().zip(bytes.chunks(4)) {
-        let mut b = [0u8; 4];
-        b[..chunk.len()].copy_from_slice(chunk);
-        *w = u32::from_le_bytes(b);
-    }
-}
-
-fn copy_from_words(bytes: &mut [u8], words: &[u32]) {
-    for (chunk, w) in bytes.chunks_mut(4).zip(words) {
-        chunk.copy_from_slice(&w.to_le_bytes()[..chunk.len()]);
-    }
+    Ok(XsaveBuf::from_kvm_xsave2(&xsave))
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use guest::protocol::Report;
+use guest::protocol::{xmm_edit_pattern, Report, DEBUG_EXIT_PORT, MARK_PORT};
 use kvm_ioctls::{VcpuExit, VcpuFd};
 use vm_memory::GuestMemoryMmap;
 use vmm_sys_util::signal::{register_signal_handler, Killable, SIGRTMIN};
@@ -20,6 +20,7 @@ use crate::kvm::HostKvm;
 use crate::memory;
 use crate::regs::RegisterDump;
 use crate::vcpu;
+use crate::xstate_manager::{SyncPolicy, SyncStats, XstateManager};
 
 /// A kernel image to boot, with a name for messages.
 #[derive(Clone)]
@@ -61,6 +62,11 @@ pub struct RunConfig {
     pub serial: SerialSink,
     /// Stop a guest that runs longer than this.
     pub timeout: Option<Duration>,
+    /// When the VMM moves the guest's xsave state.
+    pub xstate_sync: SyncPolicy,
+    /// Benchmark the raw limit: a loop that only re-enters the guest, with
+    /// no device model (markers and the exit port excepted).
+    pub raw_loop: bool,
 }
 
 impl Default for RunConfig {
@@ -73,6 +79,8 @@ impl Default for RunConfig {
             cmdline: String::new(),
             serial: SerialSink::Stdout,
             timeout: Some(Duration::from_secs(600)),
+            xstate_sync: SyncPolicy::Lazy,
+            raw_loop: false,
         }
     }
 }
@@ -131,6 +139,11 @@ pub struct RunOutcome {
     pub final_xcr0: Option<u64>,
     /// The guest's TSC rate (`KVM_GET_TSC_KHZ`), 0 when unknown.
     pub tsc_khz: u64,
+    /// Benchmark markers the guest wrote, with when (since the run began).
+    pub marks: Vec<(u32, Duration)>,
+    /// What the xstate manager did.
+    pub xstate_sync: SyncPolicy,
+    pub xstate_stats: SyncStats,
     /// Process-visible timings.
     pub setup_time: Duration,
     pub run_time: Duration,
@@ -208,6 +221,10 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
         mem,
         devices: Devices::new(config.serial),
         exits: ExitCounts::default(),
+        xstate: XstateManager::new(config.xstate_sync, host.xstate.info, policy.xcr0, host.xsave2_size),
+        marks: Vec::new(),
+        start: run_start,
+        raw: config.raw_loop,
     };
     let (runner, end) = run_with_timeout(runner, config.timeout)?;
     let run_time = run_start.elapsed();
@@ -231,6 +248,9 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
         unhandled_ports: runner.devices.unhandled_ports,
         final_xcr0,
         tsc_khz: tsc_khz as u64,
+        marks: runner.marks,
+        xstate_sync: config.xstate_sync,
+        xstate_stats: runner.xstate.stats(),
         setup_time,
         run_time,
     })
@@ -257,6 +277,10 @@ struct VcpuRunner {
     mem: GuestMemoryMmap,
     devices: Devices,
     exits: ExitCounts,
+    xstate: XstateManager,
+    marks: Vec<(u32, Duration)>,
+    start: Instant,
+    raw: bool,
 }
 
 extern "C" fn kick_handler(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {}
@@ -312,60 +336,112 @@ fn run_with_timeout(runner: VcpuRunner, timeout: Option<Duration>) -> Result<(Vc
 
 impl VcpuRunner {
     fn run_loop(&mut self, stop: &AtomicBool) -> Result<RunEnd> {
+        if self.raw {
+            return self.raw_loop(stop);
+        }
         loop {
             if stop.load(Ordering::Relaxed) {
                 return Ok(RunEnd::TimedOut(Duration::ZERO));
             }
+            self.xstate.before_run(&self.vcpu)?;
             let exit = self.vcpu.run();
-            self.exits.total += 1;
-            let crash = match exit {
+            let action = match exit {
                 Ok(VcpuExit::IoOut(port, data)) => {
                     self.exits.io += 1;
-                    match self.devices.port_write(&self.mem, port, data) {
-                        PortAction::Continue => continue,
-                        PortAction::Exit(status) => return Ok(RunEnd::Exited(status)),
-                    }
+                    self.devices.port_write(&self.mem, port, data)
                 }
                 Ok(VcpuExit::IoIn(port, data)) => {
                     self.exits.io += 1;
                     self.devices.port_read(port, data);
-                    continue;
+                    PortAction::Continue
                 }
                 Ok(VcpuExit::MmioRead(_, data)) => {
                     self.exits.mmio += 1;
                     data.fill(0xff);
-                    continue;
+                    PortAction::Continue
                 }
                 Ok(VcpuExit::MmioWrite(..)) => {
                     self.exits.mmio += 1;
-                    continue;
+                    PortAction::Continue
                 }
-                Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
-                    self.exits.total -= 1;
-                    continue;
+                Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => continue,
+                Err(e) => return Ok(self.crash(format!("KVM_RUN failed: {e}"))),
+                Ok(VcpuExit::InternalError) => {
+                    let reason = internal_error(&mut self.vcpu);
+                    return Ok(self.crash(reason));
                 }
-                Err(e) => format!("KVM_RUN failed: {e}"),
-                Ok(VcpuExit::Hlt) => {
-                    "the guest halted (HLT) with no interrupt source to wake it".to_string()
+                Ok(other) => {
+                    let reason = describe_fatal(&other);
+                    return Ok(self.crash(reason));
                 }
-                Ok(VcpuExit::Shutdown) => {
-                    "the guest triple-faulted (KVM_EXIT_SHUTDOWN)".to_string()
-                }
-                Ok(VcpuExit::FailEntry(reason, cpu)) => {
-                    format!("KVM_EXIT_FAIL_ENTRY: hardware entry failure reason {reason:#x} on cpu {cpu}")
-                }
-                Ok(VcpuExit::InternalError) => internal_error(&mut self.vcpu),
-                Ok(VcpuExit::SystemEvent(kind, data)) => {
-                    format!("KVM_EXIT_SYSTEM_EVENT type {kind} data {data:x?}")
-                }
-                Ok(other) => format!("unexpected exit {other:?}"),
             };
-            let dump = RegisterDump::capture(&self.vcpu);
-            return Ok(RunEnd::Crashed {
-                reason: crash,
-                dump: Box::new(dump),
-            });
+            self.exits.total += 1;
+            self.xstate.on_exit(&self.vcpu)?;
+            match action {
+                PortAction::Continue => {}
+                PortAction::Exit(status) => return Ok(RunEnd::Exited(status)),
+                PortAction::Mark(v) => self.marks.push((v, self.start.elapsed())),
+                PortAction::EditXmm(reg) => {
+                    let reg = (reg & 15) as usize;
+                    self.xstate
+                        .set_xmm(&self.vcpu, reg, xmm_edit_pattern(reg as u32))?;
+                }
+            }
         }
+    }
+
+    /// The raw limit: re-enter at once on every exit. Only the exit port
+    /// (to stop) and benchmark markers (to time rows) are looked at.
+    fn raw_loop(&mut self, stop: &AtomicBool) -> Result<RunEnd> {
+        loop {
+            match self.vcpu.run() {
+                Ok(VcpuExit::IoOut(MARK_PORT, data)) => {
+                    let v = data.iter().rev().fold(0u32, |acc, b| (acc << 8) | *b as u32);
+                    self.marks.push((v, self.start.elapsed()));
+                }
+                Ok(VcpuExit::IoOut(DEBUG_EXIT_PORT, data)) => {
+                    let v = data.iter().rev().fold(0u32, |acc, b| (acc << 8) | *b as u32);
+                    return Ok(RunEnd::Exited(v));
+                }
+                Ok(VcpuExit::IoOut(..) | VcpuExit::IoIn(..) | VcpuExit::MmioRead(..) | VcpuExit::MmioWrite(..)) => {}
+                Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
+                    if stop.load(Ordering::Relaxed) {
+                        return Ok(RunEnd::TimedOut(Duration::ZERO));
+                    }
+                    continue;
+                }
+                Err(e) => return Ok(self.crash(format!("KVM_RUN failed: {e}"))),
+                Ok(VcpuExit::InternalError) => {
+                    let reason = internal_error(&mut self.vcpu);
+                    return Ok(self.crash(reason));
+                }
+                Ok(other) => {
+                    let reason = describe_fatal(&other);
+                    return Ok(self.crash(reason));
+                }
+            }
+            self.exits.total += 1;
+        }
+    }
+
+    fn crash(&self, reason: String) -> RunEnd {
+        RunEnd::Crashed {
+            reason,
+            dump: Box::new(RegisterDump::capture(&self.vcpu)),
+        }
+    }
+}
+
+/// Describe an exit that ends the run.
+fn describe_fatal(exit: &VcpuExit<'_>) -> String {
+    match exit {
+        VcpuExit::Hlt => "the guest halted (HLT) with no interrupt source to wake it".to_string(),
+        VcpuExit::Shutdown => "the guest triple-faulted (KVM_EXIT_SHUTDOWN)".to_string(),
+        VcpuExit::FailEntry(reason, cpu) => {
+            format!("KVM_EXIT_FAIL_ENTRY: hardware entry failure reason {reason:#x} on cpu {cpu}")
+        }
+        VcpuExit::SystemEvent(kind, data) => format!("KVM_EXIT_SYSTEM_EVENT type {kind} data {data:x?}"),
+        other => format!("unexpected exit {other:?}"),
     }
 }
 

@@ -559,7 +559,7 @@ mod owned {
 ///
 /// `xcr0` and `xss` are the enabled sets of the vCPU the image is for. The
 /// format comes from XCOMP_BV bit 63. Checked: the area holds the header and
-/// every component its format needs; standard format: XCOMP_BV is 0 and
+/// every component XSTATE_BV marks present (what XRSTOR reads); standard format: XCOMP_BV is 0 and
 /// XSTATE_BV is within XCR0; compacted format: the CPU has XSAVEC, XCOMP_BV is
 /// within XCR0 | IA32_XSS and XSTATE_BV within XCOMP_BV; header bytes 16..63
 /// are zero; MXCSR, when it would be loaded, has no bit set that MXCSR_MASK
@@ -594,8 +594,10 @@ pub fn validate(
                     extra,
                 )));
             }
-            info.standard_size(xcr0.intersection(info.supported_xcr0()))
+            // XRSTOR reads only the components XSTATE_BV marks present.
+            info.layout(XfeatureMask::from_bits(xstate_bv), Format::Standard)
                 .map_err(BufferError::Layout)?
+                .total_size()
         }
         Format::Compacted => {
             if !info.has_xsavec() {
@@ -614,8 +616,14 @@ pub fn validate(
                     XfeatureMask::from_bits(extra),
                 ));
             }
-            info.compacted_size(XfeatureMask::from_bits(comp))
-                .map_err(BufferError::Layout)?
+            let layout = info
+                .layout(XfeatureMask::from_bits(comp), Format::Compacted)
+                .map_err(BufferError::Layout)?;
+            layout
+                .iter_indices()
+                .filter(|&(i, _, _)| xstate_bv & (1 << i) != 0)
+                .map(|(_, off, size)| off + size)
+                .fold(XSAVE_MIN_SIZE as u32, u32::max)
         }
     };
     if let Some(pos) = area[o::HEADER_RESERVED..XSAVE_MIN_SIZE]

@@ -383,6 +383,7 @@ fn boot_guest(args: &ShowArgs) -> Result<GuestState, FeaturesError> {
         cmdline: "quiet workload=none".into(),
         serial: SerialSink::Null,
         timeout,
+        ..RunConfig::default()
     })?;
     let end = match &outcome.end {
         RunEnd::Exited(0) => None,

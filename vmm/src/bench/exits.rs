@@ -1,0 +1,221 @@
+//! `vmm bench exits`: what one vCPU exit costs, per exit kind, guest mode,
+//! guest XCR0, upper-YMM state and xstate sync policy, against the raw
+//! limit measured in the same run.
+//!
+//! The guest (`bench=exits`) runs timed loops of exits and brackets each
+//! row with markers; the VMM timestamps the markers, so every row has a
+//! guest-side figure (TSC cycles per exit) and a VMM-side one (ns per exit).
+//! The raw limit is the same guest under a loop that only re-enters
+//! (`RunConfig::raw_loop`): no device model, no xstate handling.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use guest::protocol::MARK_END;
+use serde::Serialize;
+use xstate::{Xfeature, XfeatureMask};
+
+use crate::devices::SerialSink;
+use crate::error::{Error, Result};
+use crate::report::result_rows;
+use crate::vm::{self, RunConfig, RunEnd, RunOutcome};
+use crate::xstate_manager::SyncPolicy;
+
+/// One row of the matrix.
+#[derive(Clone, Debug, Serialize)]
+pub struct ExitRow {
+    /// `pio`, `mmio` or `cpuid`.
+    pub exit: String,
+    /// `cpl3` or `cpl0`: where the guest loop ran.
+    pub mode: String,
+    /// `clean` (after VZEROUPPER) or `dirty` (upper halves live).
+    pub upper_ymm: String,
+    /// `raw`, `lazy`, `eager` or `eager-compact`.
+    pub policy: String,
+    pub guest_xcr0: String,
+    pub count: u64,
+    /// Wall time per exit seen from the VMM (marker to marker).
+    pub ns_per_exit: Option<f64>,
+    /// TSC cycles per exit seen from the guest.
+    pub guest_cycles_per_exit: f64,
+    /// `ns_per_exit` of the raw loop for the same exit, mode, YMM state and XCR0.
+    pub raw_ns_per_exit: Option<f64>,
+    /// `ns_per_exit / raw_ns_per_exit`.
+    pub ratio_to_raw: Option<f64>,
+}
+
+/// The whole benchmark.
+#[derive(Clone, Debug, Serialize)]
+pub struct ExitBench {
+    /// The headline limit: raw PIO exit from CPL3, clean YMM, full XCR0.
+    pub raw_ns_per_exit: Option<f64>,
+    pub count: u64,
+    pub rows: Vec<ExitRow>,
+    /// What could not be measured, and why.
+    pub notes: Vec<String>,
+}
+
+/// Run the matrix: for each XCR0 in `masks`, the raw loop and each policy.
+pub fn run(count: u64, masks: &[XfeatureMask], policies: &[SyncPolicy], timeout: Duration) -> Result<ExitBench> {
+    let mut rows = Vec::new();
+    let mut notes = Vec::new();
+    for &xcr0 in masks {
+        let mut configs: Vec<(String, bool, SyncPolicy)> = vec![("raw".into(), true, SyncPolicy::Lazy)];
+        configs.extend(policies.iter().map(|p| (p.name().to_string(), false, *p)));
+        for (name, raw, policy) in configs {
+            let outcome = vm::run(RunConfig {
+                xfeatures: Some(format!("{:#x}", xcr0.bits())),
+                cmdline: format!("quiet workload=none bench=exits exits={count}"),
+                serial: SerialSink::Null,
+                timeout: Some(timeout),
+                xstate_sync: policy,
+                raw_loop: raw,
+                ..RunConfig::default()
+            })?;
+            check_end(&outcome, &name)?;
+            rows.extend(rows_of(&outcome, &name, xcr0, count, &mut notes));
+        }
+    }
+    // Each row against the raw loop's row for the same conditions.
+    let key = |r: &ExitRow| (r.exit.clone(), r.mode.clone(), r.upper_ymm.clone(), r.guest_xcr0.clone());
+    let raw: BTreeMap<_, f64> = rows
+        .iter()
+        .filter(|r| r.policy == "raw")
+        .filter_map(|r| r.ns_per_exit.map(|ns| (key(r), ns)))
+        .collect();
+    for r in rows.iter_mut() {
+        r.raw_ns_per_exit = raw.get(&key(r)).copied();
+        r.ratio_to_raw = match (r.ns_per_exit, r.raw_ns_per_exit) {
+            (Some(ns), Some(raw)) if raw > 0.0 => Some(ns / raw),
+            _ => None,
+        };
+    }
+    let full = masks.iter().max_by_key(|m| m.bits()).map(|m| format!("{:#x}", m.bits()));
+    let raw_ns_per_exit = rows
+        .iter()
+        .find(|r| {
+            r.policy == "raw" && r.exit == "pio" && r.mode == "cpl3" && r.upper_ymm == "clean" && Some(&r.guest_xcr0) == full.as_ref()
+        })
+        .and_then(|r| r.ns_per_exit);
+    Ok(ExitBench {
+        raw_ns_per_exit,
+        count,
+        rows,
+        notes,
+    })
+}
+
+fn check_end(outcome: &RunOutcome, what: &str) -> Result<()> {
+    match &outcome.end {
+        RunEnd::Exited(0) => Ok(()),
+        RunEnd::Exited(s) => Err(Error::Guest(format!("exit benchmark ({what}): the guest exited with status {s}"))),
+        RunEnd::Crashed { reason, .. } => Err(Error::Guest(format!("exit benchmark ({what}): the guest crashed: {reason}"))),
+        RunEnd::TimedOut(d) => Err(Error::Guest(format!(
+            "exit benchmark ({what}): no result after {:.0} s",
+            d.as_secs_f64()
+        ))),
+    }
+}
+
+/// Turn a run's `exit-*` results and its markers into rows.
+fn rows_of(outcome: &RunOutcome, policy: &str, xcr0: XfeatureMask, count: u64, notes: &mut Vec<String>) -> Vec<ExitRow> {
+    let Some(report) = outcome.report.as_deref() else {
+        notes.push(format!("{policy} {:#x}: the guest sent no report", xcr0.bits()));
+        return Vec::new();
+    };
+    let rows = result_rows(report, outcome.tsc_khz);
+    let mut begin = BTreeMap::new();
+    let mut end = BTreeMap::new();
+    for &(v, t) in &outcome.marks {
+        if v & MARK_END != 0 {
+            end.insert(v & !MARK_END, t);
+        } else {
+            begin.insert(v, t);
+        }
+    }
+    for s in report.skipped() {
+        let name = guest::protocol::field_str(&s.name);
+        if name.starts_with("exit-") {
+            notes.push(format!(
+                "{name} {}: {}",
+                guest::protocol::field_str(&s.variant),
+                guest::protocol::field_str(&s.reason)
+            ));
+        }
+    }
+    rows.iter()
+        .enumerate()
+        .filter_map(|(i, r)| {
+            let exit = r.name.strip_prefix("exit-")?;
+            let (mode, ymm) = match r.variant.split_once('-') {
+                Some((m, y)) => (m.to_string(), y.to_string()),
+                None => (r.variant.clone(), "clean".to_string()),
+            };
+            let n = r.size.max(1);
+            let ns = match (begin.get(&(i as u32)), end.get(&(i as u32))) {
+                (Some(b), Some(e)) if e > b => Some((*e - *b).as_nanos() as f64 / n as f64),
+                _ => None,
+            };
+            Some(ExitRow {
+                exit: exit.to_string(),
+                mode,
+                upper_ymm: ymm,
+                policy: policy.to_string(),
+                guest_xcr0: format!("{:#x}", xcr0.bits()),
+                count: if r.size == 0 { count } else { r.size },
+                ns_per_exit: ns,
+                guest_cycles_per_exit: r.cycles as f64 / n as f64,
+                raw_ns_per_exit: None,
+                ratio_to_raw: None,
+            })
+        })
+        .collect()
+}
+
+/// The XCR0 values to compare: x87|SSE, and x87|SSE|AVX where KVM has AVX.
+pub fn default_masks(kvm_xcr0: XfeatureMask) -> Vec<XfeatureMask> {
+    let legacy = XfeatureMask::LEGACY;
+    let mut v = vec![legacy];
+    if kvm_xcr0.contains(Xfeature::Avx) {
+        v.push(legacy.with(Xfeature::Avx));
+    }
+    v
+}
+
+impl ExitBench {
+    /// The human table.
+    pub fn to_table(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "vCPU exit cost, {} exits per row; raw limit (PIO, CPL3, full XCR0): {}",
+            self.count,
+            self.raw_ns_per_exit.map(|v| format!("{:.0} ns", v)).unwrap_or_else(|| "-".into())
+        );
+        let _ = writeln!(
+            s,
+            "{:<6} {:<5} {:<6} {:<14} {:<6} {:>10} {:>12} {:>9} {:>7}",
+            "exit", "mode", "ymm", "policy", "xcr0", "ns/exit", "cycles/exit", "raw ns", "ratio"
+        );
+        for r in &self.rows {
+            let _ = writeln!(
+                s,
+                "{:<6} {:<5} {:<6} {:<14} {:<6} {:>10} {:>12.0} {:>9} {:>7}",
+                r.exit,
+                r.mode,
+                r.upper_ymm,
+                r.policy,
+                r.guest_xcr0,
+                r.ns_per_exit.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into()),
+                r.guest_cycles_per_exit,
+                r.raw_ns_per_exit.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into()),
+                r.ratio_to_raw.map(|v| format!("{v:.3}")).unwrap_or_else(|| "-".into()),
+            );
+        }
+        for n in &self.notes {
+            let _ = writeln!(s, "note: {n}");
+        }
+        s
+    }
+}

@@ -1,0 +1,212 @@
+//! The per-vCPU xstate manager: what happens to the guest's extended state
+//! between `KVM_RUN` calls.
+//!
+//! KVM keeps the guest's xsave state in the kernel; a VMM only pays for it
+//! when it reads (`KVM_GET_XSAVE[2]`) or writes (`KVM_SET_XSAVE[2]`) it, and
+//! each of those is a vCPU ioctl (about 6 µs on kvm_pvm, and on any KVM a
+//! copy of every byte of every enabled component). The manager holds the
+//! state as a **compacted buffer with only the components in use** (minimal
+//! XSTATE_BV, the way XINUSE and XSAVEC with an XINUSE mask would store it),
+//! fetched only when needed and written back only when modified.
+//!
+//! Policies ([`SyncPolicy`]):
+//! - `lazy` (default): the exit path never touches xsave. The state is
+//!   fetched on demand (an exit handler, a debug dump, a snapshot), cached
+//!   until the next `KVM_RUN`, and written back before it only if edited.
+//! - `eager`: `KVM_GET_XSAVE` + `KVM_SET_XSAVE` of the full standard image
+//!   around every exit, as a naive VMM would.
+//! - `eager-compact`: fetch and store compacted on every exit; write back
+//!   only if modified.
+//!
+//! Every image goes through [`xstate::validate`] against the guest's XCR0
+//! before KVM sees it: XSTATE_BV or XCOMP_BV bits outside XCR0, a bad
+//! header or reserved MXCSR bits are refused with a clear error.
+
+use kvm_ioctls::VcpuFd;
+use xstate::{Xfeature, XfeatureMask, XsaveBuf, XsaveInfo};
+
+use crate::error::{Error, Result};
+use crate::vcpu;
+
+/// When the manager moves the guest's xsave state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SyncPolicy {
+    /// Only on demand; written back only if modified.
+    #[default]
+    Lazy,
+    /// Full standard image read and written around every exit.
+    Eager,
+    /// Read and stored compacted on every exit; written back only if modified.
+    EagerCompact,
+}
+
+impl SyncPolicy {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Lazy => "lazy",
+            Self::Eager => "eager",
+            Self::EagerCompact => "eager-compact",
+        }
+    }
+}
+
+/// What the manager did, for reports and benchmarks.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct SyncStats {
+    /// `KVM_GET_XSAVE[2]` calls.
+    pub fetches: u64,
+    /// `KVM_SET_XSAVE[2]` calls.
+    pub writebacks: u64,
+    /// Bytes of the standard images KVM handed over.
+    pub standard_bytes: u64,
+    /// Bytes the compacted, in-use-only copies took.
+    pub compacted_bytes: u64,
+}
+
+/// The guest's extended state between `KVM_RUN` calls.
+pub struct XstateManager {
+    policy: SyncPolicy,
+    /// KVM's leaf 0xD: the layouts of the images KVM exchanges.
+    info: XsaveInfo,
+    /// The user state the guest may enable (its CPUID policy).
+    guest_xcr0: XfeatureMask,
+    xsave2_size: usize,
+    /// The state as last fetched: compacted, in-use components only.
+    cached: Option<XsaveBuf>,
+    /// `cached` was edited and must reach KVM before the guest runs.
+    dirty: bool,
+    stats: SyncStats,
+}
+
+impl XstateManager {
+    pub fn new(policy: SyncPolicy, info: XsaveInfo, guest_xcr0: XfeatureMask, xsave2_size: usize) -> Self {
+        Self {
+            policy,
+            info,
+            guest_xcr0,
+            xsave2_size,
+            cached: None,
+            dirty: false,
+            stats: SyncStats::default(),
+        }
+    }
+
+    pub fn policy(&self) -> SyncPolicy {
+        self.policy
+    }
+
+    pub fn stats(&self) -> SyncStats {
+        self.stats
+    }
+
+    /// Called after every exit to user space.
+    pub fn on_exit(&mut self, vcpu: &VcpuFd) -> Result<()> {
+        match self.policy {
+            SyncPolicy::Lazy => Ok(()),
+            SyncPolicy::Eager => {
+                // The naive VMM: read everything, write everything back.
+                let image = vcpu::get_xsave(vcpu, self.xsave2_size)?;
+                self.stats.fetches += 1;
+                self.stats.standard_bytes += image.len() as u64;
+                vcpu::set_xsave(vcpu, &image, self.xsave2_size)?;
+                self.stats.writebacks += 1;
+                Ok(())
+            }
+            SyncPolicy::EagerCompact => self.fetch(vcpu).map(|_| ()),
+        }
+    }
+
+    /// Called before every `KVM_RUN`: write back an edited state; the cache
+    /// goes stale once the guest runs.
+    pub fn before_run(&mut self, vcpu: &VcpuFd) -> Result<()> {
+        if self.dirty {
+            if let Some(c) = self.cached.take() {
+                self.write_back(vcpu, &c)?;
+            }
+            self.dirty = false;
+        }
+        self.cached = None;
+        Ok(())
+    }
+
+    /// The guest's state, compacted with only the components in use;
+    /// fetched from KVM at most once between two `KVM_RUN`s.
+    pub fn state(&mut self, vcpu: &VcpuFd) -> Result<&XsaveBuf> {
+        self.fetch(vcpu)
+    }
+
+    /// The guest's state as a standard-format image for its XCR0 policy.
+    pub fn standard_image(&mut self, vcpu: &VcpuFd) -> Result<XsaveBuf> {
+        let (info, xcr0) = (self.info, self.guest_xcr0);
+        let c = self.fetch(vcpu)?;
+        xstate::expand_to_standard(&info, c, xcr0).map_err(|e| Error::Xstate(format!("expanding the guest's state: {e}")))
+    }
+
+    /// Set XMM`reg` (a debug-style write); reaches KVM before the next `KVM_RUN`.
+    pub fn set_xmm(&mut self, vcpu: &VcpuFd, reg: usize, value: [u8; 16]) -> Result<()> {
+        if reg >= 16 {
+            return Err(Error::Xstate(format!("XMM{reg} does not exist (0..=15)")));
+        }
+        let mut image = self.standard_image(vcpu)?;
+        image.set_xmm(reg, value);
+        // SSE state is now explicitly live: XRSTOR would otherwise load the
+        // init value and drop the edit.
+        let bv = image.xstate_bv() | Xfeature::Sse.bit();
+        image.set_xstate_bv(bv);
+        self.replace_standard(&image)
+    }
+
+    /// Replace the whole state with a standard-format image (a restore or a
+    /// debugger write), validated against the guest's XCR0 first.
+    pub fn replace_standard(&mut self, image: &XsaveBuf) -> Result<()> {
+        self.validate(image.as_bytes())?;
+        let compacted = xstate::compacted_in_use(&self.info, image, self.guest_xcr0)
+            .map_err(|e| Error::Xstate(format!("compacting the new state: {e}")))?;
+        self.cached = Some(compacted);
+        self.dirty = true;
+        Ok(())
+    }
+
+    fn fetch(&mut self, vcpu: &VcpuFd) -> Result<&XsaveBuf> {
+        if self.cached.is_none() {
+            let image = vcpu::get_xsave(vcpu, self.xsave2_size)?;
+            self.stats.fetches += 1;
+            self.stats.standard_bytes += image.len() as u64;
+            let compacted = xstate::compacted_in_use(&self.info, &image, self.guest_xcr0)
+                .map_err(|e| Error::Xstate(format!("the state KVM returned does not fit the guest's XCR0 policy: {e}")))?;
+            self.stats.compacted_bytes += compacted.len() as u64;
+            self.cached = Some(compacted);
+        }
+        Ok(self.cached.as_ref().expect("filled above"))
+    }
+
+    fn write_back(&mut self, vcpu: &VcpuFd, compacted: &XsaveBuf) -> Result<()> {
+        let standard = xstate::expand_to_standard(&self.info, compacted, self.guest_xcr0)
+            .map_err(|e| Error::Xstate(format!("expanding the edited state: {e}")))?;
+        // Against the XCR0 in force, not just the policy: the guest may have
+        // enabled less. One more ioctl, on this rare path only.
+        let xcr0 = XfeatureMask::from_bits(vcpu::get_xcr0(vcpu)?);
+        self.validate_for(standard.as_bytes(), xcr0)?;
+        vcpu::set_xsave(vcpu, &standard, self.xsave2_size)?;
+        self.stats.writebacks += 1;
+        Ok(())
+    }
+
+    /// Refuse an image KVM must not see: bits outside the guest's XCR0, a
+    /// compacted image where KVM wants the standard format, bad reserved bits.
+    fn validate(&self, image: &[u8]) -> Result<()> {
+        self.validate_for(image, self.guest_xcr0)
+    }
+
+    fn validate_for(&self, image: &[u8], xcr0: XfeatureMask) -> Result<()> {
+        let format = xstate::validate(image, &self.info, xcr0, XfeatureMask::EMPTY)
+            .map_err(|e| Error::Xstate(format!("refusing an xsave image for XCR0 {xcr0:#x}: {e}")))?;
+        if format != xstate::Format::Standard {
+            return Err(Error::Xstate(
+                "refusing a compacted xsave image: KVM_SET_XSAVE takes the standard format".into(),
+            ));
+        }
+        Ok(())
+    }
+}
