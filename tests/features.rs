@@ -571,9 +571,14 @@ fn guest_matches_policy(mask: &str, want: u64) {
     assert_eq!(hex(&v["xcr0"]), want);
     let g = &v["columns"]["guest"];
     assert!(g.is_object(), "no guest column: {v:#}");
-    assert_eq!(hex(&g["xcr0_supported"]), want, "guest CPUID 0xD.0: {v:#}");
+    // Hardware KVM keeps the policy's CPUID; kvm_pvm answers from the host,
+    // which the VMM detects (KVM_GET_CPUID2) and reports.
+    let honored = g["kvm_cpuid_honored"] != false;
+    if honored {
+        assert_eq!(hex(&g["xcr0_supported"]), want, "guest CPUID 0xD.0: {v:#}");
+        assert_eq!(g["standard_size_max"], v["standard_size"]);
+    }
     assert_eq!(hex(&g["xcr0"]), want, "guest XCR0: {v:#}");
-    assert_eq!(g["standard_size_max"], v["standard_size"]);
     assert_eq!(g["computed_standard_size"], v["standard_size"]);
     assert_eq!(g["computed_compacted_size"], v["compacted_size"]);
     for c in v["components"].as_array().unwrap() {
@@ -586,6 +591,9 @@ fn guest_matches_policy(mask: &str, want: u64) {
         .unwrap()
         .iter()
         .filter(|d| d.as_str().unwrap().contains("guest"))
+        // What follows from KVM ignoring the CPUID table is reported, and
+        // expected there; nothing else may disagree.
+        .filter(|d| honored || !d.as_str().unwrap().contains("CPUID"))
         .collect();
     assert!(guest_disagreements.is_empty(), "{guest_disagreements:#?}");
 }

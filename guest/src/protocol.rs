@@ -26,7 +26,7 @@
 //! |------|---------|
 //! | `quiet` | do not print the report on the serial console (the VMM prints it from the record) |
 //! | `workload=LIST` | comma-separated workloads to run (`none`, `quick`, `aes`, `gemm`, `linpack`, `all`) |
-//! | `bench=LIST` | benchmarks and checks to run: `exits` (exit cost per kind and guest mode), `xstate-check` (registers survive exits bit for bit; a VMM-side XMM edit is seen), `ctxsw` (user-level context switch per XSAVE strategy) |
+//! | `bench=LIST` | benchmarks and checks to run: `exits` (exit cost per kind and guest mode), `xstate-check` (registers survive exits bit for bit; a VMM-side XMM edit is seen), `ctxsw` (user-level context switch per XSAVE strategy), `all`, `none`. Absent: none |
 //! | `exits=N` | exits per benchmark row (default 10000) |
 //! | `xfeatures=MASK` | hex XCR0 policy: the guest sets XCR0 = CPUID 0xD.0 mask & MASK. The VMM always passes it, because some KVMs (kvm_pvm) answer CPUID from the host whatever table the VMM set |
 //! | `fault=KIND` | testing: end the run with a deliberate CPU exception in the CPL3 task after the CPUID part of the report is filled (`ud`, `de`, `pf`, `gp`) |
@@ -71,7 +71,7 @@ pub const fn xmm_edit_pattern(reg: u32) -> [u8; 16] {
 /// "VMMGUEST", little-endian.
 pub const REPORT_MAGIC: u64 = u64::from_le_bytes(*b"VMMGUEST");
 /// Bumped on every incompatible change of [`Report`].
-pub const REPORT_VERSION: u32 = 2;
+pub const REPORT_VERSION: u32 = 3;
 
 /// Number of XSAVE state components described in a report (0..=19).
 pub const REPORT_COMPONENTS: usize = 20;
@@ -79,8 +79,9 @@ pub const REPORT_COMPONENTS: usize = 20;
 pub const MAX_RESULTS: usize = 64;
 /// Most "skipped, and why" entries one report carries.
 pub const MAX_SKIPPED: usize = 32;
-/// Length of the fixed, NUL-padded ASCII name fields.
-pub const NAME_LEN: usize = 24;
+/// Length of the fixed, NUL-padded ASCII name fields (32 since version 3:
+/// `xsavec-xinuse-avx-initall` is 25 characters).
+pub const NAME_LEN: usize = 32;
 /// Length of the fixed, NUL-padded ASCII reason field.
 pub const REASON_LEN: usize = 64;
 
@@ -189,6 +190,13 @@ pub struct ResultRecord {
     pub residual: f64,
 }
 
+/// User-level context-switch strategies the guest calibrates at boot, in
+/// the order of [`Report::switch_cycles`]: each saves with the named
+/// instruction and restores with XRSTOR. `xsavec-xinuse` masks the XSAVEC
+/// request with XGETBV(1) (XINUSE), as Linux does. XSAVES/XRSTORS are not
+/// candidates: they need CPL0, and the guest's contexts are CPL3 tasks.
+pub const SWITCH_STRATEGIES: [&str; 4] = ["xsave", "xsaveopt", "xsavec", "xsavec-xinuse"];
+
 /// A workload variant the guest did not run, and why.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -255,10 +263,32 @@ pub struct Report {
     pub skipped_count: u32,
     pub results: [ResultRecord; MAX_RESULTS],
     pub skipped: [SkipRecord; MAX_SKIPPED],
+
+    /// A second figure per result, same index as [`Report::results`]; 0
+    /// when the row has none. `ctxsw` rows: bytes written per save (see
+    /// `guest::bench::ctxsw::bytes_per_save`).
+    pub result_aux: [u64; MAX_RESULTS],
+    /// The user-level context-switch strategy the guest chose at boot by
+    /// measurement (one of [`SWITCH_STRATEGIES`]), NUL-padded; empty when
+    /// the CPU has no XSAVE.
+    pub switch_strategy: [u8; NAME_LEN],
+    /// TSC cycles per context switch (save + XRSTOR + stack switch) the boot
+    /// calibration measured for each of [`SWITCH_STRATEGIES`] (the minimum
+    /// of its trials); 0 when the CPU (as the guest's CPUID says) lacks it.
+    pub switch_cycles: [u64; 4],
+    /// TSC cycles the whole boot calibration took.
+    pub switch_calibration_cycles: u64,
 }
 
 /// Workload names `workload=` accepts (see the module documentation).
 pub const WORKLOAD_NAMES: &[&str] = &["none", "quick", "aes", "gemm", "linpack", "all"];
+
+/// Benchmark names `bench=` accepts (see the module documentation); `all`
+/// is every one of the others.
+pub const BENCH_NAMES: &[&str] = &["none", "exits", "xstate-check", "ctxsw", "all"];
+
+/// Exits per benchmark row when `exits=` is absent.
+pub const DEFAULT_EXIT_COUNT: u64 = 10_000;
 
 /// The guest command line, parsed: what the guest acts on, and what a VMM
 /// can check before it boots a guest with it.
@@ -283,6 +313,13 @@ pub struct Cmdline<'a> {
     pub xfeatures: Option<u64>,
     /// `xfeatures=` was present but not a hex number.
     pub bad_xfeatures: Option<&'a str>,
+    /// The `bench=` value as given; `None` when the word is absent (no
+    /// benchmarks run). The last one wins.
+    pub bench: Option<&'a str>,
+    /// `exits=N` (decimal, or hex with `0x`): exits per benchmark row.
+    pub exits: Option<u64>,
+    /// `exits=` was present but not a number, or 0.
+    pub bad_exits: Option<&'a str>,
 }
 
 /// Exceptions `fault=` can provoke: invalid opcode, divide error, page
@@ -306,6 +343,23 @@ impl<'a> Cmdline<'a> {
                 c.workload = Some(list);
             } else if let Some(kind) = word.strip_prefix("fault=") {
                 c.fault = Some(kind);
+            } else if let Some(list) = word.strip_prefix("bench=") {
+                c.bench = Some(list);
+            } else if let Some(n) = word.strip_prefix("exits=") {
+                let parsed = match n.strip_prefix("0x") {
+                    Some(hex) => u64::from_str_radix(hex, 16),
+                    None => n.parse::<u64>(),
+                };
+                match parsed {
+                    Ok(v) if v > 0 => {
+                        c.exits = Some(v);
+                        c.bad_exits = None;
+                    }
+                    _ => {
+                        c.exits = None;
+                        c.bad_exits = Some(n);
+                    }
+                }
             } else if let Some(mask) = word.strip_prefix("xfeatures=") {
                 let digits = mask.strip_prefix("0x").unwrap_or(mask);
                 match u64::from_str_radix(digits, 16) {
@@ -339,6 +393,27 @@ impl<'a> Cmdline<'a> {
         self.workloads().find(|w| !WORKLOAD_NAMES.contains(w))
     }
 
+    /// The requested benchmark names in order, without empty items. Empty
+    /// when `bench=` is absent or empty.
+    pub fn benches(&self) -> impl Iterator<Item = &'a str> + 'a {
+        self.bench.unwrap_or("").split(',').filter(|w| !w.is_empty())
+    }
+
+    /// True when `bench=` asks for `name` itself or for `all`.
+    pub fn wants_bench(&self, name: &str) -> bool {
+        self.benches().any(|b| b == name || b == "all")
+    }
+
+    /// The first benchmark name not in [`BENCH_NAMES`], if any.
+    pub fn unknown_bench(&self) -> Option<&'a str> {
+        self.benches().find(|w| !BENCH_NAMES.contains(w))
+    }
+
+    /// Exits per benchmark row: `exits=N`, else [`DEFAULT_EXIT_COUNT`].
+    pub fn exit_count(&self) -> u64 {
+        self.exits.unwrap_or(DEFAULT_EXIT_COUNT)
+    }
+
     /// Words the guest does not act on.
     pub fn unknown_words(&self) -> impl Iterator<Item = &'a str> + 'a {
         self.raw.split_ascii_whitespace().filter(|w| {
@@ -346,6 +421,8 @@ impl<'a> Cmdline<'a> {
                 && !w.starts_with("workload=")
                 && !w.starts_with("fault=")
                 && !w.starts_with("xfeatures=")
+                && !w.starts_with("bench=")
+                && !w.starts_with("exits=")
         })
     }
 }
@@ -450,6 +527,10 @@ impl Report {
             skipped_count: 0,
             results: [EMPTY_RESULT; MAX_RESULTS],
             skipped: [EMPTY_SKIP; MAX_SKIPPED],
+            result_aux: [0; MAX_RESULTS],
+            switch_strategy: [0; NAME_LEN],
+            switch_cycles: [0; 4],
+            switch_calibration_cycles: 0,
         }
     }
 
@@ -522,6 +603,26 @@ impl Report {
         true
     }
 
+    /// Append a result with its [`Report::result_aux`] figure; returns false
+    /// when the report is full.
+    pub fn push_result_aux(&mut self, r: ResultRecord, aux: u64) -> bool {
+        let i = self.result_count as usize;
+        if !self.push_result(r) {
+            return false;
+        }
+        self.result_aux[i] = aux;
+        true
+    }
+
+    /// The [`Report::result_aux`] figure of result `i` (0 past the end).
+    pub fn aux(&self, i: usize) -> u64 {
+        if i < self.results().len() {
+            self.result_aux[i]
+        } else {
+            0
+        }
+    }
+
     /// Append a skipped entry; returns false when the report is full.
     pub fn push_skipped(&mut self, s: SkipRecord) -> bool {
         let i = self.skipped_count as usize;
@@ -582,6 +683,10 @@ const _: () = {
                 + 2 * 4
                 + MAX_RESULTS * (2 * NAME_LEN + 5 * 8)
                 + MAX_SKIPPED * (2 * NAME_LEN + REASON_LEN)
+                + MAX_RESULTS * 8
+                + NAME_LEN
+                + 4 * 8
+                + 8
     );
 };
 
@@ -638,6 +743,63 @@ mod tests {
         let c = Cmdline::parse("quietly\tworkload=linpack\n");
         assert!(!c.quiet);
         assert_eq!(c.workload, Some("linpack"));
+    }
+
+    #[test]
+    fn cmdline_bench_words() {
+        let c = Cmdline::parse("bench=exits,,ctxsw exits=500 console=ttyS0");
+        assert_eq!(c.bench, Some("exits,,ctxsw"));
+        assert_eq!(c.benches().count(), 2);
+        assert!(c.wants_bench("exits"));
+        assert!(c.wants_bench("ctxsw"));
+        assert!(!c.wants_bench("xstate-check"));
+        assert_eq!(c.unknown_bench(), None);
+        assert_eq!(c.exit_count(), 500);
+        assert_eq!(c.bad_exits, None);
+        let unknown: [&str; 1] = [c.unknown_words().next().unwrap()];
+        assert_eq!(unknown, ["console=ttyS0"]);
+        assert_eq!(c.unknown_words().count(), 1);
+
+        let all = Cmdline::parse("bench=all");
+        for name in ["exits", "xstate-check", "ctxsw"] {
+            assert!(all.wants_bench(name), "{name}");
+        }
+        assert_eq!(all.exit_count(), DEFAULT_EXIT_COUNT);
+
+        let none = Cmdline::parse("workload=none");
+        assert_eq!(none.bench, None);
+        assert!(!none.wants_bench("exits"));
+
+        assert_eq!(
+            Cmdline::parse("bench=exits,bogus").unknown_bench(),
+            Some("bogus")
+        );
+        assert_eq!(Cmdline::parse("exits=0x100").exits, Some(256));
+        for bad in ["exits=", "exits=0", "exits=ten", "exits=-5"] {
+            let c = Cmdline::parse(bad);
+            assert_eq!(c.exits, None, "{bad}");
+            assert!(c.bad_exits.is_some(), "{bad}");
+            assert_eq!(c.exit_count(), DEFAULT_EXIT_COUNT);
+        }
+        // The last exits= wins, a good one clears an earlier bad one.
+        let c = Cmdline::parse("exits=x exits=7");
+        assert_eq!((c.exits, c.bad_exits), (Some(7), None));
+    }
+
+    #[test]
+    fn result_aux_follows_results() {
+        let mut r = Report::new();
+        let rec = Report::new().results[0];
+        assert!(r.push_result(rec));
+        assert!(r.push_result_aux(rec, 832));
+        assert_eq!((r.aux(0), r.aux(1), r.aux(2)), (0, 832, 0));
+        let back = Report::from_bytes(r.as_bytes()).unwrap();
+        assert_eq!(back.aux(1), 832);
+        r.switch_strategy = fixed_str("xsavec-xinuse");
+        assert_eq!(field_str(&r.switch_strategy), "xsavec-xinuse");
+        assert!(SWITCH_STRATEGIES
+            .iter()
+            .all(|s| s.len() + "-avx-initall".len() <= NAME_LEN));
     }
 
     #[test]

@@ -396,11 +396,29 @@ fn validation_errors() {
         validate(b.as_bytes(), &info, xcr0, m(0)),
         Ok(Format::Standard)
     );
+    // Only components marked present must be covered.
+    assert_eq!(
+        validate(&good.as_bytes()[..600], &info, xcr0, m(0)),
+        Ok(Format::Standard)
+    );
+    let mut b = good.clone();
+    b.set_xstate_bv(0x203u64);
     assert!(matches!(
-        validate(&good.as_bytes()[..2000], &info, xcr0, m(0)),
+        validate(&b.as_bytes()[..2000], &info, xcr0, m(0)),
         Err(BufferError::TooSmall {
             need: 2696,
             have: 2000
+        })
+    ));
+    // Compacted 0x207 on Sapphire Rapids: PKRU at 832..840.
+    let mut c = XsaveBuf::new(840);
+    c.set_xcomp_bv(XCOMP_BV_COMPACTED | 0x207);
+    c.set_xstate_bv(0x200u64);
+    assert!(matches!(
+        validate(&c.as_bytes()[..800], &info, xcr0, m(0)),
+        Err(BufferError::TooSmall {
+            need: 840,
+            have: 800
         })
     ));
 

@@ -396,7 +396,10 @@ fn boot_guest(args: &ShowArgs) -> Result<GuestState, FeaturesError> {
     };
     Ok(match outcome.report.as_deref() {
         Some(r) => GuestState::Booted {
-            seen: GuestSeen::from_report(r),
+            seen: GuestSeen {
+                kvm_cpuid_honored: outcome.policy.cpuid_check.as_ref().map(|c| c.honored),
+                ..GuestSeen::from_report(r)
+            },
             note: end.map(|e| format!("guest run: {e}")),
         },
         None => {

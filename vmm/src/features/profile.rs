@@ -231,34 +231,11 @@ pub fn check_consistent(info: &XsaveInfo) -> Result<(), String> {
     Ok(())
 }
 
-/// XGETBV(0) of the running host, `None` when the OS has not enabled XSAVE
-/// (CPUID.1:ECX.OSXSAVE clear).
+/// XGETBV(0) of the running host (what its OS enabled), `None` when the OS
+/// has not enabled XSAVE.
 #[cfg(target_arch = "x86_64")]
 pub fn host_xcr0() -> Option<XfeatureMask> {
-    use core::arch::x86_64::__cpuid;
-    // SAFETY: CPUID only reads identification registers. (`unsafe` is
-    // needed on older toolchains where the intrinsic is an unsafe fn.)
-    #[allow(unused_unsafe)]
-    let leaf1 = unsafe { __cpuid(1) };
-    if leaf1.ecx & (1 << 27) == 0 {
-        return None;
-    }
-    let (lo, hi): (u32, u32);
-    // SAFETY: XGETBV with ECX = 0 reads XCR0; OSXSAVE (checked above) means
-    // the OS set CR4.OSXSAVE, so the instruction does not fault. It touches
-    // no memory and no flags.
-    unsafe {
-        core::arch::asm!(
-            "xgetbv",
-            in("ecx") 0u32,
-            out("eax") lo,
-            out("edx") hi,
-            options(nomem, nostack, preserves_flags)
-        );
-    }
-    Some(XfeatureMask::from_bits(
-        u64::from(lo) | (u64::from(hi) << 32),
-    ))
+    xstate::native::host_xcr0().ok()
 }
 
 #[cfg(not(target_arch = "x86_64"))]

@@ -30,6 +30,9 @@ pub struct GuestSeen {
     pub components: Vec<(u32, u32, u32, u32)>,
     pub computed_standard_size: u32,
     pub computed_compacted_size: u32,
+    /// Whether KVM kept the policy's CPUID table (read back with
+    /// KVM_GET_CPUID2 at boot); `None` when unknown. kvm_pvm does not.
+    pub kvm_cpuid_honored: Option<bool>,
 }
 
 impl GuestSeen {
@@ -51,6 +54,7 @@ impl GuestSeen {
                 .collect(),
             computed_standard_size: r.computed_standard_size,
             computed_compacted_size: r.computed_compacted_size,
+            kvm_cpuid_honored: None,
         }
     }
 }
@@ -151,6 +155,8 @@ pub struct GuestColumn {
     pub computed_standard_size: u32,
     pub computed_compacted_size: u32,
     pub xsave_variants: Vec<&'static str>,
+    /// Whether KVM kept the policy's CPUID table (null when unknown).
+    pub kvm_cpuid_honored: Option<bool>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -334,6 +340,16 @@ pub fn build(inp: &Inputs) -> FeaturesView {
     // Policy against the guest.
     let policy_std = layout.standard_size(policy).unwrap_or(0);
     if let Some(g) = guest {
+        // Where KVM replaced the policy's CPUID table, say so once: every
+        // CPUID disagreement below follows from it.
+        if g.kvm_cpuid_honored == Some(false) {
+            dis.push(
+                "KVM ignored the policy's CPUID table (KVM_GET_CPUID2 differs from KVM_SET_CPUID2): \
+                 the guest's CPUID shows KVM's own leaves; its XCR0 follows the policy through the \
+                 xfeatures= boot hint"
+                    .to_string(),
+            );
+        }
         for f in policy.iter() {
             if !g.xcr0_supported.contains(f) {
                 dis.push(format!(
@@ -522,6 +538,7 @@ pub fn build(inp: &Inputs) -> FeaturesView {
                 computed_standard_size: g.computed_standard_size,
                 computed_compacted_size: g.computed_compacted_size,
                 xsave_variants: xsave_variants(g.xsave_features),
+                kvm_cpuid_honored: g.kvm_cpuid_honored,
             })
         }
     };
