@@ -1,10 +1,13 @@
 //! The library half of the guest: what the guest kernel and the VMM share.
 //!
 //! - [`protocol`]: ports, exit statuses and the report record.
+//! - [`workloads`]: the compute workloads.
+//! - [`bench`]: exit, xstate-check and context-switch benchmarks.
 //!
 //! The kernel itself (`src/main.rs`, feature `kernel`) is built by
 //! `vmm/build.rs` with bare-metal link flags and embedded in the `vmm` binary.
 #![no_std]
 
+pub mod bench;
 pub mod protocol;
 pub mod workloads;

@@ -105,6 +105,10 @@ extern "C" fn user_main(start_info: u32) -> ! {
         );
         status = ExitStatus::SetupFailed;
     }
+    // Every boot: measure the XSAVE strategies and pick the cheapest for
+    // context switches (a few milliseconds at most; see bench::ctxsw).
+    let bench_env = kernel::bench::env(report);
+    kernel::bench::calibrate_switch(report, bench_env.as_ref(), cmdline.quiet, &mut out);
     out.flush();
 
     if let Some(kind) = cmdline.fault {
@@ -121,6 +125,12 @@ extern "C" fn user_main(start_info: u32) -> ! {
     out.flush();
 
     if !run_workloads(report, &cmdline, &mut out) && status == ExitStatus::Success {
+        status = ExitStatus::CheckFailed;
+    }
+    // `bench=`: exit costs, xstate across exits, context switches.
+    if !kernel::bench::run(report, &cmdline, bench_env.as_ref(), &mut out)
+        && status == ExitStatus::Success
+    {
         status = ExitStatus::CheckFailed;
     }
 

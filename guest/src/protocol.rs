@@ -10,11 +10,15 @@
 //! | 0xf4  | 32    | out       | debug exit: the guest is done, the value is its [`ExitStatus`] |
 //! | 0xf8  | 32    | out       | report: guest-physical address (< 4 GiB) of a [`Report`] |
 //! | 0xf0  | 32    | out       | exit benchmark target: the VMM decodes the exit and does nothing else |
-//! | 0xf1  | 32    | out       | benchmark marker: [`MARK_END`] \| result index; the VMM timestamps rows |
-//! | 0xf2  | 32    | out       | xstate edit request: the VMM sets XMM(value & 15) to [`xmm_edit_pattern`] through its xstate manager |
+//! | 0xec  | 32    | out       | benchmark marker: [`MARK_END`] \| result index; the VMM timestamps rows |
+//! | 0xe8  | 32    | out       | xstate edit request: the VMM sets XMM(value & 15) to [`xmm_edit_pattern`] through its xstate manager |
+//! | 0xe4  | 32    | out       | snapshot request: a VMM with a snapshot file saves the VM at this exit and stops; after a restore the guest continues after its `out`. Ignored without a snapshot file |
 //!
 //! and one guest-physical address: [`BENCH_MMIO_ADDR`], unbacked, where a
 //! 32-bit store is an MMIO exit the VMM ignores.
+//!
+//! Every 32-bit port is 4-aligned and clear of 0xf4..=0xf7, so no write
+//! spills into QEMU's `isa-debug-exit` (`iosize=4`).
 //!
 //! QEMU's `isa-debug-exit` turns a write of `v` into the process exit code
 //! `(v << 1) | 1`; `vmm` uses `v` itself as the run's exit status.
@@ -49,11 +53,13 @@ pub const REPORT_PORT: u16 = 0xf8;
 pub const BENCH_PIO_PORT: u16 = 0xf0;
 /// Benchmark markers: a write of `i` starts row `i` (its future index in
 /// [`Report::results`]), a write of `MARK_END | i` ends it.
-pub const MARK_PORT: u16 = 0xf1;
+pub const MARK_PORT: u16 = 0xec;
 /// Set in a [`MARK_PORT`] value that ends a row.
 pub const MARK_END: u32 = 0x8000_0000;
 /// A write of `r` asks the VMM to set XMM`r & 15` to [`xmm_edit_pattern`].
-pub const XSTATE_EDIT_PORT: u16 = 0xf2;
+pub const XSTATE_EDIT_PORT: u16 = 0xe8;
+/// A write asks the VMM to snapshot the VM here (see the module table).
+pub const SNAPSHOT_PORT: u16 = 0xe4;
 /// Exit benchmark: an unbacked guest-physical address (MMIO exit).
 pub const BENCH_MMIO_ADDR: u64 = 0xd000_0000;
 
@@ -396,7 +402,10 @@ impl<'a> Cmdline<'a> {
     /// The requested benchmark names in order, without empty items. Empty
     /// when `bench=` is absent or empty.
     pub fn benches(&self) -> impl Iterator<Item = &'a str> + 'a {
-        self.bench.unwrap_or("").split(',').filter(|w| !w.is_empty())
+        self.bench
+            .unwrap_or("")
+            .split(',')
+            .filter(|w| !w.is_empty())
     }
 
     /// True when `bench=` asks for `name` itself or for `all`.

@@ -13,6 +13,7 @@
 //! - [`regs`]: register dumps for crash reports.
 //! - [`report`]: the table and JSON `vmm run` prints.
 //! - [`native`]: the guest's workloads run on the host, for guest/native ratios.
+//! - [`snapshot`]: `vmm run --snapshot-after`, `vmm restore`, `vmm snapshot info`.
 //! - [`features`]: `vmm features`: host, KVM, policy and guest xstate compared; profiles.
 
 pub mod bench;
@@ -26,6 +27,7 @@ pub mod memory;
 pub mod native;
 pub mod regs;
 pub mod report;
+pub mod snapshot;
 pub mod vcpu;
 pub mod vm;
 pub mod xstate_manager;

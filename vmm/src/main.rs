@@ -31,6 +31,10 @@ enum Command {
     Bench(vmm::bench::BenchArgs),
     /// Compare guest-visible xstate: host CPU, KVM, policy, guest; host profiles.
     Features(vmm::features::FeaturesArgs),
+    /// Resume a snapshot (from `vmm run --snapshot-file`) in a new VM.
+    Restore(RestoreArgs),
+    /// Inspect snapshot files.
+    Snapshot(vmm::snapshot::SnapshotArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -77,6 +81,46 @@ struct RunArgs {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
+    /// Snapshot the guest after this many seconds and stop (needs --snapshot-file).
+    #[arg(long, value_name = "SECONDS", requires = "snapshot_file")]
+    snapshot_after: Option<f64>,
+    /// Where to write a snapshot: after --snapshot-after, or when the guest
+    /// asks for one (SNAPSHOT_PORT).
+    #[arg(long, value_name = "PATH")]
+    snapshot_file: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct RestoreArgs {
+    /// The snapshot file (it is only read).
+    file: PathBuf,
+    /// When the VMM moves the guest's xsave state across exits (default: as
+    /// when the snapshot was taken).
+    #[arg(long, value_enum)]
+    xstate_sync: Option<SyncPolicy>,
+    /// Stop the guest after this many seconds (from the restore).
+    #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
+    timeout: f64,
+    /// Do not run the workloads natively on the host for guest/native ratios.
+    #[arg(long)]
+    no_native: bool,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Snapshot the restored guest again after this many seconds.
+    #[arg(long, value_name = "SECONDS", requires = "snapshot_file")]
+    snapshot_after: Option<f64>,
+    /// Where a further snapshot goes.
+    #[arg(long, value_name = "PATH")]
+    snapshot_file: Option<PathBuf>,
+}
+
+/// A positive number of seconds, or `None` for 0 (no limit).
+fn seconds(v: f64, what: &str) -> Result<Option<Duration>, vmm::Error> {
+    if !v.is_finite() || v < 0.0 {
+        return Err(vmm::Error::Policy(format!("{what} {v}: must be a number of seconds >= 0")));
+    }
+    Ok((v > 0.0).then(|| Duration::from_secs_f64(v)))
 }
 
 fn run(args: RunArgs) -> Result<i32, vmm::Error> {
@@ -95,7 +139,11 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
     if let Some(c) = &args.cmdline {
         words.push(c.clone());
     }
-    let timeout = (args.timeout > 0.0).then(|| Duration::from_secs_f64(args.timeout));
+    let timeout = seconds(args.timeout, "--timeout")?;
+    let snapshot_after = match args.snapshot_after {
+        Some(s) => Some(seconds(s, "--snapshot-after")?.unwrap_or(Duration::ZERO)),
+        None => None,
+    };
     let config = RunConfig {
         kernel,
         mem_mib: args.mem,
@@ -114,17 +162,25 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
         timeout,
         xstate_sync: args.xstate_sync,
         raw_loop: false,
+        snapshot_after,
+        snapshot_file: args.snapshot_file.clone(),
     };
     let outcome = vm::run(config)?;
-    let mut summary = RunSummary::new(&outcome);
-    if !args.no_native && !summary.results.is_empty() {
-        let native = native::run_native(&args.workload, summary.tsc_khz)?;
+    print_outcome(&outcome, (!args.no_native).then_some(args.workload.as_str()), args.json)
+}
+
+/// Print a run's (or a restored run's) summary; returns the exit status.
+/// `native`: the workload list to run natively for guest/native ratios.
+fn print_outcome(outcome: &vm::RunOutcome, native: Option<&str>, json: bool) -> Result<i32, vmm::Error> {
+    let mut summary = RunSummary::new(outcome);
+    if let Some(workload) = native.filter(|_| !summary.results.is_empty()) {
+        let native = native::run_native(workload, summary.tsc_khz)?;
         native::attach_ratios(&mut summary.results, &native);
         if summary.results.iter().any(|r| r.name == "aes-128-cbc") {
             summary.openssl_aes_128_cbc_mb_per_s = native::openssl_aes_128_cbc_8192(1);
         }
     }
-    if args.json {
+    if json {
         println!(
             "{}",
             serde_json::to_string_pretty(&summary).map_err(|e| vmm::Error::Guest(e.to_string()))?
@@ -135,12 +191,51 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
     Ok(summary.process_exit)
 }
 
+/// `vmm restore`: snapshot errors are printed here (status 64).
+fn restore(args: RestoreArgs) -> Result<i32, vmm::Error> {
+    let opts = vmm::snapshot::restore::RestoreOptions {
+        serial: if args.json {
+            SerialSink::Stderr
+        } else {
+            SerialSink::Stdout
+        },
+        timeout: seconds(args.timeout, "--timeout")?,
+        xstate_sync: args.xstate_sync,
+        snapshot_after: match args.snapshot_after {
+            Some(s) => Some(seconds(s, "--snapshot-after")?.unwrap_or(Duration::ZERO)),
+            None => None,
+        },
+        snapshot_file: args.snapshot_file.clone(),
+    };
+    let outcome = match vmm::snapshot::restore::restore(&args.file, opts) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("vmm: {e}");
+            return Ok(EXIT_VMM_ERROR);
+        }
+    };
+    // The guest's workloads, from the command line it booted with.
+    let workload = (!args.no_native)
+        .then(|| vmm::snapshot::restore::load(&args.file).ok())
+        .flatten()
+        .and_then(|s| {
+            s.meta
+                .cmdline
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("workload=").map(str::to_string))
+        })
+        .unwrap_or_else(|| "quick".into());
+    print_outcome(&outcome, (!args.no_native).then_some(workload.as_str()), args.json)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run(args),
         Command::Bench(args) => vmm::bench::main(args),
         Command::Features(args) => vmm::features::main(args),
+        Command::Restore(args) => restore(args),
+        Command::Snapshot(args) => Ok(vmm::snapshot::main(args)),
     };
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),

@@ -5,7 +5,7 @@
 //! | field | meaning |
 //! |-------|---------|
 //! | `exit_status` | the guest's debug-exit value, or null when it crashed or timed out |
-//! | `exit_reason` | `exited`, `crashed` or `timed_out` |
+//! | `exit_reason` | `exited`, `crashed`, `timed_out` or `snapshotted` (`vmm run --snapshot-after`/`--snapshot-file`; the guest stopped after its state was saved) |
 //! | `guest_xcr0` | XCR0 the guest reported it set (hex string) |
 //! | `guest_xcr0_hardware` | XGETBV(0) executed at CPL3 in the guest (hex string); differs from `guest_xcr0` where the hypervisor runs guest user code on the host's XCR0 |
 //! | `guest_xinuse` | XGETBV(1) at the end of the guest's run (hex string, null without XGETBV1) |
@@ -17,8 +17,9 @@
 //! | `init_xstate` | `minimal` or `all` |
 //! | `standard_size`, `compacted_size` | xsave sizes for the policy |
 //! | `guest_cpuid` | the guest's view of leaf 0xD: supported mask, sizes, per-component size/offset |
-//! | `results` | workload results: `name`, `variant`, `size`, `mb_per_s` or `gflops`, `check`, `cycles`, `seconds`, `native_ratio` |
+//! | `results` | workload results: `name`, `variant`, `size`, `mb_per_s` or `gflops`, `check`, `cycles`, `seconds`, `native_ratio`; `residual` (linear algebra), `bytes_per_save` (`ctxsw`) |
 //! | `openssl_aes_128_cbc_mb_per_s` | the host's `openssl speed -evp aes-128-cbc` at 8192 B, when openssl is installed |
+//! | `switch_strategy`, `switch_cycles` | the context-switch strategy the guest chose at boot, and the cycles per switch it measured for each candidate |
 //! | `skipped` | workload variants not run: `name`, `variant`, `reason` |
 //! | `fault` | the CPU exception that ended the run, if any |
 //! | `crash` | reason and register dump when the guest crashed |
@@ -28,7 +29,7 @@
 
 use std::fmt::Write as _;
 
-use guest::protocol::{field_str, ExitStatus, Report, WorkUnit};
+use guest::protocol::{field_str, ExitStatus, Report, WorkUnit, SWITCH_STRATEGIES};
 use serde::Serialize;
 use xstate::{InitMode, Xfeature, XfeatureMask};
 
@@ -68,14 +69,24 @@ pub struct ResultRow {
     pub events_per_s: Option<f64>,
     pub check: &'static str,
     pub cycles: u64,
+    /// Units of work in the timed region (bytes, flops, events).
+    pub work: u64,
     pub seconds: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub residual: Option<f64>,
+    /// Bytes written per save (`ctxsw` rows).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes_per_save: Option<u64>,
     /// Guest throughput / native throughput of the same code, when measured.
     pub native_ratio: Option<f64>,
 }
 
 impl ResultRow {
+    /// TSC cycles per unit of work (per exit, per switch, per byte...).
+    pub fn cycles_per_op(&self) -> f64 {
+        self.cycles as f64 / self.work.max(1) as f64
+    }
+
     /// The throughput figure, whatever its unit.
     pub fn throughput(&self) -> Option<f64> {
         self.mb_per_s.or(self.gflops).or(self.events_per_s)
@@ -87,6 +98,13 @@ pub struct SkipRow {
     pub name: String,
     pub variant: String,
     pub reason: String,
+}
+
+/// One candidate of the guest's boot-time switch-strategy calibration.
+#[derive(Clone, Debug, Serialize)]
+pub struct SwitchFigure {
+    pub strategy: &'static str,
+    pub cycles: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -166,6 +184,10 @@ pub struct RunSummary {
     /// The host's `openssl speed -evp aes-128-cbc` at 8192-byte blocks, MB/s.
     pub openssl_aes_128_cbc_mb_per_s: Option<f64>,
     pub skipped: Vec<SkipRow>,
+    /// The context-switch strategy the guest chose by measuring at boot.
+    pub switch_strategy: Option<String>,
+    /// TSC cycles per switch the guest measured for each candidate.
+    pub switch_cycles: Vec<SwitchFigure>,
     pub fault: Option<FaultView>,
     pub crash: Option<CrashView>,
     pub report_errors: Vec<String>,
@@ -208,7 +230,8 @@ pub fn result_rows(report: &Report, tsc_khz: u64) -> Vec<ResultRow> {
     report
         .results()
         .iter()
-        .map(|r| {
+        .enumerate()
+        .map(|(i, r)| {
             let seconds = (tsc_khz != 0).then(|| r.cycles as f64 / (tsc_khz as f64 * 1e3));
             let rate = seconds.filter(|s| *s > 0.0).map(|s| r.work as f64 / s);
             let (mut mb, mut gf, mut ev) = (None, None, None);
@@ -226,9 +249,11 @@ pub fn result_rows(report: &Report, tsc_khz: u64) -> Vec<ResultRow> {
                 events_per_s: ev,
                 check: if r.check == 1 { "pass" } else { "fail" },
                 cycles: r.cycles,
+                work: r.work,
                 seconds,
                 residual: (r.unit == WorkUnit::Flops as u32 && r.residual != 0.0)
                     .then_some(r.residual),
+                bytes_per_save: (field_str(&r.name) == "ctxsw").then(|| report.aux(i)),
                 native_ratio: None,
             }
         })
@@ -268,6 +293,13 @@ impl RunSummary {
                     d.as_secs_f64()
                 ),
                 EXIT_TIMEOUT,
+                None,
+            ),
+            RunEnd::Snapshotted(p) => (
+                None,
+                "snapshotted",
+                format!("snapshot written to {}; resume with `vmm restore`", p.display()),
+                0,
                 None,
             ),
         };
@@ -344,6 +376,19 @@ impl RunSummary {
                             variant: field_str(&s.variant).to_string(),
                             reason: field_str(&s.reason).to_string(),
                         })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            switch_strategy: report
+                .map(|r| field_str(&r.switch_strategy).to_string())
+                .filter(|s| !s.is_empty()),
+            switch_cycles: report
+                .map(|r| {
+                    SWITCH_STRATEGIES
+                        .iter()
+                        .zip(r.switch_cycles)
+                        .filter(|(_, c)| *c != 0)
+                        .map(|(s, cycles)| SwitchFigure { strategy: s, cycles })
                         .collect()
                 })
                 .unwrap_or_default(),
@@ -430,6 +475,18 @@ impl RunSummary {
                 c.computed_compacted_size
             );
             let _ = writeln!(s, "  XSAVE variants    {}", c.xsave_variants.join(" "));
+            if let Some(st) = &self.switch_strategy {
+                let figures: Vec<String> = self
+                    .switch_cycles
+                    .iter()
+                    .map(|f| format!("{} {}", f.strategy, f.cycles))
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    "  switch strategy   {st} (measured at boot, cycles per switch: {})",
+                    figures.join(", ")
+                );
+            }
             let _ = writeln!(
                 s,
                 "  {:<3} {:<12} {:>6} {:>9} {:>10}",
@@ -453,28 +510,33 @@ impl RunSummary {
             let _ = writeln!(s, "results");
             let _ = writeln!(
                 s,
-                "  {:<14} {:<10} {:>7} {:>12} {:<7} {:>6} {:>8}",
-                "workload", "variant", "size", "throughput", "unit", "check", "native"
+                "  {:<14} {:<26} {:>7} {:>12} {:<6} {:<5} {:>7}  {}",
+                "workload", "variant", "size", "throughput", "unit", "check", "native", "per op"
             );
             for r in &self.results {
                 let (v, unit) = match (r.mb_per_s, r.gflops, r.events_per_s) {
-                    (Some(v), _, _) => (v, "MB/s"),
-                    (_, Some(v), _) => (v, "GFLOPS"),
-                    (_, _, Some(v)) => (v, "1/s"),
-                    _ => (f64::NAN, "-"),
+                    (Some(v), _, _) => (format!("{v:.2}"), "MB/s"),
+                    (_, Some(v), _) => (format!("{v:.2}"), "GFLOPS"),
+                    (_, _, Some(v)) => (format!("{v:.0}"), "1/s"),
+                    _ => ("-".to_string(), "-"),
+                };
+                // Events (exits, switches): what one costs, in TSC cycles.
+                let per_op = match (r.events_per_s, r.bytes_per_save) {
+                    (Some(_), Some(b)) => format!("{:.0} cycles, {b} B/save", r.cycles_per_op()),
+                    (Some(_), None) => format!("{:.0} cycles", r.cycles_per_op()),
+                    _ => String::new(),
                 };
                 let _ = writeln!(
                     s,
-                    "  {:<14} {:<10} {:>7} {:>12.2} {:<7} {:>6} {:>8}",
+                    "  {:<14} {:<26} {:>7} {:>12} {:<6} {:<5} {:>7}  {}",
                     r.name,
                     r.variant,
                     r.size,
                     v,
                     unit,
                     r.check,
-                    r.native_ratio
-                        .map(|x| format!("{x:.3}"))
-                        .unwrap_or_else(|| "-".into())
+                    r.native_ratio.map(|x| format!("{x:.3}")).unwrap_or_else(|| "-".into()),
+                    per_op
                 );
             }
         }

@@ -136,9 +136,10 @@ impl XstateManager {
         self.fetch(vcpu)
     }
 
-    /// The guest's state as a standard-format image for its XCR0 policy.
+    /// The guest's state as a standard-format image of everything KVM's
+    /// image can hold.
     pub fn standard_image(&mut self, vcpu: &VcpuFd) -> Result<XsaveBuf> {
-        let (info, xcr0) = (self.info, self.guest_xcr0);
+        let (info, xcr0) = (self.info, self.info.supported_xcr0());
         let c = self.fetch(vcpu)?;
         xstate::expand_to_standard(&info, c, xcr0).map_err(|e| Error::Xstate(format!("expanding the guest's state: {e}")))
     }
@@ -147,6 +148,12 @@ impl XstateManager {
     pub fn set_xmm(&mut self, vcpu: &VcpuFd, reg: usize, value: [u8; 16]) -> Result<()> {
         if reg >= 16 {
             return Err(Error::Xstate(format!("XMM{reg} does not exist (0..=15)")));
+        }
+        if !self.guest_xcr0.contains(Xfeature::Sse) {
+            return Err(Error::Xstate(format!(
+                "cannot set XMM{reg}: the guest's XCR0 {:#x} has no SSE state",
+                self.guest_xcr0
+            )));
         }
         let mut image = self.standard_image(vcpu)?;
         image.set_xmm(reg, value);
@@ -173,8 +180,10 @@ impl XstateManager {
             let image = vcpu::get_xsave(vcpu, self.xsave2_size)?;
             self.stats.fetches += 1;
             self.stats.standard_bytes += image.len() as u64;
-            let compacted = xstate::compacted_in_use(&self.info, &image, self.guest_xcr0)
-                .map_err(|e| Error::Xstate(format!("the state KVM returned does not fit the guest's XCR0 policy: {e}")))?;
+            // Compact against what KVM's image can hold: a fetch must never
+            // lose state. The guest's XCR0 is enforced when state goes back.
+            let compacted = xstate::compacted_in_use(&self.info, &image, self.info.supported_xcr0())
+                .map_err(|e| Error::Xstate(format!("the xsave image KVM returned is malformed: {e}")))?;
             self.stats.compacted_bytes += compacted.len() as u64;
             self.cached = Some(compacted);
         }
@@ -182,7 +191,7 @@ impl XstateManager {
     }
 
     fn write_back(&mut self, vcpu: &VcpuFd, compacted: &XsaveBuf) -> Result<()> {
-        let standard = xstate::expand_to_standard(&self.info, compacted, self.guest_xcr0)
+        let standard = xstate::expand_to_standard(&self.info, compacted, self.info.supported_xcr0())
             .map_err(|e| Error::Xstate(format!("expanding the edited state: {e}")))?;
         // Against the XCR0 in force, not just the policy: the guest may have
         // enabled less. One more ioctl, on this rare path only.

@@ -91,6 +91,12 @@ fn write_header(a: &mut [u8], xstate_bv: u64, xcomp_bv: u64) {
 /// `src` when `bv` marks them, their init values otherwise; MXCSR_MASK and the
 /// software-available bytes always.
 fn copy_legacy(src: &[u8], dst: &mut [u8], bv: u64) {
+    let both = Xfeature::X87.bit() | Xfeature::Sse.bit();
+    if bv & both == both {
+        // The common case: the whole legacy region is live, one copy.
+        dst[..o::XSTATE_BV].copy_from_slice(&src[..o::XSTATE_BV]);
+        return;
+    }
     if bv & Xfeature::X87.bit() != 0 {
         dst[X87_A].copy_from_slice(&src[X87_A]);
         dst[X87_B].copy_from_slice(&src[X87_B]);

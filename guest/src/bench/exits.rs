@@ -239,6 +239,7 @@ pub fn clean_upper(has_avx: bool) -> Upper {
 
 #[cfg(test)]
 mod tests {
+    extern crate std;
     use super::*;
     use crate::bench::Env;
 

@@ -378,6 +378,8 @@ sys_table:
     .quad sys_xsetbv
     .quad sys_halt
     .quad sys_cpuid
+    .quad sys_mmio_stores       /* kernel/syscall.rs */
+    .quad sys_cpuid_loop        /* kernel/syscall.rs */
 sys_table_end:
 
 /* ---------------------------------------------------------------------- */

@@ -14,6 +14,7 @@
 //! `push_skipped`.
 
 pub mod arena;
+pub mod bench;
 pub mod boot;
 pub mod cpu;
 pub mod fault;

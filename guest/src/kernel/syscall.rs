@@ -17,10 +17,13 @@
 //! | 3 | [`SYS_XSETBV`] | XCR index, value | 0, or [`SYS_ERR_REFUSED`] when the CPU raised #GP/#UD |
 //! | 4 | [`SYS_HALT`] | — | does not return: HLT with interrupts off (the vCPU stops) |
 //! | 5 | [`SYS_CPUID`] | leaf, subleaf | RAX = EBX:EAX, RDX = EDX:ECX of CPUID executed at CPL0 |
+//! | 6 | [`SYS_MMIO_STORES`] | address, value, count | 0 after `count` 32-bit stores at CPL0 (exit benchmark) |
+//! | 7 | [`SYS_CPUID_LOOP`] | leaf, count | 0 after `count` CPUIDs (subleaf 0) at CPL0 (exit benchmark) |
 //!
-//! Unknown numbers return [`SYS_ERR_UNKNOWN`]. A new call is a handler in
-//! boot.rs that ends with `iretq`, an entry at the end of `sys_table`, and a
-//! constant here.
+//! Unknown numbers return [`SYS_ERR_UNKNOWN`]. A new call is a handler
+//! that ends with `iretq` (in boot.rs, or in the `global_asm!` of this file
+//! for the benchmark loops), an entry at the end of `sys_table` in boot.rs,
+//! and a constant here.
 
 use crate::protocol::{ExitStatus, DEBUG_EXIT_PORT};
 
@@ -30,6 +33,8 @@ pub const SYS_PORT_WRITES: u64 = 2;
 pub const SYS_XSETBV: u64 = 3;
 pub const SYS_HALT: u64 = 4;
 pub const SYS_CPUID: u64 = 5;
+pub const SYS_MMIO_STORES: u64 = 6;
+pub const SYS_CPUID_LOOP: u64 = 7;
 
 /// The instruction raised an exception (#GP for an invalid XCR0 value).
 pub const SYS_ERR_REFUSED: u64 = u64::MAX;
@@ -111,6 +116,60 @@ pub fn port_writes(port: u16, value: u32, count: u64) {
     // port whose device tolerates them.
     unsafe { syscall3(SYS_PORT_WRITES, port.into(), value.into(), count) };
 }
+
+/// Perform `count` 32-bit stores of `value` to `addr` from CPL0.
+///
+/// # Safety
+/// `addr` must be mapped and writable, and a store there must not corrupt
+/// memory anything relies on (the exit benchmark uses unbacked
+/// guest-physical memory, where each store is an MMIO exit).
+pub unsafe fn mmio_stores(addr: u64, value: u32, count: u64) {
+    // SAFETY: forwarded to the caller's contract.
+    unsafe { syscall3(SYS_MMIO_STORES, addr, value.into(), count) };
+}
+
+/// Execute CPUID(`leaf`, 0) `count` times at CPL0 (where KVM emulates it
+/// on every host).
+pub fn cpuid_loop(leaf: u32, count: u64) {
+    // SAFETY: CPUID has no side effects; the handler preserves RBX.
+    unsafe { syscall3(SYS_CPUID_LOOP, leaf.into(), count, 0) };
+}
+
+// The exit-benchmark loops at CPL0, entered through `sys_table` in boot.rs
+// on the kernel stack with the CPL3 return frame on it. As short as the
+// other handlers: every instruction here is emulated on the development
+// host.
+core::arch::global_asm!(
+    r#"
+    .pushsection .text.kernel_bench_calls, "ax", @progbits
+    .globl sys_mmio_stores
+sys_mmio_stores:                /* address RDI, value RSI, count RDX */
+    movq %rdx, %rcx
+    testq %rcx, %rcx
+    jz 2f
+1:  movl %esi, (%rdi)
+    decq %rcx
+    jnz 1b
+2:  xorl %eax, %eax
+    iretq
+
+    .globl sys_cpuid_loop
+sys_cpuid_loop:                 /* leaf RDI, count RSI */
+    pushq %rbx
+    testq %rsi, %rsi
+    jz 4f
+3:  movl %edi, %eax
+    xorl %ecx, %ecx
+    cpuid
+    decq %rsi
+    jnz 3b
+4:  popq %rbx
+    xorl %eax, %eax
+    iretq
+    .popsection
+"#,
+    options(att_syntax)
+);
 
 /// The CPU refused an XSETBV value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -28,6 +28,9 @@ pub enum BenchCommand {
         /// Exits per row.
         #[arg(long, default_value_t = 100_000)]
         count: u64,
+        /// Interleaved rounds; each row reports its best.
+        #[arg(long, default_value_t = 3)]
+        rounds: u32,
         /// Policies to measure (default: all).
         #[arg(long, value_enum, value_delimiter = ',')]
         policy: Vec<SyncPolicy>,
@@ -64,6 +67,7 @@ pub fn main(args: BenchArgs) -> Result<i32> {
     match args.what {
         BenchCommand::Exits {
             count,
+            rounds,
             policy,
             xfeatures,
             json,
@@ -83,7 +87,7 @@ pub fn main(args: BenchArgs) -> Result<i32> {
                 policy
             };
             drop(host);
-            let b = exits::run(count, &masks, &policies, timeout)?;
+            let b = exits::run(count, rounds, &masks, &policies, timeout)?;
             print(json, &b, b.to_table())?;
         }
         BenchCommand::InitXstate {

@@ -393,6 +393,7 @@ fn boot_guest(args: &ShowArgs) -> Result<GuestState, FeaturesError> {
             "the guest was stopped after {:.1} s",
             d.as_secs_f64()
         )),
+        RunEnd::Snapshotted(p) => Some(format!("the guest was snapshotted to {}", p.display())),
     };
     Ok(match outcome.report.as_deref() {
         Some(r) => GuestState::Booted {

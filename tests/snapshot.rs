@@ -1,0 +1,320 @@
+//! Snapshot and restore end to end: `vmm run --snapshot-after/--snapshot-file`,
+//! `vmm restore`, `vmm snapshot info`, and the refusals (corrupted,
+//! truncated, other format version, state this host cannot hold).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{kvm_or_skip, tiny_pvh_elf, vmm, vmm_json};
+use vmm::snapshot::format::{Container, FORMAT_VERSION};
+use vmm::snapshot::state::Snapshot;
+use xstate::{CpuidProfile, Format, InitMode, XfeatureMask, XsaveBuf};
+
+fn snap_path(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("vmm-snapshot-test-{}-{name}.snap", std::process::id()))
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Take a guest-requested snapshot of the tiny register kernel (fast: no
+/// workload, no boot of the real guest).
+fn tiny_snapshot(name: &str) -> PathBuf {
+    let kernel = common::temp_file(&format!("{name}-regs.elf"), &tiny_pvh_elf(&regs_kernel(), true));
+    let snap = snap_path(name);
+    let out = vmm(&[
+        "run",
+        "--kernel",
+        kernel.to_str().unwrap(),
+        "--snapshot-file",
+        snap.to_str().unwrap(),
+        "--no-native",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "snapshot run failed: {:?}\n{}\n{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let _ = std::fs::remove_file(kernel);
+    assert!(snap.is_file(), "no snapshot written: {}", text(&out.stdout));
+    snap
+}
+
+/// 32-bit PVH entry code: load seven GPRs with distinct values, ask for a
+/// snapshot (`out 0xf3, eax`), then check every one and exit with 0, or
+/// with 10 + the index of the first register that changed.
+fn regs_kernel() -> Vec<u8> {
+    // (mov opcode, cmp encoding, value)
+    let regs: [(u8, &[u8], u32); 7] = [
+        (0xb8, &[0x3d], 0x1122_3344),       // eax
+        (0xbb, &[0x81, 0xfb], 0x5566_7788), // ebx
+        (0xb9, &[0x81, 0xf9], 0x99aa_bbcc), // ecx
+        (0xba, &[0x81, 0xfa], 0xddee_ff00), // edx
+        (0xbe, &[0x81, 0xfe], 0xdead_f00d), // esi
+        (0xbf, &[0x81, 0xff], 0xdead_beef), // edi
+        (0xbd, &[0x81, 0xfd], 0x1234_5678), // ebp
+    ];
+    let mut c = Vec::new();
+    for (mov, _, v) in regs {
+        c.push(mov);
+        c.extend_from_slice(&v.to_le_bytes());
+    }
+    c.extend_from_slice(&[0xe7, guest::protocol::SNAPSHOT_PORT as u8]); // out imm8, eax
+    // Each check: cmp reg, imm32; je +7 (skip the failure exit);
+    // mov eax, 10+i; out 0xf4, eax.
+    for (i, (_, cmp, v)) in regs.iter().enumerate() {
+        c.extend_from_slice(cmp);
+        c.extend_from_slice(&v.to_le_bytes());
+        c.extend_from_slice(&[0x74, 7]);
+        c.push(0xb8);
+        c.extend_from_slice(&(10 + i as u32).to_le_bytes());
+        c.extend_from_slice(&[0xe7, guest::protocol::DEBUG_EXIT_PORT as u8]);
+    }
+    c.extend_from_slice(&[0x31, 0xc0, 0xe7, guest::protocol::DEBUG_EXIT_PORT as u8, 0xf4]);
+    c
+}
+
+#[test]
+fn mid_run_snapshot_restores_in_a_new_process() {
+    if !kvm_or_skip("mid_run_snapshot_restores_in_a_new_process") {
+        return;
+    }
+    let snap = snap_path("midrun");
+    let (out, v) = vmm_json(&[
+        "run",
+        "--workload",
+        "aes,gemm",
+        "--no-native",
+        "--snapshot-after",
+        "0.3",
+        "--snapshot-file",
+        snap.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(v["exit_reason"], "snapshotted", "{v}");
+    assert_eq!(v["results"].as_array().map(Vec::len), Some(0), "stopped before reporting");
+
+    let (info_out, info) = vmm_json(&["snapshot", "info", snap.to_str().unwrap()]);
+    assert!(info_out.status.success(), "{}", text(&info_out.stderr));
+    assert_eq!(info["trigger"], "time");
+    assert_eq!(info["mem_mib"], 64);
+    assert_eq!(info["restorable_here"], true, "{info}");
+    let pages = info["memory_pages"].as_u64().unwrap();
+    let stored = info["memory_pages_stored"].as_u64().unwrap();
+    assert_eq!(pages, 64 * 256);
+    assert!(stored > 0 && stored < pages / 10, "a 64 MiB guest is mostly zeros: {stored} of {pages} stored");
+    let vcpu = &info["vcpus"][0];
+    assert!(
+        vcpu["xstate_compacted_bytes"].as_u64().unwrap() <= vcpu["xstate_standard_bytes"].as_u64().unwrap(),
+        "{vcpu}"
+    );
+    let names: Vec<&str> = info["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    for want in ["meta", "memory", "vcpu0.regs", "vcpu0.sregs", "vcpu0.xcrs", "vcpu0.msrs", "vcpu0.xstate", "vcpu0.cpuid"] {
+        assert!(names.contains(&want), "section {want} missing from {names:?}");
+    }
+
+    let before = std::fs::read(&snap).unwrap();
+    let (out, v) = vmm_json(&["restore", snap.to_str().unwrap(), "--no-native", "--timeout", "120"]);
+    assert_eq!(out.status.code(), Some(0), "{v}\n{}", text(&out.stderr));
+    assert_eq!(v["exit_reason"], "exited", "{v}");
+    assert_eq!(v["exit_status"], 0);
+    let results = v["results"].as_array().unwrap();
+    for name in ["aes-128-cbc", "aes-128-ctr", "dgemm"] {
+        assert!(results.iter().any(|r| r["name"] == name), "no {name} result after restore: {v}");
+    }
+    for r in results {
+        assert_eq!(r["check"], "pass", "{r}");
+    }
+    assert_eq!(std::fs::read(&snap).unwrap(), before, "restore must not modify the snapshot");
+    let _ = std::fs::remove_file(snap);
+}
+
+#[test]
+fn guest_requested_snapshot_keeps_registers() {
+    if !kvm_or_skip("guest_requested_snapshot_keeps_registers") {
+        return;
+    }
+    let snap = tiny_snapshot("guestreq");
+    let (info_out, info) = vmm_json(&["snapshot", "info", snap.to_str().unwrap()]);
+    assert!(info_out.status.success(), "{}", text(&info_out.stderr));
+    assert_eq!(info["trigger"], "guest");
+    // The snapshot is taken at the OUT exit; RIP points past it once the
+    // pending I/O is completed (immediate_exit).
+    let decoded = Snapshot::from_bytes(&std::fs::read(&snap).unwrap()).unwrap();
+    assert_eq!(decoded.vcpus[0].regs.rax, 0x1122_3344);
+    assert_eq!(decoded.vcpus[0].regs.rip, 0x10_0000 + 7 * 5 + 2, "RIP after the OUT");
+
+    let (out, v) = vmm_json(&["restore", snap.to_str().unwrap(), "--no-native", "--timeout", "30"]);
+    assert_eq!(
+        v["exit_status"], 0,
+        "status 10+i means register i changed across snapshot/restore: {v}\n{}",
+        text(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let _ = std::fs::remove_file(snap);
+}
+
+/// Run `vmm restore` and `vmm snapshot info` on a bad file: status 64, a
+/// message naming the file and containing `needle`, no panic, the file
+/// unchanged.
+fn assert_refused(path: &Path, needle: &str) {
+    let before = std::fs::read(path).unwrap();
+    for args in [
+        vec!["restore", path.to_str().unwrap(), "--no-native"],
+        vec!["snapshot", "info", path.to_str().unwrap()],
+    ] {
+        let out = vmm(&args);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {err}");
+        assert!(err.contains(&path.display().to_string()), "{args:?}: the message names the file: {err}");
+        assert!(err.contains(needle), "{args:?}: expected {needle:?} in: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(out.stdout.is_empty() || args[0] == "snapshot", "{args:?}");
+    }
+    assert_eq!(std::fs::read(path).unwrap(), before, "the file was modified");
+}
+
+#[test]
+fn corrupted_truncated_and_versioned_files_are_refused() {
+    if !kvm_or_skip("corrupted_truncated_and_versioned_files_are_refused") {
+        return;
+    }
+    let snap = tiny_snapshot("bad");
+    let good = std::fs::read(&snap).unwrap();
+    let table = vmm::snapshot::format::read_table(&good).unwrap();
+
+    // One bit flipped inside vcpu0.regs.
+    let regs = table.iter().find(|e| e.name == "vcpu0.regs").unwrap();
+    let mut bad = good.clone();
+    bad[regs.offset as usize + 8] ^= 0x10;
+    let p = snap_path("flipped");
+    std::fs::write(&p, &bad).unwrap();
+    assert_refused(&p, "checksum mismatch");
+    assert_refused(&p, "section \"vcpu0.regs\"");
+
+    // Truncated: half the file.
+    std::fs::write(&p, &good[..good.len() / 2]).unwrap();
+    assert_refused(&p, "truncated");
+    // Truncated inside the header.
+    std::fs::write(&p, &good[..30]).unwrap();
+    assert_refused(&p, "truncated");
+
+    // A future format version.
+    let mut bad = good.clone();
+    bad[8..12].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
+    std::fs::write(&p, &bad).unwrap();
+    assert_refused(&p, &format!("format version {}", FORMAT_VERSION + 1));
+
+    // Not a snapshot at all.
+    std::fs::write(&p, b"hello, this is not a snapshot file at all........................").unwrap();
+    assert_refused(&p, "not a vmm snapshot");
+
+    // A missing file.
+    let missing = snap_path("does-not-exist");
+    let out = vmm(&["restore", missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(text(&out.stderr).contains("cannot read snapshot"), "{}", text(&out.stderr));
+
+    let _ = std::fs::remove_file(p);
+    let _ = std::fs::remove_file(snap);
+}
+
+fn spr_profile() -> CpuidProfile {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("xstate/tests/data/intel-sapphire-rapids.json");
+    CpuidProfile::from_json(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// A real snapshot rewritten as if taken on a Sapphire Rapids host with AMX
+/// tiles in use: the source leaf 0xD, XCR0 0x602e7 and a compacted image
+/// whose XSTATE_BV is 0x60000, checksums fixed.
+fn amx_snapshot(good: &[u8]) -> Vec<u8> {
+    let mut snap = Snapshot::from_bytes(good).unwrap();
+    let profile = spr_profile();
+    let spr = profile.xsave_info().unwrap();
+    let xcr0 = XfeatureMask::from_bits(0x602e7);
+    let mut standard = XsaveBuf::init(&spr, xcr0, InitMode::Minimal).unwrap();
+    let layout = spr.layout(xcr0, Format::Standard).unwrap();
+    {
+        let mut v = standard.view_mut();
+        // TILECFG: palette 1, then TILEDATA with a pattern.
+        v.component_by_index_mut(17, &layout).unwrap()[0] = 1;
+        for (k, b) in v.component_by_index_mut(18, &layout).unwrap().iter_mut().enumerate() {
+            *b = (k % 251) as u8 | 1;
+        }
+        v.set_xstate_bv(0x60000u64);
+    }
+    let compacted = xstate::compacted_in_use(&spr, &standard, xcr0).unwrap();
+    assert_eq!(compacted.xstate_bv(), 0x60000);
+    snap.vcpus[0].xstate = compacted;
+    for x in &mut snap.vcpus[0].xcrs {
+        if x.0 == 0 {
+            x.1 = xcr0.bits();
+        }
+    }
+    snap.meta.kvm_leaf_0xd = CpuidProfile::entries_of(&spr);
+    snap.meta.kvm_xcr0 = spr.supported_xcr0().bits();
+    snap.meta.policy_xcr0 = xcr0.bits();
+    snap.to_bytes()
+}
+
+#[test]
+fn amx_snapshot_is_refused_on_a_host_without_amx() {
+    if !kvm_or_skip("amx_snapshot_is_refused_on_a_host_without_amx") {
+        return;
+    }
+    let host = vmm::kvm::HostKvm::open().expect("KVM opens");
+    if host.xstate.supported_xcr0().contains_all(XfeatureMask::AMX) {
+        eprintln!("SKIPPED the AMX refusal: this host's KVM supports AMX");
+        return;
+    }
+    let snap = tiny_snapshot("amx");
+    let bytes = amx_snapshot(&std::fs::read(&snap).unwrap());
+    // The rewritten file is a valid container: only the host check fails.
+    Container::parse(&bytes).expect("checksums fixed");
+    let p = snap_path("amx-rewritten");
+    std::fs::write(&p, &bytes).unwrap();
+    let host_xcr0 = host.xstate.supported_xcr0().bits();
+    assert_refused(
+        &p,
+        &format!("state uses amx (components 17-18); this host supports {host_xcr0:#x}"),
+    );
+    // `snapshot info` still describes it, and says why it cannot be restored here.
+    let (out, info) = vmm_json(&["snapshot", "info", p.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(info["restorable_here"], false);
+    assert_eq!(info["vcpus"][0]["xstate_bv"], "0x60000");
+    assert!(info["vcpus"][0]["components_in_use"].as_str().unwrap().contains("amx"));
+    assert!(info["restore_refusal"].as_str().unwrap().contains("state uses amx"), "{info}");
+    let _ = std::fs::remove_file(p);
+    let _ = std::fs::remove_file(snap);
+}
+
+#[test]
+fn amx_state_is_compact_in_a_snapshot() {
+    // No KVM needed: the sizes a Sapphire Rapids guest's state takes.
+    let spr = spr_profile().xsave_info().unwrap();
+    let xcr0 = XfeatureMask::from_bits(0x602e7);
+    let standard_size = spr.standard_size(xcr0).unwrap();
+    assert!(standard_size > 11 * 1024 - 512, "AMX standard image {standard_size} B");
+    let standard = XsaveBuf::init(&spr, xcr0, InitMode::Minimal).unwrap();
+    // Idle tiles and clean upper state: only the legacy region and header.
+    let idle = xstate::compacted_in_use(&spr, &standard, xcr0).unwrap();
+    assert_eq!(idle.len(), 576);
+}
+
+#[test]
+fn snapshot_needs_a_file() {
+    let out = vmm(&["run", "--snapshot-after", "1"]);
+    assert_eq!(out.status.code(), Some(2), "clap refuses it: {}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("--snapshot-file"), "{}", text(&out.stderr));
+}

@@ -1,0 +1,429 @@
+//! What a snapshot holds, section by section, and how each is encoded.
+//!
+//! | section | contents |
+//! |---------|----------|
+//! | `meta` | JSON ([`Meta`]): how the VM was built (RAM, command line with `xfeatures=`, xstate policy, init mode), the source KVM's leaf 0xD and XCR0/IA32_XSS, TSC rate, device state (the 8250 UART), what interrupt hardware exists (none), why and when the snapshot was taken |
+//! | `memory` | guest RAM, all-zero pages left out ([`super::format::SparseMemory`]) |
+//! | `serial` | what the guest printed before the snapshot |
+//! | `vcpuN.cpuid` | the CPUID table the vCPU was given: `kvm_cpuid_entry2` (40 bytes each) |
+//! | `vcpuN.regs` | `struct kvm_regs` (144 bytes) |
+//! | `vcpuN.sregs` | `struct kvm_sregs` (312 bytes) |
+//! | `vcpuN.xcrs` | (xcr u32, 0 u32, value u64) per XCR, as `KVM_GET_XCRS` gave them |
+//! | `vcpuN.msrs` | (index u32, 0 u32, value u64) per MSR |
+//! | `vcpuN.events` | `struct kvm_vcpu_events` (64 bytes), when KVM has it |
+//! | `vcpuN.mp_state` | `struct kvm_mp_state` (4 bytes), when KVM has it |
+//! | `vcpuN.debugregs` | `struct kvm_debugregs` (128 bytes), when KVM has it |
+//! | `vcpuN.xstate` | the extended state **compacted with only the components in use**: an XSAVEC-format image whose XCOMP_BV (bit 63 set) equals its XSTATE_BV, laid out by the source KVM's leaf 0xD in `meta` |
+//!
+//! KVM structures are stored as their Linux UAPI layout (little-endian x86-64),
+//! which the kernel never changes incompatibly.
+
+use kvm_bindings::{kvm_cpuid_entry2, kvm_debugregs, kvm_regs, kvm_sregs, kvm_vcpu_events};
+use serde::{Deserialize, Serialize};
+use xstate::{CpuidEntry, XfeatureMask, XsaveBuf, XsaveInfo};
+
+use super::format::{Container, FormatError, SparseMemory};
+
+/// Everything in a snapshot, decoded.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub meta: Meta,
+    pub memory: SparseMemory,
+    /// Serial output of the guest before the snapshot.
+    pub serial_output: Vec<u8>,
+    pub vcpus: Vec<VcpuState>,
+}
+
+/// The 8250 UART's registers (vm-superio's `SerialState`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SerialRegs {
+    pub baud_divisor_low: u8,
+    pub baud_divisor_high: u8,
+    pub interrupt_enable: u8,
+    pub interrupt_identification: u8,
+    pub line_control: u8,
+    pub line_status: u8,
+    pub modem_control: u8,
+    pub modem_status: u8,
+    pub scratch: u8,
+    pub in_buffer: Vec<u8>,
+}
+
+impl From<&vm_superio::serial::SerialState> for SerialRegs {
+    fn from(s: &vm_superio::serial::SerialState) -> Self {
+        Self {
+            baud_divisor_low: s.baud_divisor_low,
+            baud_divisor_high: s.baud_divisor_high,
+            interrupt_enable: s.interrupt_enable,
+            interrupt_identification: s.interrupt_identification,
+            line_control: s.line_control,
+            line_status: s.line_status,
+            modem_control: s.modem_control,
+            modem_status: s.modem_status,
+            scratch: s.scratch,
+            in_buffer: s.in_buffer.clone(),
+        }
+    }
+}
+
+impl From<&SerialRegs> for vm_superio::serial::SerialState {
+    fn from(s: &SerialRegs) -> Self {
+        Self {
+            baud_divisor_low: s.baud_divisor_low,
+            baud_divisor_high: s.baud_divisor_high,
+            interrupt_enable: s.interrupt_enable,
+            interrupt_identification: s.interrupt_identification,
+            line_control: s.line_control,
+            line_status: s.line_status,
+            modem_control: s.modem_control,
+            modem_status: s.modem_status,
+            scratch: s.scratch,
+            in_buffer: s.in_buffer.clone(),
+        }
+    }
+}
+
+/// The `meta` section.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Meta {
+    /// The `vmm` that wrote the snapshot.
+    pub vmm_version: String,
+    /// Seconds since the Unix epoch.
+    pub created_unix_s: u64,
+    /// `time` (`--snapshot-after`) or `guest` (the guest wrote SNAPSHOT_PORT).
+    pub trigger: String,
+    /// Guest RAM in MiB.
+    pub mem_mib: u64,
+    /// The guest's command line (it already read it; kept for the record and
+    /// for re-running its workloads natively).
+    pub cmdline: String,
+    /// The user xfeatures the guest's CPUID offered (its XCR0 policy).
+    pub policy_xcr0: u64,
+    /// `minimal` or `all`.
+    pub init_xstate: String,
+    /// The xstate sync policy of the run.
+    pub xstate_sync: String,
+    /// What the source KVM could give a guest.
+    pub kvm_xcr0: u64,
+    pub kvm_xss: u64,
+    /// The source KVM's CPUID leaf 0xD (KVM_GET_SUPPORTED_CPUID): lays out
+    /// the compacted image, and lets a target with other standard offsets
+    /// re-lay it out.
+    pub kvm_leaf_0xd: Vec<CpuidEntry>,
+    /// The source's KVM_CAP_XSAVE2 size (0: absent).
+    pub xsave2_size: u64,
+    /// The guest's TSC rate in kHz (0: unknown).
+    pub tsc_khz: u32,
+    /// Interrupt controllers and timers: this VMM creates none (no
+    /// KVM_CREATE_IRQCHIP, no PIT); the guest polls. A snapshot of a VM
+    /// with them would carry LAPIC, IOAPIC/PIC and PIT sections.
+    pub irqchip: String,
+    /// COM1's registers.
+    pub serial: SerialRegs,
+    /// Exits to user space before the snapshot.
+    pub exits: u64,
+    /// Wall time the guest had run, in ms.
+    pub guest_ran_ms: f64,
+    /// MSRs KVM listed (KVM_GET_MSR_INDEX_LIST) that this VMM saves but could
+    /// not read on the source.
+    #[serde(default)]
+    pub msrs_unreadable: Vec<u32>,
+}
+
+/// One vCPU.
+#[derive(Clone, Debug)]
+pub struct VcpuState {
+    pub id: u32,
+    pub cpuid: Vec<kvm_cpuid_entry2>,
+    pub regs: kvm_regs,
+    pub sregs: kvm_sregs,
+    /// (XCR number, value).
+    pub xcrs: Vec<(u32, u64)>,
+    /// (MSR index, value).
+    pub msrs: Vec<(u32, u64)>,
+    pub events: Option<kvm_vcpu_events>,
+    pub mp_state: Option<u32>,
+    pub debugregs: Option<kvm_debugregs>,
+    /// Compacted, in-use components only.
+    pub xstate: XsaveBuf,
+}
+
+impl VcpuState {
+    /// XCR0 as saved (`None` when KVM_GET_XCRS had none).
+    pub fn xcr0(&self) -> Option<u64> {
+        self.xcrs.iter().find(|(n, _)| *n == 0).map(|(_, v)| *v)
+    }
+
+    pub fn msr(&self, index: u32) -> Option<u64> {
+        self.msrs.iter().find(|(i, _)| *i == index).map(|(_, v)| *v)
+    }
+}
+
+/// KVM UAPI structures stored byte for byte.
+///
+/// # Safety
+/// Implementors are `repr(C)` structs of integers (and arrays/structs/unions
+/// of them) with no implicit padding, for which every byte pattern is valid:
+/// kvm-bindings derives zerocopy's `IntoBytes`/`FromBytes` for exactly these
+/// under its `serde` feature, which would not compile otherwise.
+unsafe trait KvmPod: Copy + Default {}
+// SAFETY: see the trait; all four are padding-free bindgen structs of
+// integers.
+unsafe impl KvmPod for kvm_regs {}
+// SAFETY: as above.
+unsafe impl KvmPod for kvm_sregs {}
+// SAFETY: as above.
+unsafe impl KvmPod for kvm_vcpu_events {}
+// SAFETY: as above.
+unsafe impl KvmPod for kvm_debugregs {}
+
+fn pod_bytes<T: KvmPod>(v: &T) -> Vec<u8> {
+    // SAFETY: `T: KvmPod` has no padding, so all its bytes are initialised;
+    // the slice covers exactly the object and does not outlive `v`.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
+        .to_vec()
+}
+
+fn pod_from<T: KvmPod>(name: &str, b: &[u8]) -> Result<T, FormatError> {
+    let need = std::mem::size_of::<T>();
+    if b.len() != need {
+        return Err(FormatError::Malformed(format!(
+            "section \"{name}\" is {} bytes, expected {need}",
+            b.len()
+        )));
+    }
+    let mut v = T::default();
+    // SAFETY: `b` holds exactly size_of::<T>() bytes, and any byte pattern
+    // is a valid `T: KvmPod`; source and destination do not overlap.
+    unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), (&mut v as *mut T).cast::<u8>(), need) };
+    Ok(v)
+}
+
+fn pairs_to_bytes(pairs: &[(u32, u64)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 * pairs.len());
+    for (k, v) in pairs {
+        out.extend_from_slice(&k.to_le_bytes());
+        out.extend_from_slice(&0u32.to_le_bytes());
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out
+}
+
+fn pairs_from(name: &str, b: &[u8]) -> Result<Vec<(u32, u64)>, FormatError> {
+    if b.len() % 16 != 0 {
+        return Err(FormatError::Malformed(format!(
+            "section \"{name}\" is {} bytes, not a whole number of 16-byte entries",
+            b.len()
+        )));
+    }
+    Ok(b.chunks_exact(16)
+        .map(|c| {
+            (
+                u32::from_le_bytes(c[0..4].try_into().expect("4")),
+                u64::from_le_bytes(c[8..16].try_into().expect("8")),
+            )
+        })
+        .collect())
+}
+
+fn cpuid_to_bytes(entries: &[kvm_cpuid_entry2]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(40 * entries.len());
+    for e in entries {
+        for v in [e.function, e.index, e.flags, e.eax, e.ebx, e.ecx, e.edx, 0, 0, 0] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    out
+}
+
+fn cpuid_from(name: &str, b: &[u8]) -> Result<Vec<kvm_cpuid_entry2>, FormatError> {
+    if b.len() % 40 != 0 {
+        return Err(FormatError::Malformed(format!(
+            "section \"{name}\" is {} bytes, not a whole number of 40-byte kvm_cpuid_entry2",
+            b.len()
+        )));
+    }
+    Ok(b.chunks_exact(40)
+        .map(|c| {
+            let w = |i: usize| u32::from_le_bytes(c[4 * i..4 * i + 4].try_into().expect("4"));
+            kvm_cpuid_entry2 {
+                function: w(0),
+                index: w(1),
+                flags: w(2),
+                eax: w(3),
+                ebx: w(4),
+                ecx: w(5),
+                edx: w(6),
+                padding: [0; 3],
+            }
+        })
+        .collect())
+}
+
+fn required<'a>(c: &'a Container, name: &str) -> Result<&'a [u8], FormatError> {
+    c.get(name)
+        .ok_or_else(|| FormatError::Malformed(format!("section \"{name}\" is missing")))
+}
+
+impl Meta {
+    /// The source KVM's leaf 0xD, validated.
+    pub fn source_info(&self) -> Result<XsaveInfo, FormatError> {
+        let mut raw = [xstate::CpuidRegs::default(); 64];
+        for e in &self.kvm_leaf_0xd {
+            if e.subleaf >= 64 {
+                return Err(FormatError::Malformed(format!(
+                    "meta: kvm_leaf_0xd subleaf {} out of range",
+                    e.subleaf
+                )));
+            }
+            raw[e.subleaf as usize] = e.regs();
+        }
+        XsaveInfo::from_raw(raw)
+            .map_err(|e| FormatError::Malformed(format!("meta: the source KVM's leaf 0xD is inconsistent: {e}")))
+    }
+
+    pub fn policy(&self) -> XfeatureMask {
+        XfeatureMask::from_bits(self.policy_xcr0)
+    }
+}
+
+impl Snapshot {
+    /// The sections of this snapshot.
+    pub fn to_container(&self) -> Container {
+        let mut c = Container::new();
+        let meta = serde_json::to_vec_pretty(&self.meta)
+            .unwrap_or_else(|e| unreachable!("the snapshot metadata always serialises: {e}"));
+        c.push("meta", meta);
+        for v in &self.vcpus {
+            let n = |s: &str| format!("vcpu{}.{s}", v.id);
+            c.push(&n("cpuid"), cpuid_to_bytes(&v.cpuid));
+            c.push(&n("regs"), pod_bytes(&v.regs));
+            c.push(&n("sregs"), pod_bytes(&v.sregs));
+            c.push(&n("xcrs"), pairs_to_bytes(&v.xcrs));
+            c.push(&n("msrs"), pairs_to_bytes(&v.msrs));
+            if let Some(e) = &v.events {
+                c.push(&n("events"), pod_bytes(e));
+            }
+            if let Some(m) = v.mp_state {
+                c.push(&n("mp_state"), m.to_le_bytes().to_vec());
+            }
+            if let Some(d) = &v.debugregs {
+                c.push(&n("debugregs"), pod_bytes(d));
+            }
+            c.push(&n("xstate"), v.xstate.to_vec());
+        }
+        c.push("serial", self.serial_output.clone());
+        c.push("memory", self.memory.to_bytes());
+        c
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        self.to_container().to_bytes()
+    }
+
+    /// Decode verified sections. Structural problems (a missing section, a
+    /// wrong size) are errors; whether the state fits a host is checked
+    /// elsewhere.
+    pub fn from_container(c: &Container) -> Result<Self, FormatError> {
+        let meta: Meta = serde_json::from_slice(required(c, "meta")?)
+            .map_err(|e| FormatError::Malformed(format!("section \"meta\": {e}")))?;
+        let memory = SparseMemory::from_bytes(required(c, "memory")?)?;
+        if memory.size != meta.mem_mib << 20 {
+            return Err(FormatError::Malformed(format!(
+                "memory section holds {} bytes of RAM, meta says {} MiB",
+                memory.size, meta.mem_mib
+            )));
+        }
+        let mut vcpus = Vec::new();
+        for id in 0u32.. {
+            let n = |s: &str| format!("vcpu{id}.{s}");
+            if c.get(&n("regs")).is_none() {
+                break;
+            }
+            let xname = n("xstate");
+            let xbytes = required(c, &xname)?;
+            let xstate = XsaveBuf::from_bytes(xbytes)
+                .map_err(|e| FormatError::Malformed(format!("section \"{xname}\": {e}")))?;
+            vcpus.push(VcpuState {
+                id,
+                cpuid: cpuid_from(&n("cpuid"), required(c, &n("cpuid"))?)?,
+                regs: pod_from(&n("regs"), required(c, &n("regs"))?)?,
+                sregs: pod_from(&n("sregs"), required(c, &n("sregs"))?)?,
+                xcrs: pairs_from(&n("xcrs"), required(c, &n("xcrs"))?)?,
+                msrs: pairs_from(&n("msrs"), required(c, &n("msrs"))?)?,
+                events: c.get(&n("events")).map(|b| pod_from(&n("events"), b)).transpose()?,
+                mp_state: c
+                    .get(&n("mp_state"))
+                    .map(|b| {
+                        b.try_into().map(u32::from_le_bytes).map_err(|_| {
+                            FormatError::Malformed(format!("section \"{}\" is {} bytes, expected 4", n("mp_state"), b.len()))
+                        })
+                    })
+                    .transpose()?,
+                debugregs: c
+                    .get(&n("debugregs"))
+                    .map(|b| pod_from(&n("debugregs"), b))
+                    .transpose()?,
+                xstate,
+            });
+        }
+        if vcpus.is_empty() {
+            return Err(FormatError::Malformed("no vCPU sections (vcpu0.regs is missing)".into()));
+        }
+        Ok(Self {
+            meta,
+            memory,
+            serial_output: c.get("serial").unwrap_or_default().to_vec(),
+            vcpus,
+        })
+    }
+
+    /// Parse, verify and decode file bytes.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, FormatError> {
+        Self::from_container(&Container::parse(bytes)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pod_round_trip() {
+        let regs = kvm_regs {
+            rax: 0x1122_3344_5566_7788,
+            rip: 0x10_0000,
+            rflags: 0x202,
+            ..Default::default()
+        };
+        let b = pod_bytes(&regs);
+        assert_eq!(b.len(), 144);
+        assert_eq!(&b[..8], &0x1122_3344_5566_7788u64.to_le_bytes());
+        let back: kvm_regs = pod_from("r", &b).unwrap();
+        assert_eq!(back, regs);
+        assert!(pod_from::<kvm_regs>("vcpu0.regs", &b[..100]).is_err());
+        assert_eq!(std::mem::size_of::<kvm_sregs>(), 312);
+        assert_eq!(std::mem::size_of::<kvm_vcpu_events>(), 64);
+        assert_eq!(std::mem::size_of::<kvm_debugregs>(), 128);
+    }
+
+    #[test]
+    fn pairs_and_cpuid_round_trip() {
+        let p = vec![(0x10, 123), (0xc000_0080, 0xd01), (0xda0, 0)];
+        assert_eq!(pairs_from("m", &pairs_to_bytes(&p)).unwrap(), p);
+        let e = kvm_cpuid_entry2 {
+            function: 0xd,
+            index: 1,
+            flags: 1,
+            eax: 0xf,
+            ebx: 0x240,
+            ecx: 0x1800,
+            edx: 0,
+            padding: [0; 3],
+        };
+        let b = cpuid_to_bytes(&[e, e]);
+        assert_eq!(b.len(), 80);
+        assert_eq!(cpuid_from("c", &b).unwrap(), vec![e, e]);
+        assert!(cpuid_from("c", &b[..79]).is_err());
+    }
+}
