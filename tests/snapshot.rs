@@ -164,15 +164,20 @@ fn guest_requested_snapshot_keeps_registers() {
     let _ = std::fs::remove_file(snap);
 }
 
-/// Run `vmm restore` and `vmm snapshot info` on a bad file: status 64, a
-/// message naming the file and containing `needle`, no panic, the file
-/// unchanged.
+/// Run `vmm restore` (and `vmm snapshot info` for a file that is not a
+/// valid snapshot) on a bad file: status 64, a message naming the file and
+/// containing `needle`, no panic, the file unchanged.
 fn assert_refused(path: &Path, needle: &str) {
+    assert_refused_by(path, needle, true)
+}
+
+fn assert_refused_by(path: &Path, needle: &str, info_too: bool) {
     let before = std::fs::read(path).unwrap();
-    for args in [
-        vec!["restore", path.to_str().unwrap(), "--no-native"],
-        vec!["snapshot", "info", path.to_str().unwrap()],
-    ] {
+    let mut commands = vec![vec!["restore", path.to_str().unwrap(), "--no-native"]];
+    if info_too {
+        commands.push(vec!["snapshot", "info", path.to_str().unwrap()]);
+    }
+    for args in commands {
         let out = vmm(&args);
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(64), "{args:?}: {err}");
@@ -284,9 +289,10 @@ fn amx_snapshot_is_refused_on_a_host_without_amx() {
     let p = snap_path("amx-rewritten");
     std::fs::write(&p, &bytes).unwrap();
     let host_xcr0 = host.xstate.supported_xcr0().bits();
-    assert_refused(
+    assert_refused_by(
         &p,
         &format!("state uses amx (components 17-18); this host supports {host_xcr0:#x}"),
+        false,
     );
     // `snapshot info` still describes it, and says why it cannot be restored here.
     let (out, info) = vmm_json(&["snapshot", "info", p.to_str().unwrap()]);

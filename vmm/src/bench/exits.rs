@@ -58,7 +58,8 @@ pub struct ExitBench {
     pub notes: Vec<String>,
 }
 
-/// Run the matrix: for each XCR0 in `masks`, the raw loop and each policy,
+/// Run the matrix (see the module doc): for each XCR0 in `masks`, the raw
+/// loop and each policy,
 /// `rounds` times interleaved; each row keeps its best (lowest) round, so
 /// a burst of host noise in one run does not decide a ratio.
 pub fn run(
@@ -71,15 +72,19 @@ pub fn run(
     let mut best: BTreeMap<(String, String, String, String, String), ExitRow> = BTreeMap::new();
     let mut order = Vec::new();
     let mut notes = Vec::new();
-    for _ in 0..rounds.max(1) {
+    for round in 0..rounds.max(1) {
         for &xcr0 in masks {
             let mut configs: Vec<(String, bool, SyncPolicy)> =
                 vec![("raw".into(), true, SyncPolicy::Lazy)];
             configs.extend(policies.iter().map(|p| (p.name().to_string(), false, *p)));
             for (name, raw, policy) in configs {
+                // The first round also checks, under every policy, that the
+                // guest's registers survive `count` exits of each kind bit
+                // for bit and that a VMM-side XMM edit reaches the guest.
+                let benches = if round == 0 && !raw { "exits,xstate-check" } else { "exits" };
                 let outcome = vm::run(RunConfig {
                     xfeatures: Some(format!("{:#x}", xcr0.bits())),
-                    cmdline: format!("quiet workload=none bench=exits exits={count}"),
+                    cmdline: format!("quiet workload=none bench={benches} exits={count}"),
                     serial: SerialSink::Null,
                     timeout: Some(timeout),
                     xstate_sync: policy,
@@ -145,6 +150,21 @@ pub fn run(
 }
 
 fn check_end(outcome: &RunOutcome, what: &str) -> Result<()> {
+    if let Some(r) = outcome.report.as_deref() {
+        if let Some(bad) = r.results().iter().find(|r| r.check != 1) {
+            let why = r
+                .skipped()
+                .iter()
+                .find(|s| s.name == bad.name && s.variant == bad.variant)
+                .map(|s| guest::protocol::field_str(&s.reason).to_string())
+                .unwrap_or_default();
+            return Err(Error::Guest(format!(
+                "exit benchmark ({what}): {} {} failed: {why}",
+                guest::protocol::field_str(&bad.name),
+                guest::protocol::field_str(&bad.variant)
+            )));
+        }
+    }
     match &outcome.end {
         RunEnd::Exited(0) => Ok(()),
         RunEnd::Exited(s) => Err(Error::Guest(format!("exit benchmark ({what}): the guest exited with status {s}"))),

@@ -13,7 +13,7 @@
 //!     32     8  total file length (a shorter file was truncated)
 //!     40     4  CRC32 of the section table
 //!     44     4  CRC32 of header bytes 0..44
-//!     48    16  reserved, zero
+//!     48    16  reserved, must be zero
 //!
 //!         section table entry (64 bytes)
 //!      0    40  name, NUL-padded ASCII ("meta", "memory", "vcpu0.regs", ...)
@@ -232,6 +232,12 @@ pub fn read_table(bytes: &[u8]) -> Result<Vec<SectionInfo>, FormatError> {
             stored,
             computed,
         });
+    }
+    if let Some(p) = bytes[48..HEADER_SIZE].iter().position(|&b| b != 0) {
+        return Err(FormatError::Malformed(format!(
+            "reserved header byte {} is not zero",
+            48 + p
+        )));
     }
     let header_size = le_u32(bytes, 12) as usize;
     let count = le_u32(bytes, 16) as usize;

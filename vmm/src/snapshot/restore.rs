@@ -78,6 +78,17 @@ pub struct RestoreOptions {
     pub snapshot_file: Option<PathBuf>,
 }
 
+impl RestoreOptions {
+    fn serial_sink(&self) -> SerialSink {
+        match self.serial {
+            SerialSink::Stdout => SerialSink::Stdout,
+            SerialSink::Stderr => SerialSink::Stderr,
+            SerialSink::Capture => SerialSink::Capture,
+            SerialSink::Null => SerialSink::Null,
+        }
+    }
+}
+
 impl Default for RestoreOptions {
     fn default() -> Self {
         Self {
@@ -286,6 +297,22 @@ fn restore_checked(
     opts: RestoreOptions,
     start: Instant,
 ) -> Result<RunOutcome, SnapshotError> {
+    let launch = build(path, &snap, &checked, &host, &opts, start)?;
+    execute(launch).map_err(|source| SnapshotError::Vmm {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Build the VM of a checked snapshot, ready to run.
+pub(crate) fn build(
+    path: &Path,
+    snap: &Snapshot,
+    checked: &Checked,
+    host: &HostKvm,
+    opts: &RestoreOptions,
+    start: Instant,
+) -> Result<Launch, SnapshotError> {
     let vmm_err = |source: Error| SnapshotError::Vmm {
         path: path.to_path_buf(),
         source,
@@ -299,9 +326,9 @@ fn restore_checked(
     };
     let policy_spec = format!("{:#x}", meta.policy_xcr0);
     let (mut policy, resolved) =
-        vm::resolve_policy(&host, Some(&policy_spec), init, meta.tsc_khz).map_err(vmm_err)?;
+        vm::resolve_policy(host, Some(&policy_spec), init, meta.tsc_khz).map_err(vmm_err)?;
 
-    let machine = Machine::create(&host, meta.mem_mib).map_err(vmm_err)?;
+    let machine = Machine::create(host, meta.mem_mib).map_err(vmm_err)?;
     snap.memory
         .apply(|addr, data| {
             machine
@@ -323,11 +350,11 @@ fn restore_checked(
     xstate.replace_standard(&checked.standard).map_err(vmm_err)?;
     xstate.before_run(&machine.vcpu).map_err(vmm_err)?;
 
-    let devices = restored_devices(opts.serial, meta).map_err(vmm_err)?;
+    let devices = restored_devices(opts.serial_sink(), meta).map_err(vmm_err)?;
     let snapshot = match &opts.snapshot_file {
         Some(p) => Some(
             SaveContext::new(
-                &host,
+                host,
                 p.clone(),
                 meta.mem_mib,
                 meta.cmdline.clone(),
@@ -343,8 +370,7 @@ fn restore_checked(
     if opts.snapshot_after.is_some() && snapshot.is_none() {
         return Err(vmm_err(Error::Policy("--snapshot-after needs --snapshot-file".into())));
     }
-    let setup_time = start.elapsed();
-    execute(Launch {
+    Ok(Launch {
         machine,
         devices,
         earlier_serial: snap.serial_output.clone(),
@@ -356,9 +382,8 @@ fn restore_checked(
         snapshot,
         raw: false,
         start,
-        setup_time,
+        setup_time: start.elapsed(),
     })
-    .map_err(vmm_err)
 }
 
 /// Load everything but the xsave image into vCPU 0, in KVM's order.
@@ -459,4 +484,128 @@ fn restored_devices(sink: SerialSink, meta: &super::state::Meta) -> crate::Resul
         reports: fresh.reports,
         unhandled_ports: 0,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::devices::Devices;
+    use crate::snapshot::save::{self, Trigger};
+    use crate::vcpu;
+    use xstate::Xfeature;
+
+    /// A standard image with every register of every component of `xcr0`
+    /// holding a distinct pattern (x87 control words valid, MXCSR default).
+    fn pattern_image(info: &XsaveInfo, xcr0: XfeatureMask) -> XsaveBuf {
+        let mut img = XsaveBuf::standard_for(info, xcr0).unwrap();
+        let layout = info.layout(xcr0, Format::Standard).unwrap();
+        {
+            let mut v = img.view_mut();
+            v.set_fcw(0x027f);
+            v.set_fsw(0x0100);
+            v.set_ftw(0xff);
+            v.set_mxcsr(0x1f80 | 0x8000);
+            for i in 0..8 {
+                v.set_st(i, [0x40 + i as u8; 16].map(|b| b ^ 0x5a));
+            }
+            for i in 0..16 {
+                let mut x = [0u8; 16];
+                for (k, b) in x.iter_mut().enumerate() {
+                    *b = 0x80 ^ ((i as u8) << 4) ^ k as u8;
+                }
+                v.set_xmm(i, x);
+            }
+            for c in xcr0.iter_indices().filter(|&i| i >= 2) {
+                if let Some(bytes) = v.component_by_index_mut(c, &layout) {
+                    for (k, b) in bytes.iter_mut().enumerate() {
+                        *b = (c as u8).wrapping_mul(37) ^ (k as u8).wrapping_mul(3) | 1;
+                    }
+                }
+            }
+            v.set_xstate_bv(xcr0.bits());
+        }
+        img
+    }
+
+    /// Every bit of the vCPU's extended state survives snapshot and
+    /// restore into another VM: XCR0 and the KVM_GET_XSAVE image compared
+    /// byte for byte over the guest's standard size.
+    #[test]
+    fn xsave_state_survives_bit_for_bit() {
+        let Ok(host) = HostKvm::open() else {
+            if std::env::var("VMM_REQUIRE_KVM").as_deref() == Ok("1") {
+                panic!("VMM_REQUIRE_KVM=1 but KVM cannot be opened");
+            }
+            eprintln!("SKIPPED xsave_state_survives_bit_for_bit: KVM unavailable");
+            return;
+        };
+        let xcr0 = host.xstate.supported_xcr0()
+            & (XfeatureMask::LEGACY.with(Xfeature::Avx) | XfeatureMask::AVX512);
+        let (mut policy, guest) =
+            vm::resolve_policy(&host, Some(&format!("{:#x}", xcr0.bits())), xstate::InitMode::Minimal, 0).unwrap();
+        let mut m = Machine::create(&host, 8).unwrap();
+        m.vcpu.set_cpuid2(&guest.cpuid).unwrap();
+        vcpu::set_xcr0(&m.vcpu, xcr0.bits()).unwrap();
+        let img = pattern_image(&host.xstate.info, xcr0);
+        vcpu::set_xsave(&m.vcpu, &img, host.xsave2_size).unwrap();
+        // The reference as KVM holds it once the vCPU has been through
+        // KVM_RUN (the CPU's own MXCSR_MASK then appears in the image).
+        save::complete_pending_io(&mut m.vcpu).unwrap();
+        let reference = vcpu::get_xsave(&m.vcpu, host.xsave2_size).unwrap();
+        let n = host.xstate.info.standard_size(xcr0).unwrap() as usize;
+        assert_eq!(reference.xstate_bv(), xcr0.bits(), "KVM took every component");
+
+        policy.cpuid_check = None;
+        let path = std::env::temp_dir().join(format!("vmm-unit-xsave-{}.snap", std::process::id()));
+        let ctx = SaveContext::new(
+            &host,
+            path.clone(),
+            8,
+            String::new(),
+            &policy,
+            SyncPolicy::Lazy,
+            0,
+            guest.cpuid.as_slice().to_vec(),
+        )
+        .unwrap();
+        let mut xm = XstateManager::new(SyncPolicy::Lazy, host.xstate.info, xcr0, host.xsave2_size);
+        let devices = Devices::new(SerialSink::Null);
+        let snap = save::capture(&ctx, Trigger::Guest, &mut m.vcpu, &m.mem, &mut xm, &devices, 0, Duration::ZERO)
+            .unwrap();
+        // Stored compacted, in use only: every component is live here.
+        assert_eq!(snap.vcpus[0].xstate.len() as u32, host.xstate.info.compacted_size(xcr0).unwrap());
+        let bytes = snap.to_bytes();
+        let back = Snapshot::from_bytes(&bytes).unwrap();
+        let checked = check(&path, &back, &host.xstate.info).unwrap();
+        assert_eq!(checked.xstate_bv, xcr0);
+        let launch = build(&path, &back, &checked, &host, &RestoreOptions::default(), Instant::now()).unwrap();
+        let vcpu = &launch.machine.vcpu;
+        assert_eq!(vcpu::get_xcr0(vcpu).unwrap(), xcr0.bits());
+        let restored = vcpu::get_xsave(vcpu, host.xsave2_size).unwrap();
+        let (a, b) = (&reference.as_bytes()[..n], &restored.as_bytes()[..n]);
+        if let Some(i) = (0..n).find(|&i| a[i] != b[i]) {
+            panic!("xsave byte {i} differs after restore: {:#04x} -> {:#04x}", a[i], b[i]);
+        }
+    }
+
+    #[test]
+    fn relayout_moves_components_to_the_target_offsets() {
+        // Two layouts of the same components: the KVM-in-a-guest profile and
+        // the bare-metal one agree, so build a target whose AVX sits
+        // elsewhere by re-laying out between Sapphire Rapids (AVX at 576)
+        // and itself with AVX-512 present (the offsets of 5-7 are checked).
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../xstate/tests/data");
+        let load = |f: &str| {
+            xstate::CpuidProfile::from_json(&std::fs::read_to_string(dir.join(f)).unwrap())
+                .unwrap()
+                .xsave_info()
+                .unwrap()
+        };
+        let spr = load("intel-sapphire-rapids.json");
+        let xcr0 = XfeatureMask::from_bits(0xe7);
+        let img = pattern_image(&spr, xcr0);
+        let (same, relaid) = relayout(&spr, &spr, &img, xcr0, xcr0).unwrap();
+        assert!(!relaid);
+        assert_eq!(same, img);
+    }
 }

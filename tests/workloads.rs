@@ -1,0 +1,96 @@
+//! The guest's workloads on KVM: every implementation the CPU allows passes
+//! its known-answer or residual check in the guest, a corrupted AES key
+//! schedule fails the run with a clear message, and with XCR0 = x87|SSE no
+//! AVX or VAES code is even attempted.
+
+mod common;
+
+use common::{kvm_or_skip, vmm_json};
+use serde_json::Value;
+
+fn results(v: &Value) -> &Vec<Value> {
+    v["results"].as_array().unwrap()
+}
+
+#[test]
+fn every_allowed_variant_passes_in_the_guest() {
+    if !kvm_or_skip("every_allowed_variant_passes_in_the_guest") {
+        return;
+    }
+    let (out, v) = vmm_json(&["run", "--workload", "quick"]);
+    assert!(out.status.success(), "{v:#}");
+    let rows = results(&v);
+    for name in ["aes-128-cbc", "aes-128-ctr", "dgemm", "linpack"] {
+        assert!(rows.iter().any(|r| r["name"] == name), "no {name} row: {v:#}");
+    }
+    // The legacy-SSE variants need only AES-NI and SSE.
+    assert!(rows
+        .iter()
+        .any(|r| r["name"] == "aes-128-cbc" && r["variant"] == "aesni-sse"));
+    assert!(rows.iter().any(|r| r["name"] == "dgemm" && r["variant"] == "sse2"));
+    for r in rows {
+        assert_eq!(r["check"], "pass", "{r}");
+        let t = r["mb_per_s"].as_f64().or(r["gflops"].as_f64()).unwrap();
+        assert!(t.is_finite() && t > 0.0, "{r}");
+        // Guest/native ratio of the same code measured in the same run.
+        let ratio = r["native_ratio"].as_f64().unwrap_or_else(|| panic!("{r}"));
+        assert!(ratio > 0.0 && ratio.is_finite(), "{r}");
+        if r["gflops"].is_number() {
+            let res = r["residual"].as_f64().unwrap_or(0.0);
+            assert!(res < 16.0, "{r}");
+        }
+    }
+    // Whatever the guest's XCR0 holds, the variants needing it ran.
+    let xcr0 = u64::from_str_radix(v["guest_xcr0"].as_str().unwrap().trim_start_matches("0x"), 16)
+        .unwrap();
+    if xcr0 & 0x4 != 0 {
+        assert!(rows.iter().any(|r| r["variant"] == "aesni-avx"), "{v:#}");
+    }
+}
+
+#[test]
+fn x87_sse_guest_runs_no_avx_code_and_says_why() {
+    if !kvm_or_skip("x87_sse_guest_runs_no_avx_code_and_says_why") {
+        return;
+    }
+    let (out, v) = vmm_json(&["run", "--workload", "quick", "--xfeatures", "x87,sse"]);
+    assert!(out.status.success(), "{v:#}");
+    assert_eq!(v["guest_xcr0"], "0x3");
+    for r in results(&v) {
+        let variant = r["variant"].as_str().unwrap();
+        assert!(
+            ["aesni-sse", "sse2"].contains(&variant),
+            "ran {variant} with XCR0 0x3: {r}"
+        );
+    }
+    let skipped = v["skipped"].as_array().unwrap();
+    for variant in ["aesni-avx", "vaes-256", "avx2-fma"] {
+        let s = skipped
+            .iter()
+            .find(|s| s["variant"] == variant)
+            .unwrap_or_else(|| panic!("{variant} not reported as skipped: {v:#}"));
+        let reason = s["reason"].as_str().unwrap();
+        assert!(reason.contains("AVX") && reason.contains("0x3"), "{reason}");
+    }
+}
+
+#[test]
+fn corrupted_key_schedule_fails_the_run() {
+    if !kvm_or_skip("corrupted_key_schedule_fails_the_run") {
+        return;
+    }
+    let (out, v) = vmm_json(&["run", "--workload", "aes,corrupt-aes-key", "--no-native"]);
+    assert_eq!(out.status.code(), Some(1), "{v:#}");
+    assert_eq!(v["exit_status"], 1);
+    assert!(results(&v).iter().any(|r| r["check"] == "fail"), "{v:#}");
+    let reasons: Vec<&str> = v["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["reason"].as_str().unwrap())
+        .collect();
+    assert!(
+        reasons.iter().any(|r| r.contains("KAT failed") && r.contains("round key")),
+        "{reasons:?}"
+    );
+}
