@@ -44,7 +44,11 @@ fn vcpu_exit(c: &mut Criterion) {
     g.bench_function("raw", |b| {
         b.iter_custom(|iters| pio_round_trips(iters.max(1), SyncPolicy::Lazy, true))
     });
-    for policy in [SyncPolicy::Lazy, SyncPolicy::Eager, SyncPolicy::EagerCompact] {
+    for policy in [
+        SyncPolicy::Lazy,
+        SyncPolicy::Eager,
+        SyncPolicy::EagerCompact,
+    ] {
         g.bench_function(policy.name(), |b| {
             b.iter_custom(|iters| pio_round_trips(iters.max(1), policy, false))
         });

@@ -37,8 +37,11 @@ const ICL: &str = "intel-ice-lake-client.json";
 const MILAN: &str = "amd-zen3-milan.json";
 const ZEN3_GUEST: &str = "amd-zen3-kvm-guest.json";
 
-/// One recorded CPU: README figures and every supported component as
-/// (id, size, standard offset, compacted offset in XCR0, in XCR0|XSS).
+/// A component: (id, size, standard offset, compacted offset in XCR0,
+/// compacted offset in XCR0|XSS).
+type ComponentExpect = (u64, u64, Option<u64>, Option<u64>, u64);
+
+/// One recorded CPU: README figures and every supported component.
 struct Expect {
     file: &'static str,
     xcr0: u64,
@@ -46,7 +49,7 @@ struct Expect {
     standard: u64,
     compacted: u64,
     compacted_xss: u64,
-    components: &'static [(u64, u64, Option<u64>, Option<u64>, u64)],
+    components: &'static [ComponentExpect],
 }
 
 const EXPECT: [Expect; 4] = [

@@ -6,13 +6,16 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{kvm_or_skip, tiny_pvh_elf, vmm, vmm_json};
+use common::{kvm_or_skip, snapshot_regs_kernel, tiny_pvh_elf, vmm, vmm_json};
 use vmm::snapshot::format::{Container, FORMAT_VERSION};
 use vmm::snapshot::state::Snapshot;
 use xstate::{CpuidProfile, Format, InitMode, XfeatureMask, XsaveBuf};
 
 fn snap_path(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("vmm-snapshot-test-{}-{name}.snap", std::process::id()))
+    std::env::temp_dir().join(format!(
+        "vmm-snapshot-test-{}-{name}.snap",
+        std::process::id()
+    ))
 }
 
 fn text(b: &[u8]) -> String {
@@ -22,7 +25,10 @@ fn text(b: &[u8]) -> String {
 /// Take a guest-requested snapshot of the tiny register kernel (fast: no
 /// workload, no boot of the real guest).
 fn tiny_snapshot(name: &str) -> PathBuf {
-    let kernel = common::temp_file(&format!("{name}-regs.elf"), &tiny_pvh_elf(&regs_kernel(), true));
+    let kernel = common::temp_file(
+        &format!("{name}-regs.elf"),
+        &tiny_pvh_elf(&snapshot_regs_kernel(), true),
+    );
     let snap = snap_path(name);
     let out = vmm(&[
         "run",
@@ -45,40 +51,6 @@ fn tiny_snapshot(name: &str) -> PathBuf {
     snap
 }
 
-/// 32-bit PVH entry code: load seven GPRs with distinct values, ask for a
-/// snapshot (`out 0xf3, eax`), then check every one and exit with 0, or
-/// with 10 + the index of the first register that changed.
-fn regs_kernel() -> Vec<u8> {
-    // (mov opcode, cmp encoding, value)
-    let regs: [(u8, &[u8], u32); 7] = [
-        (0xb8, &[0x3d], 0x1122_3344),       // eax
-        (0xbb, &[0x81, 0xfb], 0x5566_7788), // ebx
-        (0xb9, &[0x81, 0xf9], 0x99aa_bbcc), // ecx
-        (0xba, &[0x81, 0xfa], 0xddee_ff00), // edx
-        (0xbe, &[0x81, 0xfe], 0xdead_f00d), // esi
-        (0xbf, &[0x81, 0xff], 0xdead_beef), // edi
-        (0xbd, &[0x81, 0xfd], 0x1234_5678), // ebp
-    ];
-    let mut c = Vec::new();
-    for (mov, _, v) in regs {
-        c.push(mov);
-        c.extend_from_slice(&v.to_le_bytes());
-    }
-    c.extend_from_slice(&[0xe7, guest::protocol::SNAPSHOT_PORT as u8]); // out imm8, eax
-    // Each check: cmp reg, imm32; je +7 (skip the failure exit);
-    // mov eax, 10+i; out 0xf4, eax.
-    for (i, (_, cmp, v)) in regs.iter().enumerate() {
-        c.extend_from_slice(cmp);
-        c.extend_from_slice(&v.to_le_bytes());
-        c.extend_from_slice(&[0x74, 7]);
-        c.push(0xb8);
-        c.extend_from_slice(&(10 + i as u32).to_le_bytes());
-        c.extend_from_slice(&[0xe7, guest::protocol::DEBUG_EXIT_PORT as u8]);
-    }
-    c.extend_from_slice(&[0x31, 0xc0, 0xe7, guest::protocol::DEBUG_EXIT_PORT as u8, 0xf4]);
-    c
-}
-
 #[test]
 fn mid_run_snapshot_restores_in_a_new_process() {
     if !kvm_or_skip("mid_run_snapshot_restores_in_a_new_process") {
@@ -97,7 +69,11 @@ fn mid_run_snapshot_restores_in_a_new_process() {
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(v["exit_reason"], "snapshotted", "{v}");
-    assert_eq!(v["results"].as_array().map(Vec::len), Some(0), "stopped before reporting");
+    assert_eq!(
+        v["results"].as_array().map(Vec::len),
+        Some(0),
+        "stopped before reporting"
+    );
 
     let (info_out, info) = vmm_json(&["snapshot", "info", snap.to_str().unwrap()]);
     assert!(info_out.status.success(), "{}", text(&info_out.stderr));
@@ -107,10 +83,14 @@ fn mid_run_snapshot_restores_in_a_new_process() {
     let pages = info["memory_pages"].as_u64().unwrap();
     let stored = info["memory_pages_stored"].as_u64().unwrap();
     assert_eq!(pages, 64 * 256);
-    assert!(stored > 0 && stored < pages / 10, "a 64 MiB guest is mostly zeros: {stored} of {pages} stored");
+    assert!(
+        stored > 0 && stored < pages / 10,
+        "a 64 MiB guest is mostly zeros: {stored} of {pages} stored"
+    );
     let vcpu = &info["vcpus"][0];
     assert!(
-        vcpu["xstate_compacted_bytes"].as_u64().unwrap() <= vcpu["xstate_standard_bytes"].as_u64().unwrap(),
+        vcpu["xstate_compacted_bytes"].as_u64().unwrap()
+            <= vcpu["xstate_standard_bytes"].as_u64().unwrap(),
         "{vcpu}"
     );
     let names: Vec<&str> = info["sections"]
@@ -119,23 +99,48 @@ fn mid_run_snapshot_restores_in_a_new_process() {
         .iter()
         .map(|s| s["name"].as_str().unwrap())
         .collect();
-    for want in ["meta", "memory", "vcpu0.regs", "vcpu0.sregs", "vcpu0.xcrs", "vcpu0.msrs", "vcpu0.xstate", "vcpu0.cpuid"] {
-        assert!(names.contains(&want), "section {want} missing from {names:?}");
+    for want in [
+        "meta",
+        "memory",
+        "vcpu0.regs",
+        "vcpu0.sregs",
+        "vcpu0.xcrs",
+        "vcpu0.msrs",
+        "vcpu0.xstate",
+        "vcpu0.cpuid",
+    ] {
+        assert!(
+            names.contains(&want),
+            "section {want} missing from {names:?}"
+        );
     }
 
     let before = std::fs::read(&snap).unwrap();
-    let (out, v) = vmm_json(&["restore", snap.to_str().unwrap(), "--no-native", "--timeout", "120"]);
+    let (out, v) = vmm_json(&[
+        "restore",
+        snap.to_str().unwrap(),
+        "--no-native",
+        "--timeout",
+        "120",
+    ]);
     assert_eq!(out.status.code(), Some(0), "{v}\n{}", text(&out.stderr));
     assert_eq!(v["exit_reason"], "exited", "{v}");
     assert_eq!(v["exit_status"], 0);
     let results = v["results"].as_array().unwrap();
     for name in ["aes-128-cbc", "aes-128-ctr", "dgemm"] {
-        assert!(results.iter().any(|r| r["name"] == name), "no {name} result after restore: {v}");
+        assert!(
+            results.iter().any(|r| r["name"] == name),
+            "no {name} result after restore: {v}"
+        );
     }
     for r in results {
         assert_eq!(r["check"], "pass", "{r}");
     }
-    assert_eq!(std::fs::read(&snap).unwrap(), before, "restore must not modify the snapshot");
+    assert_eq!(
+        std::fs::read(&snap).unwrap(),
+        before,
+        "restore must not modify the snapshot"
+    );
     let _ = std::fs::remove_file(snap);
 }
 
@@ -152,11 +157,22 @@ fn guest_requested_snapshot_keeps_registers() {
     // pending I/O is completed (immediate_exit).
     let decoded = Snapshot::from_bytes(&std::fs::read(&snap).unwrap()).unwrap();
     assert_eq!(decoded.vcpus[0].regs.rax, 0x1122_3344);
-    assert_eq!(decoded.vcpus[0].regs.rip, 0x10_0000 + 7 * 5 + 2, "RIP after the OUT");
-
-    let (out, v) = vmm_json(&["restore", snap.to_str().unwrap(), "--no-native", "--timeout", "30"]);
     assert_eq!(
-        v["exit_status"], 0,
+        decoded.vcpus[0].regs.rip,
+        0x10_0000 + 7 * 5 + 2,
+        "RIP after the OUT"
+    );
+
+    let (out, v) = vmm_json(&[
+        "restore",
+        snap.to_str().unwrap(),
+        "--no-native",
+        "--timeout",
+        "30",
+    ]);
+    assert_eq!(
+        v["exit_status"],
+        0,
         "status 10+i means register i changed across snapshot/restore: {v}\n{}",
         text(&out.stderr)
     );
@@ -181,12 +197,22 @@ fn assert_refused_by(path: &Path, needle: &str, info_too: bool) {
         let out = vmm(&args);
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(64), "{args:?}: {err}");
-        assert!(err.contains(&path.display().to_string()), "{args:?}: the message names the file: {err}");
-        assert!(err.contains(needle), "{args:?}: expected {needle:?} in: {err}");
+        assert!(
+            err.contains(&path.display().to_string()),
+            "{args:?}: the message names the file: {err}"
+        );
+        assert!(
+            err.contains(needle),
+            "{args:?}: expected {needle:?} in: {err}"
+        );
         assert!(!err.contains("panicked"), "{err}");
         assert!(out.stdout.is_empty() || args[0] == "snapshot", "{args:?}");
     }
-    assert_eq!(std::fs::read(path).unwrap(), before, "the file was modified");
+    assert_eq!(
+        std::fs::read(path).unwrap(),
+        before,
+        "the file was modified"
+    );
 }
 
 #[test]
@@ -221,21 +247,30 @@ fn corrupted_truncated_and_versioned_files_are_refused() {
     assert_refused(&p, &format!("format version {}", FORMAT_VERSION + 1));
 
     // Not a snapshot at all.
-    std::fs::write(&p, b"hello, this is not a snapshot file at all........................").unwrap();
+    std::fs::write(
+        &p,
+        b"hello, this is not a snapshot file at all........................",
+    )
+    .unwrap();
     assert_refused(&p, "not a vmm snapshot");
 
     // A missing file.
     let missing = snap_path("does-not-exist");
     let out = vmm(&["restore", missing.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(64));
-    assert!(text(&out.stderr).contains("cannot read snapshot"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("cannot read snapshot"),
+        "{}",
+        text(&out.stderr)
+    );
 
     let _ = std::fs::remove_file(p);
     let _ = std::fs::remove_file(snap);
 }
 
 fn spr_profile() -> CpuidProfile {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("xstate/tests/data/intel-sapphire-rapids.json");
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("xstate/tests/data/intel-sapphire-rapids.json");
     CpuidProfile::from_json(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
@@ -253,7 +288,12 @@ fn amx_snapshot(good: &[u8]) -> Vec<u8> {
         let mut v = standard.view_mut();
         // TILECFG: palette 1, then TILEDATA with a pattern.
         v.component_by_index_mut(17, &layout).unwrap()[0] = 1;
-        for (k, b) in v.component_by_index_mut(18, &layout).unwrap().iter_mut().enumerate() {
+        for (k, b) in v
+            .component_by_index_mut(18, &layout)
+            .unwrap()
+            .iter_mut()
+            .enumerate()
+        {
             *b = (k % 251) as u8 | 1;
         }
         v.set_xstate_bv(0x60000u64);
@@ -299,8 +339,17 @@ fn amx_snapshot_is_refused_on_a_host_without_amx() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(info["restorable_here"], false);
     assert_eq!(info["vcpus"][0]["xstate_bv"], "0x60000");
-    assert!(info["vcpus"][0]["components_in_use"].as_str().unwrap().contains("amx"));
-    assert!(info["restore_refusal"].as_str().unwrap().contains("state uses amx"), "{info}");
+    assert!(info["vcpus"][0]["components_in_use"]
+        .as_str()
+        .unwrap()
+        .contains("amx"));
+    assert!(
+        info["restore_refusal"]
+            .as_str()
+            .unwrap()
+            .contains("state uses amx"),
+        "{info}"
+    );
     let _ = std::fs::remove_file(p);
     let _ = std::fs::remove_file(snap);
 }
@@ -311,7 +360,10 @@ fn amx_state_is_compact_in_a_snapshot() {
     let spr = spr_profile().xsave_info().unwrap();
     let xcr0 = XfeatureMask::from_bits(0x602e7);
     let standard_size = spr.standard_size(xcr0).unwrap();
-    assert!(standard_size > 11 * 1024 - 512, "AMX standard image {standard_size} B");
+    assert!(
+        standard_size > 11 * 1024 - 512,
+        "AMX standard image {standard_size} B"
+    );
     let standard = XsaveBuf::init(&spr, xcr0, InitMode::Minimal).unwrap();
     // Idle tiles and clean upper state: only the legacy region and header.
     let idle = xstate::compacted_in_use(&spr, &standard, xcr0).unwrap();
@@ -321,6 +373,15 @@ fn amx_state_is_compact_in_a_snapshot() {
 #[test]
 fn snapshot_needs_a_file() {
     let out = vmm(&["run", "--snapshot-after", "1"]);
-    assert_eq!(out.status.code(), Some(2), "clap refuses it: {}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("--snapshot-file"), "{}", text(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "clap refuses it: {}",
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stderr).contains("--snapshot-file"),
+        "{}",
+        text(&out.stderr)
+    );
 }

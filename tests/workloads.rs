@@ -21,13 +21,18 @@ fn every_allowed_variant_passes_in_the_guest() {
     assert!(out.status.success(), "{v:#}");
     let rows = results(&v);
     for name in ["aes-128-cbc", "aes-128-ctr", "dgemm", "linpack"] {
-        assert!(rows.iter().any(|r| r["name"] == name), "no {name} row: {v:#}");
+        assert!(
+            rows.iter().any(|r| r["name"] == name),
+            "no {name} row: {v:#}"
+        );
     }
     // The legacy-SSE variants need only AES-NI and SSE.
     assert!(rows
         .iter()
         .any(|r| r["name"] == "aes-128-cbc" && r["variant"] == "aesni-sse"));
-    assert!(rows.iter().any(|r| r["name"] == "dgemm" && r["variant"] == "sse2"));
+    assert!(rows
+        .iter()
+        .any(|r| r["name"] == "dgemm" && r["variant"] == "sse2"));
     for r in rows {
         assert_eq!(r["check"], "pass", "{r}");
         let t = r["mb_per_s"].as_f64().or(r["gflops"].as_f64()).unwrap();
@@ -41,8 +46,11 @@ fn every_allowed_variant_passes_in_the_guest() {
         }
     }
     // Whatever the guest's XCR0 holds, the variants needing it ran.
-    let xcr0 = u64::from_str_radix(v["guest_xcr0"].as_str().unwrap().trim_start_matches("0x"), 16)
-        .unwrap();
+    let xcr0 = u64::from_str_radix(
+        v["guest_xcr0"].as_str().unwrap().trim_start_matches("0x"),
+        16,
+    )
+    .unwrap();
     if xcr0 & 0x4 != 0 {
         assert!(rows.iter().any(|r| r["variant"] == "aesni-avx"), "{v:#}");
     }
@@ -90,7 +98,9 @@ fn corrupted_key_schedule_fails_the_run() {
         .map(|s| s["reason"].as_str().unwrap())
         .collect();
     assert!(
-        reasons.iter().any(|r| r.contains("KAT failed") && r.contains("round key")),
+        reasons
+            .iter()
+            .any(|r| r.contains("KAT failed") && r.contains("round key")),
         "{reasons:?}"
     );
 }

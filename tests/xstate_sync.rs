@@ -32,13 +32,24 @@ fn registers_survive_exits_under_every_policy() {
             .iter()
             .filter(|r| r["name"] == "xstate-check")
             .collect();
-        let variants: Vec<&str> = rows.iter().map(|r| r["variant"].as_str().unwrap()).collect();
-        assert_eq!(variants, ["pio", "mmio", "cpuid", "edit"], "{policy}: {v:#}");
+        let variants: Vec<&str> = rows
+            .iter()
+            .map(|r| r["variant"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            variants,
+            ["pio", "mmio", "cpuid", "edit"],
+            "{policy}: {v:#}"
+        );
         for r in &rows {
             assert_eq!(r["check"], "pass", "{policy}: {r}\n{v:#}");
         }
         // The exits really reached the VMM: 10 000 PIO and 10 000 MMIO at least.
-        assert!(v["exits"].as_u64().unwrap() >= 20_000, "{policy}: {}", v["exits"]);
+        assert!(
+            v["exits"].as_u64().unwrap() >= 20_000,
+            "{policy}: {}",
+            v["exits"]
+        );
         let stats = &v["xstate_stats"];
         match policy {
             // Lazy fetched only for the edit, and wrote back once.
@@ -106,7 +117,10 @@ fn edits_are_written_back_only_when_dirty_and_exactly() {
     // The cached state is compacted with only what is in use: x87 and SSE.
     let cached = m.state(&vcpu).unwrap();
     assert!(cached.is_compacted());
-    assert_eq!(cached.xstate_bv_mask() - XfeatureMask::LEGACY, XfeatureMask::EMPTY);
+    assert_eq!(
+        cached.xstate_bv_mask() - XfeatureMask::LEGACY,
+        XfeatureMask::EMPTY
+    );
     assert_eq!(cached.xmm(7), pattern);
     m.before_run(&vcpu).unwrap();
     assert_eq!((m.stats().fetches, m.stats().writebacks), (1, 1));
@@ -135,12 +149,18 @@ fn images_outside_the_guest_xcr0_are_refused() {
     let mut bad = XsaveBuf::init(&info, info.supported_xcr0(), InitMode::Minimal).unwrap();
     bad.set_xstate_bv(bad.xstate_bv() | Xfeature::Avx.bit());
     let err = m.replace_standard(&bad).unwrap_err().to_string();
-    assert!(err.contains("0x3") && err.to_lowercase().contains("xstate_bv"), "{err}");
+    assert!(
+        err.contains("0x3") && err.to_lowercase().contains("xstate_bv"),
+        "{err}"
+    );
     // A compacted image where KVM takes the standard format.
     let good = XsaveBuf::init(&info, guest_xcr0, InitMode::Minimal).unwrap();
     let compacted = xstate::compacted_in_use(&info, &good, guest_xcr0).unwrap();
     let err = m.replace_standard(&compacted).unwrap_err().to_string();
-    assert!(err.contains("compacted") || err.contains("XCOMP_BV"), "{err}");
+    assert!(
+        err.contains("compacted") || err.contains("XCOMP_BV"),
+        "{err}"
+    );
     // Reserved MXCSR bits.
     let mut bad = good.clone();
     bad.set_mxcsr(0xffff_0000);

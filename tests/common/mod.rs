@@ -155,3 +155,43 @@ pub fn temp_file(name: &str, bytes: &[u8]) -> PathBuf {
     std::fs::write(&path, bytes).expect("write temp file");
     path
 }
+
+/// 32-bit PVH entry code: load seven GPRs with distinct values, ask for a
+/// snapshot (`out 0xf3, eax`), then check every one and exit with 0, or
+/// with 10 + the index of the first register that changed.
+pub fn snapshot_regs_kernel() -> Vec<u8> {
+    // (mov opcode, cmp encoding, value)
+    let regs: [(u8, &[u8], u32); 7] = [
+        (0xb8, &[0x3d], 0x1122_3344),       // eax
+        (0xbb, &[0x81, 0xfb], 0x5566_7788), // ebx
+        (0xb9, &[0x81, 0xf9], 0x99aa_bbcc), // ecx
+        (0xba, &[0x81, 0xfa], 0xddee_ff00), // edx
+        (0xbe, &[0x81, 0xfe], 0xdead_f00d), // esi
+        (0xbf, &[0x81, 0xff], 0xdead_beef), // edi
+        (0xbd, &[0x81, 0xfd], 0x1234_5678), // ebp
+    ];
+    let mut c = Vec::new();
+    for (mov, _, v) in regs {
+        c.push(mov);
+        c.extend_from_slice(&v.to_le_bytes());
+    }
+    c.extend_from_slice(&[0xe7, guest::protocol::SNAPSHOT_PORT as u8]); // out imm8, eax
+                                                                        // Each check: cmp reg, imm32; je +7 (skip the failure exit);
+                                                                        // mov eax, 10+i; out 0xf4, eax.
+    for (i, (_, cmp, v)) in regs.iter().enumerate() {
+        c.extend_from_slice(cmp);
+        c.extend_from_slice(&v.to_le_bytes());
+        c.extend_from_slice(&[0x74, 7]);
+        c.push(0xb8);
+        c.extend_from_slice(&(10 + i as u32).to_le_bytes());
+        c.extend_from_slice(&[0xe7, guest::protocol::DEBUG_EXIT_PORT as u8]);
+    }
+    c.extend_from_slice(&[
+        0x31,
+        0xc0,
+        0xe7,
+        guest::protocol::DEBUG_EXIT_PORT as u8,
+        0xf4,
+    ]);
+    c
+}

@@ -143,10 +143,8 @@ fn descriptor(seg: &kvm_segment) -> u64 {
         | ((seg.s as u64) << 4)
         | ((seg.dpl as u64) << 5)
         | ((seg.present as u64) << 7);
-    let flags = (seg.avl as u64)
-        | ((seg.l as u64) << 1)
-        | ((seg.db as u64) << 2)
-        | ((seg.g as u64) << 3);
+    let flags =
+        (seg.avl as u64) | ((seg.l as u64) << 1) | ((seg.db as u64) << 2) | ((seg.g as u64) << 3);
     (limit & 0xffff)
         | ((base & 0xff_ffff) << 16)
         | (access << 40)

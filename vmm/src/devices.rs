@@ -4,7 +4,9 @@
 
 use std::io::Write;
 
-use guest::protocol::{Report, DEBUG_EXIT_PORT, MARK_PORT, REPORT_PORT, SERIAL_PORT, XSTATE_EDIT_PORT};
+use guest::protocol::{
+    Report, DEBUG_EXIT_PORT, MARK_PORT, REPORT_PORT, SERIAL_PORT, XSTATE_EDIT_PORT,
+};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use vm_superio::{Serial, Trigger};
 

@@ -118,7 +118,9 @@ struct RestoreArgs {
 /// A positive number of seconds, or `None` for 0 (no limit).
 fn seconds(v: f64, what: &str) -> Result<Option<Duration>, vmm::Error> {
     if !v.is_finite() || v < 0.0 {
-        return Err(vmm::Error::Policy(format!("{what} {v}: must be a number of seconds >= 0")));
+        return Err(vmm::Error::Policy(format!(
+            "{what} {v}: must be a number of seconds >= 0"
+        )));
     }
     Ok((v > 0.0).then(|| Duration::from_secs_f64(v)))
 }
@@ -166,12 +168,20 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
         snapshot_file: args.snapshot_file.clone(),
     };
     let outcome = vm::run(config)?;
-    print_outcome(&outcome, (!args.no_native).then_some(args.workload.as_str()), args.json)
+    print_outcome(
+        &outcome,
+        (!args.no_native).then_some(args.workload.as_str()),
+        args.json,
+    )
 }
 
 /// Print a run's (or a restored run's) summary; returns the exit status.
 /// `native`: the workload list to run natively for guest/native ratios.
-fn print_outcome(outcome: &vm::RunOutcome, native: Option<&str>, json: bool) -> Result<i32, vmm::Error> {
+fn print_outcome(
+    outcome: &vm::RunOutcome,
+    native: Option<&str>,
+    json: bool,
+) -> Result<i32, vmm::Error> {
     let mut summary = RunSummary::new(outcome);
     if let Some(workload) = native.filter(|_| !summary.results.is_empty()) {
         let native = native::run_native(workload, summary.tsc_khz)?;
@@ -225,7 +235,11 @@ fn restore(args: RestoreArgs) -> Result<i32, vmm::Error> {
                 .find_map(|w| w.strip_prefix("workload=").map(str::to_string))
         })
         .unwrap_or_else(|| "quick".into());
-    print_outcome(&outcome, (!args.no_native).then_some(workload.as_str()), args.json)
+    print_outcome(
+        &outcome,
+        (!args.no_native).then_some(workload.as_str()),
+        args.json,
+    )
 }
 
 fn main() -> ExitCode {

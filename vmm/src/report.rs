@@ -298,7 +298,10 @@ impl RunSummary {
             RunEnd::Snapshotted(p) => (
                 None,
                 "snapshotted",
-                format!("snapshot written to {}; resume with `vmm restore`", p.display()),
+                format!(
+                    "snapshot written to {}; resume with `vmm restore`",
+                    p.display()
+                ),
                 0,
                 None,
             ),
@@ -388,7 +391,10 @@ impl RunSummary {
                         .iter()
                         .zip(r.switch_cycles)
                         .filter(|(_, c)| *c != 0)
-                        .map(|(s, cycles)| SwitchFigure { strategy: s, cycles })
+                        .map(|(s, cycles)| SwitchFigure {
+                            strategy: s,
+                            cycles,
+                        })
                         .collect()
                 })
                 .unwrap_or_default(),
@@ -510,8 +516,8 @@ impl RunSummary {
             let _ = writeln!(s, "results");
             let _ = writeln!(
                 s,
-                "  {:<14} {:<26} {:>7} {:>12} {:<6} {:<5} {:>7}  {}",
-                "workload", "variant", "size", "throughput", "unit", "check", "native", "per op"
+                "  {:<14} {:<26} {:>7} {:>12} {:<6} {:<5} {:>7}  per op",
+                "workload", "variant", "size", "throughput", "unit", "check", "native"
             );
             for r in &self.results {
                 let (v, unit) = match (r.mb_per_s, r.gflops, r.events_per_s) {
@@ -535,7 +541,9 @@ impl RunSummary {
                     v,
                     unit,
                     r.check,
-                    r.native_ratio.map(|x| format!("{x:.3}")).unwrap_or_else(|| "-".into()),
+                    r.native_ratio
+                        .map(|x| format!("{x:.3}"))
+                        .unwrap_or_else(|| "-".into()),
                     per_op
                 );
             }

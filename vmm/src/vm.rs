@@ -201,7 +201,9 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
         &host.supported_cpuid,
     )?;
     if config.snapshot_after.is_some() && config.snapshot_file.is_none() {
-        return Err(Error::Policy("--snapshot-after needs --snapshot-file".into()));
+        return Err(Error::Policy(
+            "--snapshot-after needs --snapshot-file".into(),
+        ));
     }
     // The policy also travels on the command line: where KVM ignores the
     // CPUID table (kvm_pvm) our guest still limits XCR0 to it.
@@ -248,7 +250,12 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
         machine,
         devices: Devices::new(config.serial),
         earlier_serial: Vec::new(),
-        xstate: XstateManager::new(config.xstate_sync, host.xstate.info, policy.xcr0, host.xsave2_size),
+        xstate: XstateManager::new(
+            config.xstate_sync,
+            host.xstate.info,
+            policy.xcr0,
+            host.xsave2_size,
+        ),
         policy,
         tsc_khz,
         timeout: config.timeout,
@@ -574,7 +581,10 @@ impl VcpuRunner {
         loop {
             match self.vcpu.run() {
                 Ok(VcpuExit::IoOut(MARK_PORT, data)) => {
-                    let v = data.iter().rev().fold(0u32, |acc, b| (acc << 8) | *b as u32);
+                    let v = data
+                        .iter()
+                        .rev()
+                        .fold(0u32, |acc, b| (acc << 8) | *b as u32);
                     self.marks.push((v, self.start.elapsed()));
                 }
                 Ok(VcpuExit::IoOut(REPORT_PORT, data)) => {
@@ -582,10 +592,18 @@ impl VcpuRunner {
                     self.devices.port_write(&self.mem, REPORT_PORT, data);
                 }
                 Ok(VcpuExit::IoOut(DEBUG_EXIT_PORT, data)) => {
-                    let v = data.iter().rev().fold(0u32, |acc, b| (acc << 8) | *b as u32);
+                    let v = data
+                        .iter()
+                        .rev()
+                        .fold(0u32, |acc, b| (acc << 8) | *b as u32);
                     return Ok(RunEnd::Exited(v));
                 }
-                Ok(VcpuExit::IoOut(..) | VcpuExit::IoIn(..) | VcpuExit::MmioRead(..) | VcpuExit::MmioWrite(..)) => {}
+                Ok(
+                    VcpuExit::IoOut(..)
+                    | VcpuExit::IoIn(..)
+                    | VcpuExit::MmioRead(..)
+                    | VcpuExit::MmioWrite(..),
+                ) => {}
                 Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
                     if stop.load(Ordering::Relaxed) != STOP_NONE {
                         return Ok(RunEnd::TimedOut(Duration::ZERO));
@@ -622,7 +640,9 @@ fn describe_fatal(exit: &VcpuExit<'_>) -> String {
         VcpuExit::FailEntry(reason, cpu) => {
             format!("KVM_EXIT_FAIL_ENTRY: hardware entry failure reason {reason:#x} on cpu {cpu}")
         }
-        VcpuExit::SystemEvent(kind, data) => format!("KVM_EXIT_SYSTEM_EVENT type {kind} data {data:x?}"),
+        VcpuExit::SystemEvent(kind, data) => {
+            format!("KVM_EXIT_SYSTEM_EVENT type {kind} data {data:x?}")
+        }
         other => format!("unexpected exit {other:?}"),
     }
 }

@@ -80,7 +80,12 @@ pub struct XstateManager {
 }
 
 impl XstateManager {
-    pub fn new(policy: SyncPolicy, info: XsaveInfo, guest_xcr0: XfeatureMask, xsave2_size: usize) -> Self {
+    pub fn new(
+        policy: SyncPolicy,
+        info: XsaveInfo,
+        guest_xcr0: XfeatureMask,
+        xsave2_size: usize,
+    ) -> Self {
         Self {
             policy,
             info,
@@ -141,7 +146,8 @@ impl XstateManager {
     pub fn standard_image(&mut self, vcpu: &VcpuFd) -> Result<XsaveBuf> {
         let (info, xcr0) = (self.info, self.info.supported_xcr0());
         let c = self.fetch(vcpu)?;
-        xstate::expand_to_standard(&info, c, xcr0).map_err(|e| Error::Xstate(format!("expanding the guest's state: {e}")))
+        xstate::expand_to_standard(&info, c, xcr0)
+            .map_err(|e| Error::Xstate(format!("expanding the guest's state: {e}")))
     }
 
     /// Set XMM`reg` (a debug-style write); reaches KVM before the next `KVM_RUN`.
@@ -182,8 +188,10 @@ impl XstateManager {
             self.stats.standard_bytes += image.len() as u64;
             // Compact against what KVM's image can hold: a fetch must never
             // lose state. The guest's XCR0 is enforced when state goes back.
-            let compacted = xstate::compacted_in_use(&self.info, &image, self.info.supported_xcr0())
-                .map_err(|e| Error::Xstate(format!("the xsave image KVM returned is malformed: {e}")))?;
+            let compacted =
+                xstate::compacted_in_use(&self.info, &image, self.info.supported_xcr0()).map_err(
+                    |e| Error::Xstate(format!("the xsave image KVM returned is malformed: {e}")),
+                )?;
             self.stats.compacted_bytes += compacted.len() as u64;
             self.cached = Some(compacted);
         }
@@ -191,8 +199,9 @@ impl XstateManager {
     }
 
     fn write_back(&mut self, vcpu: &VcpuFd, compacted: &XsaveBuf) -> Result<()> {
-        let standard = xstate::expand_to_standard(&self.info, compacted, self.info.supported_xcr0())
-            .map_err(|e| Error::Xstate(format!("expanding the edited state: {e}")))?;
+        let standard =
+            xstate::expand_to_standard(&self.info, compacted, self.info.supported_xcr0())
+                .map_err(|e| Error::Xstate(format!("expanding the edited state: {e}")))?;
         // Against the XCR0 in force, not just the policy: the guest may have
         // enabled less. One more ioctl, on this rare path only.
         let xcr0 = XfeatureMask::from_bits(vcpu::get_xcr0(vcpu)?);
@@ -209,8 +218,10 @@ impl XstateManager {
     }
 
     fn validate_for(&self, image: &[u8], xcr0: XfeatureMask) -> Result<()> {
-        let format = xstate::validate(image, &self.info, xcr0, XfeatureMask::EMPTY)
-            .map_err(|e| Error::Xstate(format!("refusing an xsave image for XCR0 {xcr0:#x}: {e}")))?;
+        let format =
+            xstate::validate(image, &self.info, xcr0, XfeatureMask::EMPTY).map_err(|e| {
+                Error::Xstate(format!("refusing an xsave image for XCR0 {xcr0:#x}: {e}"))
+            })?;
         if format != xstate::Format::Standard {
             return Err(Error::Xstate(
                 "refusing a compacted xsave image: KVM_SET_XSAVE takes the standard format".into(),

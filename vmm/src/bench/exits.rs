@@ -81,7 +81,11 @@ pub fn run(
                 // The first round also checks, under every policy, that the
                 // guest's registers survive `count` exits of each kind bit
                 // for bit and that a VMM-side XMM edit reaches the guest.
-                let benches = if round == 0 && !raw { "exits,xstate-check" } else { "exits" };
+                let benches = if round == 0 && !raw {
+                    "exits,xstate-check"
+                } else {
+                    "exits"
+                };
                 let outcome = vm::run(RunConfig {
                     xfeatures: Some(format!("{:#x}", xcr0.bits())),
                     cmdline: format!("quiet workload=none bench={benches} exits={count}"),
@@ -119,7 +123,14 @@ pub fn run(
     }
     let mut rows: Vec<ExitRow> = order.iter().filter_map(|k| best.remove(k)).collect();
     // Each row against the raw loop's row for the same conditions.
-    let key = |r: &ExitRow| (r.exit.clone(), r.mode.clone(), r.upper_ymm.clone(), r.guest_xcr0.clone());
+    let key = |r: &ExitRow| {
+        (
+            r.exit.clone(),
+            r.mode.clone(),
+            r.upper_ymm.clone(),
+            r.guest_xcr0.clone(),
+        )
+    };
     let raw: BTreeMap<_, f64> = rows
         .iter()
         .filter(|r| r.policy == "raw")
@@ -133,11 +144,18 @@ pub fn run(
         };
     }
     notes.dedup();
-    let full = masks.iter().max_by_key(|m| m.bits()).map(|m| format!("{:#x}", m.bits()));
+    let full = masks
+        .iter()
+        .max_by_key(|m| m.bits())
+        .map(|m| format!("{:#x}", m.bits()));
     let raw_ns_per_exit = rows
         .iter()
         .find(|r| {
-            r.policy == "raw" && r.exit == "pio" && r.mode == "cpl3" && r.upper_ymm == "clean" && Some(&r.guest_xcr0) == full.as_ref()
+            r.policy == "raw"
+                && r.exit == "pio"
+                && r.mode == "cpl3"
+                && r.upper_ymm == "clean"
+                && Some(&r.guest_xcr0) == full.as_ref()
         })
         .and_then(|r| r.ns_per_exit);
     Ok(ExitBench {
@@ -167,8 +185,12 @@ fn check_end(outcome: &RunOutcome, what: &str) -> Result<()> {
     }
     match &outcome.end {
         RunEnd::Exited(0) => Ok(()),
-        RunEnd::Exited(s) => Err(Error::Guest(format!("exit benchmark ({what}): the guest exited with status {s}"))),
-        RunEnd::Crashed { reason, .. } => Err(Error::Guest(format!("exit benchmark ({what}): the guest crashed: {reason}"))),
+        RunEnd::Exited(s) => Err(Error::Guest(format!(
+            "exit benchmark ({what}): the guest exited with status {s}"
+        ))),
+        RunEnd::Crashed { reason, .. } => Err(Error::Guest(format!(
+            "exit benchmark ({what}): the guest crashed: {reason}"
+        ))),
         RunEnd::TimedOut(d) => Err(Error::Guest(format!(
             "exit benchmark ({what}): no result after {:.0} s",
             d.as_secs_f64()
@@ -181,9 +203,18 @@ fn check_end(outcome: &RunOutcome, what: &str) -> Result<()> {
 }
 
 /// Turn a run's `exit-*` results and its markers into rows.
-fn rows_of(outcome: &RunOutcome, policy: &str, xcr0: XfeatureMask, count: u64, notes: &mut Vec<String>) -> Vec<ExitRow> {
+fn rows_of(
+    outcome: &RunOutcome,
+    policy: &str,
+    xcr0: XfeatureMask,
+    count: u64,
+    notes: &mut Vec<String>,
+) -> Vec<ExitRow> {
     let Some(report) = outcome.report.as_deref() else {
-        notes.push(format!("{policy} {:#x}: the guest sent no report", xcr0.bits()));
+        notes.push(format!(
+            "{policy} {:#x}: the guest sent no report",
+            xcr0.bits()
+        ));
         return Vec::new();
     };
     let rows = result_rows(report, outcome.tsc_khz);
@@ -273,10 +304,16 @@ impl ExitBench {
                 r.upper_ymm,
                 r.policy,
                 r.guest_xcr0,
-                r.ns_per_exit.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into()),
+                r.ns_per_exit
+                    .map(|v| format!("{v:.0}"))
+                    .unwrap_or_else(|| "-".into()),
                 r.guest_cycles_per_exit,
-                r.raw_ns_per_exit.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into()),
-                r.ratio_to_raw.map(|v| format!("{v:.3}")).unwrap_or_else(|| "-".into()),
+                r.raw_ns_per_exit
+                    .map(|v| format!("{v:.0}"))
+                    .unwrap_or_else(|| "-".into()),
+                r.ratio_to_raw
+                    .map(|v| format!("{v:.3}"))
+                    .unwrap_or_else(|| "-".into()),
             );
         }
         for n in &self.notes {

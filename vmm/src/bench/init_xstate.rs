@@ -47,7 +47,12 @@ fn unit(r: &ResultRow) -> &'static str {
     }
 }
 
-fn run_one(workload: &str, xfeatures: Option<&str>, init: InitMode, timeout: Duration) -> Result<RunSummary> {
+fn run_one(
+    workload: &str,
+    xfeatures: Option<&str>,
+    init: InitMode,
+    timeout: Duration,
+) -> Result<RunSummary> {
     let outcome = vm::run(RunConfig {
         xfeatures: xfeatures.map(str::to_string),
         init_xstate: init,
@@ -128,7 +133,9 @@ impl InitBench {
                 f(r.minimal),
                 f(r.all),
                 r.unit,
-                r.ratio.map(|v| format!("{v:.3}")).unwrap_or_else(|| "-".into())
+                r.ratio
+                    .map(|v| format!("{v:.3}"))
+                    .unwrap_or_else(|| "-".into())
             );
         }
         s

@@ -78,11 +78,17 @@ pub fn main(args: BenchArgs) -> Result<i32> {
             } else {
                 xfeatures
                     .iter()
-                    .map(|s| crate::cpuid::validate_policy(Some(s), &host.xstate, &host.supported_cpuid))
+                    .map(|s| {
+                        crate::cpuid::validate_policy(Some(s), &host.xstate, &host.supported_cpuid)
+                    })
                     .collect::<Result<Vec<_>>>()?
             };
             let policies = if policy.is_empty() {
-                vec![SyncPolicy::Lazy, SyncPolicy::Eager, SyncPolicy::EagerCompact]
+                vec![
+                    SyncPolicy::Lazy,
+                    SyncPolicy::Eager,
+                    SyncPolicy::EagerCompact,
+                ]
             } else {
                 policy
             };

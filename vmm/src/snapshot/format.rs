@@ -160,7 +160,8 @@ impl Container {
             e[48..56].copy_from_slice(&(s.data.len() as u64).to_le_bytes());
             e[56..60].copy_from_slice(&crc32fast::hash(&s.data).to_le_bytes());
         }
-        let table_crc = crc32fast::hash(&out[table_off..table_off + ENTRY_SIZE * self.sections.len()]);
+        let table_crc =
+            crc32fast::hash(&out[table_off..table_off + ENTRY_SIZE * self.sections.len()]);
         let h = &mut out[..HEADER_SIZE];
         h[0..8].copy_from_slice(&MAGIC);
         h[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -287,7 +288,9 @@ pub fn read_table(bytes: &[u8]) -> Result<Vec<SectionInfo>, FormatError> {
         let name = std::str::from_utf8(&raw[..len])
             .ok()
             .filter(|n| !n.is_empty() && n.is_ascii() && raw[len..].iter().all(|&b| b == 0))
-            .ok_or_else(|| FormatError::Malformed(format!("section name {raw:02x?} is not NUL-padded ASCII")))?
+            .ok_or_else(|| {
+                FormatError::Malformed(format!("section name {raw:02x?} is not NUL-padded ASCII"))
+            })?
             .to_string();
         let offset = le_u64(e, 40);
         let length = le_u64(e, 48);
@@ -297,7 +300,9 @@ pub fn read_table(bytes: &[u8]) -> Result<Vec<SectionInfo>, FormatError> {
             )));
         }
         if out.iter().any(|s| s.name == name) {
-            return Err(FormatError::Malformed(format!("section \"{name}\" appears twice")));
+            return Err(FormatError::Malformed(format!(
+                "section \"{name}\" appears twice"
+            )));
         }
         out.push(SectionInfo {
             name,
@@ -380,7 +385,10 @@ impl SparseMemory {
     pub fn from_bytes(b: &[u8]) -> Result<Self, FormatError> {
         let bad = |m: String| FormatError::Malformed(format!("section \"memory\": {m}"));
         if b.len() < 16 {
-            return Err(bad(format!("{} bytes, shorter than its 16-byte header", b.len())));
+            return Err(bad(format!(
+                "{} bytes, shorter than its 16-byte header",
+                b.len()
+            )));
         }
         let size = le_u64(b, 0);
         let page = le_u32(b, 8) as usize;
@@ -388,8 +396,10 @@ impl SparseMemory {
         if page != PAGE_SIZE {
             return Err(bad(format!("page size {page}, this vmm uses {PAGE_SIZE}")));
         }
-        if size % PAGE_SIZE as u64 != 0 {
-            return Err(bad(format!("memory size {size} is not a whole number of pages")));
+        if !size.is_multiple_of(PAGE_SIZE as u64) {
+            return Err(bad(format!(
+                "memory size {size} is not a whole number of pages"
+            )));
         }
         let data_off = nruns
             .checked_mul(16)
@@ -428,7 +438,10 @@ impl SparseMemory {
 
     /// Write the stored pages into `ram` (which must be `size` bytes and
     /// zero elsewhere, e.g. fresh anonymous memory).
-    pub fn apply(&self, mut write: impl FnMut(u64, &[u8]) -> Result<(), String>) -> Result<(), String> {
+    pub fn apply(
+        &self,
+        mut write: impl FnMut(u64, &[u8]) -> Result<(), String>,
+    ) -> Result<(), String> {
         let mut at = 0usize;
         for &(first, n) in &self.runs {
             let len = n as usize * PAGE_SIZE;
@@ -468,7 +481,11 @@ mod tests {
         assert_eq!(&bytes[..8], b"VMMSNAP\0");
         let table = read_table(&bytes).unwrap();
         assert_eq!(table.len(), 3);
-        assert_eq!(table[1].offset % PAGE_SIZE as u64, 0, "memory is page-aligned");
+        assert_eq!(
+            table[1].offset % PAGE_SIZE as u64,
+            0,
+            "memory is page-aligned"
+        );
         assert!(table.iter().all(|e| e.offset % 64 == 0));
         assert_eq!(Container::parse(&bytes).unwrap(), c);
     }
@@ -488,7 +505,10 @@ mod tests {
         for i in (0..bytes.len()).filter(|&i| covered(i)) {
             let mut b = bytes.clone();
             b[i] ^= 0x40;
-            assert!(Container::parse(&b).is_err(), "flip at byte {i} went unnoticed");
+            assert!(
+                Container::parse(&b).is_err(),
+                "flip at byte {i} went unnoticed"
+            );
         }
     }
 
@@ -511,10 +531,16 @@ mod tests {
         }
         let mut b = bytes.clone();
         b[8] = 2;
-        assert_eq!(Container::parse(&b).unwrap_err(), FormatError::Version { found: 2 });
+        assert_eq!(
+            Container::parse(&b).unwrap_err(),
+            FormatError::Version { found: 2 }
+        );
         let mut b = bytes;
         b[0] = b'X';
-        assert!(matches!(Container::parse(&b).unwrap_err(), FormatError::BadMagic { .. }));
+        assert!(matches!(
+            Container::parse(&b).unwrap_err(),
+            FormatError::BadMagic { .. }
+        ));
     }
 
     #[test]

@@ -205,9 +205,17 @@ impl SnapshotInfo {
             self.file, self.file_bytes, self.format_version, self.trigger, self.vmm_version
         );
         let _ = writeln!(s, "sections");
-        let _ = writeln!(s, "  {:<16} {:>10} {:>10}  crc32", "name", "offset", "bytes");
+        let _ = writeln!(
+            s,
+            "  {:<16} {:>10} {:>10}  crc32",
+            "name", "offset", "bytes"
+        );
         for e in &self.sections {
-            let _ = writeln!(s, "  {:<16} {:>10} {:>10}  {:08x}", e.name, e.offset, e.length, e.crc32);
+            let _ = writeln!(
+                s,
+                "  {:<16} {:>10} {:>10}  {:08x}",
+                e.name, e.offset, e.length, e.crc32
+            );
         }
         let _ = writeln!(
             s,
@@ -218,7 +226,11 @@ impl SnapshotInfo {
             self.memory_pages - self.memory_pages_stored
         );
         let _ = writeln!(s, "command line  {}", self.cmdline);
-        let _ = writeln!(s, "policy        {} ({})", self.policy_xcr0, self.policy_xcr0_names);
+        let _ = writeln!(
+            s,
+            "policy        {} ({})",
+            self.policy_xcr0, self.policy_xcr0_names
+        );
         let _ = writeln!(
             s,
             "source KVM    XCR0 {} IA32_XSS {}, TSC {} kHz",
@@ -243,7 +255,11 @@ impl SnapshotInfo {
                 v.xcr0_names,
                 v.ia32_xss.as_deref().unwrap_or("-")
             );
-            let _ = writeln!(s, "  in use      XSTATE_BV {}: {}", v.xstate_bv, v.components_in_use);
+            let _ = writeln!(
+                s,
+                "  in use      XSTATE_BV {}: {}",
+                v.xstate_bv, v.components_in_use
+            );
             let _ = writeln!(
                 s,
                 "  xstate      {} B stored compacted; standard image {} B; legacy kvm_xsave {} B",

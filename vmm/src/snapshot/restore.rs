@@ -20,7 +20,10 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use kvm_bindings::{kvm_debugregs, kvm_mp_state, kvm_msr_entry, kvm_xcr, kvm_xcrs, CpuId, Msrs, KVM_MAX_CPUID_ENTRIES};
+use kvm_bindings::{
+    kvm_debugregs, kvm_mp_state, kvm_msr_entry, kvm_xcr, kvm_xcrs, CpuId, Msrs,
+    KVM_MAX_CPUID_ENTRIES,
+};
 use vm_memory::{Bytes, GuestAddress};
 use vm_superio::Serial;
 use xstate::{Format, XfeatureMask, XsaveBuf, XsaveInfo};
@@ -142,10 +145,13 @@ pub fn check(path: &Path, snap: &Snapshot, host: &XsaveInfo) -> Result<Checked, 
         )));
     }
     let v = &snap.vcpus[0];
-    let source = snap.meta.source_info().map_err(|source| SnapshotError::Format {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let source = snap
+        .meta
+        .source_info()
+        .map_err(|source| SnapshotError::Format {
+            path: path.to_path_buf(),
+            source,
+        })?;
     let xcr0 = XfeatureMask::from_bits(
         v.xcr0()
             .ok_or_else(|| malformed("section \"vcpu0.xcrs\" holds no XCR0".into()))?,
@@ -223,10 +229,14 @@ fn check_compacted(image: &XsaveBuf, source: &XsaveInfo, xcr0: XfeatureMask) -> 
     let comp = XfeatureMask::from_bits(xcomp_bv & !xstate::buffer::XCOMP_BV_COMPACTED);
     let bv = view.xstate_bv_mask();
     if !(comp - xcr0).is_empty() {
-        return Err(format!("XCOMP_BV {comp:#x} has components outside XCR0 {xcr0:#x}"));
+        return Err(format!(
+            "XCOMP_BV {comp:#x} has components outside XCR0 {xcr0:#x}"
+        ));
     }
     if !(bv - comp).is_empty() {
-        return Err(format!("XSTATE_BV {bv:#x} has components outside XCOMP_BV {comp:#x}"));
+        return Err(format!(
+            "XSTATE_BV {bv:#x} has components outside XCOMP_BV {comp:#x}"
+        ));
     }
     if !view.header_reserved_is_zero() {
         return Err("reserved xsave header bytes are not zero".into());
@@ -235,10 +245,14 @@ fn check_compacted(image: &XsaveBuf, source: &XsaveInfo, xcr0: XfeatureMask) -> 
         .compacted_size(comp)
         .map_err(|e| format!("compacted layout of {comp:#x}: {e}"))?;
     if (image.len() as u64) < need as u64 {
-        return Err(format!("{} bytes, the compacted layout of {comp:#x} needs {need}", image.len()));
+        return Err(format!(
+            "{} bytes, the compacted layout of {comp:#x} needs {need}",
+            image.len()
+        ));
     }
     let standard = xstate::expand_to_standard(source, image, xcr0).map_err(|e| e.to_string())?;
-    xstate::validate(standard.as_bytes(), source, xcr0, XfeatureMask::EMPTY).map_err(|e| e.to_string())?;
+    xstate::validate(standard.as_bytes(), source, xcr0, XfeatureMask::EMPTY)
+        .map_err(|e| e.to_string())?;
     Ok(())
 }
 
@@ -265,10 +279,16 @@ pub fn relayout(
     out.as_bytes_mut()[..head].copy_from_slice(&image.as_bytes()[..head]);
     for i in xstate_bv.user().iter_indices().filter(|&i| i >= 2) {
         let (Some(r), Some(w)) = (from.range_by_index(i), to.range_by_index(i)) else {
-            return Err(format!("component {i} is in use but has no standard offset"));
+            return Err(format!(
+                "component {i} is in use but has no standard offset"
+            ));
         };
         if r.len() != w.len() {
-            return Err(format!("component {i} is {} bytes here, {} in the snapshot", w.len(), r.len()));
+            return Err(format!(
+                "component {i} is {} bytes here, {} in the snapshot",
+                w.len(),
+                r.len()
+            ));
         }
         out.as_bytes_mut()[w].copy_from_slice(&image.as_bytes()[r]);
     }
@@ -347,7 +367,9 @@ pub(crate) fn build(
         _ => SyncPolicy::Lazy,
     });
     let mut xstate = XstateManager::new(sync, host.xstate.info, policy.xcr0, host.xsave2_size);
-    xstate.replace_standard(&checked.standard).map_err(vmm_err)?;
+    xstate
+        .replace_standard(&checked.standard)
+        .map_err(vmm_err)?;
     xstate.before_run(&machine.vcpu).map_err(vmm_err)?;
 
     let devices = restored_devices(opts.serial_sink(), meta).map_err(vmm_err)?;
@@ -368,7 +390,9 @@ pub(crate) fn build(
         None => None,
     };
     if opts.snapshot_after.is_some() && snapshot.is_none() {
-        return Err(vmm_err(Error::Policy("--snapshot-after needs --snapshot-file".into())));
+        return Err(vmm_err(Error::Policy(
+            "--snapshot-after needs --snapshot-file".into(),
+        )));
     }
     Ok(Launch {
         machine,
@@ -398,7 +422,8 @@ fn load_vcpu(
     let vcpu = &machine.vcpu;
     let table = CpuId::from_entries(&v.cpuid)
         .map_err(|e| Error::Guest(format!("the saved CPUID table does not fit KVM's: {e:?}")))?;
-    vcpu.set_cpuid2(&table).map_err(Error::kvm("KVM_SET_CPUID2"))?;
+    vcpu.set_cpuid2(&table)
+        .map_err(Error::kvm("KVM_SET_CPUID2"))?;
     let effective = vcpu
         .get_cpuid2(KVM_MAX_CPUID_ENTRIES)
         .map_err(Error::kvm("KVM_GET_CPUID2"))?;
@@ -420,11 +445,16 @@ fn load_vcpu(
         }
     }
 
-    vcpu.set_sregs(&v.sregs).map_err(Error::kvm("KVM_SET_SREGS"))?;
+    vcpu.set_sregs(&v.sregs)
+        .map_err(Error::kvm("KVM_SET_SREGS"))?;
     vcpu.set_regs(&v.regs).map_err(Error::kvm("KVM_SET_REGS"))?;
     let mut xcrs = kvm_xcrs::default();
     if v.xcrs.len() > xcrs.xcrs.len() {
-        return Err(Error::Xstate(format!("{} saved XCRs; KVM takes at most {}", v.xcrs.len(), xcrs.xcrs.len())));
+        return Err(Error::Xstate(format!(
+            "{} saved XCRs; KVM takes at most {}",
+            v.xcrs.len(),
+            xcrs.xcrs.len()
+        )));
     }
     xcrs.nr_xcrs = v.xcrs.len() as u32;
     for (slot, &(xcr, value)) in xcrs.xcrs.iter_mut().zip(&v.xcrs) {
@@ -445,7 +475,8 @@ fn load_vcpu(
             data,
         })
         .collect();
-    let msrs = Msrs::from_entries(&entries).map_err(|e| Error::Guest(format!("allocating kvm_msrs: {e:?}")))?;
+    let msrs = Msrs::from_entries(&entries)
+        .map_err(|e| Error::Guest(format!("allocating kvm_msrs: {e:?}")))?;
     let n = vcpu.set_msrs(&msrs).map_err(Error::kvm("KVM_SET_MSRS"))?;
     if n != entries.len() {
         let e = entries[n];
@@ -541,8 +572,13 @@ mod tests {
         };
         let xcr0 = host.xstate.supported_xcr0()
             & (XfeatureMask::LEGACY.with(Xfeature::Avx) | XfeatureMask::AVX512);
-        let (mut policy, guest) =
-            vm::resolve_policy(&host, Some(&format!("{:#x}", xcr0.bits())), xstate::InitMode::Minimal, 0).unwrap();
+        let (mut policy, guest) = vm::resolve_policy(
+            &host,
+            Some(&format!("{:#x}", xcr0.bits())),
+            xstate::InitMode::Minimal,
+            0,
+        )
+        .unwrap();
         let mut m = Machine::create(&host, 8).unwrap();
         m.vcpu.set_cpuid2(&guest.cpuid).unwrap();
         vcpu::set_xcr0(&m.vcpu, xcr0.bits()).unwrap();
@@ -553,7 +589,11 @@ mod tests {
         save::complete_pending_io(&mut m.vcpu).unwrap();
         let reference = vcpu::get_xsave(&m.vcpu, host.xsave2_size).unwrap();
         let n = host.xstate.info.standard_size(xcr0).unwrap() as usize;
-        assert_eq!(reference.xstate_bv(), xcr0.bits(), "KVM took every component");
+        assert_eq!(
+            reference.xstate_bv(),
+            xcr0.bits(),
+            "KVM took every component"
+        );
 
         policy.cpuid_check = None;
         let path = std::env::temp_dir().join(format!("vmm-unit-xsave-{}.snap", std::process::id()));
@@ -570,42 +610,87 @@ mod tests {
         .unwrap();
         let mut xm = XstateManager::new(SyncPolicy::Lazy, host.xstate.info, xcr0, host.xsave2_size);
         let devices = Devices::new(SerialSink::Null);
-        let snap = save::capture(&ctx, Trigger::Guest, &mut m.vcpu, &m.mem, &mut xm, &devices, 0, Duration::ZERO)
-            .unwrap();
+        let snap = save::capture(
+            &ctx,
+            Trigger::Guest,
+            &mut m.vcpu,
+            &m.mem,
+            &mut xm,
+            &devices,
+            0,
+            Duration::ZERO,
+        )
+        .unwrap();
         // Stored compacted, in use only: every component is live here.
-        assert_eq!(snap.vcpus[0].xstate.len() as u32, host.xstate.info.compacted_size(xcr0).unwrap());
+        assert_eq!(
+            snap.vcpus[0].xstate.len() as u32,
+            host.xstate.info.compacted_size(xcr0).unwrap()
+        );
         let bytes = snap.to_bytes();
         let back = Snapshot::from_bytes(&bytes).unwrap();
         let checked = check(&path, &back, &host.xstate.info).unwrap();
         assert_eq!(checked.xstate_bv, xcr0);
-        let launch = build(&path, &back, &checked, &host, &RestoreOptions::default(), Instant::now()).unwrap();
+        let launch = build(
+            &path,
+            &back,
+            &checked,
+            &host,
+            &RestoreOptions::default(),
+            Instant::now(),
+        )
+        .unwrap();
         let vcpu = &launch.machine.vcpu;
         assert_eq!(vcpu::get_xcr0(vcpu).unwrap(), xcr0.bits());
         let restored = vcpu::get_xsave(vcpu, host.xsave2_size).unwrap();
         let (a, b) = (&reference.as_bytes()[..n], &restored.as_bytes()[..n]);
         if let Some(i) = (0..n).find(|&i| a[i] != b[i]) {
-            panic!("xsave byte {i} differs after restore: {:#04x} -> {:#04x}", a[i], b[i]);
+            panic!(
+                "xsave byte {i} differs after restore: {:#04x} -> {:#04x}",
+                a[i], b[i]
+            );
         }
     }
 
     #[test]
     fn relayout_moves_components_to_the_target_offsets() {
-        // Two layouts of the same components: the KVM-in-a-guest profile and
-        // the bare-metal one agree, so build a target whose AVX sits
-        // elsewhere by re-laying out between Sapphire Rapids (AVX at 576)
-        // and itself with AVX-512 present (the offsets of 5-7 are checked).
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../xstate/tests/data");
-        let load = |f: &str| {
-            xstate::CpuidProfile::from_json(&std::fs::read_to_string(dir.join(f)).unwrap())
-                .unwrap()
-                .xsave_info()
-                .unwrap()
-        };
-        let spr = load("intel-sapphire-rapids.json");
-        let xcr0 = XfeatureMask::from_bits(0xe7);
+        let text = std::fs::read_to_string(dir.join("intel-sapphire-rapids.json")).unwrap();
+        let spr = xstate::CpuidProfile::from_json(&text)
+            .unwrap()
+            .xsave_info()
+            .unwrap();
+        let xcr0 = XfeatureMask::from_bits(0x2e7); // AVX-512 and PKRU
         let img = pattern_image(&spr, xcr0);
         let (same, relaid) = relayout(&spr, &spr, &img, xcr0, xcr0).unwrap();
         assert!(!relaid);
         assert_eq!(same, img);
+
+        // A target without AMX whose PKRU sits 64 bytes further up (and
+        // whose sizes say so).
+        let mut raw: [xstate::CpuidRegs; 64] = core::array::from_fn(|i| spr.raw_subleaf(i as u32));
+        raw[17] = xstate::CpuidRegs::default();
+        raw[18] = xstate::CpuidRegs::default();
+        raw[0].eax &= !0x60000;
+        raw[9].ebx += 64;
+        let end = raw[9].ebx + raw[9].eax;
+        raw[0].ebx = end;
+        raw[0].ecx = end;
+        let target =
+            XsaveInfo::from_raw(raw).unwrap_or_else(|e| panic!("synthetic target leaf 0xD: {e}"));
+        let (moved, relaid) = relayout(&spr, &target, &img, xcr0, xcr0).unwrap();
+        assert!(relaid);
+        let (from, to) = (
+            spr.layout(xcr0, Format::Standard).unwrap(),
+            target.layout(xcr0, Format::Standard).unwrap(),
+        );
+        assert_eq!(&moved.as_bytes()[..576], &img.as_bytes()[..576]);
+        for i in xcr0.iter_indices().filter(|&i| i >= 2) {
+            let (r, w) = (
+                from.range_by_index(i).unwrap(),
+                to.range_by_index(i).unwrap(),
+            );
+            assert_eq!(&moved.as_bytes()[w], &img.as_bytes()[r], "component {i}");
+        }
+        assert_ne!(from.offset_by_index(9), to.offset_by_index(9));
     }
 }

@@ -154,7 +154,10 @@ pub fn complete_pending_io(vcpu: &mut VcpuFd) -> Result<()> {
 }
 
 /// Read the vCPU's MSRs; those KVM refuses to read are returned apart.
-fn read_msrs(vcpu: &VcpuFd, wanted: &[u32]) -> Result<(Vec<(u32, u64)>, Vec<u32>)> {
+/// (index, value) of the MSRs read, and the indices KVM refused to read.
+type MsrValues = (Vec<(u32, u64)>, Vec<u32>);
+
+fn read_msrs(vcpu: &VcpuFd, wanted: &[u32]) -> Result<MsrValues> {
     let mut want: Vec<u32> = wanted.to_vec();
     let mut unreadable = Vec::new();
     loop {
@@ -262,10 +265,14 @@ pub fn capture(
 pub fn encode_memory(mem: &GuestMemoryMmap) -> Result<SparseMemory> {
     let mut regions = mem.iter();
     let (Some(region), None) = (regions.next(), regions.next()) else {
-        return Err(Error::Memory("snapshots support one RAM region from address 0".into()));
+        return Err(Error::Memory(
+            "snapshots support one RAM region from address 0".into(),
+        ));
     };
     if region.start_addr().0 != 0 {
-        return Err(Error::Memory("snapshots support one RAM region from address 0".into()));
+        return Err(Error::Memory(
+            "snapshots support one RAM region from address 0".into(),
+        ));
     }
     let host = mem
         .get_host_address(region.start_addr())

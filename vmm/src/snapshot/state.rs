@@ -210,7 +210,7 @@ fn pairs_to_bytes(pairs: &[(u32, u64)]) -> Vec<u8> {
 }
 
 fn pairs_from(name: &str, b: &[u8]) -> Result<Vec<(u32, u64)>, FormatError> {
-    if b.len() % 16 != 0 {
+    if !b.len().is_multiple_of(16) {
         return Err(FormatError::Malformed(format!(
             "section \"{name}\" is {} bytes, not a whole number of 16-byte entries",
             b.len()
@@ -229,7 +229,9 @@ fn pairs_from(name: &str, b: &[u8]) -> Result<Vec<(u32, u64)>, FormatError> {
 fn cpuid_to_bytes(entries: &[kvm_cpuid_entry2]) -> Vec<u8> {
     let mut out = Vec::with_capacity(40 * entries.len());
     for e in entries {
-        for v in [e.function, e.index, e.flags, e.eax, e.ebx, e.ecx, e.edx, 0, 0, 0] {
+        for v in [
+            e.function, e.index, e.flags, e.eax, e.ebx, e.ecx, e.edx, 0, 0, 0,
+        ] {
             out.extend_from_slice(&v.to_le_bytes());
         }
     }
@@ -237,7 +239,7 @@ fn cpuid_to_bytes(entries: &[kvm_cpuid_entry2]) -> Vec<u8> {
 }
 
 fn cpuid_from(name: &str, b: &[u8]) -> Result<Vec<kvm_cpuid_entry2>, FormatError> {
-    if b.len() % 40 != 0 {
+    if !b.len().is_multiple_of(40) {
         return Err(FormatError::Malformed(format!(
             "section \"{name}\" is {} bytes, not a whole number of 40-byte kvm_cpuid_entry2",
             b.len()
@@ -278,8 +280,11 @@ impl Meta {
             }
             raw[e.subleaf as usize] = e.regs();
         }
-        XsaveInfo::from_raw(raw)
-            .map_err(|e| FormatError::Malformed(format!("meta: the source KVM's leaf 0xD is inconsistent: {e}")))
+        XsaveInfo::from_raw(raw).map_err(|e| {
+            FormatError::Malformed(format!(
+                "meta: the source KVM's leaf 0xD is inconsistent: {e}"
+            ))
+        })
     }
 
     pub fn policy(&self) -> XfeatureMask {
@@ -351,12 +356,19 @@ impl Snapshot {
                 sregs: pod_from(&n("sregs"), required(c, &n("sregs"))?)?,
                 xcrs: pairs_from(&n("xcrs"), required(c, &n("xcrs"))?)?,
                 msrs: pairs_from(&n("msrs"), required(c, &n("msrs"))?)?,
-                events: c.get(&n("events")).map(|b| pod_from(&n("events"), b)).transpose()?,
+                events: c
+                    .get(&n("events"))
+                    .map(|b| pod_from(&n("events"), b))
+                    .transpose()?,
                 mp_state: c
                     .get(&n("mp_state"))
                     .map(|b| {
                         b.try_into().map(u32::from_le_bytes).map_err(|_| {
-                            FormatError::Malformed(format!("section \"{}\" is {} bytes, expected 4", n("mp_state"), b.len()))
+                            FormatError::Malformed(format!(
+                                "section \"{}\" is {} bytes, expected 4",
+                                n("mp_state"),
+                                b.len()
+                            ))
                         })
                     })
                     .transpose()?,
@@ -368,7 +380,9 @@ impl Snapshot {
             });
         }
         if vcpus.is_empty() {
-            return Err(FormatError::Malformed("no vCPU sections (vcpu0.regs is missing)".into()));
+            return Err(FormatError::Malformed(
+                "no vCPU sections (vcpu0.regs is missing)".into(),
+            ));
         }
         Ok(Self {
             meta,
