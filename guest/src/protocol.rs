@@ -291,7 +291,14 @@ pub const WORKLOAD_NAMES: &[&str] = &["none", "quick", "aes", "gemm", "linpack",
 
 /// Benchmark names `bench=` accepts (see the module documentation); `all`
 /// is every one of the others.
-pub const BENCH_NAMES: &[&str] = &["none", "exits", "xstate-check", "ctxsw", "all"];
+pub const BENCH_NAMES: &[&str] = &[
+    "none",
+    "exits",
+    "xstate-check",
+    "snapshot-check",
+    "ctxsw",
+    "all",
+];
 
 /// Exits per benchmark row when `exits=` is absent.
 pub const DEFAULT_EXIT_COUNT: u64 = 10_000;

@@ -25,7 +25,9 @@ use xstate::buffer::offsets;
 use xstate::{init_image, Format, InitMode, Layout, Xfeature, XfeatureMask, XsaveInfo, XsaveMut};
 
 use super::{carve, Env};
-use crate::protocol::{xmm_edit_pattern, BENCH_MMIO_ADDR, BENCH_PIO_PORT, XSTATE_EDIT_PORT};
+use crate::protocol::{
+    xmm_edit_pattern, BENCH_MMIO_ADDR, BENCH_PIO_PORT, SNAPSHOT_PORT, XSTATE_EDIT_PORT,
+};
 
 /// What happens between the two saves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +43,9 @@ pub enum CheckExit {
     Edit(u32),
     /// Nothing (tests: the pattern round trip alone).
     Nothing,
+    /// One write to [`SNAPSHOT_PORT`]: a VMM with a snapshot file saves the
+    /// VM there and stops; the registers must come back after a restore.
+    Snapshot,
 }
 
 impl CheckExit {
@@ -50,6 +55,7 @@ impl CheckExit {
             CheckExit::Mmio => 1,
             CheckExit::Cpuid => 2,
             CheckExit::Edit(_) => 3,
+            CheckExit::Snapshot => 5,
             CheckExit::Nothing => 4,
         }
     }
@@ -428,6 +434,8 @@ pub unsafe fn run(
             "je 22f",
             "cmp ecx, 3",
             "je 23f",
+            "cmp ecx, 5",
+            "je 25f",
             "cmp ecx, 4",
             "je 29f",
             "mov edx, {pio}",
@@ -454,6 +462,11 @@ pub unsafe fn run(
             "dec r8",
             "jnz 221b",
             "mov rbx, r9",
+            "jmp 29f",
+            "25:",
+            "xor eax, eax",
+            "mov edx, {snap_port}",
+            "out dx, eax",
             "jmp 29f",
             "23:",
             "mov eax, [r12 + {edit}]",
@@ -486,6 +499,7 @@ pub unsafe fn run(
             pio = const BENCH_PIO_PORT,
             mmio = const BENCH_MMIO_ADDR,
             edit_port = const XSTATE_EDIT_PORT,
+            snap_port = const SNAPSHOT_PORT,
             in("r12") &p,
             lateout("rax") cycles,
             clobber_abi("C"),

@@ -11,6 +11,7 @@
 //! |------|----------|------------|--------|-----|
 //! | `exit-pio`, `exit-mmio`, `exit-cpuid` | `cpl3-clean`, `cpl3-dirty`, `cpl0` | exits | TSC cycles of the loop | 0 |
 //! | `xstate-check` | `pio`, `mmio`, `cpuid`, `edit` | exits (1 for `edit`) | between the saves | 0 |
+//! | `snapshot-check` | `snapshot` | 1 | between the saves (a snapshot and restore in between) | 0 |
 //! | `ctxsw` | `STRATEGY-sse`, `STRATEGY-avx`, each also `-initall` | contexts, switches | all switches (fastest of 3 trials) | bytes per save |
 //!
 //! Every `exit-*` row is bracketed by [`MARK_PORT`] writes of its index
@@ -133,7 +134,17 @@ pub fn run(report: &mut Report, cmdline: &Cmdline, env: Option<&Env>, out: &mut 
         exit_rows(report, env, count, quiet, out);
     }
     if cmdline.wants_bench("xstate-check") {
-        ok &= xstate_check(report, env, count, quiet, out);
+        let kinds = [
+            ("pio", CheckExit::Pio),
+            ("mmio", CheckExit::Mmio),
+            ("cpuid", CheckExit::Cpuid),
+            ("edit", CheckExit::Edit(EDIT_REG)),
+        ];
+        ok &= register_checks(report, env, "xstate-check", &kinds, count, quiet, out);
+    }
+    if cmdline.wants_bench("snapshot-check") {
+        let kinds = [("snapshot", CheckExit::Snapshot)];
+        ok &= register_checks(report, env, "snapshot-check", &kinds, 1, quiet, out);
     }
     if cmdline.wants_bench("ctxsw") {
         ok &= ctxsw_rows(report, env, quiet, out);
@@ -290,48 +301,38 @@ fn cpl0_loop(kind: ExitKind, count: u64, mark: Option<u32>) -> u64 {
     cycles
 }
 
-fn xstate_check(
+/// Registers loaded with patterns survive each exit kind in `kinds` (`count`
+/// exits each; one for an edit or a snapshot); one `name` row per kind.
+#[allow(clippy::too_many_arguments)]
+fn register_checks(
     report: &mut Report,
     env: Option<&Env>,
+    name: &str,
+    kinds: &[(&str, CheckExit)],
     count: u64,
     quiet: bool,
     out: &mut Console,
 ) -> bool {
     let Some(env) = env else {
-        skip(
-            report,
-            "xstate-check",
-            "",
-            "CPU has no XSAVE (XCR0 not set)",
-        );
+        skip(report, name, "", "CPU has no XSAVE (XCR0 not set)");
         return true;
     };
     let Some(buf) = scratch(env) else {
-        skip(
-            report,
-            "xstate-check",
-            "",
-            "no arena memory for the xsave images",
-        );
+        skip(report, name, "", "no arena memory for the xsave images");
         return false;
     };
     let mut ok = true;
-    for (variant, exit) in [
-        ("pio", CheckExit::Pio),
-        ("mmio", CheckExit::Mmio),
-        ("cpuid", CheckExit::Cpuid),
-        ("edit", CheckExit::Edit(EDIT_REG)),
-    ] {
+    for &(variant, exit) in kinds {
         if matches!(exit, CheckExit::Edit(_)) && !env.xcr0.contains(xstate::Xfeature::Sse) {
             skip(
                 report,
-                "xstate-check",
+                name,
                 variant,
                 "needs SSE: XCR0 lacks the XMM registers",
             );
             continue;
         }
-        let n = if matches!(exit, CheckExit::Edit(_)) {
+        let n = if matches!(exit, CheckExit::Edit(_) | CheckExit::Snapshot) {
             1
         } else {
             count
@@ -342,14 +343,14 @@ fn xstate_check(
         let outcome = match unsafe { xcheck::run(env, exit, n, buf) } {
             Ok(o) => o,
             Err(e) => {
-                skip_fmt(report, "xstate-check", variant, format_args!("{e}"));
+                skip_fmt(report, name, variant, format_args!("{e}"));
                 ok = false;
                 continue;
             }
         };
         let pass = outcome.passed();
         ok &= pass;
-        report.push_result(record("xstate-check", variant, n, n, outcome.cycles, pass));
+        report.push_result(record(name, variant, n, n, outcome.cycles, pass));
         let mut reason = Reason::new();
         if let Some(m) = outcome.load {
             let _ = write!(reason, "pattern did not load: {m}");
@@ -363,7 +364,7 @@ fn xstate_check(
         }
         if !pass {
             report.push_skipped(SkipRecord {
-                name: fixed_str("xstate-check"),
+                name: fixed_str(name),
                 variant: fixed_str(variant),
                 reason: reason.field(),
             });
@@ -371,12 +372,12 @@ fn xstate_check(
         if !quiet {
             let _ = writeln!(
                 out,
-                "guest: bench xstate-check [{variant}]: {} over {n} {} ({}): {}",
+                "guest: bench {name} [{variant}]: {} over {n} {} ({}): {}",
                 if pass { "preserved" } else { "FAILED" },
-                if variant == "edit" {
-                    "edit request"
-                } else {
-                    "exits"
+                match exit {
+                    CheckExit::Edit(_) => "edit request",
+                    CheckExit::Snapshot => "snapshot request",
+                    _ => "exits",
                 },
                 xstate::XfeatureMask::from_bits(outcome.mask.bits()),
                 if pass { "ok" } else { reason.as_str() }
