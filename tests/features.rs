@@ -6,7 +6,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{kvm_or_skip, temp_file, vmm, vmm_json};
+use common::{hex, kvm_or_skip, stderr, temp_file, vmm, vmm_json};
 use serde_json::Value;
 
 fn data(name: &str) -> String {
@@ -15,17 +15,6 @@ fn data(name: &str) -> String {
         .join(name)
         .display()
         .to_string()
-}
-
-fn hex(v: &Value) -> u64 {
-    let s = v
-        .as_str()
-        .unwrap_or_else(|| panic!("expected a hex string, got {v}"));
-    u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap()
-}
-
-fn stderr(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 fn stdout(out: &std::process::Output) -> String {

@@ -3,19 +3,8 @@
 
 mod common;
 
-use common::{kvm_or_skip, temp_file, tiny_pvh_elf, vmm, vmm_json};
+use common::{hex, kvm_or_skip, stderr, temp_file, tiny_pvh_elf, vmm, vmm_json};
 use serde_json::Value;
-
-fn hex(v: &Value) -> u64 {
-    let s = v
-        .as_str()
-        .unwrap_or_else(|| panic!("expected a hex string, got {v}"));
-    u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap()
-}
-
-fn stderr(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
 
 /// The guest's XCR0 equals the policy, and its CPUID 0xD view equals the
 /// xstate crate's layout for that policy.

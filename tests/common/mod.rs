@@ -195,3 +195,16 @@ pub fn snapshot_regs_kernel() -> Vec<u8> {
     ]);
     c
 }
+
+/// A JSON hex string (`"0xe7"`) as a number.
+pub fn hex(v: &serde_json::Value) -> u64 {
+    let s = v
+        .as_str()
+        .unwrap_or_else(|| panic!("expected a hex string, got {v}"));
+    u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap()
+}
+
+/// A process's stderr as text.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}

@@ -66,16 +66,23 @@ struct RunArgs {
     /// Workloads the guest runs: none, quick, aes, gemm, linpack, all (comma-separated).
     #[arg(long, value_name = "LIST", default_value = "quick")]
     workload: String,
-    /// Do not run the workloads natively on the host for guest/native ratios.
-    #[arg(long)]
-    no_native: bool,
     /// Extra words for the guest's command line.
     #[arg(long, value_name = "WORDS")]
     cmdline: Option<String>,
     /// Also show the guest's own serial report (on stderr with --json).
     #[arg(long)]
     serial: bool,
-    /// Stop the guest after this many seconds.
+    #[command(flatten)]
+    session: SessionArgs,
+}
+
+/// What `run` and `restore` share: how long, where snapshots go, output.
+#[derive(clap::Args)]
+struct SessionArgs {
+    /// Do not run the workloads natively on the host for guest/native ratios.
+    #[arg(long)]
+    no_native: bool,
+    /// Stop the guest after this many seconds (0: no limit).
     #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
     timeout: f64,
     /// Print one JSON object instead of the table.
@@ -90,6 +97,27 @@ struct RunArgs {
     snapshot_file: Option<PathBuf>,
 }
 
+impl SessionArgs {
+    /// Serial output: stdout, or stderr to keep stdout for the JSON object.
+    fn serial(&self) -> SerialSink {
+        if self.json {
+            SerialSink::Stderr
+        } else {
+            SerialSink::Stdout
+        }
+    }
+
+    fn timeout(&self) -> Result<Option<Duration>, vmm::Error> {
+        seconds(self.timeout, "--timeout")
+    }
+
+    fn snapshot_after(&self) -> Result<Option<Duration>, vmm::Error> {
+        self.snapshot_after
+            .map(|s| Ok(seconds(s, "--snapshot-after")?.unwrap_or(Duration::ZERO)))
+            .transpose()
+    }
+}
+
 #[derive(clap::Args)]
 struct RestoreArgs {
     /// The snapshot file (it is only read).
@@ -98,21 +126,8 @@ struct RestoreArgs {
     /// when the snapshot was taken).
     #[arg(long, value_enum)]
     xstate_sync: Option<SyncPolicy>,
-    /// Stop the guest after this many seconds (from the restore).
-    #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
-    timeout: f64,
-    /// Do not run the workloads natively on the host for guest/native ratios.
-    #[arg(long)]
-    no_native: bool,
-    /// Print one JSON object instead of the table.
-    #[arg(long)]
-    json: bool,
-    /// Snapshot the restored guest again after this many seconds.
-    #[arg(long, value_name = "SECONDS", requires = "snapshot_file")]
-    snapshot_after: Option<f64>,
-    /// Where a further snapshot goes.
-    #[arg(long, value_name = "PATH")]
-    snapshot_file: Option<PathBuf>,
+    #[command(flatten)]
+    session: SessionArgs,
 }
 
 /// A positive number of seconds, or `None` for 0 (no limit).
@@ -141,11 +156,6 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
     if let Some(c) = &args.cmdline {
         words.push(c.clone());
     }
-    let timeout = seconds(args.timeout, "--timeout")?;
-    let snapshot_after = match args.snapshot_after {
-        Some(s) => Some(seconds(s, "--snapshot-after")?.unwrap_or(Duration::ZERO)),
-        None => None,
-    };
     let config = RunConfig {
         kernel,
         mem_mib: args.mem,
@@ -155,23 +165,18 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
             InitArg::All => InitMode::AllOfXcr0,
         },
         cmdline: words.join(" "),
-        // Keep stdout for the JSON object alone.
-        serial: if args.json {
-            SerialSink::Stderr
-        } else {
-            SerialSink::Stdout
-        },
-        timeout,
+        serial: args.session.serial(),
+        timeout: args.session.timeout()?,
         xstate_sync: args.xstate_sync,
         raw_loop: false,
-        snapshot_after,
-        snapshot_file: args.snapshot_file.clone(),
+        snapshot_after: args.session.snapshot_after()?,
+        snapshot_file: args.session.snapshot_file.clone(),
     };
     let outcome = vm::run(config)?;
     print_outcome(
         &outcome,
-        (!args.no_native).then_some(args.workload.as_str()),
-        args.json,
+        (!args.session.no_native).then_some(args.workload.as_str()),
+        args.session.json,
     )
 }
 
@@ -203,19 +208,13 @@ fn print_outcome(
 
 /// `vmm restore`: snapshot errors are printed here (status 64).
 fn restore(args: RestoreArgs) -> Result<i32, vmm::Error> {
+    let session = &args.session;
     let opts = vmm::snapshot::restore::RestoreOptions {
-        serial: if args.json {
-            SerialSink::Stderr
-        } else {
-            SerialSink::Stdout
-        },
-        timeout: seconds(args.timeout, "--timeout")?,
+        serial: session.serial(),
+        timeout: session.timeout()?,
         xstate_sync: args.xstate_sync,
-        snapshot_after: match args.snapshot_after {
-            Some(s) => Some(seconds(s, "--snapshot-after")?.unwrap_or(Duration::ZERO)),
-            None => None,
-        },
-        snapshot_file: args.snapshot_file.clone(),
+        snapshot_after: session.snapshot_after()?,
+        snapshot_file: session.snapshot_file.clone(),
     };
     let outcome = match vmm::snapshot::restore::restore(&args.file, opts) {
         Ok(o) => o,
@@ -225,7 +224,7 @@ fn restore(args: RestoreArgs) -> Result<i32, vmm::Error> {
         }
     };
     // The guest's workloads, from the command line it booted with.
-    let workload = (!args.no_native)
+    let workload = (!session.no_native)
         .then(|| vmm::snapshot::restore::load(&args.file).ok())
         .flatten()
         .and_then(|s| {
@@ -237,8 +236,8 @@ fn restore(args: RestoreArgs) -> Result<i32, vmm::Error> {
         .unwrap_or_else(|| "quick".into());
     print_outcome(
         &outcome,
-        (!args.no_native).then_some(workload.as_str()),
-        args.json,
+        (!session.no_native).then_some(workload.as_str()),
+        session.json,
     )
 }
 
