@@ -293,3 +293,37 @@ fn bad_report_address_is_refused_not_trusted() {
     assert!(errors[0].as_str().unwrap().contains("0xfffffff0"), "{v:#}");
     assert!(v["guest_xcr0"].is_null());
 }
+
+#[test]
+fn guest_exceptions_are_caught_and_reported() {
+    if !kvm_or_skip("guest_exceptions_are_caught_and_reported") {
+        return;
+    }
+    // The guest kernel catches a CPL3 exception, reports vector and RIP,
+    // and ends the run with status 2 (no triple fault).
+    for (kind, vector, mnemonic) in [
+        ("ud", 6, "#UD"),
+        ("de", 0, "#DE"),
+        ("pf", 14, "#PF"),
+        ("gp", 13, "#GP"),
+    ] {
+        let (out, v) = vmm_json(&[
+            "run",
+            "--workload",
+            "none",
+            "--cmdline",
+            &format!("fault={kind}"),
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{kind}: {v:#}");
+        assert_eq!(v["exit_status"], 2);
+        assert_eq!(v["exit_reason"], "exited");
+        let f = &v["fault"];
+        assert_eq!(f["vector"], vector, "{kind}: {v:#}");
+        assert_eq!(f["mnemonic"], mnemonic);
+        assert_eq!(f["cpl"], 3);
+        assert!(hex(&f["rip"]) >= 0x10_0000, "{f}");
+        if kind == "pf" {
+            assert!(hex(&f["cr2"]) < 0x1000, "{f}");
+        }
+    }
+}
