@@ -532,8 +532,7 @@ impl RunSummary {
                     (Some(_), None) => format!("{:.0} cycles", r.cycles_per_op()),
                     _ => String::new(),
                 };
-                let _ = writeln!(
-                    s,
+                let line = format!(
                     "  {:<14} {:<26} {:>7} {:>12} {:<6} {:<5} {:>7}  {}",
                     r.name,
                     r.variant,
@@ -546,6 +545,7 @@ impl RunSummary {
                         .unwrap_or_else(|| "-".into()),
                     per_op
                 );
+                let _ = writeln!(s, "{}", line.trim_end());
             }
         }
         if let Some(o) = self.openssl_aes_128_cbc_mb_per_s {
