@@ -49,6 +49,22 @@ pub const DEBUG_EXIT_PORT: u16 = 0xf4;
 /// A 32-bit write hands the VMM the guest-physical address of a [`Report`].
 pub const REPORT_PORT: u16 = 0xf8;
 
+/// Names of the XSAVE extensions CPUID 0xD.1 EAX enumerates, bit 0 first
+/// (what [`Report::cpuid_xsave_features`] holds).
+pub const XSAVE_FEATURE_NAMES: [&str; 5] = ["xsaveopt", "xsavec", "xgetbv1", "xsaves", "xfd"];
+
+/// The XSAVE instructions and extensions CPUID 0xD.1 EAX `eax` reports,
+/// plain XSAVE first.
+pub fn xsave_variants(eax: u32) -> impl Iterator<Item = &'static str> {
+    core::iter::once("xsave").chain(
+        XSAVE_FEATURE_NAMES
+            .iter()
+            .enumerate()
+            .filter(move |(bit, _)| eax & (1 << bit) != 0)
+            .map(|(_, name)| *name),
+    )
+}
+
 /// Exit benchmark: the PIO target port.
 pub const BENCH_PIO_PORT: u16 = 0xf0;
 /// Benchmark markers: a write of `i` starts row `i` (its future index in

@@ -209,22 +209,6 @@ pub fn vector_mnemonic(v: u32) -> &'static str {
     NAMES.get(v as usize).copied().unwrap_or("#??")
 }
 
-fn xsave_variants(features: u32) -> Vec<&'static str> {
-    let mut v = vec!["xsave"];
-    for (bit, name) in [
-        (0, "xsaveopt"),
-        (1, "xsavec"),
-        (2, "xgetbv1"),
-        (3, "xsaves"),
-        (4, "xfd"),
-    ] {
-        if features & (1 << bit) != 0 {
-            v.push(name);
-        }
-    }
-    v
-}
-
 /// Turn a report's result records into rows, converting cycles with `tsc_khz`.
 pub fn result_rows(report: &Report, tsc_khz: u64) -> Vec<ResultRow> {
     report
@@ -316,7 +300,7 @@ impl RunSummary {
                 compacted_size: r.cpuid_size_compacted,
                 computed_standard_size: r.computed_standard_size,
                 computed_compacted_size: r.computed_compacted_size,
-                xsave_variants: xsave_variants(r.cpuid_xsave_features),
+                xsave_variants: guest::protocol::xsave_variants(r.cpuid_xsave_features).collect(),
                 components: Xfeature::ALL
                     .iter()
                     .filter(|f| r.cpuid_xcr0_supported & f.bit() != 0 || f.index() < 2)

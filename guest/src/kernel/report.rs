@@ -5,7 +5,9 @@
 use super::cpu::{self, cpuid, XSAVE_FEATURE_XGETBV1};
 use super::serial::Console;
 use super::syscall::outl;
-use crate::protocol::{field_str, ComponentReport, ExitStatus, Report, WorkUnit, REPORT_PORT};
+use crate::protocol::{
+    field_str, xsave_variants, ComponentReport, ExitStatus, Report, WorkUnit, REPORT_PORT,
+};
 use core::cell::UnsafeCell;
 use core::fmt::{self, Write};
 use xstate::{CpuidRegs, Format, InfoError, LayoutError, Xfeature, XfeatureMask, XsaveInfo};
@@ -185,12 +187,11 @@ struct Variants(u32);
 
 impl fmt::Display for Variants {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const NAMES: [&str; 5] = ["xsaveopt", "xsavec", "xgetbv1", "xsaves", "xfd"];
-        f.write_str("xsave")?;
-        for (bit, name) in NAMES.iter().enumerate() {
-            if self.0 & (1 << bit) != 0 {
-                write!(f, " {name}")?;
+        for (i, name) in xsave_variants(self.0).enumerate() {
+            if i > 0 {
+                f.write_str(" ")?;
             }
+            f.write_str(name)?;
         }
         Ok(())
     }

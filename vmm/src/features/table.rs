@@ -212,22 +212,6 @@ pub struct FeaturesView {
     pub failed: bool,
 }
 
-fn xsave_variants(features: u32) -> Vec<&'static str> {
-    let mut v = vec!["xsave"];
-    for (bit, name) in [
-        (0, "xsaveopt"),
-        (1, "xsavec"),
-        (2, "xgetbv1"),
-        (3, "xsaves"),
-        (4, "xfd"),
-    ] {
-        if features & (1 << bit) != 0 {
-            v.push(name);
-        }
-    }
-    v
-}
-
 /// Compares the placement of the components two leaf 0xD enumerations share.
 fn layout_disagreements(
     a_name: &str,
@@ -537,7 +521,7 @@ pub fn build(inp: &Inputs) -> FeaturesView {
                 compacted_size: g.size_compacted,
                 computed_standard_size: g.computed_standard_size,
                 computed_compacted_size: g.computed_compacted_size,
-                xsave_variants: xsave_variants(g.xsave_features),
+                xsave_variants: guest::protocol::xsave_variants(g.xsave_features).collect(),
                 kvm_cpuid_honored: g.kvm_cpuid_honored,
             })
         }
