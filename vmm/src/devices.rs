@@ -154,7 +154,7 @@ impl Devices {
 
 /// The value of a 1-, 2- or 4-byte port write (the last element of a string
 /// write), zero-extended.
-fn le_value(data: &[u8]) -> u32 {
+pub fn le_value(data: &[u8]) -> u32 {
     let mut b = [0u8; 4];
     let n = data.len().min(4);
     b[..n].copy_from_slice(&data[data.len() - n..]);

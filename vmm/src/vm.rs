@@ -17,7 +17,7 @@ use xstate::{InitMode, XfeatureMask};
 
 use crate::boot;
 use crate::cpuid::{self, CpuidCheck, GuestCpuid};
-use crate::devices::{Devices, PortAction, ReportDelivery, SerialSink};
+use crate::devices::{le_value, Devices, PortAction, ReportDelivery, SerialSink};
 use crate::error::{Error, Result};
 use crate::kvm::HostKvm;
 use crate::memory;
@@ -127,6 +127,22 @@ pub enum RunEnd {
     TimedOut(Duration),
     /// The VMM wrote a snapshot to this file and stopped the guest.
     Snapshotted(PathBuf),
+}
+
+impl RunEnd {
+    /// What went wrong, in a sentence; `None` for a clean exit (status 0).
+    pub fn failure(&self) -> Option<String> {
+        match self {
+            RunEnd::Exited(0) => None,
+            RunEnd::Exited(s) => Some(format!("the guest exited with status {s}")),
+            RunEnd::Crashed { reason, .. } => Some(format!("the guest crashed: {reason}")),
+            RunEnd::TimedOut(d) => Some(format!(
+                "the guest was stopped after {:.1} s",
+                d.as_secs_f64()
+            )),
+            RunEnd::Snapshotted(p) => Some(format!("the guest was snapshotted to {}", p.display())),
+        }
+    }
 }
 
 /// Exit counters.
@@ -581,22 +597,14 @@ impl VcpuRunner {
         loop {
             match self.vcpu.run() {
                 Ok(VcpuExit::IoOut(MARK_PORT, data)) => {
-                    let v = data
-                        .iter()
-                        .rev()
-                        .fold(0u32, |acc, b| (acc << 8) | *b as u32);
-                    self.marks.push((v, self.start.elapsed()));
+                    self.marks.push((le_value(data), self.start.elapsed()));
                 }
                 Ok(VcpuExit::IoOut(REPORT_PORT, data)) => {
                     // Once, at the end: the rows are in the report.
                     self.devices.port_write(&self.mem, REPORT_PORT, data);
                 }
                 Ok(VcpuExit::IoOut(DEBUG_EXIT_PORT, data)) => {
-                    let v = data
-                        .iter()
-                        .rev()
-                        .fold(0u32, |acc, b| (acc << 8) | *b as u32);
-                    return Ok(RunEnd::Exited(v));
+                    return Ok(RunEnd::Exited(le_value(data)));
                 }
                 Ok(
                     VcpuExit::IoOut(..)

@@ -19,7 +19,7 @@ use xstate::{Xfeature, XfeatureMask};
 use crate::devices::SerialSink;
 use crate::error::{Error, Result};
 use crate::report::result_rows;
-use crate::vm::{self, RunConfig, RunEnd, RunOutcome};
+use crate::vm::{self, RunConfig, RunOutcome};
 use crate::xstate_manager::SyncPolicy;
 
 /// One row of the matrix.
@@ -183,22 +183,9 @@ fn check_end(outcome: &RunOutcome, what: &str) -> Result<()> {
             )));
         }
     }
-    match &outcome.end {
-        RunEnd::Exited(0) => Ok(()),
-        RunEnd::Exited(s) => Err(Error::Guest(format!(
-            "exit benchmark ({what}): the guest exited with status {s}"
-        ))),
-        RunEnd::Crashed { reason, .. } => Err(Error::Guest(format!(
-            "exit benchmark ({what}): the guest crashed: {reason}"
-        ))),
-        RunEnd::TimedOut(d) => Err(Error::Guest(format!(
-            "exit benchmark ({what}): no result after {:.0} s",
-            d.as_secs_f64()
-        ))),
-        RunEnd::Snapshotted(p) => Err(Error::Guest(format!(
-            "exit benchmark ({what}): the guest was snapshotted to {}",
-            p.display()
-        ))),
+    match outcome.end.failure() {
+        None => Ok(()),
+        Some(why) => Err(Error::Guest(format!("exit benchmark ({what}): {why}"))),
     }
 }
 

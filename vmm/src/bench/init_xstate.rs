@@ -12,7 +12,7 @@ use xstate::InitMode;
 use crate::devices::SerialSink;
 use crate::error::{Error, Result};
 use crate::report::{ResultRow, RunSummary};
-use crate::vm::{self, RunConfig, RunEnd};
+use crate::vm::{self, RunConfig};
 
 /// One workload row under both initial states.
 #[derive(Clone, Debug, Serialize)]
@@ -61,12 +61,8 @@ fn run_one(
         timeout: Some(timeout),
         ..RunConfig::default()
     })?;
-    if !matches!(outcome.end, RunEnd::Exited(0)) {
-        let s = RunSummary::new(&outcome);
-        return Err(Error::Guest(format!(
-            "init-xstate benchmark: the guest run failed: {}",
-            s.exit_description
-        )));
+    if let Some(why) = outcome.end.failure() {
+        return Err(Error::Guest(format!("init-xstate benchmark: {why}")));
     }
     Ok(RunSummary::new(&outcome))
 }

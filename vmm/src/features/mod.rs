@@ -94,7 +94,7 @@ use xstate::{Xfeature, XfeatureMask};
 
 use crate::devices::SerialSink;
 use crate::report::EXIT_VMM_ERROR;
-use crate::vm::{self, KernelImage, RunConfig, RunEnd};
+use crate::vm::{self, KernelImage, RunConfig};
 use profile::HostProfile;
 use table::{GuestSeen, GuestState, Inputs};
 
@@ -385,16 +385,7 @@ fn boot_guest(args: &ShowArgs) -> Result<GuestState, FeaturesError> {
         timeout,
         ..RunConfig::default()
     })?;
-    let end = match &outcome.end {
-        RunEnd::Exited(0) => None,
-        RunEnd::Exited(s) => Some(format!("the guest exited with status {s}")),
-        RunEnd::Crashed { reason, .. } => Some(format!("the guest crashed: {reason}")),
-        RunEnd::TimedOut(d) => Some(format!(
-            "the guest was stopped after {:.1} s",
-            d.as_secs_f64()
-        )),
-        RunEnd::Snapshotted(p) => Some(format!("the guest was snapshotted to {}", p.display())),
-    };
+    let end = outcome.end.failure();
     Ok(match outcome.report.as_deref() {
         Some(r) => GuestState::Booted {
             seen: GuestSeen {
