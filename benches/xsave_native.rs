@@ -6,7 +6,8 @@ use std::arch::asm;
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use xstate::native::{self, SaveStrategy};
+use xstate::native;
+use xstate::SaveStrategy;
 use xstate::{Xfeature, XfeatureMask, XsaveBuf};
 
 /// Makes the upper YMM state dirty (nonzero upper halves) or clean.

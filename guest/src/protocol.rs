@@ -212,12 +212,46 @@ pub struct ResultRecord {
     pub residual: f64,
 }
 
+/// The SDM mnemonic of an exception vector (`#GP`, `#PF`, `NMI`, ...), for
+/// the guest's console and the VMM's report alike; `#reserved` for vectors
+/// the architecture does not define, `#??` past 31.
+pub const fn exception_mnemonic(vector: u32) -> &'static str {
+    match vector {
+        0 => "#DE",
+        1 => "#DB",
+        2 => "NMI",
+        3 => "#BP",
+        4 => "#OF",
+        5 => "#BR",
+        6 => "#UD",
+        7 => "#NM",
+        8 => "#DF",
+        9 => "#CSO",
+        10 => "#TS",
+        11 => "#NP",
+        12 => "#SS",
+        13 => "#GP",
+        14 => "#PF",
+        16 => "#MF",
+        17 => "#AC",
+        18 => "#MC",
+        19 => "#XM",
+        20 => "#VE",
+        21 => "#CP",
+        28 => "#HV",
+        29 => "#VC",
+        30 => "#SX",
+        15 | 22..=27 | 31 => "#reserved",
+        _ => "#??",
+    }
+}
+
 /// User-level context-switch strategies the guest calibrates at boot, in
 /// the order of [`Report::switch_cycles`]: each saves with the named
 /// instruction and restores with XRSTOR. `xsavec-xinuse` masks the XSAVEC
 /// request with XGETBV(1) (XINUSE), as Linux does. XSAVES/XRSTORS are not
 /// candidates: they need CPL0, and the guest's contexts are CPL3 tasks.
-pub const SWITCH_STRATEGIES: [&str; 4] = ["xsave", "xsaveopt", "xsavec", "xsavec-xinuse"];
+pub const SWITCH_STRATEGIES: [&str; 4] = xstate::SaveStrategy::NAMES;
 
 /// A workload variant the guest did not run, and why.
 #[repr(C)]

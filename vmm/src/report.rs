@@ -29,7 +29,9 @@
 
 use std::fmt::Write as _;
 
-use guest::protocol::{field_str, ExitStatus, Report, WorkUnit, SWITCH_STRATEGIES};
+use guest::protocol::{
+    exception_mnemonic, field_str, ExitStatus, Report, WorkUnit, SWITCH_STRATEGIES,
+};
 use serde::Serialize;
 use xstate::{InitMode, Xfeature, XfeatureMask};
 
@@ -200,15 +202,6 @@ pub struct RunSummary {
     pub process_exit: i32,
 }
 
-/// Exception mnemonic for a vector.
-pub fn vector_mnemonic(v: u32) -> &'static str {
-    const NAMES: [&str; 22] = [
-        "#DE", "#DB", "NMI", "#BP", "#OF", "#BR", "#UD", "#NM", "#DF", "#CSO", "#TS", "#NP", "#SS",
-        "#GP", "#PF", "#15", "#MF", "#AC", "#MC", "#XM", "#VE", "#CP",
-    ];
-    NAMES.get(v as usize).copied().unwrap_or("#??")
-}
-
 /// Turn a report's result records into rows, converting cycles with `tsc_khz`.
 pub fn result_rows(report: &Report, tsc_khz: u64) -> Vec<ResultRow> {
     report
@@ -319,7 +312,7 @@ impl RunSummary {
         });
         let fault = report.filter(|r| r.fault.valid != 0).map(|r| FaultView {
             vector: r.fault.vector,
-            mnemonic: vector_mnemonic(r.fault.vector),
+            mnemonic: exception_mnemonic(r.fault.vector),
             error_code: r.fault.error_code,
             rip: hex(r.fault.rip),
             cr2: hex(r.fault.cr2),

@@ -13,6 +13,11 @@
 //!   the raw subleaves, from the host (`native`), KVM's CPUID table (`kvm`) or
 //!   a recorded dump ([`profile`], `serde`).
 //! - [`layout`]: standard and compacted [`Layout`]s of any mask.
+//! - [`strategy`]: [`SaveStrategy`], the four user-mode save instructions and
+//!   their one set of names.
+//! - [`compat`]: whether saved state can be restored on a host
+//!   ([`restorable_on`]), the largest valid XCR0 of a mask, and masks
+//!   described for messages ([`Described`]).
 //! - [`buffer`]: XSAVE areas: [`XsaveRef`]/[`XsaveMut`] views over caller
 //!   memory (no allocation), [`XsaveBuf`] (owned, `std`), typed access to the
 //!   legacy region, header and components, and [`validate`].
@@ -48,15 +53,18 @@
 #![forbid(unsafe_op_in_unsafe_fn)]
 
 pub mod buffer;
+pub mod compat;
 pub mod convert;
 pub mod feature;
 pub mod info;
 pub mod layout;
 pub mod mask;
+pub mod strategy;
 
 #[cfg(feature = "std")]
 pub use buffer::XsaveBuf;
 pub use buffer::{validate, BufferError, XsaveMut, XsaveRef};
+pub use compat::{largest_valid_xcr0, restorable_on, Described, Incompatibility};
 pub use convert::{compact, expand, init_image, minimal_xstate_bv, ConvertError, InitMode};
 #[cfg(feature = "std")]
 pub use convert::{compact_to_buf, compacted_in_use, expand_to_standard};
@@ -64,6 +72,7 @@ pub use feature::Xfeature;
 pub use info::{ComponentInfo, CpuidRegs, InfoError, XsaveInfo};
 pub use layout::{Format, Layout, LayoutError};
 pub use mask::{MaskError, Token, Xcr0Error, XfeatureMask};
+pub use strategy::SaveStrategy;
 #[cfg(feature = "kvm")]
 pub mod kvm;
 #[cfg(all(feature = "native", target_arch = "x86_64"))]
@@ -71,6 +80,6 @@ pub mod native;
 #[cfg(feature = "serde")]
 pub mod profile;
 #[cfg(all(feature = "native", target_arch = "x86_64"))]
-pub use native::{choose_save_strategy, xgetbv, NativeError, SaveStrategy, StrategyReport};
+pub use native::{choose_save_strategy, xgetbv, NativeError, StrategyReport};
 #[cfg(feature = "serde")]
 pub use profile::{CpuidEntry, CpuidProfile, Hex32, ProfileError};

@@ -20,6 +20,7 @@ use crate::feature::Xfeature;
 use crate::info::{InfoError, XsaveInfo};
 use crate::layout::Format;
 use crate::mask::XfeatureMask;
+use crate::strategy::SaveStrategy;
 
 /// What the checked functions need to know about the host, read once.
 #[derive(Clone, Copy, Debug)]
@@ -94,65 +95,6 @@ pub fn xgetbv(index: u32) -> u64 {
     match try_xgetbv(index) {
         Ok(v) => v,
         Err(e) => panic!("xgetbv({index}): {e}"),
-    }
-}
-
-/// The four user-mode save instructions (each paired with XRSTOR).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SaveStrategy {
-    /// XSAVE: standard format, every requested component written.
-    Xsave,
-    /// XSAVEOPT: standard format, skips components in init state or unmodified
-    /// since the last XRSTOR from the same area.
-    Xsaveopt,
-    /// XSAVEC: compacted format with XCOMP_BV = requested, init components skipped.
-    Xsavec,
-    /// XSAVEC with the requested mask narrowed by XGETBV(1) (XINUSE), so the
-    /// image is dense in the components in use (Linux's choice).
-    XsavecXinuse,
-}
-
-impl SaveStrategy {
-    /// Every strategy.
-    pub const ALL: [SaveStrategy; 4] = [
-        SaveStrategy::Xsave,
-        SaveStrategy::Xsaveopt,
-        SaveStrategy::Xsavec,
-        SaveStrategy::XsavecXinuse,
-    ];
-
-    /// Short name.
-    pub fn name(self) -> &'static str {
-        match self {
-            SaveStrategy::Xsave => "xsave",
-            SaveStrategy::Xsaveopt => "xsaveopt",
-            SaveStrategy::Xsavec => "xsavec",
-            SaveStrategy::XsavecXinuse => "xsavec+xgetbv1",
-        }
-    }
-
-    /// The format the strategy writes.
-    pub fn format(self) -> Format {
-        match self {
-            SaveStrategy::Xsave | SaveStrategy::Xsaveopt => Format::Standard,
-            SaveStrategy::Xsavec | SaveStrategy::XsavecXinuse => Format::Compacted,
-        }
-    }
-
-    /// Whether the host CPU can execute it.
-    pub fn supported(self, info: &XsaveInfo) -> bool {
-        match self {
-            SaveStrategy::Xsave => true,
-            SaveStrategy::Xsaveopt => info.has_xsaveopt(),
-            SaveStrategy::Xsavec => info.has_xsavec(),
-            SaveStrategy::XsavecXinuse => info.has_xsavec() && info.has_xgetbv1(),
-        }
-    }
-}
-
-impl fmt::Display for SaveStrategy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 
@@ -231,7 +173,8 @@ pub fn xsavec<A: AsMut<[u8]> + ?Sized>(
     Ok(())
 }
 
-/// XSAVEC of `mask & XCR0 & XGETBV(1)`: only the components in use, dense.
+/// XSAVEC of `mask & XCR0 & (XGETBV(1) | x87 | SSE)`: only the components in
+/// use (plus the legacy region, so MXCSR is always saved), dense.
 /// Returns the mask that was saved.
 pub fn xsavec_xinuse<A: AsMut<[u8]> + ?Sized>(
     area: &mut A,
@@ -386,6 +329,8 @@ pub unsafe fn xsavec_xinuse_raw(area: *mut u8, rfbm: u64) -> u64 {
         asm!(
             "mov ecx, 1",
             "xgetbv",
+            // x87 and SSE are always saved, so MXCSR is never lost.
+            "or eax, 3",
             "and eax, {lo:e}",
             "and edx, {hi:e}",
             "xsavec64 [{a}]",
@@ -477,7 +422,7 @@ unsafe fn timed_loop(strategy: SaveStrategy, area: *mut u8, rfbm: u64, n: u64) -
         SaveStrategy::Xsaveopt => run!("mov rax, r13\nmov rdx, rax\nshr rdx, 32\nxsaveopt64 [r12]"),
         SaveStrategy::Xsavec => run!("mov rax, r13\nmov rdx, rax\nshr rdx, 32\nxsavec64 [r12]"),
         SaveStrategy::XsavecXinuse => run!(
-            "mov ecx, 1\nxgetbv\nmov rsi, r13\nand eax, esi\nshr rsi, 32\nand edx, esi\nxsavec64 [r12]"
+            "mov ecx, 1\nxgetbv\nor eax, 3\nmov rsi, r13\nand eax, esi\nshr rsi, 32\nand edx, esi\nxsavec64 [r12]"
         ),
     }
 }

@@ -4,7 +4,8 @@
 
 use std::arch::asm;
 
-use xstate::native::{self, NativeError, SaveStrategy};
+use xstate::native::{self, NativeError};
+use xstate::SaveStrategy;
 use xstate::{compact, expand, Format, Xfeature, XfeatureMask, XsaveBuf};
 
 struct Rng(u64);

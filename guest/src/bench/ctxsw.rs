@@ -15,7 +15,7 @@
 //! which gets its own area, and the last context switches back to it, so a
 //! run of `n` activations is `n + 1` switches, timed as a whole with RDTSC.
 //!
-//! Strategies ([`Strategy`], names in [`SWITCH_STRATEGIES`]): XSAVE,
+//! Strategies ([`Strategy`], names in [`crate::protocol::SWITCH_STRATEGIES`]): XSAVE,
 //! XSAVEOPT (skips components in init state or unmodified since this
 //! area's XRSTOR), XSAVEC (compacted, skips init components), and XSAVEC
 //! with the request narrowed to XGETBV(1) | x87 | SSE (Linux's choice; the
@@ -50,7 +50,6 @@ use xstate::buffer::{offsets, XSAVE_MIN_SIZE};
 use xstate::{init_image, Format, InitMode, Xfeature, XfeatureMask, XsaveInfo, XsaveRef};
 
 use super::{carve, Env};
-use crate::protocol::SWITCH_STRATEGIES;
 
 /// Contexts switched round-robin.
 pub const CONTEXTS: usize = 4;
@@ -58,54 +57,16 @@ pub const CONTEXTS: usize = 4;
 /// the switch's frame (seven words).
 const STACK_LEN: usize = 256;
 
-/// A save strategy; each restores with XRSTOR.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Strategy {
-    Xsave = 0,
-    Xsaveopt = 1,
-    Xsavec = 2,
-    XsavecXinuse = 3,
-}
+/// The save strategies, named once in the xstate crate.
+pub use xstate::SaveStrategy as Strategy;
 
-impl Strategy {
-    /// All strategies, in [`SWITCH_STRATEGIES`] order.
-    pub const ALL: [Strategy; 4] = [
-        Strategy::Xsave,
-        Strategy::Xsaveopt,
-        Strategy::Xsavec,
-        Strategy::XsavecXinuse,
-    ];
-
-    /// The name in reports (`xsave`, `xsaveopt`, `xsavec`, `xsavec-xinuse`).
-    pub fn name(self) -> &'static str {
-        SWITCH_STRATEGIES[self as usize]
-    }
-
-    /// The format the strategy saves in.
-    pub fn format(self) -> Format {
-        match self {
-            Strategy::Xsave | Strategy::Xsaveopt => Format::Standard,
-            Strategy::Xsavec | Strategy::XsavecXinuse => Format::Compacted,
-        }
-    }
-
-    /// Whether CPUID leaf 0xD.1 lists the instructions it needs.
-    pub fn supported(self, info: &XsaveInfo) -> bool {
-        match self {
-            Strategy::Xsave => true,
-            Strategy::Xsaveopt => info.has_xsaveopt(),
-            Strategy::Xsavec => info.has_xsavec(),
-            Strategy::XsavecXinuse => info.has_xsavec() && info.has_xgetbv1(),
-        }
-    }
-
-    fn switch_fn(self) -> usize {
-        match self {
-            Strategy::Xsave => switch_xsave as *const () as usize,
-            Strategy::Xsaveopt => switch_xsaveopt as *const () as usize,
-            Strategy::Xsavec => switch_xsavec as *const () as usize,
-            Strategy::XsavecXinuse => switch_xsavec_xinuse as *const () as usize,
-        }
+/// The assembly switch routine of a strategy.
+fn switch_fn(s: Strategy) -> usize {
+    match s {
+        Strategy::Xsave => switch_xsave as *const () as usize,
+        Strategy::Xsaveopt => switch_xsaveopt as *const () as usize,
+        Strategy::Xsavec => switch_xsavec as *const () as usize,
+        Strategy::XsavecXinuse => switch_xsavec_xinuse as *const () as usize,
     }
 }
 
@@ -343,7 +304,7 @@ pub fn run(
         ones: [1; 8],
         remaining: activations,
         rfbm: env.xcr0.bits(),
-        switch: strategy.switch_fn() as u64,
+        switch: switch_fn(strategy) as u64,
         _pad: 0,
         main: Ctx {
             rsp: 0,
@@ -673,7 +634,7 @@ mod tests {
             Some(Strategy::Xsave)
         );
         let names: std::vec::Vec<_> = Strategy::ALL.iter().map(|s| s.name()).collect();
-        assert_eq!(names, SWITCH_STRATEGIES);
+        assert_eq!(names, crate::protocol::SWITCH_STRATEGIES);
     }
 
     #[test]

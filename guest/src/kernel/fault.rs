@@ -11,40 +11,9 @@ use super::boot;
 use super::report;
 use super::serial::Console;
 use super::syscall::exit_direct;
-use crate::protocol::ExitStatus;
+use crate::protocol::{exception_mnemonic, ExitStatus};
 use core::fmt::Write;
 use core::sync::atomic::{AtomicBool, Ordering};
-
-/// Mnemonic of an exception vector.
-pub fn vector_name(vector: u32) -> &'static str {
-    match vector {
-        0 => "#DE",
-        1 => "#DB",
-        2 => "NMI",
-        3 => "#BP",
-        4 => "#OF",
-        5 => "#BR",
-        6 => "#UD",
-        7 => "#NM",
-        8 => "#DF",
-        9 => "#CSO",
-        10 => "#TS",
-        11 => "#NP",
-        12 => "#SS",
-        13 => "#GP",
-        14 => "#PF",
-        16 => "#MF",
-        17 => "#AC",
-        18 => "#MC",
-        19 => "#XM",
-        20 => "#VE",
-        21 => "#CP",
-        28 => "#HV",
-        29 => "#VC",
-        30 => "#SX",
-        _ => "#reserved",
-    }
-}
 
 /// True for the vectors that push an error code.
 pub fn has_error_code(vector: u32) -> bool {
@@ -59,7 +28,7 @@ pub extern "C" fn on_fault() -> ! {
     let report = unsafe { &mut *report::report_ptr() };
     report.fault = fault;
     let mut out = Console::new();
-    let _ = write!(out, "guest: exception {}", vector_name(fault.vector));
+    let _ = write!(out, "guest: exception {}", exception_mnemonic(fault.vector));
     if has_error_code(fault.vector) {
         let _ = write!(out, "({:#x})", fault.error_code);
     }

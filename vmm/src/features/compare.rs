@@ -3,157 +3,14 @@
 //! can give a guest (the safe baseline for migration), and on which hosts a
 //! given saved state can be restored.
 //!
-//! [`restorable_on`] is the reusable check: snapshot/restore calls it with
-//! the XCR0 and XSTATE_BV of a saved vCPU and the target's KVM leaf 0xD.
+//! The rule itself, [`xstate::restorable_on`], lives in the XSAVE model:
+//! snapshot restore asks the same question of one saved vCPU.
 
 use serde::Serialize;
-use xstate::{Xcr0Error, Xfeature, XfeatureMask, XsaveInfo};
+use xstate::{largest_valid_xcr0, restorable_on, Xfeature, XfeatureMask, XsaveInfo};
 
-use super::describe_mask;
 use super::profile::HostProfile;
 use crate::cpuid::GATED_FLAGS;
-
-/// Why a saved xstate cannot be restored on a host.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum Incompatibility {
-    /// XSTATE_BV or XCR0 has bit 63 or a bit of no component this VMM knows.
-    #[error("{what} {mask:#x} has bits {unknown:#x} that are no known state component (known: bits 0-19)")]
-    UnknownBits {
-        what: &'static str,
-        mask: XfeatureMask,
-        unknown: XfeatureMask,
-    },
-    /// The saved XCR0 breaks an architectural rule: no CPU could hold it.
-    #[error("saved XCR0 {xcr0:#x}: {error}")]
-    InvalidXcr0 {
-        xcr0: XfeatureMask,
-        error: Xcr0Error,
-    },
-    /// XSTATE_BV marks user state live that the saved XCR0 does not enable:
-    /// the saved state is inconsistent (XRSTOR would fault).
-    #[error(
-        "saved state is inconsistent: XSTATE_BV {xstate_bv:#x} uses {} outside XCR0 {xcr0:#x}",
-        describe_mask(*outside)
-    )]
-    StateOutsideXcr0 {
-        xstate_bv: XfeatureMask,
-        xcr0: XfeatureMask,
-        outside: XfeatureMask,
-    },
-    /// Live user state of components the host cannot enable.
-    #[error("state uses {}; this host supports {host_xcr0:#x}", describe_mask(*missing))]
-    StateUnsupported {
-        missing: XfeatureMask,
-        host_xcr0: XfeatureMask,
-    },
-    /// Live supervisor state (XSAVES) the host's IA32_XSS cannot hold.
-    #[error(
-        "state uses supervisor {}; this host supports IA32_XSS {host_xss:#x}",
-        describe_mask(*missing)
-    )]
-    SupervisorUnsupported {
-        missing: XfeatureMask,
-        host_xss: XfeatureMask,
-    },
-    /// Components the guest enabled (though in their init state) that the
-    /// host cannot enable: KVM would refuse the guest's XCR0.
-    #[error(
-        "guest XCR0 {xcr0:#x} enables {} (not in use, but KVM_SET_XCRS would refuse it); \
-         this host supports {host_xcr0:#x}",
-        describe_mask(*missing)
-    )]
-    Xcr0Unsupported {
-        xcr0: XfeatureMask,
-        missing: XfeatureMask,
-        host_xcr0: XfeatureMask,
-    },
-}
-
-/// Whether a vCPU's saved extended state (its XCR0 and the XSTATE_BV of its
-/// xsave image; supervisor bits of an XSAVES image included) can be restored
-/// on `host`, which should be the target's KVM leaf 0xD (what KVM lets a guest
-/// enable), or its CPU's where KVM's is unknown.
-///
-/// Checks, first failure reported: no unknown bits; `xcr0` is a valid XCR0;
-/// the live user state lies inside `xcr0`; the host supports the live user
-/// state, the live supervisor state and every component of `xcr0`.
-///
-/// Layout differences (a component at another standard offset) do not make
-/// state unrestorable: the VMM re-lays the image out for the target (see
-/// [`compare`]'s differences).
-pub fn restorable_on(
-    xcr0: XfeatureMask,
-    xstate_bv: XfeatureMask,
-    host: &XsaveInfo,
-) -> Result<(), Incompatibility> {
-    for (what, mask) in [("XSTATE_BV", xstate_bv), ("XCR0", xcr0)] {
-        let unknown = mask - XfeatureMask::ALL_KNOWN;
-        if !unknown.is_empty() {
-            return Err(Incompatibility::UnknownBits {
-                what,
-                mask,
-                unknown,
-            });
-        }
-    }
-    // Validity of the saved XCR0 on its own (every known bit "supported").
-    xcr0.validate_xcr0(XfeatureMask::ALL_KNOWN.user())
-        .map_err(|error| Incompatibility::InvalidXcr0 { xcr0, error })?;
-    let live_user = xstate_bv.user();
-    let outside = live_user - xcr0;
-    if !outside.is_empty() {
-        return Err(Incompatibility::StateOutsideXcr0 {
-            xstate_bv,
-            xcr0,
-            outside,
-        });
-    }
-    let host_xcr0 = host.supported_xcr0();
-    let missing = live_user - host_xcr0;
-    if !missing.is_empty() {
-        return Err(Incompatibility::StateUnsupported { missing, host_xcr0 });
-    }
-    let host_xss = host.supported_xss();
-    let missing = xstate_bv.supervisor() - host_xss;
-    if !missing.is_empty() {
-        return Err(Incompatibility::SupervisorUnsupported { missing, host_xss });
-    }
-    let missing = xcr0 - host_xcr0;
-    if !missing.is_empty() {
-        return Err(Incompatibility::Xcr0Unsupported {
-            xcr0,
-            missing,
-            host_xcr0,
-        });
-    }
-    Ok(())
-}
-
-/// The largest valid XCR0 inside `mask`: supervisor bits, bit 63 and
-/// unknown bits removed, then every component whose architectural partners
-/// are missing (AVX without SSE, part of AVX-512 or AVX-512 without AVX, half
-/// of MPX or AMX). x87 and SSE are kept: every XSAVE host has them.
-pub fn reduce_to_valid_xcr0(mask: XfeatureMask) -> XfeatureMask {
-    let mut m = (mask & XfeatureMask::ALL_KNOWN).user() | XfeatureMask::LEGACY;
-    loop {
-        let before = m;
-        if !m.contains(Xfeature::Sse) {
-            m = m.without(Xfeature::Avx);
-        }
-        if !m.contains_all(XfeatureMask::AVX512) || !m.contains(Xfeature::Avx) {
-            m = m - XfeatureMask::AVX512;
-        }
-        if !m.contains_all(XfeatureMask::MPX) {
-            m = m - XfeatureMask::MPX;
-        }
-        if !m.contains_all(XfeatureMask::AMX) {
-            m = m - XfeatureMask::AMX;
-        }
-        if m == before {
-            return m;
-        }
-    }
-}
 
 /// One host as compared.
 #[derive(Clone, Debug, Serialize)]
@@ -279,7 +136,7 @@ pub fn compare(hosts: &[HostProfile], restore: Option<(XfeatureMask, XfeatureMas
     let common_xcr0 = hosts.iter().fold(XfeatureMask::ALL_KNOWN.user(), |m, h| {
         m & effective(h).supported_xcr0()
     });
-    let baseline = reduce_to_valid_xcr0(common_xcr0);
+    let baseline = largest_valid_xcr0(common_xcr0);
     let baseline_xss = hosts.iter().fold(XfeatureMask::SUPERVISOR, |m, h| {
         m & effective(h).supported_xss()
     });
@@ -398,7 +255,7 @@ pub fn compare(hosts: &[HostProfile], restore: Option<(XfeatureMask, XfeatureMas
             };
             format!(
                 "{} only on {} (missing on {})",
-                describe_mask(*mask),
+                mask.describe(),
                 pick(true),
                 pick(false)
             )
@@ -603,7 +460,7 @@ impl Comparison {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use xstate::CpuidRegs;
+    use xstate::{CpuidRegs, Incompatibility};
 
     /// A leaf 0xD with the given user components at their usual Intel places.
     fn info(xcr0: u64) -> XsaveInfo {
@@ -638,14 +495,14 @@ mod tests {
     fn reduce_keeps_valid_masks() {
         for m in [0x3u64, 0x7, 0x207, 0xe7, 0x602e7, 0x2ff] {
             let m = XfeatureMask::from_bits(m);
-            assert_eq!(reduce_to_valid_xcr0(m), m);
+            assert_eq!(largest_valid_xcr0(m), m);
             m.validate_xcr0(m).unwrap();
         }
     }
 
     #[test]
     fn reduce_drops_orphans() {
-        let r = |m: u64| reduce_to_valid_xcr0(XfeatureMask::from_bits(m)).bits();
+        let r = |m: u64| largest_valid_xcr0(XfeatureMask::from_bits(m)).bits();
         // Half of AVX-512, of MPX, of AMX.
         assert_eq!(r(0x67), 0x7);
         assert_eq!(r(0x0f), 0x7);
@@ -659,7 +516,7 @@ mod tests {
             if m % 97 != 0 {
                 continue;
             }
-            let red = reduce_to_valid_xcr0(XfeatureMask::from_bits(m));
+            let red = largest_valid_xcr0(XfeatureMask::from_bits(m));
             red.validate_xcr0(XfeatureMask::ALL_KNOWN.user()).unwrap();
         }
     }

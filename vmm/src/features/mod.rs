@@ -20,7 +20,7 @@
 //!   have it and whether sizes and offsets agree, the largest valid XCR0
 //!   every host supports (a ready `--xfeatures` value), and with
 //!   `--xstate-bv` on which hosts that state can be restored
-//!   ([`compare::restorable_on`]).
+//!   ([`xstate::restorable_on`]).
 //!
 //! Exit status: 0 when the report was produced (disagreements and
 //! unrestorable hosts are findings, not failures); 64
@@ -90,7 +90,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Subcommand;
-use xstate::{Xfeature, XfeatureMask};
+use xstate::XfeatureMask;
 
 use crate::devices::SerialSink;
 use crate::report::EXIT_VMM_ERROR;
@@ -193,63 +193,6 @@ pub enum FeaturesError {
     },
     #[error(transparent)]
     Vmm(#[from] crate::Error),
-}
-
-/// Describes a mask for messages: groups by name (`avx512`, `amx`, `mpx`,
-/// `cet`) when complete, other components by short name, then the bit
-/// numbers: `avx512 (components 5-7)`, `avx, pkru (components 2, 9)`.
-pub fn describe_mask(mask: XfeatureMask) -> String {
-    const GROUPS: [(&str, XfeatureMask); 4] = [
-        ("mpx", XfeatureMask::MPX),
-        ("avx512", XfeatureMask::AVX512),
-        ("cet", XfeatureMask::CET),
-        ("amx", XfeatureMask::AMX),
-    ];
-    if mask.is_empty() {
-        return "nothing".into();
-    }
-    let mut names = Vec::new();
-    let mut rest = mask;
-    for i in mask.iter_indices() {
-        if !rest.contains_index(i) {
-            continue;
-        }
-        if let Some((g, m)) = GROUPS
-            .iter()
-            .find(|(_, m)| m.contains_index(i) && mask.contains_all(*m))
-        {
-            names.push(g.to_string());
-            rest = rest - *m;
-            continue;
-        }
-        names.push(
-            Xfeature::from_index(i)
-                .map_or_else(|| format!("bit{i}"), |f| f.short_name().to_string()),
-        );
-        rest = rest - XfeatureMask::from_bits(1 << i);
-    }
-    // Bit numbers, consecutive runs as ranges.
-    let bits: Vec<u32> = mask.iter_indices().collect();
-    let mut ranges = Vec::new();
-    let mut k = 0;
-    while k < bits.len() {
-        let mut j = k;
-        while j + 1 < bits.len() && bits[j + 1] == bits[j] + 1 {
-            j += 1;
-        }
-        ranges.push(if j == k {
-            bits[k].to_string()
-        } else {
-            format!("{}-{}", bits[k], bits[j])
-        });
-        k = j + 1;
-    }
-    let noun = if bits.len() == 1 {
-        "component"
-    } else {
-        "components"
-    };
-    format!("{} ({noun} {})", names.join(", "), ranges.join(", "))
 }
 
 /// `vmm features`: prints errors other than VMM errors itself (as `vmm: ...`)
@@ -507,7 +450,7 @@ mod tests {
 
     #[test]
     fn describes_masks() {
-        let d = |m: u64| describe_mask(XfeatureMask::from_bits(m));
+        let d = |m: u64| XfeatureMask::from_bits(m).describe().to_string();
         assert_eq!(d(0xe0), "avx512 (components 5-7)");
         assert_eq!(d(0x60000), "amx (components 17-18)");
         assert_eq!(d(0x204), "avx, pkru (components 2, 9)");

@@ -20,7 +20,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use xstate::profile::{CpuidEntry, CpuidProfile};
 use xstate::{CpuidRegs, Xfeature, XfeatureMask, XsaveInfo};
 
-use super::{describe_mask, FeaturesError};
+use super::FeaturesError;
 use crate::cpuid::{GatedFlag, Reg};
 
 /// A 64-bit mask written as a `0x`-prefixed hex string.
@@ -225,7 +225,7 @@ pub fn check_consistent(info: &XsaveInfo) -> Result<(), String> {
             "CPUID 0xD.0 ECX (maximum standard size) is {}, but the supported components {} \
              end at {end}",
             info.max_standard_size(),
-            describe_mask(info.supported_xcr0())
+            info.supported_xcr0().describe()
         ));
     }
     Ok(())

@@ -8,7 +8,6 @@ use guest::protocol::Report;
 use serde::Serialize;
 use xstate::{Format, Xfeature, XfeatureMask, XsaveInfo};
 
-use super::describe_mask;
 use super::profile::check_consistent;
 
 /// What the guest saw and did, copied out of its report.
@@ -263,14 +262,14 @@ pub fn build(inp: &Inputs) -> FeaturesView {
         if !off.is_empty() {
             dis.push(format!(
                 "host CPU supports {} but the host OS did not enable it (XGETBV(0) = {os:#x})",
-                describe_mask(off)
+                off.describe()
             ));
         }
         let extra = os - cpu.supported_xcr0();
         if !extra.is_empty() {
             dis.push(format!(
                 "host XCR0 {os:#x} enables {} that the CPU's CPUID 0xD does not enumerate",
-                describe_mask(extra)
+                extra.describe()
             ));
         }
         if let Ok(size) = cpu.standard_size(os & cpu.supported_xcr0()) {
@@ -296,13 +295,13 @@ pub fn build(inp: &Inputs) -> FeaturesView {
             if !(c - k).is_empty() {
                 dis.push(format!(
                     "host CPU supports {what}{} but KVM does not offer it",
-                    describe_mask(c - k)
+                    (c - k).describe()
                 ));
             }
             if !(k - c).is_empty() {
                 dis.push(format!(
                     "KVM offers {what}{} that the host CPU's CPUID 0xD does not enumerate",
-                    describe_mask(k - c)
+                    (k - c).describe()
                 ));
             }
         }
@@ -311,7 +310,7 @@ pub fn build(inp: &Inputs) -> FeaturesView {
             if !extra.is_empty() {
                 dis.push(format!(
                     "KVM offers {} that the host OS did not enable (XGETBV(0) = {os:#x})",
-                    describe_mask(extra)
+                    extra.describe()
                 ));
             }
         }
@@ -352,14 +351,14 @@ pub fn build(inp: &Inputs) -> FeaturesView {
         if !beyond.is_empty() {
             dis.push(format!(
                 "the guest's CPUID 0xD.0 advertises {} beyond the policy {policy:#x}",
-                describe_mask(beyond)
+                beyond.describe()
             ));
         }
         let beyond = g.xcr0 - policy;
         if !beyond.is_empty() {
             dis.push(format!(
                 "the guest enabled {} in XCR0 {:#x}, beyond the policy {policy:#x}",
-                describe_mask(beyond),
+                beyond.describe(),
                 g.xcr0
             ));
         }
@@ -374,7 +373,7 @@ pub fn build(inp: &Inputs) -> FeaturesView {
             if !outside.is_empty() {
                 dis.push(format!(
                     "guest XINUSE {inuse:#x} has {} outside its XCR0 {:#x}",
-                    describe_mask(outside),
+                    outside.describe(),
                     g.xcr0
                 ));
             }

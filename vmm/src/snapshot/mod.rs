@@ -27,7 +27,6 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use xstate::{Format, XfeatureMask};
 
-use crate::features::describe_mask;
 use crate::kvm::HostKvm;
 use format::SectionInfo;
 pub use restore::SnapshotError;
@@ -148,7 +147,7 @@ pub fn info(path: &Path) -> Result<SnapshotInfo, SnapshotError> {
                 msrs: v.msrs.len(),
                 cpuid_entries: v.cpuid.len(),
                 xstate_bv: hex(bv.bits()),
-                components_in_use: describe_mask(bv),
+                components_in_use: bv.describe().to_string(),
                 xstate_compacted_bytes: v.xstate.len(),
                 xstate_standard_bytes: source
                     .layout(XfeatureMask::from_bits(xcr0), Format::Standard)

@@ -4,7 +4,7 @@
 //! container (magic, version, checksums, bounds), the decoded sections, and
 //! whether this host can hold the state ([`check`]): the saved XCR0 and
 //! XSTATE_BV against this KVM's leaf 0xD with
-//! [`restorable_on`](crate::features::compare::restorable_on) (the logic of
+//! [`restorable_on`](xstate::restorable_on) (the logic of
 //! `vmm features compare`), the guest's CPUID policy, the xsave image's own
 //! consistency, and the component sizes. Only then is the VM built.
 //!
@@ -26,7 +26,7 @@ use kvm_bindings::{
 };
 use vm_memory::{Bytes, GuestAddress};
 use vm_superio::Serial;
-use xstate::{Format, XfeatureMask, XsaveBuf, XsaveInfo};
+use xstate::{restorable_on, Format, XfeatureMask, XsaveBuf, XsaveInfo};
 
 use super::format::FormatError;
 use super::save::{msr_name, SaveContext};
@@ -34,8 +34,6 @@ use super::state::{Snapshot, VcpuState};
 use crate::cpuid::{self, GuestCpuid};
 use crate::devices::{Devices, NoInterrupt, SerialSink};
 use crate::error::Error;
-use crate::features::compare::restorable_on;
-use crate::features::describe_mask;
 use crate::kvm::HostKvm;
 use crate::vm::{self, execute, Launch, Machine, RunOutcome};
 use crate::xstate_manager::{SyncPolicy, XstateManager};
@@ -172,7 +170,7 @@ pub fn check(path: &Path, snap: &Snapshot, host: &XsaveInfo) -> Result<Checked, 
     if !missing.is_empty() {
         return Err(incompatible(format!(
             "the guest's CPUID policy {policy:#x} offers {}; this host supports {:#x}",
-            describe_mask(missing),
+            missing.describe(),
             host.supported_xcr0()
         )));
     }
@@ -180,7 +178,7 @@ pub fn check(path: &Path, snap: &Snapshot, host: &XsaveInfo) -> Result<Checked, 
     if !missing.is_empty() {
         return Err(incompatible(format!(
             "IA32_XSS {xss:#x} enables supervisor {}; this host supports {:#x}",
-            describe_mask(missing),
+            missing.describe(),
             host.supported_xss()
         )));
     }
@@ -195,7 +193,7 @@ pub fn check(path: &Path, snap: &Snapshot, host: &XsaveInfo) -> Result<Checked, 
         if s.size != t.size {
             return Err(incompatible(format!(
                 "{} is {} bytes on this host and {} bytes in the snapshot",
-                describe_mask(XfeatureMask::from_bits(1 << i)),
+                XfeatureMask::from_bits(1 << i).describe(),
                 t.size,
                 s.size
             )));
