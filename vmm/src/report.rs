@@ -33,6 +33,7 @@ use guest::protocol::{
     exception_mnemonic, field_str, ExitStatus, Report, WorkUnit, SWITCH_STRATEGIES,
 };
 use serde::Serialize;
+use xstate::info::leaf_d1_eax;
 use xstate::{InitMode, Xfeature, XfeatureMask};
 
 use crate::regs::RegisterDump;
@@ -325,7 +326,7 @@ impl RunSummary {
             guest_xcr0: report.map(|r| hex(r.xcr0)),
             guest_xcr0_hardware: report.map(|r| hex(r.xcr0_hardware)),
             guest_xinuse: report
-                .filter(|r| r.cpuid_xsave_features & 4 != 0)
+                .filter(|r| r.cpuid_xsave_features & leaf_d1_eax::XGETBV1 != 0)
                 .map(|r| hex(r.xinuse)),
             policy_xfeatures: hex(p.xcr0.bits()),
             policy_xfeatures_names: p.xcr0.to_string(),

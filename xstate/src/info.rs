@@ -82,12 +82,18 @@ const SSE_INFO: ComponentInfo = ComponentInfo {
     supervisor: false,
 };
 
-/// Feature bits of CPUID.(EAX=0DH,ECX=1):EAX.
-mod sub1 {
+/// Feature bits of CPUID.(EAX=0DH,ECX=1):EAX, named once for every reader
+/// of that register (this crate, the VMM's views, the guest's report).
+pub mod leaf_d1_eax {
+    /// XSAVEOPT is available.
     pub const XSAVEOPT: u32 = 1 << 0;
+    /// XSAVEC and the compacted format are available.
     pub const XSAVEC: u32 = 1 << 1;
+    /// XGETBV with ECX = 1 (XINUSE) is available.
     pub const XGETBV1: u32 = 1 << 2;
+    /// XSAVES/XRSTORS and IA32_XSS are available.
     pub const XSAVES: u32 = 1 << 3;
+    /// Extended feature disable (IA32_XFD) is available.
     pub const XFD: u32 = 1 << 4;
 }
 
@@ -292,27 +298,27 @@ impl XsaveInfo {
 
     /// XSAVEOPT is supported.
     pub fn has_xsaveopt(&self) -> bool {
-        self.raw[1].eax & sub1::XSAVEOPT != 0
+        self.raw[1].eax & leaf_d1_eax::XSAVEOPT != 0
     }
 
     /// XSAVEC and the compacted form of XRSTOR are supported.
     pub fn has_xsavec(&self) -> bool {
-        self.raw[1].eax & sub1::XSAVEC != 0
+        self.raw[1].eax & leaf_d1_eax::XSAVEC != 0
     }
 
     /// XGETBV with ECX = 1 (the XINUSE bitmap) is supported.
     pub fn has_xgetbv1(&self) -> bool {
-        self.raw[1].eax & sub1::XGETBV1 != 0
+        self.raw[1].eax & leaf_d1_eax::XGETBV1 != 0
     }
 
     /// XSAVES/XRSTORS and IA32_XSS are supported.
     pub fn has_xsaves(&self) -> bool {
-        self.raw[1].eax & sub1::XSAVES != 0
+        self.raw[1].eax & leaf_d1_eax::XSAVES != 0
     }
 
     /// Extended feature disable (IA32_XFD) is supported.
     pub fn has_xfd(&self) -> bool {
-        self.raw[1].eax & sub1::XFD != 0
+        self.raw[1].eax & leaf_d1_eax::XFD != 0
     }
 
     /// Components that XFD can disable.

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 
 use guest::protocol::Report;
 use serde::Serialize;
+use xstate::info::leaf_d1_eax;
 use xstate::{Format, Xfeature, XfeatureMask, XsaveInfo};
 
 use super::profile::check_consistent;
@@ -36,7 +37,7 @@ pub struct GuestSeen {
 
 impl GuestSeen {
     pub fn from_report(r: &Report) -> Self {
-        let xgetbv1 = r.cpuid_xsave_features & 4 != 0;
+        let xgetbv1 = r.cpuid_xsave_features & leaf_d1_eax::XGETBV1 != 0;
         Self {
             xcr0_supported: XfeatureMask::from_bits(r.cpuid_xcr0_supported),
             xss_supported: XfeatureMask::from_bits(r.cpuid_xss_supported),
@@ -408,7 +409,7 @@ pub fn build(inp: &Inputs) -> FeaturesView {
                 .compacted_size(enabled | xss)
                 .or_else(|_| cpu.compacted_size(enabled | xss))
                 .ok();
-            let xsavec_or_s = g.xsave_features & 0b1010 != 0;
+            let xsavec_or_s = g.xsave_features & (leaf_d1_eax::XSAVEC | leaf_d1_eax::XSAVES) != 0;
             if xsavec_or_s && g.size_compacted != size && Some(g.size_compacted) != with_xss {
                 dis.push(format!(
                     "guest CPUID 0xD.1 EBX {} differs from xstate layout {size} (compacted, XCR0 \
