@@ -1,118 +1,23 @@
 //! XSAVE areas in memory: typed access to the legacy region, the header and
 //! each component, as a borrowed view over caller memory ([`XsaveRef`],
 //! [`XsaveMut`]; `no_std`, no allocation) or, with `std`, an owned 64-byte
-//! aligned heap buffer ([`XsaveBuf`]). [`validate`] checks a buffer the way
-//! XRSTOR and KVM_SET_XSAVE would, before hardware or KVM sees it.
+//! aligned heap buffer ([`XsaveBuf`]).
 //!
-//! Legacy region (bytes 0..512, the FXSAVE64 image):
-//!
-//! | bytes | field | component |
-//! |---|---|---|
-//! | 0..2 | FCW | x87 |
-//! | 2..4 | FSW | x87 |
-//! | 4 | FTW, abridged (1 bit per register, 1 = valid) | x87 |
-//! | 6..8 | FOP | x87 |
-//! | 8..16 | FIP | x87 |
-//! | 16..24 | FDP | x87 |
-//! | 24..28 | MXCSR | SSE (see below) |
-//! | 28..32 | MXCSR_MASK (read-only CPU capability) | none |
-//! | 32..160 | ST0-7 / MM0-7, 16 bytes each (10 used) | x87 |
-//! | 160..416 | XMM0-15 | SSE |
-//! | 416..512 | available to software | none |
-//!
-//! Header (bytes 512..576): XSTATE_BV (u64), XCOMP_BV (u64, bit 63 = compacted
-//! format), then 48 bytes that must be zero.
+//! The byte map these accessors follow is [`crate::area`] (re-exported here:
+//! [`offsets`], [`XSAVE_MIN_SIZE`], ...). Checking an image before XRSTOR
+//! is [`crate::validate()`]; building the initial image is [`crate::init`].
 
 use core::fmt;
 
+use crate::area::{self, header_xcomp_bv, header_xstate_bv, offsets as o};
+pub use crate::area::{
+    offsets, FCW_INIT, MXCSR_INIT, MXCSR_MASK_DEFAULT, XCOMP_BV_COMPACTED, XSAVE_ALIGN,
+    XSAVE_MIN_SIZE,
+};
+use crate::area::{rd_16, rd_u16, rd_u32, rd_u64, wr_16, wr_u16, wr_u32, wr_u64};
 use crate::feature::Xfeature;
-use crate::info::XSAVE_HEADER_END;
-use crate::layout::{Format, Layout};
+use crate::layout::{Format, Layout, LayoutError};
 use crate::mask::XfeatureMask;
-use crate::XsaveInfo;
-
-/// Required alignment of an XSAVE area.
-pub const XSAVE_ALIGN: usize = 64;
-/// Minimum size of an XSAVE area (legacy region + header).
-pub const XSAVE_MIN_SIZE: usize = XSAVE_HEADER_END as usize;
-/// XCOMP_BV bit 63: the area is in the compacted format.
-pub const XCOMP_BV_COMPACTED: u64 = 1 << 63;
-/// x87 control word after FNINIT / in the x87 init state.
-pub const FCW_INIT: u16 = 0x037f;
-/// MXCSR at reset and in the SSE init state (all exceptions masked, round to
-/// nearest).
-pub const MXCSR_INIT: u32 = 0x1f80;
-/// MXCSR_MASK to assume when an image holds 0 there (as FXSAVE defines).
-pub const MXCSR_MASK_DEFAULT: u32 = 0xffbf;
-
-/// Byte offsets inside the legacy region and header.
-pub mod offsets {
-    /// x87 control word.
-    pub const FCW: usize = 0;
-    /// x87 status word.
-    pub const FSW: usize = 2;
-    /// Abridged x87 tag word.
-    pub const FTW: usize = 4;
-    /// Last x87 opcode.
-    pub const FOP: usize = 6;
-    /// Last x87 instruction pointer.
-    pub const FIP: usize = 8;
-    /// Last x87 data pointer.
-    pub const FDP: usize = 16;
-    /// MXCSR.
-    pub const MXCSR: usize = 24;
-    /// MXCSR_MASK.
-    pub const MXCSR_MASK: usize = 28;
-    /// ST0/MM0 (8 registers, 16 bytes apart).
-    pub const ST0: usize = 32;
-    /// XMM0 (16 registers, 16 bytes apart).
-    pub const XMM0: usize = 160;
-    /// First byte of the software-available part of the legacy region.
-    pub const SW_AVAILABLE: usize = 416;
-    /// XSTATE_BV.
-    pub const XSTATE_BV: usize = 512;
-    /// XCOMP_BV.
-    pub const XCOMP_BV: usize = 520;
-    /// First reserved header byte (header bytes 16..63 must be zero).
-    pub const HEADER_RESERVED: usize = 528;
-}
-
-use offsets as o;
-
-fn rd_u16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-fn rd_u32(b: &[u8], at: usize) -> u32 {
-    let mut a = [0; 4];
-    a.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(a)
-}
-fn rd_u64(b: &[u8], at: usize) -> u64 {
-    let mut a = [0; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(a)
-}
-fn rd_16(b: &[u8], at: usize) -> [u8; 16] {
-    let mut a = [0; 16];
-    a.copy_from_slice(&b[at..at + 16]);
-    a
-}
-pub(crate) fn wr_u16(b: &mut [u8], at: usize, v: u16) {
-    b[at..at + 2].copy_from_slice(&v.to_le_bytes());
-}
-pub(crate) fn wr_u32(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
-}
-pub(crate) fn wr_u64(b: &mut [u8], at: usize, v: u64) {
-    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
-}
-
-pub(crate) fn header_xstate_bv(b: &[u8]) -> u64 {
-    rd_u64(b, o::XSTATE_BV)
-}
-pub(crate) fn header_xcomp_bv(b: &[u8]) -> u64 {
-    rd_u64(b, o::XCOMP_BV)
-}
 
 /// Read accessors shared by the three buffer types (each has `fn bytes`).
 macro_rules! read_accessors {
@@ -227,9 +132,7 @@ macro_rules! read_accessors {
         }
         /// Whether header bytes 16..63 are all zero, as XRSTOR requires.
         pub fn header_reserved_is_zero(&self) -> bool {
-            self.bytes()[o::HEADER_RESERVED..XSAVE_MIN_SIZE]
-                .iter()
-                .all(|&b| b == 0)
+            area::all_zero(&self.bytes()[area::HEADER_RESERVED])
         }
     };
 }
@@ -279,7 +182,7 @@ macro_rules! write_accessors {
         /// If `i >= 8`.
         pub fn set_st(&mut self, i: usize, v: [u8; 16]) {
             assert!(i < 8, "x87 register index {i} out of range 0..8");
-            self.bytes_mut()[o::ST0 + 16 * i..o::ST0 + 16 * i + 16].copy_from_slice(&v);
+            wr_16(self.bytes_mut(), o::ST0 + 16 * i, v);
         }
         /// Sets XMM(i).
         ///
@@ -287,7 +190,7 @@ macro_rules! write_accessors {
         /// If `i >= 16`.
         pub fn set_xmm(&mut self, i: usize, v: [u8; 16]) {
             assert!(i < 16, "XMM register index {i} out of range 0..16");
-            self.bytes_mut()[o::XMM0 + 16 * i..o::XMM0 + 16 * i + 16].copy_from_slice(&v);
+            wr_16(self.bytes_mut(), o::XMM0 + 16 * i, v);
         }
         /// Sets the upper half of YMM(i); returns false if `layout` has no AVX
         /// component or the area is too short.
@@ -317,13 +220,17 @@ macro_rules! write_accessors {
     };
 }
 
-fn check_view(len: usize, addr: usize) -> Result<(), BufferError> {
-    if len < XSAVE_MIN_SIZE {
-        return Err(BufferError::TooSmall {
-            need: XSAVE_MIN_SIZE,
-            have: len,
-        });
+/// `TooSmall` unless `have >= need`: the one length check of every entry
+/// point that takes an area.
+pub(crate) fn require_len(have: usize, need: usize) -> Result<(), BufferError> {
+    if have < need {
+        return Err(BufferError::TooSmall { need, have });
     }
+    Ok(())
+}
+
+fn check_view(len: usize, addr: usize) -> Result<(), BufferError> {
+    require_len(len, XSAVE_MIN_SIZE)?;
     if addr & (XSAVE_ALIGN - 1) != 0 {
         return Err(BufferError::Misaligned { addr });
     }
@@ -429,7 +336,6 @@ pub use owned::XsaveBuf;
 #[cfg(feature = "std")]
 mod owned {
     use super::*;
-    use crate::convert::{self, ConvertError, InitMode};
     use std::vec::Vec;
 
     /// An owned, heap-allocated, 64-byte-aligned XSAVE area.
@@ -459,33 +365,10 @@ mod owned {
 
         /// A copy of `bytes` in aligned memory.
         pub fn from_bytes(bytes: &[u8]) -> Result<Self, BufferError> {
-            if bytes.len() < XSAVE_MIN_SIZE {
-                return Err(BufferError::TooSmall {
-                    need: XSAVE_MIN_SIZE,
-                    have: bytes.len(),
-                });
-            }
+            require_len(bytes.len(), XSAVE_MIN_SIZE)?;
             let mut b = Self::new(bytes.len());
             b.bytes_mut().copy_from_slice(bytes);
             Ok(b)
-        }
-
-        /// The architectural initial image for `xcr0` in the standard format
-        /// (see [`convert::init_image`]).
-        pub fn init(
-            info: &XsaveInfo,
-            xcr0: XfeatureMask,
-            mode: InitMode,
-        ) -> Result<Self, ConvertError> {
-            let size = info.standard_size(xcr0)?;
-            let mut b = Self::new(size as usize);
-            convert::init_image(info, xcr0, mode, b.bytes_mut())?;
-            Ok(b)
-        }
-
-        /// A zeroed standard-format area sized for `xcr0`.
-        pub fn standard_for(info: &XsaveInfo, xcr0: XfeatureMask) -> Result<Self, ConvertError> {
-            Ok(Self::new(info.standard_size(xcr0)? as usize))
         }
 
         fn bytes(&self) -> &[u8] {
@@ -554,112 +437,6 @@ mod owned {
     }
 }
 
-/// Checks an area the way the restoring side would, so that the VMM can
-/// refuse a bad image before KVM (or XRSTOR) sees it.
-///
-/// `xcr0` and `xss` are the enabled sets of the vCPU the image is for. The
-/// format comes from XCOMP_BV bit 63. Checked: the area holds the header and
-/// every component XSTATE_BV marks present (what XRSTOR reads); standard format: XCOMP_BV is 0 and
-/// XSTATE_BV is within XCR0; compacted format: the CPU has XSAVEC, XCOMP_BV is
-/// within XCR0 | IA32_XSS and XSTATE_BV within XCOMP_BV; header bytes 16..63
-/// are zero; MXCSR, when it would be loaded, has no bit set that MXCSR_MASK
-/// (or the default 0xFFBF when the image's mask is 0) reserves.
-pub fn validate(
-    area: &[u8],
-    info: &XsaveInfo,
-    xcr0: XfeatureMask,
-    xss: XfeatureMask,
-) -> Result<Format, BufferError> {
-    if area.len() < XSAVE_MIN_SIZE {
-        return Err(BufferError::TooSmall {
-            need: XSAVE_MIN_SIZE,
-            have: area.len(),
-        });
-    }
-    let xstate_bv = header_xstate_bv(area);
-    let xcomp_bv = header_xcomp_bv(area);
-    let format = if xcomp_bv & XCOMP_BV_COMPACTED != 0 {
-        Format::Compacted
-    } else {
-        Format::Standard
-    };
-    let need = match format {
-        Format::Standard => {
-            if xcomp_bv != 0 {
-                return Err(BufferError::XcompBvInStandard(xcomp_bv));
-            }
-            let extra = xstate_bv & !xcr0.bits();
-            if extra != 0 {
-                return Err(BufferError::XstateBvOutsideXcr0(XfeatureMask::from_bits(
-                    extra,
-                )));
-            }
-            // XRSTOR reads only the components XSTATE_BV marks present.
-            info.layout(XfeatureMask::from_bits(xstate_bv), Format::Standard)
-                .map_err(BufferError::Layout)?
-                .total_size()
-        }
-        Format::Compacted => {
-            if !info.has_xsavec() {
-                return Err(BufferError::CompactedUnsupported);
-            }
-            let comp = xcomp_bv & !XCOMP_BV_COMPACTED;
-            let extra = comp & !(xcr0.bits() | xss.bits());
-            if extra != 0 {
-                return Err(BufferError::XcompBvOutsideEnabled(XfeatureMask::from_bits(
-                    extra,
-                )));
-            }
-            let extra = xstate_bv & !comp;
-            if extra != 0 {
-                return Err(BufferError::XstateBvOutsideXcompBv(
-                    XfeatureMask::from_bits(extra),
-                ));
-            }
-            let layout = info
-                .layout(XfeatureMask::from_bits(comp), Format::Compacted)
-                .map_err(BufferError::Layout)?;
-            layout
-                .iter_indices()
-                .filter(|&(i, _, _)| xstate_bv & (1 << i) != 0)
-                .map(|(_, off, size)| off + size)
-                .fold(XSAVE_MIN_SIZE as u32, u32::max)
-        }
-    };
-    if let Some(pos) = area[o::HEADER_RESERVED..XSAVE_MIN_SIZE]
-        .iter()
-        .position(|&b| b != 0)
-    {
-        return Err(BufferError::ReservedHeaderBytes {
-            offset: o::HEADER_RESERVED + pos,
-        });
-    }
-    if area.len() < need as usize {
-        return Err(BufferError::TooSmall {
-            need: need as usize,
-            have: area.len(),
-        });
-    }
-    // Standard XRSTOR loads MXCSR whenever SSE or AVX is requested; compacted
-    // XRSTOR only when SSE state is loaded from memory.
-    let sse_avx = Xfeature::Sse.bit() | Xfeature::Avx.bit();
-    let loads_mxcsr = match format {
-        Format::Standard => xcr0.bits() & sse_avx != 0,
-        Format::Compacted => xstate_bv & Xfeature::Sse.bit() != 0,
-    };
-    if loads_mxcsr {
-        let mxcsr = rd_u32(area, o::MXCSR);
-        let mut mask = rd_u32(area, o::MXCSR_MASK);
-        if mask == 0 {
-            mask = MXCSR_MASK_DEFAULT;
-        }
-        if mxcsr & !mask != 0 {
-            return Err(BufferError::MxcsrReserved { mxcsr, mask });
-        }
-    }
-    Ok(format)
-}
-
 /// Why an XSAVE area was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BufferError {
@@ -698,7 +475,7 @@ pub enum BufferError {
         mask: u32,
     },
     /// The size needed could not be computed.
-    Layout(crate::LayoutError),
+    Layout(LayoutError),
 }
 
 impl fmt::Display for BufferError {

@@ -10,7 +10,8 @@ use core::fmt;
 
 use crate::feature::Xfeature;
 use crate::info::XsaveInfo;
-use crate::mask::{Xcr0Error, XfeatureMask};
+use crate::mask::XfeatureMask;
+use crate::rules::Xcr0Error;
 
 /// Why a saved xstate cannot be restored on a host.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,5 +1,8 @@
-//! Conversions between the standard and compacted formats, init-state
-//! detection and the architectural initial image.
+//! Conversions between the standard and compacted formats: what XSAVEC
+//! would have saved from a standard (XSAVE, KVM_GET_XSAVE) image, and back.
+//! A VMM needs both to move state between hosts, snapshots and the guest's
+//! own save format. The initial image and init-state detection are
+//! [`crate::init`].
 //!
 //! # Init values and the MXCSR rule
 //!
@@ -28,64 +31,15 @@
 
 use core::fmt;
 
-use crate::buffer::{header_xcomp_bv, header_xstate_bv, offsets as o, wr_u16, wr_u32, wr_u64};
-use crate::buffer::{FCW_INIT, MXCSR_INIT, XCOMP_BV_COMPACTED, XSAVE_MIN_SIZE};
+use crate::area::XSAVE_MIN_SIZE;
+use crate::area::{all_zero, header_xcomp_bv, header_xstate_bv, mxcsr_is_init, offsets as o};
+use crate::area::{sse_is_init, write_header, write_sse_init, write_x87_init, x87_is_init};
+use crate::area::{MXCSR, MXCSR_MASK, X87_ENV, X87_REGS, XCOMP_BV_COMPACTED, XMM_REGS};
 use crate::feature::Xfeature;
-use crate::layout::{Format, LayoutError};
-use crate::mask::{Xcr0Error, XfeatureMask};
-use crate::XsaveInfo;
-
-/// How [`init_image`] marks the initial state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum InitMode {
-    /// XSTATE_BV = x87 | SSE: only the legacy state is marked in use, so the
-    /// CPU tracks AVX and wider state as init (no false dependencies or
-    /// SSE/AVX transition penalties). The correct choice.
-    Minimal,
-    /// XSTATE_BV = all of XCR0 (the illumos bug): values are the same, but the
-    /// CPU treats the upper vector state as live. For experiments only.
-    AllOfXcr0,
-}
-
-const X87_A: core::ops::Range<usize> = 0..o::MXCSR;
-const X87_B: core::ops::Range<usize> = o::ST0..o::XMM0;
-const XMM: core::ops::Range<usize> = o::XMM0..o::SW_AVAILABLE;
-
-fn all_zero(b: &[u8]) -> bool {
-    let mut chunks = b.chunks_exact(64);
-    for c in &mut chunks {
-        // Folding without early exit inside a block lets the compiler vectorise.
-        if c.iter().fold(0u8, |a, &x| a | x) != 0 {
-            return false;
-        }
-    }
-    chunks.remainder().iter().all(|&x| x == 0)
-}
-
-fn x87_is_init(a: &[u8]) -> bool {
-    a[0..2] == FCW_INIT.to_le_bytes() && all_zero(&a[2..o::MXCSR]) && all_zero(&a[X87_B])
-}
-
-fn sse_is_init(a: &[u8]) -> bool {
-    a[o::MXCSR..o::MXCSR + 4] == MXCSR_INIT.to_le_bytes() && all_zero(&a[XMM])
-}
-
-fn write_x87_init(a: &mut [u8]) {
-    a[X87_A].fill(0);
-    a[X87_B].fill(0);
-    wr_u16(a, o::FCW, FCW_INIT);
-}
-
-fn write_sse_init(a: &mut [u8]) {
-    a[XMM].fill(0);
-    wr_u32(a, o::MXCSR, MXCSR_INIT);
-}
-
-fn write_header(a: &mut [u8], xstate_bv: u64, xcomp_bv: u64) {
-    wr_u64(a, o::XSTATE_BV, xstate_bv);
-    wr_u64(a, o::XCOMP_BV, xcomp_bv);
-    a[o::HEADER_RESERVED..XSAVE_MIN_SIZE].fill(0);
-}
+use crate::info::XsaveInfo;
+use crate::layout::LayoutError;
+use crate::mask::XfeatureMask;
+use crate::rules::Xcr0Error;
 
 /// Copies the legacy region from `src` to `dst`: x87 and SSE state from
 /// `src` when `bv` marks them, their init values otherwise; MXCSR_MASK and the
@@ -98,28 +52,41 @@ fn copy_legacy(src: &[u8], dst: &mut [u8], bv: u64) {
         return;
     }
     if bv & Xfeature::X87.bit() != 0 {
-        dst[X87_A].copy_from_slice(&src[X87_A]);
-        dst[X87_B].copy_from_slice(&src[X87_B]);
+        dst[X87_ENV].copy_from_slice(&src[X87_ENV]);
+        dst[X87_REGS].copy_from_slice(&src[X87_REGS]);
     } else {
         write_x87_init(dst);
     }
     if bv & Xfeature::Sse.bit() != 0 {
-        dst[XMM].copy_from_slice(&src[XMM]);
-        dst[o::MXCSR..o::MXCSR + 4].copy_from_slice(&src[o::MXCSR..o::MXCSR + 4]);
+        dst[XMM_REGS].copy_from_slice(&src[XMM_REGS]);
+        dst[MXCSR].copy_from_slice(&src[MXCSR]);
     } else {
         write_sse_init(dst);
     }
-    dst[o::MXCSR_MASK..o::MXCSR_MASK + 4].copy_from_slice(&src[o::MXCSR_MASK..o::MXCSR_MASK + 4]);
+    dst[MXCSR_MASK].copy_from_slice(&src[MXCSR_MASK]);
     dst[o::SW_AVAILABLE..o::XSTATE_BV].copy_from_slice(&src[o::SW_AVAILABLE..o::XSTATE_BV]);
 }
 
-/// Whether component `i`, at `range` of `area`, holds its init value.
-fn component_is_init(area: &[u8], i: u32, range: core::ops::Range<usize>) -> bool {
-    match i {
-        0 => x87_is_init(area),
-        1 => sse_is_init(area),
-        _ => all_zero(&area[range]),
+/// `SourceTooSmall` unless `src` holds `need` bytes.
+pub(crate) fn require_source(src: &[u8], need: usize) -> Result<(), ConvertError> {
+    if src.len() < need {
+        return Err(ConvertError::SourceTooSmall {
+            need,
+            have: src.len(),
+        });
     }
+    Ok(())
+}
+
+/// `DestinationTooSmall` unless `dst` holds `need` bytes.
+pub(crate) fn require_destination(dst: &[u8], need: usize) -> Result<(), ConvertError> {
+    if dst.len() < need {
+        return Err(ConvertError::DestinationTooSmall {
+            need,
+            have: dst.len(),
+        });
+    }
+    Ok(())
 }
 
 /// Converts a standard-format image to the compacted format with XCOMP_BV =
@@ -136,12 +103,7 @@ pub fn compact(
     requested: XfeatureMask,
     dst: &mut [u8],
 ) -> Result<usize, ConvertError> {
-    if src.len() < XSAVE_MIN_SIZE {
-        return Err(ConvertError::SourceTooSmall {
-            need: XSAVE_MIN_SIZE,
-            have: src.len(),
-        });
-    }
+    require_source(src, XSAVE_MIN_SIZE)?;
     let xcomp = header_xcomp_bv(src);
     if xcomp != 0 {
         return Err(ConvertError::NotStandard { xcomp_bv: xcomp });
@@ -152,23 +114,13 @@ pub fn compact(
         return Err(ConvertError::Unsupported(outside));
     }
     let need = standard_end(info, src_bv);
-    if need > src.len() {
-        return Err(ConvertError::SourceTooSmall {
-            need,
-            have: src.len(),
-        });
-    }
+    require_source(src, need)?;
     let mut offs = [0u32; 64];
     let total = compacted_offsets(info, requested, &mut offs)?;
-    if dst.len() < total {
-        return Err(ConvertError::DestinationTooSmall {
-            need: total,
-            have: dst.len(),
-        });
-    }
+    require_destination(dst, total)?;
     // Components held by the source (XSTATE_BV, plus SSE if MXCSR is live).
     let mut live = src_bv;
-    let mxcsr_live = src[o::MXCSR..o::MXCSR + 4] != MXCSR_INIT.to_le_bytes();
+    let mxcsr_live = !mxcsr_is_init(src);
     if mxcsr_live {
         live = live.with(Xfeature::Sse);
     }
@@ -193,8 +145,8 @@ pub fn compact(
         // Standard image with XSTATE_BV bit 1 clear but a live MXCSR: the XMM
         // registers are init, MXCSR comes from the image.
         copy_legacy(src, dst, bv.without(Xfeature::Sse).bits());
-        dst[XMM].fill(0);
-        dst[o::MXCSR..o::MXCSR + 4].copy_from_slice(&src[o::MXCSR..o::MXCSR + 4]);
+        dst[XMM_REGS].fill(0);
+        dst[MXCSR].copy_from_slice(&src[MXCSR]);
     } else {
         copy_legacy(src, dst, bv.bits());
     }
@@ -263,31 +215,7 @@ pub fn expand(
     dst: &mut [u8],
     xcr0: XfeatureMask,
 ) -> Result<(), ConvertError> {
-    expand_inner(info, src, dst, xcr0).map(|_| ())
-}
-
-/// Like [`expand`], returning the number of bytes written.
-pub fn expand_len(
-    info: &XsaveInfo,
-    src: &[u8],
-    dst: &mut [u8],
-    xcr0: XfeatureMask,
-) -> Result<usize, ConvertError> {
-    expand_inner(info, src, dst, xcr0)
-}
-
-fn expand_inner(
-    info: &XsaveInfo,
-    src: &[u8],
-    dst: &mut [u8],
-    xcr0: XfeatureMask,
-) -> Result<usize, ConvertError> {
-    if src.len() < XSAVE_MIN_SIZE {
-        return Err(ConvertError::SourceTooSmall {
-            need: XSAVE_MIN_SIZE,
-            have: src.len(),
-        });
-    }
+    require_source(src, XSAVE_MIN_SIZE)?;
     let xcomp = header_xcomp_bv(src);
     if xcomp & XCOMP_BV_COMPACTED == 0 {
         return Err(ConvertError::NotCompacted { xcomp_bv: xcomp });
@@ -320,19 +248,9 @@ fn expand_inner(
     for i in bv.iter_indices().filter(|&i| i >= 2) {
         need = need.max(offs[i as usize] as usize + info.raw_size_offset(i).0 as usize);
     }
-    if src.len() < need {
-        return Err(ConvertError::SourceTooSmall {
-            need,
-            have: src.len(),
-        });
-    }
+    require_source(src, need)?;
     let total = standard_end(info, xcr0);
-    if dst.len() < total {
-        return Err(ConvertError::DestinationTooSmall {
-            need: total,
-            have: dst.len(),
-        });
-    }
+    require_destination(dst, total)?;
     copy_legacy(src, dst, bv.bits());
     // Extended components in ascending standard offset, zeroing the gaps
     // (user components never overlap: checked by XsaveInfo).
@@ -356,113 +274,13 @@ fn expand_inner(
     }
     dst[cursor..total].fill(0);
     write_header(dst, bv.bits(), 0);
-    Ok(total)
-}
-
-/// Writes the architectural initial image for `xcr0` in the standard format:
-/// FCW = 0x037F, MXCSR = 0x1F80, every other byte zero (MXCSR_MASK included),
-/// and XSTATE_BV per `mode`. Returns the bytes written (the standard size).
-pub fn init_image(
-    info: &XsaveInfo,
-    xcr0: XfeatureMask,
-    mode: InitMode,
-    dst: &mut [u8],
-) -> Result<usize, ConvertError> {
-    xcr0.validate_xcr0(info.supported_xcr0())?;
-    let total = info.standard_size(xcr0)? as usize;
-    if dst.len() < total {
-        return Err(ConvertError::DestinationTooSmall {
-            need: total,
-            have: dst.len(),
-        });
-    }
-    dst[..total].fill(0);
-    wr_u16(dst, o::FCW, FCW_INIT);
-    wr_u32(dst, o::MXCSR, MXCSR_INIT);
-    let bv = match mode {
-        InitMode::Minimal => XfeatureMask::LEGACY,
-        InitMode::AllOfXcr0 => xcr0,
-    };
-    write_header(dst, bv.bits(), 0);
-    Ok(total)
-}
-
-/// The smallest XSTATE_BV that describes `area` exactly: its XSTATE_BV minus
-/// every component whose bytes equal the init value (what the CPU's XINUSE
-/// would report had the state been reached by an init). Works on both formats.
-pub fn minimal_xstate_bv(info: &XsaveInfo, area: &[u8]) -> Result<XfeatureMask, ConvertError> {
-    if area.len() < XSAVE_MIN_SIZE {
-        return Err(ConvertError::SourceTooSmall {
-            need: XSAVE_MIN_SIZE,
-            have: area.len(),
-        });
-    }
-    let bv = XfeatureMask::from_bits(header_xstate_bv(area));
-    let xcomp = header_xcomp_bv(area);
-    let layout = if xcomp & XCOMP_BV_COMPACTED != 0 {
-        let comp = XfeatureMask::from_bits(xcomp & !XCOMP_BV_COMPACTED);
-        let outside = bv - comp;
-        if !outside.is_empty() {
-            return Err(ConvertError::XstateBvOutsideXcompBv(outside));
-        }
-        info.layout(comp, Format::Compacted)?
-    } else {
-        info.layout(bv, Format::Standard)?
-    };
-    let mut out = bv;
-    for i in bv.iter_indices() {
-        let r = layout
-            .range_by_index(i)
-            .ok_or(ConvertError::Layout(LayoutError::Unsupported(
-                XfeatureMask::from_bits(1 << i),
-            )))?;
-        if r.end > area.len() {
-            return Err(ConvertError::SourceTooSmall {
-                need: r.end,
-                have: area.len(),
-            });
-        }
-        if component_is_init(area, i, r) {
-            out = out.difference(XfeatureMask::from_bits(1 << i));
-        }
-    }
-    Ok(out)
-}
-
-/// Components of `area` (by its XSTATE_BV and layout) whose bytes are not the
-/// init value: [`minimal_xstate_bv`] under another name, for readability at
-/// call sites that ask "what is in use".
-pub fn in_use(info: &XsaveInfo, area: &[u8]) -> Result<XfeatureMask, ConvertError> {
-    minimal_xstate_bv(info, area)
+    Ok(())
 }
 
 #[cfg(feature = "std")]
 mod owned {
     use super::*;
     use crate::buffer::XsaveBuf;
-
-    /// Compacts a standard image to only the components in use: XSTATE_BV and
-    /// XCOMP_BV are both the minimal XSTATE_BV (limited to `xcr0`), so a
-    /// sparse in-use set is dense in memory, as XSAVEC with an XINUSE mask
-    /// would store it.
-    pub fn compacted_in_use(
-        info: &XsaveInfo,
-        standard: &XsaveBuf,
-        xcr0: XfeatureMask,
-    ) -> Result<XsaveBuf, ConvertError> {
-        let src = standard.as_bytes();
-        let mut used = minimal_xstate_bv(info, src)?;
-        if src.len() >= XSAVE_MIN_SIZE && src[o::MXCSR..o::MXCSR + 4] != MXCSR_INIT.to_le_bytes() {
-            used = used.with(Xfeature::Sse);
-        }
-        let outside = used - xcr0;
-        if !outside.is_empty() {
-            return Err(ConvertError::StateNotRequested(outside));
-        }
-        let mut out = XsaveBuf::new(info.compacted_size(used)? as usize);
-        compact(info, src, used, out.as_bytes_mut())?;
-        Ok(out)
-    }
 
     /// Expands a compacted image into a new standard-format buffer for `xcr0`.
     pub fn expand_to_standard(
@@ -488,7 +306,7 @@ mod owned {
 }
 
 #[cfg(feature = "std")]
-pub use owned::{compact_to_buf, compacted_in_use, expand_to_standard};
+pub use owned::{compact_to_buf, expand_to_standard};
 
 /// Why a conversion failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,6 +5,9 @@
 //! IA32_XSS MSR (supervisor state). Components with a higher index than
 //! [`Xfeature::Apx`] may still be enumerated by a CPU; the rest of the crate
 //! handles them by index (see [`crate::XsaveInfo::component_by_index`]).
+//!
+//! This is the bottom layer of the crate: it knows nothing of masks, CPUID or
+//! buffers, so every other module can name a component without a cycle.
 
 use core::fmt;
 
@@ -85,18 +88,13 @@ impl Xfeature {
     }
 
     /// The component's bit number.
-    pub fn index(self) -> u32 {
+    pub const fn index(self) -> u32 {
         self as u32
     }
 
-    /// The component's bit (`1 << index`).
-    pub fn bit(self) -> u64 {
+    /// The component's bit (`1 << index`), usable in constants.
+    pub const fn bit(self) -> u64 {
         1u64 << self.index()
-    }
-
-    /// The component as a one-bit mask.
-    pub fn mask(self) -> crate::XfeatureMask {
-        crate::XfeatureMask::from_bits(self.bit())
     }
 
     /// Short lower-case name used in mask strings (`x87`, `zmm_hi256`, ...).
@@ -154,7 +152,7 @@ impl Xfeature {
 
     /// Whether the component is supervisor state, enabled through IA32_XSS and
     /// saved only by XSAVES (never part of XCR0 or of a standard-format area).
-    pub fn is_supervisor(self) -> bool {
+    pub const fn is_supervisor(self) -> bool {
         matches!(
             self,
             Xfeature::Pt
@@ -170,7 +168,7 @@ impl Xfeature {
 
     /// Whether the component lives in the 512-byte legacy (FXSAVE) region at a
     /// fixed place rather than in the extended region.
-    pub fn is_legacy(self) -> bool {
+    pub const fn is_legacy(self) -> bool {
         matches!(self, Xfeature::X87 | Xfeature::Sse)
     }
 

@@ -14,16 +14,12 @@
 
 use core::fmt;
 
+use crate::area::XSAVE_MIN_SIZE;
 use crate::feature::Xfeature;
 use crate::mask::XfeatureMask;
 
-/// Size of the legacy region plus the XSAVE header: the start of the extended
-/// region and the minimum size of any XSAVE area.
-pub const XSAVE_HEADER_END: u32 = 576;
-/// Offset of the XSAVE header.
-pub const XSAVE_HEADER_OFFSET: u32 = 512;
-/// Size of the legacy (FXSAVE-compatible) region.
-pub const LEGACY_REGION_SIZE: u32 = 512;
+/// [`XSAVE_MIN_SIZE`] as the `u32` byte count CPUID reports sizes in.
+const HEADER_END: u32 = XSAVE_MIN_SIZE as u32;
 
 /// Raw CPUID registers of one (sub)leaf.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -97,6 +93,27 @@ pub mod leaf_d1_eax {
     pub const XFD: u32 = 1 << 4;
 }
 
+/// Flags of CPUID.(EAX=0DH,ECX=i):ECX for a state component `i >= 2`.
+pub mod leaf_d_ecx {
+    /// The component is supervisor state (IA32_XSS), not user state (XCR0).
+    pub const SUPERVISOR: u32 = 1 << 0;
+    /// In the compacted format the component starts on a 64-byte boundary.
+    pub const ALIGN64: u32 = 1 << 1;
+    /// Extended feature disable (IA32_XFD) supports the component.
+    pub const XFD: u32 = 1 << 2;
+}
+
+/// Feature bits of CPUID.(EAX=01H):ECX that decide whether leaf 0xD and the
+/// XSAVE instructions can be used at all.
+pub mod leaf_1_ecx {
+    /// The CPU has XSAVE/XRSTOR, XSETBV/XGETBV and XCR0 (leaf 0xD exists).
+    pub const XSAVE: u32 = 1 << 26;
+    /// The OS set CR4.OSXSAVE: XGETBV and the XSAVE family do not #UD.
+    pub const OSXSAVE: u32 = 1 << 27;
+    /// Running under a hypervisor.
+    pub const HYPERVISOR: u32 = 1 << 31;
+}
+
 /// The validated contents of CPUID leaf 0xD.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct XsaveInfo {
@@ -155,7 +172,7 @@ impl XsaveInfo {
             return Err(InfoError::UserAndSupervisor(both));
         }
         let max_standard = raw[0].ecx;
-        if max_standard < XSAVE_HEADER_END {
+        if max_standard < HEADER_END {
             return Err(InfoError::MaxSizeTooSmall(max_standard));
         }
         // Per-component checks.
@@ -165,7 +182,7 @@ impl XsaveInfo {
                 return Err(InfoError::MissingSubleaf(i));
             }
             let supervisor = xss.contains_index(i);
-            if (r.ecx & 1 != 0) != supervisor {
+            if (r.ecx & leaf_d_ecx::SUPERVISOR != 0) != supervisor {
                 return Err(InfoError::SupervisorFlagMismatch(i));
             }
             if supervisor {
@@ -179,7 +196,7 @@ impl XsaveInfo {
                     offset: r.ebx,
                     size: r.eax,
                 })?;
-            if r.ebx < XSAVE_HEADER_END {
+            if r.ebx < HEADER_END {
                 return Err(InfoError::InsideLegacyRegion {
                     index: i,
                     offset: r.ebx,
@@ -203,7 +220,7 @@ impl XsaveInfo {
             }
         }
         // Compacted sizes must fit in 32 bits too (sum of all sizes + padding).
-        let mut total: u64 = u64::from(XSAVE_HEADER_END);
+        let mut total: u64 = u64::from(HEADER_END);
         for i in (xcr0 | xss).iter_indices().filter(|&i| i >= 2) {
             total = total.div_ceil(64) * 64 + u64::from(raw[i as usize].eax);
         }
@@ -249,7 +266,7 @@ impl XsaveInfo {
     /// Whether component `i` is 64-byte aligned in the compacted format.
     #[inline]
     pub(crate) fn raw_align64(&self, i: u32) -> bool {
-        self.raw[i as usize & 63].ecx & 2 != 0
+        self.raw[i as usize & 63].ecx & leaf_d_ecx::ALIGN64 != 0
     }
 
     /// Supported XCR0 bits (CPUID.(0DH,0).EDX:EAX).
@@ -284,12 +301,12 @@ impl XsaveInfo {
             1 => Some(SSE_INFO),
             _ => {
                 let r = self.raw[i as usize];
-                let supervisor = r.ecx & 1 != 0;
+                let supervisor = r.ecx & leaf_d_ecx::SUPERVISOR != 0;
                 Some(ComponentInfo {
                     size: r.eax,
                     standard_offset: if supervisor { 0 } else { r.ebx },
-                    align64: r.ecx & 2 != 0,
-                    xfd: r.ecx & 4 != 0,
+                    align64: r.ecx & leaf_d_ecx::ALIGN64 != 0,
+                    xfd: r.ecx & leaf_d_ecx::XFD != 0,
                     supervisor,
                 })
             }
@@ -325,7 +342,7 @@ impl XsaveInfo {
     pub fn xfd_capable(&self) -> XfeatureMask {
         let mut m = XfeatureMask::EMPTY;
         for i in self.supported_all().iter_indices().filter(|&i| i >= 2) {
-            if self.raw[i as usize].ecx & 4 != 0 {
+            if self.raw[i as usize].ecx & leaf_d_ecx::XFD != 0 {
                 m |= XfeatureMask::from_bits(1 << i);
             }
         }
@@ -353,40 +370,11 @@ impl XsaveInfo {
         self.raw[0].ecx
     }
 
-    /// A copy restricted to `xcr0`/`xss` (bits outside the supported sets are
-    /// ignored): what a guest would see in CPUID leaf 0xD if the VMM offers
-    /// only these components. Subleaf 0.ECX becomes the standard size of the
-    /// restricted set; 0.EBX and 1.EBX (which depend on the guest's enabled
-    /// XCR0) are set to the sizes with everything offered enabled.
-    pub fn restricted(&self, xcr0: XfeatureMask, xss: XfeatureMask) -> Result<Self, InfoError> {
-        let xcr0 = (xcr0 & self.xcr0) | XfeatureMask::LEGACY;
-        let xss = xss & self.xss;
-        let mut raw = self.raw;
-        for i in 2..64u32 {
-            if !(xcr0 | xss).contains_index(i) {
-                raw[i as usize] = CpuidRegs::default();
-            }
-        }
-        raw[0].eax = xcr0.bits() as u32;
-        raw[0].edx = (xcr0.bits() >> 32) as u32;
-        raw[1].ecx = xss.bits() as u32;
-        raw[1].edx = (xss.bits() >> 32) as u32;
-        let std_size = self
-            .standard_size(xcr0)
-            .map_err(|_| InfoError::CompactedTooLarge(0))?;
-        raw[0].ebx = std_size;
-        raw[0].ecx = std_size;
-        raw[1].ebx = self
-            .compacted_size(xcr0 | xss)
-            .map_err(|_| InfoError::CompactedTooLarge(0))?;
-        Self::from_raw(raw)
-    }
-
     /// The registers of the running CPU's leaf 0xD.
     #[cfg(all(feature = "native", target_arch = "x86_64"))]
     pub fn host() -> Result<Self, InfoError> {
         let max_leaf = cpuid(0, 0).eax;
-        let has_xsave = cpuid(1, 0).ecx & (1 << 26) != 0;
+        let has_xsave = cpuid(1, 0).ecx & leaf_1_ecx::XSAVE != 0;
         if max_leaf < 0xd || !has_xsave {
             return Err(InfoError::NoXsave);
         }

@@ -13,9 +13,13 @@
 
 use core::fmt;
 
+use crate::area::XSAVE_MIN_SIZE;
 use crate::feature::Xfeature;
-use crate::info::{XsaveInfo, XSAVE_HEADER_END};
+use crate::info::XsaveInfo;
 use crate::mask::XfeatureMask;
+
+/// [`XSAVE_MIN_SIZE`] as the `u32` byte count layouts are measured in.
+const HEADER_END: u32 = XSAVE_MIN_SIZE as u32;
 
 /// The two formats of an XSAVE area.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -147,7 +151,7 @@ impl XsaveInfo {
             mask,
             offsets: [0; 64],
             sizes: [0; 64],
-            total: XSAVE_HEADER_END,
+            total: HEADER_END,
         };
         match format {
             Format::Standard => {
@@ -167,7 +171,7 @@ impl XsaveInfo {
                 }
             }
             Format::Compacted => {
-                let mut next: u64 = u64::from(XSAVE_HEADER_END);
+                let mut next: u64 = u64::from(HEADER_END);
                 for i in mask.iter_indices() {
                     let c = self
                         .component_by_index(i)

@@ -14,13 +14,15 @@ use std::fmt;
 use std::sync::OnceLock;
 use std::vec::Vec;
 
-use crate::buffer::{header_xstate_bv, offsets as o, XSAVE_ALIGN, XSAVE_MIN_SIZE};
-use crate::buffer::{validate, BufferError, XsaveBuf, MXCSR_INIT};
+use crate::area::{header_xstate_bv, offsets as o, rd_u16, rd_u32, HEADER_RESERVED};
+use crate::area::{FCW_INIT, MXCSR_INIT, XSAVE_ALIGN, XSAVE_MIN_SIZE};
+use crate::buffer::{BufferError, XsaveBuf};
 use crate::feature::Xfeature;
-use crate::info::{InfoError, XsaveInfo};
+use crate::info::{cpuid, leaf_1_ecx, InfoError, XsaveInfo};
 use crate::layout::Format;
 use crate::mask::XfeatureMask;
 use crate::strategy::SaveStrategy;
+use crate::validate::validate;
 
 /// What the checked functions need to know about the host, read once.
 #[derive(Clone, Copy, Debug)]
@@ -32,8 +34,7 @@ struct Host {
 fn host() -> Result<&'static Host, NativeError> {
     static HOST: OnceLock<Result<Host, NativeError>> = OnceLock::new();
     HOST.get_or_init(|| {
-        let l1 = crate::info::cpuid(1, 0);
-        if l1.ecx & (1 << 27) == 0 {
+        if cpuid(1, 0).ecx & leaf_1_ecx::OSXSAVE == 0 {
             // No OSXSAVE: XGETBV/XSAVE would #UD.
             return Err(NativeError::NoOsXsave);
         }
@@ -135,7 +136,7 @@ fn prepare_save(
     if strategy.format() == Format::Standard {
         area[o::XSTATE_BV..XSAVE_MIN_SIZE].fill(0);
     } else {
-        area[o::HEADER_RESERVED..XSAVE_MIN_SIZE].fill(0);
+        area[HEADER_RESERVED].fill(0);
     }
     Ok(rfbm.bits())
 }
@@ -190,7 +191,8 @@ pub fn xsavec_xinuse<A: AsMut<[u8]> + ?Sized>(
 
 /// Components whose restore would change state the surrounding Rust code
 /// (or the OS) depends on in ways the compiler cannot see.
-const NOT_RESTORABLE: u64 = 1 << 9; // PKRU: memory access rights.
+/// PKRU: memory access rights.
+const NOT_RESTORABLE: u64 = Xfeature::Pkru.bit();
 
 fn fnstcw() -> u16 {
     let mut cw: u16 = 0;
@@ -242,9 +244,9 @@ pub fn xrstor<A: AsRef<[u8]> + ?Sized>(area: &A, mask: XfeatureMask) -> Result<(
     // The x87 environment after the restore.
     if rfbm & Xfeature::X87.bit() != 0 {
         let (fcw, ftw) = if bv & Xfeature::X87.bit() != 0 {
-            (u16::from_le_bytes([area[0], area[1]]), area[o::FTW])
+            (rd_u16(area, o::FCW), area[o::FTW])
         } else {
-            (crate::buffer::FCW_INIT, 0)
+            (FCW_INIT, 0)
         };
         if fcw != fnstcw() || ftw != 0 {
             return Err(NativeError::WouldChangeFpEnv);
@@ -252,7 +254,7 @@ pub fn xrstor<A: AsRef<[u8]> + ?Sized>(area: &A, mask: XfeatureMask) -> Result<(
     }
     // MXCSR after the restore.
     let sse_avx = Xfeature::Sse.bit() | Xfeature::Avx.bit();
-    let image_mxcsr = u32::from_le_bytes([area[24], area[25], area[26], area[27]]);
+    let image_mxcsr = rd_u32(area, o::MXCSR);
     let new_mxcsr = match format {
         Format::Standard if rfbm & sse_avx != 0 => Some(image_mxcsr),
         Format::Compacted if rfbm & Xfeature::Sse.bit() != 0 => {
@@ -490,7 +492,7 @@ fn state_image(
 /// Register-file components whose in-use state the chooser can establish
 /// with an arbitrary pattern (AMX tile data needs a valid TILECFG and OS
 /// permission; PKRU and supervisor state are not touched).
-const PATTERN_OK: u64 = 0b1110_0111; // x87, SSE, AVX, AVX-512
+const PATTERN_OK: u64 = XfeatureMask::AVX.union(XfeatureMask::AVX512).bits();
 
 /// Times XSAVE, XSAVEOPT, XSAVEC and XSAVEC masked by XGETBV(1), each paired
 /// with XRSTOR, on the running CPU with `requested` as the requested-feature

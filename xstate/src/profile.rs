@@ -149,7 +149,7 @@ impl CpuidProfile {
     /// the caller (CPUID does not name it).
     #[cfg(all(feature = "native", target_arch = "x86_64"))]
     pub fn host() -> Result<Self, ProfileError> {
-        use crate::info::cpuid;
+        use crate::info::{cpuid, leaf_1_ecx};
         let info = XsaveInfo::host()?;
         let l0 = cpuid(0, 0);
         let l1 = cpuid(1, 0);
@@ -177,7 +177,7 @@ impl CpuidProfile {
             microarchitecture: String::new(),
             vendor: String::from_utf8_lossy(&vendor).into_owned(),
             signature: Hex32(l1.eax),
-            bare_metal: l1.ecx & (1 << 31) == 0,
+            bare_metal: l1.ecx & leaf_1_ecx::HYPERVISOR == 0,
             source: "recorded on the running CPU by the xstate crate".into(),
             leaf_0xd: Self::entries_of(&info),
             leaf_1: Some(e(l1)),

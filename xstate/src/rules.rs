@@ -1,0 +1,142 @@
+//! The architectural rules of XCR0: which component sets XSETBV accepts
+//! ([`XfeatureMask::validate_xcr0`], one [`Xcr0Error`] variant per rule) and
+//! the smallest rule-abiding superset of a request
+//! ([`XfeatureMask::with_dependencies`]).
+//!
+//! Kept apart from the set type so that the rules read as one list, in the
+//! order the Intel SDM gives them for XSETBV (Vol. 1, 13.3), and so that
+//! callers who only need set algebra do not carry them.
+
+use core::fmt;
+
+use crate::feature::Xfeature;
+use crate::mask::XfeatureMask;
+
+/// XCR0 bit 63: reserved for a future extension of XCR0 itself.
+const XCR0_RESERVED_BIT63: u64 = 1 << 63;
+
+impl XfeatureMask {
+    /// Closes the set under the architectural dependencies, for users who ask
+    /// for e.g. `avx512` alone: x87 and SSE are always added; any AVX-512
+    /// component brings all three plus AVX; AVX brings SSE; MPX and AMX
+    /// components come in pairs. Supervisor bits are kept as they are.
+    pub fn with_dependencies(self) -> Self {
+        let mut m = self | Self::LEGACY;
+        for group in [Self::AVX512, Self::MPX, Self::AMX] {
+            if !m.intersection(group).is_empty() {
+                m |= group;
+            }
+        }
+        if !m.intersection(Self::AVX512).is_empty() {
+            m = m.with(Xfeature::Avx);
+        }
+        m
+    }
+
+    /// Checks `self` as a value for XCR0 by the rules XSETBV enforces (plus the
+    /// pairing of the two MPX components that operating systems require), and
+    /// that `supported` (CPUID.(EAX=0DH,ECX=0):EDX:EAX) allows every bit.
+    ///
+    /// Each broken rule is its own [`Xcr0Error`] variant; rules are checked in
+    /// the order of the variants, and the first broken one is reported.
+    pub fn validate_xcr0(self, supported: XfeatureMask) -> Result<(), Xcr0Error> {
+        if !self.contains(Xfeature::X87) {
+            return Err(Xcr0Error::X87Missing);
+        }
+        let sup = self.supervisor();
+        if !sup.is_empty() {
+            return Err(Xcr0Error::SupervisorBits(sup));
+        }
+        if self.bits() & XCR0_RESERVED_BIT63 != 0 {
+            return Err(Xcr0Error::ReservedBit63);
+        }
+        let unsupported = self - supported;
+        if !unsupported.is_empty() {
+            return Err(Xcr0Error::Unsupported(unsupported));
+        }
+        if self.contains(Xfeature::Avx) && !self.contains(Xfeature::Sse) {
+            return Err(Xcr0Error::AvxWithoutSse);
+        }
+        let avx512 = self & Self::AVX512;
+        if !avx512.is_empty() && avx512 != Self::AVX512 {
+            return Err(Xcr0Error::Avx512Partial(avx512));
+        }
+        if !avx512.is_empty() && !self.contains(Xfeature::Avx) {
+            return Err(Xcr0Error::Avx512WithoutAvx);
+        }
+        let mpx = self & Self::MPX;
+        if !mpx.is_empty() && mpx != Self::MPX {
+            return Err(Xcr0Error::MpxPartial(mpx));
+        }
+        let amx = self & Self::AMX;
+        if !amx.is_empty() && amx != Self::AMX {
+            return Err(Xcr0Error::AmxPartial(amx));
+        }
+        Ok(())
+    }
+}
+
+/// A rule of XCR0 that a mask breaks (see [`XfeatureMask::validate_xcr0`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Xcr0Error {
+    /// Bit 0 (x87) must always be set.
+    X87Missing,
+    /// Supervisor components belong in IA32_XSS, never in XCR0.
+    SupervisorBits(XfeatureMask),
+    /// Bit 63 is reserved.
+    ReservedBit63,
+    /// Components the CPU (or the given supported set) does not support.
+    Unsupported(XfeatureMask),
+    /// AVX (bit 2) requires SSE (bit 1).
+    AvxWithoutSse,
+    /// Opmask, ZMM_Hi256 and Hi16_ZMM (bits 5-7) must be all set or all clear;
+    /// holds the ones that were set.
+    Avx512Partial(XfeatureMask),
+    /// The AVX-512 components require AVX.
+    Avx512WithoutAvx,
+    /// BNDREGS and BNDCSR (bits 3-4) must be enabled together.
+    MpxPartial(XfeatureMask),
+    /// XTILECFG and XTILEDATA (bits 17-18) must be enabled together.
+    AmxPartial(XfeatureMask),
+}
+
+impl fmt::Display for Xcr0Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Xcr0Error::X87Missing => f.write_str("invalid XCR0: x87 (bit 0) must always be set"),
+            Xcr0Error::SupervisorBits(m) => write!(
+                f,
+                "invalid XCR0: supervisor components {m} ({m:#x}) belong in IA32_XSS, not XCR0"
+            ),
+            Xcr0Error::ReservedBit63 => f.write_str("invalid XCR0: bit 63 is reserved"),
+            Xcr0Error::Unsupported(m) => {
+                write!(
+                    f,
+                    "invalid XCR0: components {m} ({m:#x}) are not supported by the CPU"
+                )
+            }
+            Xcr0Error::AvxWithoutSse => {
+                f.write_str("invalid XCR0: AVX (bit 2) requires SSE (bit 1)")
+            }
+            Xcr0Error::Avx512Partial(m) => write!(
+                f,
+                "invalid XCR0: the AVX-512 components opmask, zmm_hi256 and hi16_zmm must be \
+                 enabled together (only {m} set)"
+            ),
+            Xcr0Error::Avx512WithoutAvx => {
+                f.write_str("invalid XCR0: the AVX-512 components require AVX (bit 2)")
+            }
+            Xcr0Error::MpxPartial(m) => write!(
+                f,
+                "invalid XCR0: MPX bndregs and bndcsr must be enabled together (only {m} set)"
+            ),
+            Xcr0Error::AmxPartial(m) => write!(
+                f,
+                "invalid XCR0: AMX xtilecfg and xtiledata must be enabled together (only {m} set)"
+            ),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for Xcr0Error {}
