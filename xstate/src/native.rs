@@ -9,14 +9,12 @@
 //! need CPL 0 and are not offered. The `*_raw` functions skip every check for
 //! benchmarks that have already checked once.
 
-use core::arch::asm;
 use std::fmt;
 use std::sync::OnceLock;
-use std::vec::Vec;
 
 use crate::area::{header_xstate_bv, offsets as o, rd_u16, rd_u32, HEADER_RESERVED};
 use crate::area::{FCW_INIT, MXCSR_INIT, XSAVE_ALIGN, XSAVE_MIN_SIZE};
-use crate::buffer::{BufferError, XsaveBuf};
+use crate::buffer::BufferError;
 use crate::feature::Xfeature;
 use crate::info::{cpuid, leaf_1_ecx, InfoError, XsaveInfo};
 use crate::layout::Format;
@@ -24,14 +22,23 @@ use crate::mask::XfeatureMask;
 use crate::strategy::SaveStrategy;
 use crate::validate::validate;
 
+mod chooser;
+mod raw;
+
+pub use chooser::{choose_save_strategy, StrategyReport};
+use raw::{fnstcw, stmxcsr, xgetbv_raw};
+pub use raw::{rdtsc, xrstor_raw, xsave_raw, xsavec_raw, xsavec_xinuse_raw, xsaveopt_raw};
+
 /// What the checked functions need to know about the host, read once.
 #[derive(Clone, Copy, Debug)]
-struct Host {
-    info: XsaveInfo,
-    xcr0: u64,
+pub(crate) struct Host {
+    /// The host's leaf 0xD.
+    pub(crate) info: XsaveInfo,
+    /// XCR0 as the OS set it.
+    pub(crate) xcr0: u64,
 }
 
-fn host() -> Result<&'static Host, NativeError> {
+pub(crate) fn host() -> Result<&'static Host, NativeError> {
     static HOST: OnceLock<Result<Host, NativeError>> = OnceLock::new();
     HOST.get_or_init(|| {
         if cpuid(1, 0).ecx & leaf_1_ecx::OSXSAVE == 0 {
@@ -56,21 +63,6 @@ pub fn host_info() -> Result<XsaveInfo, NativeError> {
 /// process runs).
 pub fn host_xcr0() -> Result<XfeatureMask, NativeError> {
     Ok(XfeatureMask::from_bits(host()?.xcr0))
-}
-
-/// Executes XGETBV.
-///
-/// # Safety
-/// OSXSAVE must be set, and `index` must be 0, or 1 with XGETBV1 support.
-pub unsafe fn xgetbv_raw(index: u32) -> u64 {
-    let (lo, hi): (u32, u32);
-    // SAFETY: the caller guarantees the index is supported; XGETBV only
-    // writes EDX:EAX.
-    unsafe {
-        asm!("xgetbv", in("ecx") index, out("eax") lo, out("edx") hi,
-             options(nomem, nostack, preserves_flags));
-    }
-    (u64::from(hi) << 32) | u64::from(lo)
 }
 
 /// XGETBV(`index`): 0 = XCR0, 1 = XINUSE (XCR0 & components not in init
@@ -141,13 +133,24 @@ fn prepare_save(
     Ok(rfbm.bits())
 }
 
+/// Runs the standard-format or plain XSAVEC instruction `save` of
+/// `strategy` after [`prepare_save`]'s checks.
+fn checked_save(
+    area: &mut [u8],
+    mask: XfeatureMask,
+    strategy: SaveStrategy,
+    save: unsafe fn(*mut u8, u64),
+) -> Result<(), NativeError> {
+    let rfbm = prepare_save(area, mask, strategy)?;
+    // SAFETY: `save` is the instruction of `strategy`; prepare_save checked
+    // that the CPU supports it and that the area is aligned and large enough.
+    unsafe { save(area.as_mut_ptr(), rfbm) };
+    Ok(())
+}
+
 /// XSAVE of the components `mask & XCR0` into `area` (standard format).
 pub fn xsave<A: AsMut<[u8]> + ?Sized>(area: &mut A, mask: XfeatureMask) -> Result<(), NativeError> {
-    let area = area.as_mut();
-    let rfbm = prepare_save(area, mask, SaveStrategy::Xsave)?;
-    // SAFETY: support, alignment and size checked by prepare_save.
-    unsafe { xsave_raw(area.as_mut_ptr(), rfbm) };
-    Ok(())
+    checked_save(area.as_mut(), mask, SaveStrategy::Xsave, xsave_raw)
 }
 
 /// XSAVEOPT of `mask & XCR0` into `area` (standard format).
@@ -155,11 +158,7 @@ pub fn xsaveopt<A: AsMut<[u8]> + ?Sized>(
     area: &mut A,
     mask: XfeatureMask,
 ) -> Result<(), NativeError> {
-    let area = area.as_mut();
-    let rfbm = prepare_save(area, mask, SaveStrategy::Xsaveopt)?;
-    // SAFETY: support, alignment and size checked by prepare_save.
-    unsafe { xsaveopt_raw(area.as_mut_ptr(), rfbm) };
-    Ok(())
+    checked_save(area.as_mut(), mask, SaveStrategy::Xsaveopt, xsaveopt_raw)
 }
 
 /// XSAVEC of `mask & XCR0` into `area` (compacted format, XCOMP_BV = RFBM).
@@ -167,11 +166,7 @@ pub fn xsavec<A: AsMut<[u8]> + ?Sized>(
     area: &mut A,
     mask: XfeatureMask,
 ) -> Result<(), NativeError> {
-    let area = area.as_mut();
-    let rfbm = prepare_save(area, mask, SaveStrategy::Xsavec)?;
-    // SAFETY: support, alignment and size checked by prepare_save.
-    unsafe { xsavec_raw(area.as_mut_ptr(), rfbm) };
-    Ok(())
+    checked_save(area.as_mut(), mask, SaveStrategy::Xsavec, xsavec_raw)
 }
 
 /// XSAVEC of `mask & XCR0 & (XGETBV(1) | x87 | SSE)`: only the components in
@@ -192,25 +187,7 @@ pub fn xsavec_xinuse<A: AsMut<[u8]> + ?Sized>(
 /// Components whose restore would change state the surrounding Rust code
 /// (or the OS) depends on in ways the compiler cannot see.
 /// PKRU: memory access rights.
-const NOT_RESTORABLE: u64 = Xfeature::Pkru.bit();
-
-fn fnstcw() -> u16 {
-    let mut cw: u16 = 0;
-    // SAFETY: FNSTCW only stores the x87 control word to the given location.
-    unsafe {
-        asm!("fnstcw word ptr [{}]", in(reg) &mut cw, options(nostack, preserves_flags));
-    }
-    cw
-}
-
-fn stmxcsr() -> u32 {
-    let mut v: u32 = 0;
-    // SAFETY: STMXCSR only stores MXCSR to the given location.
-    unsafe {
-        asm!("stmxcsr dword ptr [{}]", in(reg) &mut v, options(nostack, preserves_flags));
-    }
-    v
-}
+pub(crate) const NOT_RESTORABLE: u64 = Xfeature::Pkru.bit();
 
 /// MXCSR control bits (DAZ, exception masks, rounding, FZ); the low six are
 /// sticky status flags that may differ freely.
@@ -276,311 +253,6 @@ pub fn xrstor<A: AsRef<[u8]> + ?Sized>(area: &A, mask: XfeatureMask) -> Result<(
     // floating-point environment and PKRU as they are.
     unsafe { xrstor_raw(area.as_ptr(), rfbm) };
     Ok(())
-}
-
-/// Executes XSAVE.
-///
-/// # Safety
-/// `area` must be 64-byte aligned and writable for the standard size of
-/// `rfbm & XCR0`; OSXSAVE must be set.
-#[inline]
-pub unsafe fn xsave_raw(area: *mut u8, rfbm: u64) {
-    // SAFETY: guaranteed by the caller; XSAVE reads registers and writes memory.
-    unsafe {
-        asm!("xsave64 [{}]", in(reg) area, in("eax") rfbm as u32, in("edx") (rfbm >> 32) as u32,
-             options(nostack, preserves_flags));
-    }
-}
-
-/// Executes XSAVEOPT.
-///
-/// # Safety
-/// As [`xsave_raw`], and the CPU must support XSAVEOPT.
-#[inline]
-pub unsafe fn xsaveopt_raw(area: *mut u8, rfbm: u64) {
-    // SAFETY: guaranteed by the caller.
-    unsafe {
-        asm!("xsaveopt64 [{}]", in(reg) area, in("eax") rfbm as u32, in("edx") (rfbm >> 32) as u32,
-             options(nostack, preserves_flags));
-    }
-}
-
-/// Executes XSAVEC.
-///
-/// # Safety
-/// `area` must be 64-byte aligned and writable for the compacted size of
-/// `rfbm & XCR0`; the CPU must support XSAVEC.
-#[inline]
-pub unsafe fn xsavec_raw(area: *mut u8, rfbm: u64) {
-    // SAFETY: guaranteed by the caller.
-    unsafe {
-        asm!("xsavec64 [{}]", in(reg) area, in("eax") rfbm as u32, in("edx") (rfbm >> 32) as u32,
-             options(nostack, preserves_flags));
-    }
-}
-
-/// Executes XGETBV(1) and XSAVEC with RFBM = `rfbm & XINUSE`; returns that mask.
-///
-/// # Safety
-/// As [`xsavec_raw`], and the CPU must support XGETBV with ECX = 1.
-#[inline]
-pub unsafe fn xsavec_xinuse_raw(area: *mut u8, rfbm: u64) -> u64 {
-    let (lo, hi): (u32, u32);
-    // SAFETY: guaranteed by the caller.
-    unsafe {
-        asm!(
-            "mov ecx, 1",
-            "xgetbv",
-            // x87 and SSE are always saved, so MXCSR is never lost.
-            "or eax, 3",
-            "and eax, {lo:e}",
-            "and edx, {hi:e}",
-            "xsavec64 [{a}]",
-            a = in(reg) area,
-            lo = in(reg) rfbm as u32,
-            hi = in(reg) (rfbm >> 32) as u32,
-            out("ecx") _,
-            out("eax") lo,
-            out("edx") hi,
-            options(nostack),
-        );
-    }
-    (u64::from(hi) << 32) | u64::from(lo)
-}
-
-/// Executes XRSTOR.
-///
-/// # Safety
-/// `area` must be 64-byte aligned, readable for its format's size and hold
-/// a header XRSTOR accepts; the restored state must not break what the
-/// calling code relies on (floating-point control words, x87 stack, PKRU).
-/// Every vector and x87 register is clobbered.
-#[inline]
-pub unsafe fn xrstor_raw(area: *const u8, rfbm: u64) {
-    // SAFETY: guaranteed by the caller; the clobbers tell the compiler that
-    // all caller-saved (vector, x87, mask) registers change.
-    unsafe {
-        asm!("xrstor64 [{}]", in(reg) area, in("eax") rfbm as u32, in("edx") (rfbm >> 32) as u32,
-             clobber_abi("C"), options(nostack, preserves_flags));
-    }
-}
-
-/// Reads the time-stamp counter, ordered after earlier instructions.
-#[inline]
-pub fn rdtsc() -> u64 {
-    let (lo, hi): (u32, u32);
-    // SAFETY: LFENCE and RDTSC only read the TSC into EDX:EAX.
-    unsafe {
-        asm!("lfence", "rdtsc", "lfence", out("eax") lo, out("edx") hi, options(nomem, nostack, preserves_flags));
-    }
-    (u64::from(hi) << 32) | u64::from(lo)
-}
-
-/// Runs `n` (save, XRSTOR) pairs on `area` and returns the TSC ticks taken.
-///
-/// # Safety
-/// `area` must be valid for both formats' sizes of `rfbm`, the strategy
-/// supported, and the current state restorable (see [`xrstor_raw`]).
-unsafe fn timed_loop(strategy: SaveStrategy, area: *mut u8, rfbm: u64, n: u64) -> u64 {
-    macro_rules! run {
-        ($save:literal) => {{
-            let (lo, hi): (u32, u32);
-            let t0: u64;
-            // SAFETY: guaranteed by the caller of timed_loop.
-            unsafe {
-                asm!(
-                    "lfence",
-                    "rdtsc",
-                    "lfence",
-                    "shl rdx, 32",
-                    "or rax, rdx",
-                    "mov r15, rax",
-                    "2:",
-                    $save,
-                    "mov rax, r13",
-                    "mov rdx, rax",
-                    "shr rdx, 32",
-                    "xrstor64 [r12]",
-                    "dec r14",
-                    "jnz 2b",
-                    "lfence",
-                    "rdtsc",
-                    "lfence",
-                    in("r12") area,
-                    in("r13") rfbm,
-                    inout("r14") n => _,
-                    out("r15") t0,
-                    lateout("eax") lo,
-                    lateout("edx") hi,
-                    clobber_abi("C"),
-                    options(nostack),
-                );
-            }
-            ((u64::from(hi) << 32) | u64::from(lo)).wrapping_sub(t0)
-        }};
-    }
-    match strategy {
-        SaveStrategy::Xsave => run!("mov rax, r13\nmov rdx, rax\nshr rdx, 32\nxsave64 [r12]"),
-        SaveStrategy::Xsaveopt => run!("mov rax, r13\nmov rdx, rax\nshr rdx, 32\nxsaveopt64 [r12]"),
-        SaveStrategy::Xsavec => run!("mov rax, r13\nmov rdx, rax\nshr rdx, 32\nxsavec64 [r12]"),
-        SaveStrategy::XsavecXinuse => run!(
-            "mov ecx, 1\nxgetbv\nor eax, 3\nmov rsi, r13\nand eax, esi\nshr rsi, 32\nand edx, esi\nxsavec64 [r12]"
-        ),
-    }
-}
-
-/// What [`choose_save_strategy`] measured.
-#[derive(Clone, Debug, PartialEq)]
-pub struct StrategyReport {
-    /// The cheapest strategy.
-    pub choice: SaveStrategy,
-    /// Median TSC ticks per (save + XRSTOR) pair for each strategy the CPU
-    /// supports, in [`SaveStrategy::ALL`] order.
-    pub figures: Vec<(SaveStrategy, f64)>,
-    /// Strategies the CPU cannot execute.
-    pub unsupported: Vec<SaveStrategy>,
-    /// The requested-feature bitmap used (requested & XCR0).
-    pub requested: XfeatureMask,
-    /// The components that were in use during the measurement.
-    pub in_use: XfeatureMask,
-}
-
-impl StrategyReport {
-    /// Ticks per pair of one strategy, if measured.
-    pub fn figure(&self, s: SaveStrategy) -> Option<f64> {
-        self.figures.iter().find(|(x, _)| *x == s).map(|(_, v)| *v)
-    }
-}
-
-/// Fills the register-file components of `in_use` with a nonzero pattern so
-/// that XRSTOR marks them in use; keeps FCW/MXCSR as the running code has them.
-fn state_image(
-    info: &XsaveInfo,
-    xcr0: XfeatureMask,
-    in_use: XfeatureMask,
-) -> Result<XsaveBuf, NativeError> {
-    let layout = info
-        .layout(xcr0, Format::Standard)
-        .map_err(|e| NativeError::Buffer(BufferError::Layout(e)))?;
-    let mut img = XsaveBuf::new(layout.total_size() as usize);
-    img.set_fcw(fnstcw());
-    img.set_mxcsr(stmxcsr());
-    for (f, _, _) in layout.iter() {
-        if !in_use.contains(f) {
-            continue;
-        }
-        match f {
-            Xfeature::X87 => {}
-            Xfeature::Sse => {
-                for i in 0..16 {
-                    img.set_xmm(i, [0x11u8.wrapping_mul(i as u8 + 1) | 1; 16]);
-                }
-            }
-            _ => {
-                if let Some(c) = img.component_mut(f, &layout) {
-                    for (k, b) in c.iter_mut().enumerate() {
-                        *b = (k as u8) | 1;
-                    }
-                }
-            }
-        }
-    }
-    img.set_xstate_bv(in_use);
-    Ok(img)
-}
-
-/// Register-file components whose in-use state the chooser can establish
-/// with an arbitrary pattern (AMX tile data needs a valid TILECFG and OS
-/// permission; PKRU and supervisor state are not touched).
-const PATTERN_OK: u64 = XfeatureMask::AVX.union(XfeatureMask::AVX512).bits();
-
-/// Times XSAVE, XSAVEOPT, XSAVEC and XSAVEC masked by XGETBV(1), each paired
-/// with XRSTOR, on the running CPU with `requested` as the requested-feature
-/// bitmap and `in_use` components holding non-init values, and picks the
-/// cheapest.
-///
-/// Each strategy runs 9 batches of `iterations` pairs (at least 16) after a
-/// warm-up batch; its figure is the median of the batch means in TSC ticks.
-/// The choice is measured, never assumed: the XGETBV(1) variant wins where
-/// XGETBV(1) is cheap and state is sparse (Skylake-X) and loses where
-/// XGETBV(1) is slow (Zen 3).
-pub fn choose_save_strategy(
-    requested: XfeatureMask,
-    in_use: XfeatureMask,
-    iterations: u32,
-) -> Result<StrategyReport, NativeError> {
-    let h = host()?;
-    let xcr0 = XfeatureMask::from_bits(h.xcr0);
-    let outside = requested - xcr0;
-    if !outside.is_empty() {
-        return Err(NativeError::NotEnabled(outside));
-    }
-    if requested.bits() & NOT_RESTORABLE != 0 {
-        return Err(NativeError::NotRestorable(XfeatureMask::from_bits(
-            requested.bits() & NOT_RESTORABLE,
-        )));
-    }
-    let in_use = in_use & requested & XfeatureMask::from_bits(PATTERN_OK);
-    let img = state_image(&h.info, xcr0, in_use)?;
-    let std_size = h
-        .info
-        .standard_size(requested)
-        .map_err(|e| NativeError::Buffer(BufferError::Layout(e)))?;
-    let cmp_size = h
-        .info
-        .compacted_size(requested)
-        .map_err(|e| NativeError::Buffer(BufferError::Layout(e)))?;
-    let mut work = XsaveBuf::new(std_size.max(cmp_size) as usize);
-    let n = u64::from(iterations.max(16));
-    let mut figures = Vec::new();
-    let mut unsupported = Vec::new();
-    for s in SaveStrategy::ALL {
-        if !s.supported(&h.info) {
-            unsupported.push(s);
-            continue;
-        }
-        // Establish the in-use set (and FP environment) from the image.
-        xrstor(&img, requested)?;
-        work.as_bytes_mut().fill(0);
-        let mut means = [0f64; 9];
-        // SAFETY: `work` is aligned and large enough for both formats of
-        // `requested`; the strategy is supported; the state being saved and
-        // restored is the current one, which the image set up with the
-        // running code's FCW/MXCSR and an empty x87 stack; PKRU excluded.
-        unsafe {
-            timed_loop(s, work.as_bytes_mut().as_mut_ptr(), requested.bits(), n);
-            for m in means.iter_mut() {
-                *m = timed_loop(s, work.as_bytes_mut().as_mut_ptr(), requested.bits(), n) as f64
-                    / n as f64;
-            }
-        }
-        means.sort_by(|a, b| a.total_cmp(b));
-        figures.push((s, means[means.len() / 2]));
-    }
-    if xcr0.contains(Xfeature::Avx) {
-        // Leave the upper vector state clean for the SSE code that follows.
-        // SAFETY: AVX is enabled in XCR0; VZEROUPPER only zeroes upper halves
-        // of vector registers, declared clobbered.
-        unsafe {
-            asm!(
-                "vzeroupper",
-                clobber_abi("C"),
-                options(nostack, nomem, preserves_flags)
-            )
-        };
-    }
-    let choice = figures
-        .iter()
-        .min_by(|a, b| a.1.total_cmp(&b.1))
-        .map(|x| x.0)
-        .unwrap_or(SaveStrategy::Xsave);
-    Ok(StrategyReport {
-        choice,
-        figures,
-        unsupported,
-        requested,
-        in_use,
-    })
 }
 
 /// Why a native operation was refused.
