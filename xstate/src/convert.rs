@@ -97,6 +97,30 @@ pub(crate) fn require_destination(dst: &[u8], need: usize) -> Result<(), Convert
 /// that `src` holds but `requested` lacks is an error unless its bytes equal
 /// the init value (so that no state is silently dropped); the same holds for
 /// a non-default MXCSR when `requested` lacks SSE (see the module docs).
+///
+/// ```
+/// # use xstate::{CpuidRegs, XsaveInfo};
+/// # // x87, SSE, AVX and PKRU at their Intel standard offsets; XSAVEC.
+/// # let info = XsaveInfo::from_leaf_0xd(|subleaf| match subleaf {
+/// #     0 => CpuidRegs::new(0x207, 2696, 2696, 0),
+/// #     1 => CpuidRegs::new(0x7, 0, 0, 0),
+/// #     2 => CpuidRegs::new(256, 576, 0, 0),
+/// #     9 => CpuidRegs::new(8, 2688, 0, 0),
+/// #     _ => CpuidRegs::default(),
+/// # })
+/// # .unwrap();
+/// use xstate::{compact, expand, init_image, InitMode, XfeatureMask};
+/// let xcr0 = XfeatureMask::from_bits(0x207);
+/// let mut standard = vec![0u8; 2696];
+/// init_image(&info, xcr0, InitMode::Minimal, &mut standard)?;
+/// standard[xstate::buffer::offsets::XMM0] = 1; // XMM0 holds live state
+/// let mut compacted = vec![0u8; 840];
+/// assert_eq!(compact(&info, &standard, xcr0, &mut compacted)?, 840);
+/// let mut back = vec![0u8; 2696];
+/// expand(&info, &compacted, &mut back, xcr0)?;
+/// assert_eq!(back, standard);
+/// # Ok::<(), xstate::ConvertError>(())
+/// ```
 pub fn compact(
     info: &XsaveInfo,
     src: &[u8],
@@ -209,6 +233,8 @@ fn compacted_offsets(
 /// Components not in XSTATE_BV get their init values; gaps between
 /// components are zeroed. Errors if the image holds state `xcr0` cannot
 /// represent (supervisor state, or components outside `xcr0`).
+///
+/// See [`compact`] for a round trip.
 pub fn expand(
     info: &XsaveInfo,
     src: &[u8],

@@ -143,6 +143,21 @@ impl XsaveInfo {
     /// a user component placed inside the legacy region or header, overlapping
     /// another user component, ending past 0.ECX (the maximum standard size) or
     /// past 4 GiB; a maximum standard size below 576.
+    ///
+    /// ```
+    /// use xstate::{CpuidRegs, Xfeature, XsaveInfo};
+    /// // A CPU with x87, SSE and AVX; `read` would run CPUID(0xD, subleaf).
+    /// let info = XsaveInfo::from_leaf_0xd(|subleaf| match subleaf {
+    ///     0 => CpuidRegs::new(0x7, 832, 832, 0),
+    ///     1 => CpuidRegs::new(0x1, 0, 0, 0),
+    ///     2 => CpuidRegs::new(256, 576, 0, 0),
+    ///     _ => CpuidRegs::default(),
+    /// })?;
+    /// assert_eq!(info.supported_xcr0().bits(), 0x7);
+    /// assert_eq!(info.component(Xfeature::Avx).map(|c| c.standard_offset), Some(576));
+    /// assert!(info.has_xsaveopt() && !info.has_xsavec());
+    /// # Ok::<(), xstate::InfoError>(())
+    /// ```
     pub fn from_leaf_0xd(mut read: impl FnMut(u32) -> CpuidRegs) -> Result<Self, InfoError> {
         let mut raw = [CpuidRegs::default(); 64];
         raw[0] = read(0);

@@ -41,6 +41,28 @@ fn component_is_init(area: &[u8], i: u32, range: Range<usize>) -> bool {
 /// Writes the architectural initial image for `xcr0` in the standard format:
 /// FCW = 0x037F, MXCSR = 0x1F80, every other byte zero (MXCSR_MASK included),
 /// and XSTATE_BV per `mode`. Returns the bytes written (the standard size).
+///
+/// ```
+/// # use xstate::{CpuidRegs, XsaveInfo};
+/// # // x87, SSE, AVX and PKRU at their Intel standard offsets; XSAVEC.
+/// # let info = XsaveInfo::from_leaf_0xd(|subleaf| match subleaf {
+/// #     0 => CpuidRegs::new(0x207, 2696, 2696, 0),
+/// #     1 => CpuidRegs::new(0x7, 0, 0, 0),
+/// #     2 => CpuidRegs::new(256, 576, 0, 0),
+/// #     9 => CpuidRegs::new(8, 2688, 0, 0),
+/// #     _ => CpuidRegs::default(),
+/// # })
+/// # .unwrap();
+/// use xstate::buffer::offsets;
+/// use xstate::{init_image, InitMode, XfeatureMask};
+/// let mut image = vec![0xaau8; 2696];
+/// let xcr0 = XfeatureMask::from_bits(0x207);
+/// assert_eq!(init_image(&info, xcr0, InitMode::Minimal, &mut image)?, 2696);
+/// assert_eq!(image[offsets::FCW..offsets::FCW + 2], 0x037fu16.to_le_bytes());
+/// assert_eq!(image[offsets::MXCSR..offsets::MXCSR + 4], 0x1f80u32.to_le_bytes());
+/// assert_eq!(image[offsets::XSTATE_BV], 0x3); // x87 | SSE
+/// # Ok::<(), xstate::ConvertError>(())
+/// ```
 pub fn init_image(
     info: &XsaveInfo,
     xcr0: XfeatureMask,
@@ -64,6 +86,29 @@ pub fn init_image(
 /// The smallest XSTATE_BV that describes `area` exactly: its XSTATE_BV minus
 /// every component whose bytes equal the init value (what the CPU's XINUSE
 /// would report had the state been reached by an init). Works on both formats.
+///
+/// ```
+/// # use xstate::{CpuidRegs, XsaveInfo};
+/// # // x87, SSE, AVX and PKRU at their Intel standard offsets; XSAVEC.
+/// # let info = XsaveInfo::from_leaf_0xd(|subleaf| match subleaf {
+/// #     0 => CpuidRegs::new(0x207, 2696, 2696, 0),
+/// #     1 => CpuidRegs::new(0x7, 0, 0, 0),
+/// #     2 => CpuidRegs::new(256, 576, 0, 0),
+/// #     9 => CpuidRegs::new(8, 2688, 0, 0),
+/// #     _ => CpuidRegs::default(),
+/// # })
+/// # .unwrap();
+/// use xstate::buffer::offsets;
+/// use xstate::{init_image, minimal_xstate_bv, InitMode, Xfeature, XfeatureMask};
+/// let mut image = vec![0u8; 2696];
+/// let xcr0 = XfeatureMask::from_bits(0x207);
+/// // XSTATE_BV claims all of XCR0, but every component holds its init value.
+/// init_image(&info, xcr0, InitMode::AllOfXcr0, &mut image)?;
+/// assert_eq!(minimal_xstate_bv(&info, &image)?, XfeatureMask::EMPTY);
+/// image[offsets::XMM0] = 1;
+/// assert_eq!(minimal_xstate_bv(&info, &image)?, Xfeature::Sse.mask());
+/// # Ok::<(), xstate::ConvertError>(())
+/// ```
 pub fn minimal_xstate_bv(info: &XsaveInfo, area: &[u8]) -> Result<XfeatureMask, ConvertError> {
     require_source(area, XSAVE_MIN_SIZE)?;
     let bv = XfeatureMask::from_bits(header_xstate_bv(area));

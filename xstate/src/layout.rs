@@ -40,6 +40,32 @@ impl fmt::Display for Format {
 }
 
 /// Offsets and sizes of the components of one mask in one format.
+///
+/// Built by [`XsaveInfo::layout`]. The standard format keeps PKRU at its
+/// CPUID offset behind the unused AVX-512 space; the compacted format packs
+/// it right after AVX:
+///
+/// ```
+/// # use xstate::{CpuidRegs, XsaveInfo};
+/// # // x87, SSE, AVX and PKRU at their Intel standard offsets; XSAVEC.
+/// # let info = XsaveInfo::from_leaf_0xd(|subleaf| match subleaf {
+/// #     0 => CpuidRegs::new(0x207, 2696, 2696, 0),
+/// #     1 => CpuidRegs::new(0x7, 0, 0, 0),
+/// #     2 => CpuidRegs::new(256, 576, 0, 0),
+/// #     9 => CpuidRegs::new(8, 2688, 0, 0),
+/// #     _ => CpuidRegs::default(),
+/// # })
+/// # .unwrap();
+/// use xstate::{Format, Xfeature, XfeatureMask};
+/// let xcr0 = XfeatureMask::from_bits(0x207); // x87, SSE, AVX, PKRU
+/// let standard = info.layout(xcr0, Format::Standard)?;
+/// assert_eq!(standard.offset(Xfeature::Pkru), Some(2688));
+/// assert_eq!(standard.total_size(), 2696);
+/// let compacted = info.layout(xcr0, Format::Compacted)?;
+/// assert_eq!(compacted.offset(Xfeature::Pkru), Some(832));
+/// assert_eq!(compacted.total_size(), 840);
+/// # Ok::<(), xstate::LayoutError>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     format: Format,

@@ -3,7 +3,7 @@
 //! save-strategy chooser that times them with RDTSC.
 //!
 //! The checked functions verify CPUID support, the area's alignment and size
-//! and, for XRSTOR, the header (with [`crate::validate`]) and that the image
+//! and, for XRSTOR, the header (with [`crate::validate()`]) and that the image
 //! would not change the x87 control word, the MXCSR control bits, the x87
 //! stack, or PKRU, which the surrounding Rust code relies on. XSAVES/XRSTORS
 //! need CPL 0 and are not offered. The `*_raw` functions skip every check for

@@ -34,6 +34,18 @@ impl XfeatureMask {
     /// Tokens apply left to right starting from the empty set, except that a
     /// string whose first token is an edit (`-avx512`, `+pkru`) starts from
     /// `host`. Parsing does not validate: see [`XfeatureMask::validate_xcr0`].
+    ///
+    /// ```
+    /// use xstate::XfeatureMask;
+    /// // What a Sapphire Rapids host enables.
+    /// let host = XfeatureMask::from_bits(0x602e7);
+    /// let parse = |s| XfeatureMask::parse(s, host).map(XfeatureMask::bits);
+    /// assert_eq!(parse("x87,sse,avx"), Ok(0x7));
+    /// assert_eq!(parse("0x2e7"), Ok(0x2e7));
+    /// assert_eq!(parse("-amx"), Ok(0x2e7));
+    /// assert_eq!(parse("host,-avx512"), Ok(0x60207));
+    /// assert!(parse("avx1024").is_err());
+    /// ```
     pub fn parse(s: &str, host: XfeatureMask) -> Result<Self, MaskError> {
         let s = s.trim();
         if s.is_empty() {

@@ -39,6 +39,18 @@ impl XfeatureMask {
     ///
     /// Each broken rule is its own [`Xcr0Error`] variant; rules are checked in
     /// the order of the variants, and the first broken one is reported.
+    ///
+    /// ```
+    /// use xstate::{Xcr0Error, XfeatureMask};
+    /// let supported = XfeatureMask::from_bits(0x2e7);
+    /// let check = |bits| XfeatureMask::from_bits(bits).validate_xcr0(supported);
+    /// assert_eq!(check(0x7), Ok(()));
+    /// assert_eq!(check(0x5), Err(Xcr0Error::AvxWithoutSse));
+    /// assert_eq!(
+    ///     check(0x27),
+    ///     Err(Xcr0Error::Avx512Partial(XfeatureMask::from_bits(0x20)))
+    /// );
+    /// ```
     pub fn validate_xcr0(self, supported: XfeatureMask) -> Result<(), Xcr0Error> {
         if !self.contains(Xfeature::X87) {
             return Err(Xcr0Error::X87Missing);

@@ -21,6 +21,30 @@ use crate::mask::XfeatureMask;
 /// within XCR0 | IA32_XSS and XSTATE_BV within XCOMP_BV; header bytes 16..63
 /// are zero; MXCSR, when it would be loaded, has no bit set that MXCSR_MASK
 /// (or the default 0xFFBF when the image's mask is 0) reserves.
+///
+/// ```
+/// # use xstate::{CpuidRegs, XsaveInfo};
+/// # // x87, SSE, AVX and PKRU at their Intel standard offsets; XSAVEC.
+/// # let info = XsaveInfo::from_leaf_0xd(|subleaf| match subleaf {
+/// #     0 => CpuidRegs::new(0x207, 2696, 2696, 0),
+/// #     1 => CpuidRegs::new(0x7, 0, 0, 0),
+/// #     2 => CpuidRegs::new(256, 576, 0, 0),
+/// #     9 => CpuidRegs::new(8, 2688, 0, 0),
+/// #     _ => CpuidRegs::default(),
+/// # })
+/// # .unwrap();
+/// use xstate::buffer::offsets;
+/// use xstate::{init_image, validate, BufferError, Format, InitMode, XfeatureMask};
+/// let mut image = vec![0u8; 2696];
+/// let xcr0 = XfeatureMask::from_bits(0x207);
+/// init_image(&info, xcr0, InitMode::Minimal, &mut image).unwrap();
+/// assert_eq!(validate(&image, &info, xcr0, XfeatureMask::EMPTY), Ok(Format::Standard));
+/// image[offsets::MXCSR + 2] = 0xff; // MXCSR bits 16..24 are reserved
+/// assert!(matches!(
+///     validate(&image, &info, xcr0, XfeatureMask::EMPTY),
+///     Err(BufferError::MxcsrReserved { .. })
+/// ));
+/// ```
 pub fn validate(
     area: &[u8],
     info: &XsaveInfo,
