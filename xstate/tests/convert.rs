@@ -3,6 +3,7 @@
 
 mod common;
 
+use common::Rng;
 use proptest::prelude::*;
 use xstate::buffer::{XCOMP_BV_COMPACTED, XSAVE_MIN_SIZE};
 use xstate::{
@@ -12,28 +13,6 @@ use xstate::{
 
 fn m(bits: u64) -> XfeatureMask {
     XfeatureMask::from_bits(bits)
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // splitmix64
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn fill(&mut self, b: &mut [u8]) {
-        for c in b.chunks_mut(8) {
-            let v = self.next().to_le_bytes();
-            c.copy_from_slice(&v[..c.len()]);
-        }
-    }
-    /// A random subset of `of`.
-    fn subset(&mut self, of: XfeatureMask) -> XfeatureMask {
-        m(self.next() & of.bits())
-    }
 }
 
 /// A random valid XCR0 the CPU supports.

@@ -16,6 +16,25 @@ fn offsets(info: &XsaveInfo, mask: u64, format: Format) -> Vec<(Xfeature, u32, u
     info.layout(m(mask), format).unwrap().iter().collect()
 }
 
+/// x87, SSE and AVX: the same places in every layout of every recorded CPU.
+const X87_SSE_AVX: [(Xfeature, u32, u32); 3] = [(X87, 0, 160), (Sse, 160, 256), (Avx, 576, 256)];
+
+/// An expected layout: [`X87_SSE_AVX`] followed by `rest`.
+fn after_avx(rest: &[(Xfeature, u32, u32)]) -> Vec<(Xfeature, u32, u32)> {
+    X87_SSE_AVX.iter().chain(rest).copied().collect()
+}
+
+/// Checks the area size of each `(mask, size)` pair in `format`.
+fn assert_sizes(info: &XsaveInfo, format: Format, cases: &[(u64, u32)]) {
+    for &(mask, size) in cases {
+        let got = match format {
+            Format::Standard => info.standard_size(m(mask)),
+            Format::Compacted => info.compacted_size(m(mask)),
+        };
+        assert_eq!(got.unwrap(), size, "{format} size of {mask:#x}");
+    }
+}
+
 #[test]
 fn readme_table() {
     // (file, XCR0, IA32_XSS, standard, compacted XCR0, compacted XCR0|XSS)
@@ -64,24 +83,27 @@ fn sapphire_rapids_standard() {
     let info = spr();
     assert_eq!(
         offsets(&info, 0x602e7, Format::Standard),
-        vec![
-            (X87, 0, 160),
-            (Sse, 160, 256),
-            (Avx, 576, 256),
+        after_avx(&[
             (Opmask, 1088, 64),
             (ZmmHi256, 1152, 512),
             (Hi16Zmm, 1664, 1024),
             (Pkru, 2688, 8),
             (XtileCfg, 2752, 64),
             (XtileData, 2816, 8192),
-        ]
+        ])
     );
-    assert_eq!(info.standard_size(m(0x3)).unwrap(), 576);
-    assert_eq!(info.standard_size(m(0x7)).unwrap(), 832);
-    assert_eq!(info.standard_size(m(0xe7)).unwrap(), 2688);
-    assert_eq!(info.standard_size(m(0x207)).unwrap(), 2696);
-    assert_eq!(info.standard_size(m(0x2e7)).unwrap(), 2696);
-    assert_eq!(info.standard_size(m(0x600e7)).unwrap(), 11008);
+    assert_sizes(
+        &info,
+        Format::Standard,
+        &[
+            (0x3, 576),
+            (0x7, 832),
+            (0xe7, 2688),
+            (0x207, 2696),
+            (0x2e7, 2696),
+            (0x600e7, 11008),
+        ],
+    );
 }
 
 #[test]
@@ -89,10 +111,7 @@ fn sapphire_rapids_compacted() {
     let info = spr();
     assert_eq!(
         offsets(&info, 0x602e7, Format::Compacted),
-        vec![
-            (X87, 0, 160),
-            (Sse, 160, 256),
-            (Avx, 576, 256),
+        after_avx(&[
             (Opmask, 832, 64),
             (ZmmHi256, 896, 512),
             (Hi16Zmm, 1408, 1024),
@@ -100,16 +119,13 @@ fn sapphire_rapids_compacted() {
             // 2440 rounded up to 64 (ECX bit 1 set for both AMX components).
             (XtileCfg, 2496, 64),
             (XtileData, 2560, 8192),
-        ]
+        ])
     );
     // XCR0 | IA32_XSS, as XSAVES lays it out.
     let all = info.layout(m(0x602e7 | 0xdd00), Format::Compacted).unwrap();
     assert_eq!(
         all.iter().collect::<Vec<_>>(),
-        vec![
-            (X87, 0, 160),
-            (Sse, 160, 256),
-            (Avx, 576, 256),
+        after_avx(&[
             (Opmask, 832, 64),
             (ZmmHi256, 896, 512),
             (Hi16Zmm, 1408, 1024),
@@ -122,14 +138,15 @@ fn sapphire_rapids_compacted() {
             (Lbr, 2664, 808),
             (XtileCfg, 3520, 64),
             (XtileData, 3584, 8192),
-        ]
+        ])
     );
     assert_eq!(all.total_size(), 11776);
     // Small masks.
-    assert_eq!(info.compacted_size(m(0x3)).unwrap(), 576);
-    assert_eq!(info.compacted_size(m(0x7)).unwrap(), 832);
-    assert_eq!(info.compacted_size(m(0x207)).unwrap(), 840);
-    assert_eq!(info.compacted_size(m(0xe7)).unwrap(), 2432);
+    assert_sizes(
+        &info,
+        Format::Compacted,
+        &[(0x3, 576), (0x7, 832), (0x207, 840), (0xe7, 2432)],
+    );
     // AMX alone: XTILECFG at 576 (already aligned), XTILEDATA at 640.
     let amx = info.layout(m(0x60003), Format::Compacted).unwrap();
     assert_eq!(amx.offset(XtileCfg), Some(576));
@@ -158,23 +175,19 @@ fn ice_lake() {
     let info = icl();
     assert_eq!(
         offsets(&info, 0x2e7, Format::Standard),
-        vec![
-            (X87, 0, 160),
-            (Sse, 160, 256),
-            (Avx, 576, 256),
+        after_avx(&[
             (Opmask, 1088, 64),
             (ZmmHi256, 1152, 512),
             (Hi16Zmm, 1664, 1024),
             (Pkru, 2688, 8),
-        ]
+        ])
     );
     let all = info.layout(m(0x2e7 | 0x2100), Format::Compacted).unwrap();
     assert_eq!(all.offset(Pt), Some(2432));
     assert_eq!(all.offset(Pkru), Some(2560));
     assert_eq!(all.offset(Hdc), Some(2568));
     assert_eq!(all.size_of(Hdc), Some(8));
-    assert_eq!(info.compacted_size(m(0x7)).unwrap(), 832);
-    assert_eq!(info.compacted_size(m(0x207)).unwrap(), 840);
+    assert_sizes(&info, Format::Compacted, &[(0x7, 832), (0x207, 840)]);
     assert_eq!(info.standard_size(m(0xe7)).unwrap(), 2688);
     assert!(info.has_xsaveopt() && info.has_xsavec() && info.has_xgetbv1() && info.has_xsaves());
     assert!(!info.has_xfd());
@@ -187,37 +200,23 @@ fn milan() {
     // AVX-512 space empty).
     assert_eq!(
         offsets(&info, 0x207, Format::Standard),
-        vec![
-            (X87, 0, 160),
-            (Sse, 160, 256),
-            (Avx, 576, 256),
-            (Pkru, 2432, 8)
-        ]
+        after_avx(&[(Pkru, 2432, 8),])
     );
     assert_eq!(
         offsets(&info, 0x207, Format::Compacted),
-        vec![
-            (X87, 0, 160),
-            (Sse, 160, 256),
-            (Avx, 576, 256),
-            (Pkru, 832, 8)
-        ]
+        after_avx(&[(Pkru, 832, 8),])
     );
     let all = info.layout(m(0x207 | 0x1800), Format::Compacted).unwrap();
     assert_eq!(all.offset(CetU), Some(840));
     assert_eq!(all.offset(CetS), Some(856));
     assert_eq!(all.total_size(), 880);
-    assert_eq!(info.standard_size(m(0x7)).unwrap(), 832);
-    assert_eq!(info.standard_size(m(0x3)).unwrap(), 576);
+    assert_sizes(&info, Format::Standard, &[(0x7, 832), (0x3, 576)]);
 }
 
 #[test]
 fn zen3_kvm_guest() {
     let info = zen3_guest();
-    assert_eq!(
-        offsets(&info, 0x7, Format::Standard),
-        vec![(X87, 0, 160), (Sse, 160, 256), (Avx, 576, 256)]
-    );
+    assert_eq!(offsets(&info, 0x7, Format::Standard), X87_SSE_AVX.to_vec());
     let all = info.layout(m(0x1807), Format::Compacted).unwrap();
     assert_eq!(all.offset(CetU), Some(832));
     assert_eq!(all.offset(CetS), Some(848));

@@ -2,31 +2,15 @@
 //! bit for bit, and the checked wrappers refuse what would fault.
 #![cfg(target_arch = "x86_64")]
 
+mod common;
+
 use std::arch::asm;
+
+use common::Rng;
 
 use xstate::native::{self, NativeError};
 use xstate::SaveStrategy;
 use xstate::{compact, expand, Format, Xfeature, XfeatureMask, XsaveBuf};
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn regs(&mut self) -> [[u8; 32]; 16] {
-        let mut r = [[0u8; 32]; 16];
-        for reg in r.iter_mut() {
-            for c in reg.chunks_mut(8) {
-                c.copy_from_slice(&self.next().to_le_bytes());
-            }
-        }
-        r
-    }
-}
 
 fn avx_enabled() -> bool {
     native::host_xcr0().unwrap().contains(Xfeature::Avx)

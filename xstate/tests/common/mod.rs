@@ -3,7 +3,7 @@
 //! feature configuration.
 #![allow(dead_code)]
 
-use xstate::{CpuidRegs, XsaveInfo};
+use xstate::{CpuidRegs, XfeatureMask, XsaveInfo};
 
 pub const DUMPS: [&str; 4] = [
     "intel-sapphire-rapids.json",
@@ -54,4 +54,40 @@ pub fn milan() -> XsaveInfo {
 }
 pub fn zen3_guest() -> XsaveInfo {
     info("amd-zen3-kvm-guest.json")
+}
+
+/// A splitmix64 generator: reproducible pseudo-random register contents and
+/// masks for the property tests, seeded per case.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Fills `b` with the next values, 8 bytes each, little-endian.
+    pub fn fill(&mut self, b: &mut [u8]) {
+        for c in b.chunks_mut(8) {
+            let v = self.next().to_le_bytes();
+            c.copy_from_slice(&v[..c.len()]);
+        }
+    }
+
+    /// A random subset of `of`.
+    pub fn subset(&mut self, of: XfeatureMask) -> XfeatureMask {
+        XfeatureMask::from_bits(self.next() & of.bits())
+    }
+
+    /// Sixteen random 256-bit registers (YMM0-15).
+    pub fn regs(&mut self) -> [[u8; 32]; 16] {
+        let mut r = [[0u8; 32]; 16];
+        for reg in r.iter_mut() {
+            self.fill(reg);
+        }
+        r
+    }
 }
