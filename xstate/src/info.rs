@@ -116,6 +116,13 @@ pub mod leaf_1_ecx {
     pub const HYPERVISOR: u32 = 1 << 31;
 }
 
+/// The supported XCR0 (0.EDX:EAX) and IA32_XSS (1.EDX:ECX) bits as
+/// enumerated, before any check.
+fn supported_masks(raw: &[CpuidRegs; 64]) -> (XfeatureMask, XfeatureMask) {
+    let join = |lo: u32, hi: u32| XfeatureMask::from_bits(u64::from(lo) | (u64::from(hi) << 32));
+    (join(raw[0].eax, raw[0].edx), join(raw[1].ecx, raw[1].edx))
+}
+
 /// The validated contents of CPUID leaf 0xD.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct XsaveInfo {
@@ -162,8 +169,7 @@ impl XsaveInfo {
         let mut raw = [CpuidRegs::default(); 64];
         raw[0] = read(0);
         raw[1] = read(1);
-        let xcr0 = XfeatureMask::from_bits(u64::from(raw[0].eax) | (u64::from(raw[0].edx) << 32));
-        let xss = XfeatureMask::from_bits(u64::from(raw[1].ecx) | (u64::from(raw[1].edx) << 32));
+        let (xcr0, xss) = supported_masks(&raw);
         for i in (xcr0 | xss).iter_indices().filter(|&i| i >= 2) {
             raw[i as usize] = read(i);
         }
@@ -173,8 +179,7 @@ impl XsaveInfo {
     /// Builds and validates from an array of every subleaf's registers
     /// (subleaves that are not supported components are ignored).
     pub fn from_raw(raw: [CpuidRegs; 64]) -> Result<Self, InfoError> {
-        let xcr0 = XfeatureMask::from_bits(u64::from(raw[0].eax) | (u64::from(raw[0].edx) << 32));
-        let xss = XfeatureMask::from_bits(u64::from(raw[1].ecx) | (u64::from(raw[1].edx) << 32));
+        let (xcr0, xss) = supported_masks(&raw);
         if !xcr0.contains_all(XfeatureMask::LEGACY) {
             return Err(InfoError::LegacyNotSupported { xcr0 });
         }
