@@ -17,7 +17,7 @@
 //!   instructions (11 in 32-bit mode, 23 in 64-bit mode with XSAVE);
 //! - no Rust code ever runs at CPL0: Rust starts at CPL3 in
 //!   `user_main` (main.rs) and a task fault is reflected to CPL3
-//!   ([`crate::kernel::fault::on_fault`]).
+//!   ([`crate::kernel::fault::kernel_on_fault`]).
 //!
 //! # Memory map (guest-physical = virtual, identity mapped)
 //!
@@ -66,8 +66,8 @@
 //! system-call gate; #DF uses IST1.
 //! Nothing raises other vectors (RFLAGS.IF is 0 everywhere), so the IDT ends
 //! at 31. The common fault path records vector, error code, RIP, CR2 and CPL
-//! in `kernel_fault` (a [`crate::protocol::FaultRecord`]) and `iretq`s to
-//! [`crate::kernel::fault::on_fault`] at CPL3 on a fresh stack, which prints,
+//! in `kernel_fault` (a [`guest::protocol::FaultRecord`]) and `iretq`s to
+//! [`crate::kernel::fault::kernel_on_fault`] at CPL3 on a fresh stack, which prints,
 //! fills the report, hands it to the VMM and exits with
 //! `ExitStatus::Exception`. Two kinds of fault never reach CPL3:
 //!
@@ -80,7 +80,7 @@
 //!   with the vector and RIP on COM1 and writes `ExitStatus::Exception` to
 //!   the debug-exit port itself. Nothing can triple-fault.
 
-use crate::protocol::{ExitStatus, DEBUG_EXIT_PORT, SERIAL_PORT};
+use guest::protocol::{ExitStatus, DEBUG_EXIT_PORT, SERIAL_PORT};
 
 /// Kernel code selector (64-bit, DPL0).
 pub const KERNEL_CS: u16 = 0x08;
@@ -398,11 +398,11 @@ user_entry:
     fninit
     movl $1, user_ready
     movl %r12d, %edi
-    call {user_main}
+    call user_main              /* main.rs */
     ud2
 
 fault_entry:
-    call {on_fault}
+    call kernel_on_fault        /* kernel/fault.rs */
     ud2
 
 /* ---------------------------------------------------------------------- */
@@ -567,20 +567,18 @@ df_stack_top:
     fault_stack_size = const FAULT_STACK_SIZE,
     kernel_stack_size = const KERNEL_STACK_SIZE,
     df_stack_size = const DF_STACK_SIZE,
-    user_main = sym crate::user_main,
-    on_fault = sym crate::kernel::fault::on_fault,
     options(att_syntax)
 );
 
 // Shared with the assembly above; defined there (in `.boot`, not `.bss`,
 // because the CPL0 path writes them before `.bss` is zeroed).
 extern "C" {
-    static kernel_fault: crate::protocol::FaultRecord;
+    static kernel_fault: guest::protocol::FaultRecord;
     static boot_xsetbv_failed: u32;
 }
 
 /// The fault the CPL0 handler recorded, if any.
-pub fn recorded_fault() -> crate::protocol::FaultRecord {
+pub fn recorded_fault() -> guest::protocol::FaultRecord {
     // SAFETY: `kernel_fault` is a 40-byte, 8-aligned record defined in the
     // assembly above with the layout of `FaultRecord` (plain integers). Only
     // the CPL0 fault path writes it, and it does so before switching to the
