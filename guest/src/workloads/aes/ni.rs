@@ -3,7 +3,7 @@
 //! functions are `inline(never)` so a caller with other target features
 //! can never inline (and so re-encode) them.
 
-use super::RoundKeys;
+use super::key::RoundKeys;
 
 /// Byte-reversal shuffle: big-endian counter block <-> little-endian u128.
 macro_rules! bswap128 {
@@ -43,7 +43,7 @@ macro_rules! encrypt1 {
 macro_rules! aesni_flavor {
     ($name:ident, $features:literal) => {
         pub(super) mod $name {
-            use super::RoundKeys;
+            use crate::workloads::aes::key::RoundKeys;
             use core::arch::x86_64::*;
 
             /// Blocks in flight in CTR mode: enough to cover `aesenc`

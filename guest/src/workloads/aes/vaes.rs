@@ -4,8 +4,8 @@
 
 use core::arch::x86_64::*;
 
+use super::key::RoundKeys;
 use super::ni::avx::{ctr_tail, round_keys};
-use super::RoundKeys;
 
 /// Registers in flight per batch.
 const REGS: usize = 8;
