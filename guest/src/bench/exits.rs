@@ -15,6 +15,7 @@
 
 use core::arch::asm;
 
+use super::exit_loop::exit_loops_asm;
 use crate::protocol::{BENCH_MMIO_ADDR, BENCH_PIO_PORT, MARK_END, MARK_PORT};
 
 /// The exit a row provokes.
@@ -34,15 +35,6 @@ impl ExitKind {
             ExitKind::Pio => "exit-pio",
             ExitKind::Mmio => "exit-mmio",
             ExitKind::Cpuid => "exit-cpuid",
-        }
-    }
-
-    /// Short name: `pio`, `mmio`, `cpuid`.
-    pub fn short(self) -> &'static str {
-        match self {
-            ExitKind::Pio => "pio",
-            ExitKind::Mmio => "mmio",
-            ExitKind::Cpuid => "cpuid",
         }
     }
 }
@@ -157,29 +149,7 @@ pub unsafe fn timed_loop(kind: ExitKind, upper: Upper, count: u64, mark: Option<
             "je 21f",
             "cmp r9d, 2",
             "je 22f",
-            "mov edx, {pio_port}",
-            "xor eax, eax",
-            "20:",
-            "out dx, eax",
-            "dec r8",
-            "jnz 20b",
-            "jmp 29f",
-            "21:",
-            "xor eax, eax",
-            "211:",
-            "mov dword ptr [rdi], eax",
-            "dec r8",
-            "jnz 211b",
-            "jmp 29f",
-            "22:",
-            "mov r9, rbx",
-            "221:",
-            "xor eax, eax",
-            "xor ecx, ecx",
-            "cpuid",
-            "dec r8",
-            "jnz 221b",
-            "mov rbx, r9",
+            exit_loops_asm!(),
             "29:",
             "lfence",
             "rdtsc",
@@ -202,9 +172,9 @@ pub unsafe fn timed_loop(kind: ExitKind, upper: Upper, count: u64, mark: Option<
             "6:",
             "mov rax, rsi",
             mark_port = const MARK_PORT,
-            pio_port = const BENCH_PIO_PORT,
+            pio = const BENCH_PIO_PORT,
+            mmio = const BENCH_MMIO_ADDR,
             mark_end = const MARK_END,
-            in("rdi") BENCH_MMIO_ADDR,
             in("rsi") DIRTY.0.as_ptr(),
             in("r8") count.max(1),
             in("r9") kind as u64,

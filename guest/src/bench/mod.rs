@@ -21,6 +21,7 @@
 extern crate std;
 
 pub mod ctxsw;
+mod exit_loop;
 pub mod exits;
 pub mod xcheck;
 

@@ -24,6 +24,7 @@ use core::mem::offset_of;
 use xstate::buffer::offsets;
 use xstate::{init_image, Format, InitMode, Layout, Xfeature, XfeatureMask, XsaveInfo, XsaveMut};
 
+use super::exit_loop::exit_loops_asm;
 use super::{carve, Env};
 use crate::protocol::{
     xmm_edit_pattern, BENCH_MMIO_ADDR, BENCH_PIO_PORT, SNAPSHOT_PORT, XSTATE_EDIT_PORT,
@@ -438,30 +439,7 @@ pub unsafe fn run(
             "je 25f",
             "cmp ecx, 4",
             "je 29f",
-            "mov edx, {pio}",
-            "xor eax, eax",
-            "20:",
-            "out dx, eax",
-            "dec r8",
-            "jnz 20b",
-            "jmp 29f",
-            "21:",
-            "mov rdi, {mmio}",
-            "xor eax, eax",
-            "211:",
-            "mov dword ptr [rdi], eax",
-            "dec r8",
-            "jnz 211b",
-            "jmp 29f",
-            "22:",
-            "mov r9, rbx",
-            "221:",
-            "xor eax, eax",
-            "xor ecx, ecx",
-            "cpuid",
-            "dec r8",
-            "jnz 221b",
-            "mov rbx, r9",
+            exit_loops_asm!(),
             "jmp 29f",
             "25:",
             "xor eax, eax",
