@@ -3,8 +3,6 @@
 //! functions are `inline(never)` so a caller with other target features
 //! can never inline (and so re-encode) them.
 
-use super::key::RoundKeys;
-
 /// Byte-reversal shuffle: big-endian counter block <-> little-endian u128.
 macro_rules! bswap128 {
     () => {
