@@ -177,7 +177,10 @@ impl CpuFeatures {
 /// CR4.OSXSAVE must be set (CPUID.1:ECX.OSXSAVE).
 #[target_feature(enable = "xsave")]
 unsafe fn read_xcr0() -> u64 {
-    core::arch::x86_64::_xgetbv(0)
+    // SAFETY: the caller upholds this function's contract (the CPU
+    // features it is compiled for, and the pointers and lengths it is
+    // given), which is all its intrinsics and pointer accesses rely on.
+    unsafe { core::arch::x86_64::_xgetbv(0) }
 }
 
 /// One thing an ISA variant needs.

@@ -247,29 +247,34 @@ impl Dgemm {
         ldc: usize,
         pack: &mut [f64],
     ) {
-        if m == 0 || n == 0 || k == 0 {
-            return;
-        }
-        assert!(pack.len() >= PACK_LEN);
-        // 64-byte alignment; at most 7 elements of the slack are skipped.
-        let skip = pack.as_ptr().align_offset(64).min(8);
-        let args = Args {
-            m,
-            n,
-            k,
-            alpha,
-            a,
-            lda,
-            b,
-            ldb,
-            c,
-            ldc,
-            pack: pack.as_mut_ptr().add(skip),
-        };
-        match self.variant {
-            GemmVariant::Sse2 => gemm_sse2(&args),
-            GemmVariant::Avx2Fma => gemm_avx2(&args),
-            GemmVariant::Avx512 => gemm_avx512(&args),
+        // SAFETY: the caller upholds this function's contract (the CPU
+        // features it is compiled for, and the pointers and lengths it is
+        // given), which is all its intrinsics and pointer accesses rely on.
+        unsafe {
+            if m == 0 || n == 0 || k == 0 {
+                return;
+            }
+            assert!(pack.len() >= PACK_LEN);
+            // 64-byte alignment; at most 7 elements of the slack are skipped.
+            let skip = pack.as_ptr().align_offset(64).min(8);
+            let args = Args {
+                m,
+                n,
+                k,
+                alpha,
+                a,
+                lda,
+                b,
+                ldb,
+                c,
+                ldc,
+                pack: pack.as_mut_ptr().add(skip),
+            };
+            match self.variant {
+                GemmVariant::Sse2 => gemm_sse2(&args),
+                GemmVariant::Avx2Fma => gemm_avx2(&args),
+                GemmVariant::Avx512 => gemm_avx512(&args),
+            }
         }
     }
 }
@@ -292,66 +297,82 @@ struct Args {
 
 #[inline(never)]
 unsafe fn gemm_sse2(x: &Args) {
-    // SSE2 is part of the x86-64 baseline: no target_feature needed.
-    blocked::<__m128d, 2, 6>(x)
+    // SAFETY: the caller upholds this function's contract (the CPU
+    // features it is compiled for, and the pointers and lengths it is
+    // given), which is all its intrinsics and pointer accesses rely on.
+    unsafe {
+        // SSE2 is part of the x86-64 baseline: no target_feature needed.
+        blocked::<__m128d, 2, 6>(x)
+    }
 }
 
 #[target_feature(enable = "avx2,fma")]
 #[inline(never)]
 unsafe fn gemm_avx2(x: &Args) {
-    blocked::<__m256d, 2, 6>(x)
+    // SAFETY: the caller upholds this function's contract (the CPU
+    // features it is compiled for, and the pointers and lengths it is
+    // given), which is all its intrinsics and pointer accesses rely on.
+    unsafe { blocked::<__m256d, 2, 6>(x) }
 }
 
 #[target_feature(enable = "avx512f")]
 #[inline(never)]
 unsafe fn gemm_avx512(x: &Args) {
-    blocked::<__m512d, 3, 8>(x)
+    // SAFETY: the caller upholds this function's contract (the CPU
+    // features it is compiled for, and the pointers and lengths it is
+    // given), which is all its intrinsics and pointer accesses rely on.
+    unsafe { blocked::<__m512d, 3, 8>(x) }
 }
 
 /// The blocked loops around the micro-kernel; `MV` vectors of `V` make the
 /// tile's `MR` rows, `NR` is its columns.
 #[inline(always)]
 unsafe fn blocked<V: F64Vec, const MV: usize, const NR: usize>(x: &Args) {
-    let mr = MV * V::LANES;
-    let ap = x.pack;
-    let bp = x.pack.add(MC * KC);
-    // Equal column blocks no wider than NC_MAX, rounded up to whole
-    // micro-panels, so no block is a thin remainder.
-    let blocks = x.n.div_ceil(NC_MAX);
-    let nc = x.n.div_ceil(blocks).div_ceil(NR) * NR;
-    let mut jc = 0;
-    while jc < x.n {
-        let ncb = nc.min(x.n - jc);
-        let mut pc = 0;
-        while pc < x.k {
-            let kcb = KC.min(x.k - pc);
-            pack_b::<NR>(kcb, ncb, x.b.add(pc + jc * x.ldb), x.ldb, bp);
-            let mut ic = 0;
-            while ic < x.m {
-                let mcb = MC.min(x.m - ic);
-                pack_a(mr, mcb, kcb, x.a.add(ic + pc * x.lda), x.lda, x.alpha, ap);
-                let mut jr = 0;
-                while jr < ncb {
-                    let mut ir = 0;
-                    while ir < mcb {
-                        micro::<V, MV, NR>(
-                            kcb,
-                            ap.add(ir * kcb),
-                            bp.add(jr * kcb),
-                            x.c.add(ic + ir + (jc + jr) * x.ldc),
-                            x.ldc,
-                            mr.min(mcb - ir),
-                            NR.min(ncb - jr),
-                        );
-                        ir += mr;
+    // SAFETY: the caller upholds this function's contract (the CPU
+    // features it is compiled for, and the pointers and lengths it is
+    // given), which is all its intrinsics and pointer accesses rely on.
+    unsafe {
+        let mr = MV * V::LANES;
+        let ap = x.pack;
+        let bp = x.pack.add(MC * KC);
+        // Equal column blocks no wider than NC_MAX, rounded up to whole
+        // micro-panels, so no block is a thin remainder.
+        let blocks = x.n.div_ceil(NC_MAX);
+        let nc = x.n.div_ceil(blocks).div_ceil(NR) * NR;
+        let mut jc = 0;
+        while jc < x.n {
+            let ncb = nc.min(x.n - jc);
+            let mut pc = 0;
+            while pc < x.k {
+                let kcb = KC.min(x.k - pc);
+                pack_b::<NR>(kcb, ncb, x.b.add(pc + jc * x.ldb), x.ldb, bp);
+                let mut ic = 0;
+                while ic < x.m {
+                    let mcb = MC.min(x.m - ic);
+                    pack_a(mr, mcb, kcb, x.a.add(ic + pc * x.lda), x.lda, x.alpha, ap);
+                    let mut jr = 0;
+                    while jr < ncb {
+                        let mut ir = 0;
+                        while ir < mcb {
+                            micro::<V, MV, NR>(
+                                kcb,
+                                ap.add(ir * kcb),
+                                bp.add(jr * kcb),
+                                x.c.add(ic + ir + (jc + jr) * x.ldc),
+                                x.ldc,
+                                mr.min(mcb - ir),
+                                NR.min(ncb - jr),
+                            );
+                            ir += mr;
+                        }
+                        jr += NR;
                     }
-                    jr += NR;
+                    ic += MC;
                 }
-                ic += MC;
+                pc += KC;
             }
-            pc += KC;
+            jc += nc;
         }
-        jc += nc;
     }
 }
 
@@ -367,24 +388,29 @@ unsafe fn pack_a(
     alpha: f64,
     dst: *mut f64,
 ) {
-    let mut ir = 0;
-    while ir < mc {
-        let rows = mr.min(mc - ir);
-        let panel = dst.add(ir * kc);
-        for p in 0..kc {
-            let src = a.add(ir + p * lda);
-            let d = panel.add(p * mr);
-            if rows == mr {
-                for i in 0..mr {
-                    *d.add(i) = alpha * *src.add(i);
-                }
-            } else {
-                for i in 0..mr {
-                    *d.add(i) = if i < rows { alpha * *src.add(i) } else { 0.0 };
+    // SAFETY: the caller upholds this function's contract (the CPU
+    // features it is compiled for, and the pointers and lengths it is
+    // given), which is all its intrinsics and pointer accesses rely on.
+    unsafe {
+        let mut ir = 0;
+        while ir < mc {
+            let rows = mr.min(mc - ir);
+            let panel = dst.add(ir * kc);
+            for p in 0..kc {
+                let src = a.add(ir + p * lda);
+                let d = panel.add(p * mr);
+                if rows == mr {
+                    for i in 0..mr {
+                        *d.add(i) = alpha * *src.add(i);
+                    }
+                } else {
+                    for i in 0..mr {
+                        *d.add(i) = if i < rows { alpha * *src.add(i) } else { 0.0 };
+                    }
                 }
             }
+            ir += mr;
         }
-        ir += mr;
     }
 }
 
@@ -392,28 +418,33 @@ unsafe fn pack_a(
 /// `dst + j*NR*kc`, row `p` of it at `+ p*NR`, zero-padded columns.
 #[inline(always)]
 unsafe fn pack_b<const NR: usize>(kc: usize, nc: usize, b: *const f64, ldb: usize, dst: *mut f64) {
-    let mut jr = 0;
-    while jr < nc {
-        let cols = NR.min(nc - jr);
-        let panel = dst.add(jr * kc);
-        if cols == NR {
-            for p in 0..kc {
-                for j in 0..NR {
-                    *panel.add(p * NR + j) = *b.add(p + (jr + j) * ldb);
+    // SAFETY: the caller upholds this function's contract (the CPU
+    // features it is compiled for, and the pointers and lengths it is
+    // given), which is all its intrinsics and pointer accesses rely on.
+    unsafe {
+        let mut jr = 0;
+        while jr < nc {
+            let cols = NR.min(nc - jr);
+            let panel = dst.add(jr * kc);
+            if cols == NR {
+                for p in 0..kc {
+                    for j in 0..NR {
+                        *panel.add(p * NR + j) = *b.add(p + (jr + j) * ldb);
+                    }
+                }
+            } else {
+                for p in 0..kc {
+                    for j in 0..NR {
+                        *panel.add(p * NR + j) = if j < cols {
+                            *b.add(p + (jr + j) * ldb)
+                        } else {
+                            0.0
+                        };
+                    }
                 }
             }
-        } else {
-            for p in 0..kc {
-                for j in 0..NR {
-                    *panel.add(p * NR + j) = if j < cols {
-                        *b.add(p + (jr + j) * ldb)
-                    } else {
-                        0.0
-                    };
-                }
-            }
+            jr += NR;
         }
-        jr += NR;
     }
 }
 
@@ -449,44 +480,49 @@ unsafe fn micro<V: F64Vec, const MV: usize, const NR: usize>(
     m: usize,
     n: usize,
 ) {
-    let lanes = V::LANES;
-    let mr = MV * lanes;
-    let mut acc = [[V::zero(); MV]; NR];
-    let mut a = a;
-    let mut b = b;
-    let mut p = 0;
-    while p + 4 <= kc {
-        kstep!(acc, a, b, MV, NR, lanes);
-        kstep!(acc, a.add(mr), b.add(NR), MV, NR, lanes);
-        kstep!(acc, a.add(2 * mr), b.add(2 * NR), MV, NR, lanes);
-        kstep!(acc, a.add(3 * mr), b.add(3 * NR), MV, NR, lanes);
-        a = a.add(4 * mr);
-        b = b.add(4 * NR);
-        p += 4;
-    }
-    while p < kc {
-        kstep!(acc, a, b, MV, NR, lanes);
-        a = a.add(mr);
-        b = b.add(NR);
-        p += 1;
-    }
-    if m == mr && n == NR {
-        for j in 0..NR {
-            for v in 0..MV {
-                let cp = c.add(j * ldc + v * lanes);
-                V::storeu(cp, V::add(V::loadu(cp), acc[j][v]));
-            }
+    // SAFETY: the caller upholds this function's contract (the CPU
+    // features it is compiled for, and the pointers and lengths it is
+    // given), which is all its intrinsics and pointer accesses rely on.
+    unsafe {
+        let lanes = V::LANES;
+        let mr = MV * lanes;
+        let mut acc = [[V::zero(); MV]; NR];
+        let mut a = a;
+        let mut b = b;
+        let mut p = 0;
+        while p + 4 <= kc {
+            kstep!(acc, a, b, MV, NR, lanes);
+            kstep!(acc, a.add(mr), b.add(NR), MV, NR, lanes);
+            kstep!(acc, a.add(2 * mr), b.add(2 * NR), MV, NR, lanes);
+            kstep!(acc, a.add(3 * mr), b.add(3 * NR), MV, NR, lanes);
+            a = a.add(4 * mr);
+            b = b.add(4 * NR);
+            p += 4;
         }
-    } else {
-        let mut tile = [0.0f64; MAX_TILE];
-        for j in 0..NR {
-            for v in 0..MV {
-                V::storeu(tile.as_mut_ptr().add(j * mr + v * lanes), acc[j][v]);
-            }
+        while p < kc {
+            kstep!(acc, a, b, MV, NR, lanes);
+            a = a.add(mr);
+            b = b.add(NR);
+            p += 1;
         }
-        for j in 0..n {
-            for i in 0..m {
-                *c.add(i + j * ldc) += tile[i + j * mr];
+        if m == mr && n == NR {
+            for j in 0..NR {
+                for v in 0..MV {
+                    let cp = c.add(j * ldc + v * lanes);
+                    V::storeu(cp, V::add(V::loadu(cp), acc[j][v]));
+                }
+            }
+        } else {
+            let mut tile = [0.0f64; MAX_TILE];
+            for j in 0..NR {
+                for v in 0..MV {
+                    V::storeu(tile.as_mut_ptr().add(j * mr + v * lanes), acc[j][v]);
+                }
+            }
+            for j in 0..n {
+                for i in 0..m {
+                    *c.add(i + j * ldc) += tile[i + j * mr];
+                }
             }
         }
     }

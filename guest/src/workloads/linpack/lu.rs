@@ -45,7 +45,10 @@ pub fn lu_factor(
 /// Element (i, j) of a column-major matrix.
 #[inline(always)]
 unsafe fn at(a: *mut f64, lda: usize, i: usize, j: usize) -> *mut f64 {
-    a.add(i + j * lda)
+    // SAFETY: the caller upholds this function's contract (the CPU
+    // features it is compiled for, and the pointers and lengths it is
+    // given), which is all its intrinsics and pointer accesses rely on.
+    unsafe { a.add(i + j * lda) }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -58,55 +61,60 @@ unsafe fn blocked_lu(
     pack: &mut [f64],
     singular: &mut Option<usize>,
 ) {
-    let mut k = 0;
-    while k < n {
-        let nb = NB.min(n - k);
-        let m = n - k;
-        panel(
-            d,
-            m,
-            nb,
-            at(a, lda, k, k),
-            lda,
-            ipiv.add(k),
-            pack,
-            singular,
-            k,
-        );
-        // Pivots relative to row k -> absolute; apply them to the columns
-        // left and right of the panel.
-        for i in k..k + nb {
-            *ipiv.add(i) += k;
-        }
-        swap_rows(k, a, lda, ipiv, k, k + nb);
-        let right = n - k - nb;
-        if right > 0 {
-            swap_rows(right, at(a, lda, 0, k + nb), lda, ipiv, k, k + nb);
-            trsm_lower_unit(
+    // SAFETY: the caller upholds this function's contract (the CPU
+    // features it is compiled for, and the pointers and lengths it is
+    // given), which is all its intrinsics and pointer accesses rely on.
+    unsafe {
+        let mut k = 0;
+        while k < n {
+            let nb = NB.min(n - k);
+            let m = n - k;
+            panel(
                 d,
+                m,
                 nb,
-                right,
                 at(a, lda, k, k),
                 lda,
-                at(a, lda, k, k + nb),
-                lda,
+                ipiv.add(k),
                 pack,
+                singular,
+                k,
             );
-            d.gemm_raw(
-                right,
-                right,
-                nb,
-                -1.0,
-                at(a, lda, k + nb, k),
-                lda,
-                at(a, lda, k, k + nb),
-                lda,
-                at(a, lda, k + nb, k + nb),
-                lda,
-                pack,
-            );
+            // Pivots relative to row k -> absolute; apply them to the columns
+            // left and right of the panel.
+            for i in k..k + nb {
+                *ipiv.add(i) += k;
+            }
+            swap_rows(k, a, lda, ipiv, k, k + nb);
+            let right = n - k - nb;
+            if right > 0 {
+                swap_rows(right, at(a, lda, 0, k + nb), lda, ipiv, k, k + nb);
+                trsm_lower_unit(
+                    d,
+                    nb,
+                    right,
+                    at(a, lda, k, k),
+                    lda,
+                    at(a, lda, k, k + nb),
+                    lda,
+                    pack,
+                );
+                d.gemm_raw(
+                    right,
+                    right,
+                    nb,
+                    -1.0,
+                    at(a, lda, k + nb, k),
+                    lda,
+                    at(a, lda, k, k + nb),
+                    lda,
+                    at(a, lda, k + nb, k + nb),
+                    lda,
+                    pack,
+                );
+            }
+            k += nb;
         }
-        k += nb;
     }
 }
 
@@ -125,43 +133,48 @@ unsafe fn panel(
     singular: &mut Option<usize>,
     row0: usize,
 ) {
-    if n <= LEAF {
-        unblocked(m, n, a, lda, ipiv, singular, row0);
-        return;
+    // SAFETY: the caller upholds this function's contract (the CPU
+    // features it is compiled for, and the pointers and lengths it is
+    // given), which is all its intrinsics and pointer accesses rely on.
+    unsafe {
+        if n <= LEAF {
+            unblocked(m, n, a, lda, ipiv, singular, row0);
+            return;
+        }
+        let n1 = n / 2;
+        let n2 = n - n1;
+        panel(d, m, n1, a, lda, ipiv, pack, singular, row0);
+        swap_rows(n2, at(a, lda, 0, n1), lda, ipiv, 0, n1);
+        trsm_lower_unit(d, n1, n2, a, lda, at(a, lda, 0, n1), lda, pack);
+        d.gemm_raw(
+            m - n1,
+            n2,
+            n1,
+            -1.0,
+            at(a, lda, n1, 0),
+            lda,
+            at(a, lda, 0, n1),
+            lda,
+            at(a, lda, n1, n1),
+            lda,
+            pack,
+        );
+        panel(
+            d,
+            m - n1,
+            n2,
+            at(a, lda, n1, n1),
+            lda,
+            ipiv.add(n1),
+            pack,
+            singular,
+            row0 + n1,
+        );
+        for i in n1..n {
+            *ipiv.add(i) += n1;
+        }
+        swap_rows(n1, a, lda, ipiv, n1, n);
     }
-    let n1 = n / 2;
-    let n2 = n - n1;
-    panel(d, m, n1, a, lda, ipiv, pack, singular, row0);
-    swap_rows(n2, at(a, lda, 0, n1), lda, ipiv, 0, n1);
-    trsm_lower_unit(d, n1, n2, a, lda, at(a, lda, 0, n1), lda, pack);
-    d.gemm_raw(
-        m - n1,
-        n2,
-        n1,
-        -1.0,
-        at(a, lda, n1, 0),
-        lda,
-        at(a, lda, 0, n1),
-        lda,
-        at(a, lda, n1, n1),
-        lda,
-        pack,
-    );
-    panel(
-        d,
-        m - n1,
-        n2,
-        at(a, lda, n1, n1),
-        lda,
-        ipiv.add(n1),
-        pack,
-        singular,
-        row0 + n1,
-    );
-    for i in n1..n {
-        *ipiv.add(i) += n1;
-    }
-    swap_rows(n1, a, lda, ipiv, n1, n);
 }
 
 /// Right-looking unblocked LU (LAPACK's dgetf2) of an `m x n` sliver.
@@ -174,37 +187,42 @@ unsafe fn unblocked(
     singular: &mut Option<usize>,
     row0: usize,
 ) {
-    for j in 0..n.min(m) {
-        let col = at(a, lda, 0, j);
-        let mut p = j;
-        let mut best = fabs(*col.add(j));
-        for i in j + 1..m {
-            let v = fabs(*col.add(i));
-            if v > best {
-                best = v;
-                p = i;
-            }
-        }
-        *ipiv.add(j) = p;
-        if best != 0.0 {
-            if p != j {
-                for c in 0..n {
-                    core::ptr::swap(at(a, lda, j, c), at(a, lda, p, c));
+    // SAFETY: the caller upholds this function's contract (the CPU
+    // features it is compiled for, and the pointers and lengths it is
+    // given), which is all its intrinsics and pointer accesses rely on.
+    unsafe {
+        for j in 0..n.min(m) {
+            let col = at(a, lda, 0, j);
+            let mut p = j;
+            let mut best = fabs(*col.add(j));
+            for i in j + 1..m {
+                let v = fabs(*col.add(i));
+                if v > best {
+                    best = v;
+                    p = i;
                 }
             }
-            let r = 1.0 / *col.add(j);
-            for i in j + 1..m {
-                *col.add(i) *= r;
-            }
-        } else if singular.is_none() {
-            *singular = Some(row0 + j);
-        }
-        for c in j + 1..n {
-            let dst = at(a, lda, 0, c);
-            let t = *dst.add(j);
-            if t != 0.0 {
+            *ipiv.add(j) = p;
+            if best != 0.0 {
+                if p != j {
+                    for c in 0..n {
+                        core::ptr::swap(at(a, lda, j, c), at(a, lda, p, c));
+                    }
+                }
+                let r = 1.0 / *col.add(j);
                 for i in j + 1..m {
-                    *dst.add(i) -= *col.add(i) * t;
+                    *col.add(i) *= r;
+                }
+            } else if singular.is_none() {
+                *singular = Some(row0 + j);
+            }
+            for c in j + 1..n {
+                let dst = at(a, lda, 0, c);
+                let t = *dst.add(j);
+                if t != 0.0 {
+                    for i in j + 1..m {
+                        *dst.add(i) -= *col.add(i) * t;
+                    }
                 }
             }
         }
@@ -221,12 +239,17 @@ unsafe fn swap_rows(
     k1: usize,
     k2: usize,
 ) {
-    for c in 0..ncols {
-        let col = at(a, lda, 0, c);
-        for i in k1..k2 {
-            let p = *ipiv.add(i);
-            if p != i {
-                core::ptr::swap(col.add(i), col.add(p));
+    // SAFETY: the caller upholds this function's contract (the CPU
+    // features it is compiled for, and the pointers and lengths it is
+    // given), which is all its intrinsics and pointer accesses rely on.
+    unsafe {
+        for c in 0..ncols {
+            let col = at(a, lda, 0, c);
+            for i in k1..k2 {
+                let p = *ipiv.add(i);
+                if p != i {
+                    core::ptr::swap(col.add(i), col.add(p));
+                }
             }
         }
     }
@@ -245,46 +268,51 @@ unsafe fn trsm_lower_unit(
     ldb: usize,
     pack: &mut [f64],
 ) {
-    if m <= LEAF {
-        for j in 0..n {
-            let bj = at(b, ldb, 0, j);
-            for k in 0..m {
-                let t = *bj.add(k);
-                if t != 0.0 {
-                    let lk = at(l, ldl, 0, k);
-                    for i in k + 1..m {
-                        *bj.add(i) -= *lk.add(i) * t;
+    // SAFETY: the caller upholds this function's contract (the CPU
+    // features it is compiled for, and the pointers and lengths it is
+    // given), which is all its intrinsics and pointer accesses rely on.
+    unsafe {
+        if m <= LEAF {
+            for j in 0..n {
+                let bj = at(b, ldb, 0, j);
+                for k in 0..m {
+                    let t = *bj.add(k);
+                    if t != 0.0 {
+                        let lk = at(l, ldl, 0, k);
+                        for i in k + 1..m {
+                            *bj.add(i) -= *lk.add(i) * t;
+                        }
                     }
                 }
             }
+            return;
         }
-        return;
+        let m1 = m / 2;
+        trsm_lower_unit(d, m1, n, l, ldl, b, ldb, pack);
+        d.gemm_raw(
+            m - m1,
+            n,
+            m1,
+            -1.0,
+            at(l, ldl, m1, 0),
+            ldl,
+            b,
+            ldb,
+            at(b, ldb, m1, 0),
+            ldb,
+            pack,
+        );
+        trsm_lower_unit(
+            d,
+            m - m1,
+            n,
+            at(l, ldl, m1, m1),
+            ldl,
+            at(b, ldb, m1, 0),
+            ldb,
+            pack,
+        );
     }
-    let m1 = m / 2;
-    trsm_lower_unit(d, m1, n, l, ldl, b, ldb, pack);
-    d.gemm_raw(
-        m - m1,
-        n,
-        m1,
-        -1.0,
-        at(l, ldl, m1, 0),
-        ldl,
-        b,
-        ldb,
-        at(b, ldb, m1, 0),
-        ldb,
-        pack,
-    );
-    trsm_lower_unit(
-        d,
-        m - m1,
-        n,
-        at(l, ldl, m1, m1),
-        ldl,
-        at(b, ldb, m1, 0),
-        ldb,
-        pack,
-    );
 }
 
 /// Solve `A x = b` with the factors from [`lu_factor`]; `b` becomes `x`.
