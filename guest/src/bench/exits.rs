@@ -21,12 +21,16 @@ use crate::protocol::{BENCH_MMIO_ADDR, BENCH_PIO_PORT, MARK_END, MARK_PORT};
 /// The exit a row provokes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExitKind {
+    /// A 32-bit `out` to the benchmark port: KVM_EXIT_IO.
     Pio = 0,
+    /// A 32-bit store to unbacked guest memory: KVM_EXIT_MMIO.
     Mmio = 1,
+    /// CPUID leaf 0: handled inside KVM.
     Cpuid = 2,
 }
 
 impl ExitKind {
+    /// Every kind, in row order.
     pub const ALL: [ExitKind; 3] = [ExitKind::Pio, ExitKind::Mmio, ExitKind::Cpuid];
 
     /// The result name: `exit-pio`, `exit-mmio`, `exit-cpuid`.

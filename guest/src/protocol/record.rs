@@ -60,6 +60,7 @@ pub struct FaultRecord {
     pub cr2: u64,
     /// Privilege level the fault happened at (0 kernel, 3 task).
     pub cpl: u32,
+    /// Explicit padding to 8 bytes (the record has none implicit); 0.
     pub _pad: u32,
 }
 
@@ -101,7 +102,9 @@ pub struct ResultRecord {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct SkipRecord {
+    /// Workload name, NUL-padded ASCII, as in [`ResultRecord::name`].
     pub name: [u8; NAME_LEN],
+    /// ISA variant, NUL-padded ASCII, as in [`ResultRecord::variant`].
     pub variant: [u8; NAME_LEN],
     /// NUL-padded ASCII, e.g. `CPUID lacks AVX (XCR0 0x3)`.
     pub reason: [u8; REASON_LEN],
@@ -120,10 +123,15 @@ pub struct Report {
 
     /// CPUID.1 ECX/EDX, CPUID.7.0 EBX/ECX/EDX, CPUID.7.1 EAX as seen by the guest.
     pub cpuid1_ecx: u32,
+    /// CPUID.1 EDX.
     pub cpuid1_edx: u32,
+    /// CPUID.7.0 EBX.
     pub cpuid7_ebx: u32,
+    /// CPUID.7.0 ECX.
     pub cpuid7_ecx: u32,
+    /// CPUID.7.0 EDX.
     pub cpuid7_edx: u32,
+    /// CPUID.7.1 EAX.
     pub cpuid7_1_eax: u32,
 
     /// CPUID 0xD.0 EDX:EAX: user state the CPU (as exposed) supports.
@@ -159,9 +167,13 @@ pub struct Report {
     /// Set when the run ended in a CPU exception.
     pub fault: FaultRecord,
 
+    /// Valid entries in [`Report::results`] (at most [`MAX_RESULTS`]).
     pub result_count: u32,
+    /// Valid entries in [`Report::skipped`] (at most [`MAX_SKIPPED`]).
     pub skipped_count: u32,
+    /// Measured workloads and benchmarks; see [`Report::results()`].
     pub results: [ResultRecord; MAX_RESULTS],
+    /// Variants not run, and why; see [`Report::skipped()`].
     pub skipped: [SkipRecord; MAX_SKIPPED],
 
     /// A second figure per result, same index as [`Report::results`]; 0
@@ -185,17 +197,25 @@ pub struct Report {
 pub enum ReportError {
     /// Fewer bytes than `size_of::<Report>()`.
     Truncated {
+        /// Bytes given.
         got: usize,
+        /// `size_of::<Report>()`.
         need: usize,
     },
+    /// The magic field is not [`REPORT_MAGIC`].
     BadMagic(u64),
+    /// The version field is not [`REPORT_VERSION`].
     BadVersion(u32),
     /// The guest was built with a different record layout.
     BadSize {
+        /// The record's size field.
         got: u32,
+        /// `size_of::<Report>()` here.
         need: u32,
     },
+    /// `result_count` above [`MAX_RESULTS`].
     TooManyResults(u32),
+    /// `skipped_count` above [`MAX_SKIPPED`].
     TooManySkipped(u32),
 }
 

@@ -104,7 +104,12 @@ pub enum RunError {
     /// The contexts' work is SSE: XCR0 must switch SSE state.
     NoSse,
     /// The scratch buffer is smaller than [`scratch_bytes`].
-    Scratch { need: usize, have: usize },
+    Scratch {
+        /// Bytes a run needs.
+        need: usize,
+        /// Bytes it was given.
+        have: usize,
+    },
     /// The xstate model could not build the initial image.
     Image,
 }

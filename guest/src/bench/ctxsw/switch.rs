@@ -21,6 +21,7 @@ pub enum Profile {
 }
 
 impl Profile {
+    /// Name in row variants (`sse`, `avx`).
     pub fn name(self) -> &'static str {
         match self {
             Profile::Sse => "sse",

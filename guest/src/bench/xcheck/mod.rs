@@ -81,8 +81,11 @@ pub fn scratch_bytes(env: &Env) -> usize {
 /// Why a check could not be made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CheckError {
+    /// The scratch buffer is smaller than [`scratch_bytes`].
     Scratch {
+        /// Bytes a check needs.
         need: usize,
+        /// Bytes it was given.
         have: usize,
     },
     /// The xstate model has no layout for XCR0.
@@ -117,6 +120,7 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// True when the patterns loaded and came back unchanged.
     pub fn passed(&self) -> bool {
         self.load.is_none() && self.after.is_none()
     }

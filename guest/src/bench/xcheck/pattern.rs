@@ -36,17 +36,29 @@ pub const fn pattern_byte(component: u32, reg: u32, k: usize) -> u8 {
 /// One architectural register (or control field) of the checked state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reg {
+    /// x87 control word.
     Fcw,
+    /// x87 status word.
     Fsw,
+    /// x87 tag word (abridged, as FXSAVE stores it).
     Ftw,
+    /// x87 last opcode.
     Fop,
+    /// x87 last instruction pointer.
     Fip,
+    /// x87 last data pointer.
     Fdp,
+    /// SSE control and status.
     Mxcsr,
+    /// x87 register ST(i) (MM(i)).
     St(u8),
+    /// XMM register i.
     Xmm(u8),
+    /// Upper half of YMM register i.
     YmmHi(u8),
+    /// AVX-512 opmask register k(i).
     K(u8),
+    /// Upper 256 bits of ZMM register i (0..=15).
     ZmmHi256(u8),
     /// ZMM16-31 (Hi16_ZMM), whole.
     Zmm(u8),
@@ -75,10 +87,13 @@ impl fmt::Display for Reg {
 /// The first byte that differs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Mismatch {
+    /// The register.
     pub reg: Reg,
     /// Byte within the register.
     pub byte: u32,
+    /// What the byte must hold.
     pub expected: u8,
+    /// What it held.
     pub got: u8,
 }
 

@@ -73,6 +73,7 @@ impl AesVariant {
 /// whole blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PartialBlock {
+    /// The length given.
     pub len: usize,
 }
 
@@ -105,6 +106,7 @@ impl Aes128 {
         Ok(Aes128 { variant })
     }
 
+    /// The implementation this instance runs.
     pub fn variant(&self) -> AesVariant {
         self.variant
     }

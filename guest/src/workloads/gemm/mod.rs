@@ -92,18 +92,27 @@ impl GemmVariant {
 pub enum GemmError {
     /// A leading dimension smaller than the matrix's row count.
     LeadingDimension {
+        /// `A`, `B` or `C`.
         matrix: char,
+        /// The leading dimension given.
         ld: usize,
+        /// The matrix's row count.
         rows: usize,
     },
     /// A matrix slice shorter than its dimensions and leading dimension need.
     TooShort {
+        /// `A`, `B` or `C`.
         matrix: char,
+        /// The slice's length.
         len: usize,
+        /// Elements the dimensions need.
         need: usize,
     },
     /// The pack buffer is shorter than [`PACK_LEN`].
-    PackTooShort { len: usize },
+    PackTooShort {
+        /// The pack buffer's length.
+        len: usize,
+    },
 }
 
 impl core::fmt::Display for GemmError {
@@ -176,6 +185,7 @@ impl Dgemm {
         Ok(Dgemm { variant })
     }
 
+    /// The kernel this instance runs.
     pub fn variant(&self) -> GemmVariant {
         self.variant
     }

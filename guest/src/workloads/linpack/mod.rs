@@ -34,11 +34,19 @@ pub const RESIDUAL_THRESHOLD: f64 = 16.0;
 pub enum LuError {
     /// An exact zero pivot at this column: the matrix is singular (the
     /// factorisation was completed, as LAPACK's `info > 0`).
-    Singular { col: usize },
+    Singular {
+        /// The column of the zero pivot.
+        col: usize,
+    },
     /// `lda` smaller than `n`, or a slice too short for `n`.
     BadDimensions,
     /// A pivot index outside `i..n` at position `i`.
-    BadPivot { index: usize, value: usize },
+    BadPivot {
+        /// Position `i` in `ipiv`.
+        index: usize,
+        /// The index found there.
+        value: usize,
+    },
 }
 
 impl core::fmt::Display for LuError {
