@@ -3,7 +3,7 @@
 //! the guest's console and the VMM's report never disagree.
 
 /// Names of the XSAVE extensions CPUID 0xD.1 EAX enumerates, bit 0 first
-/// (what [`Report::cpuid_xsave_features`] holds).
+/// (what [`Report::cpuid_xsave_features`](crate::protocol::Report::cpuid_xsave_features) holds).
 pub const XSAVE_FEATURE_NAMES: [&str; 5] = ["xsaveopt", "xsavec", "xgetbv1", "xsaves", "xfd"];
 
 /// The XSAVE instructions and extensions CPUID 0xD.1 EAX `eax` reports,
@@ -53,7 +53,7 @@ pub const fn exception_mnemonic(vector: u32) -> &'static str {
 }
 
 /// User-level context-switch strategies the guest calibrates at boot, in
-/// the order of [`Report::switch_cycles`]: each saves with the named
+/// the order of [`Report::switch_cycles`](crate::protocol::Report::switch_cycles): each saves with the named
 /// instruction and restores with XRSTOR. `xsavec-xinuse` masks the XSAVEC
 /// request with XGETBV(1) (XINUSE), as Linux does. XSAVES/XRSTORS are not
 /// candidates: they need CPL0, and the guest's contexts are CPL3 tasks.

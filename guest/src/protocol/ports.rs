@@ -7,12 +7,12 @@
 pub const SERIAL_PORT: u16 = 0x3f8;
 /// Debug exit (QEMU `isa-debug-exit` compatible): a 32-bit write ends the run.
 pub const DEBUG_EXIT_PORT: u16 = 0xf4;
-/// A 32-bit write hands the VMM the guest-physical address of a [`Report`].
+/// A 32-bit write hands the VMM the guest-physical address of a [`Report`](crate::protocol::Report).
 pub const REPORT_PORT: u16 = 0xf8;
 /// Exit benchmark: the PIO target port.
 pub const BENCH_PIO_PORT: u16 = 0xf0;
 /// Benchmark markers: a write of `i` starts row `i` (its future index in
-/// [`Report::results`]), a write of `MARK_END | i` ends it.
+/// [`Report::results`](crate::protocol::Report::results)), a write of `MARK_END | i` ends it.
 pub const MARK_PORT: u16 = 0xec;
 /// Set in a [`MARK_PORT`] value that ends a row.
 pub const MARK_END: u32 = 0x8000_0000;
@@ -42,7 +42,7 @@ pub enum ExitStatus {
     Success = 0,
     /// A workload's known-answer or residual check failed.
     CheckFailed = 1,
-    /// A CPU exception in a guest task or in the kernel; see [`FaultRecord`].
+    /// A CPU exception in a guest task or in the kernel; see [`FaultRecord`](crate::protocol::FaultRecord).
     Exception = 2,
     /// The guest could not set itself up (bad boot info, CPUID it cannot use, ...).
     SetupFailed = 3,

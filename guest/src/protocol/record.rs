@@ -181,11 +181,11 @@ pub struct Report {
     /// `guest::bench::ctxsw::bytes_per_save`).
     pub result_aux: [u64; MAX_RESULTS],
     /// The user-level context-switch strategy the guest chose at boot by
-    /// measurement (one of [`SWITCH_STRATEGIES`]), NUL-padded; empty when
+    /// measurement (one of [`SWITCH_STRATEGIES`](crate::protocol::SWITCH_STRATEGIES)), NUL-padded; empty when
     /// the CPU has no XSAVE.
     pub switch_strategy: [u8; NAME_LEN],
     /// TSC cycles per context switch (save + XRSTOR + stack switch) the boot
-    /// calibration measured for each of [`SWITCH_STRATEGIES`] (the minimum
+    /// calibration measured for each of [`SWITCH_STRATEGIES`](crate::protocol::SWITCH_STRATEGIES) (the minimum
     /// of its trials); 0 when the CPU (as the guest's CPUID says) lacks it.
     pub switch_cycles: [u64; 4],
     /// TSC cycles the whole boot calibration took.

@@ -47,7 +47,7 @@ pub enum CheckExit {
     /// `count` CPUIDs (leaf 0).
     Cpuid,
     /// One write of the register number to [`XSTATE_EDIT_PORT`]: the VMM is
-    /// to set that XMM register to [`xmm_edit_pattern`].
+    /// to set that XMM register to [`xmm_edit_pattern`](crate::protocol::xmm_edit_pattern).
     Edit(u32),
     /// Nothing (tests: the pattern round trip alone).
     Nothing,
