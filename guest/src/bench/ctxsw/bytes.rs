@@ -5,7 +5,7 @@
 use xstate::buffer::{offsets, XSAVE_MIN_SIZE};
 use xstate::{Format, XfeatureMask, XsaveInfo};
 
-use super::Strategy;
+use xstate::SaveStrategy as Strategy;
 
 /// Bytes the last save wrote into `area` (see the module documentation for
 /// the rule per strategy); `rfbm` is the requested-feature bitmap the

@@ -6,7 +6,7 @@
 use core::arch::naked_asm;
 use core::mem::offset_of;
 
-use super::Strategy;
+use xstate::SaveStrategy as Strategy;
 
 /// Contexts switched round-robin.
 pub const CONTEXTS: usize = 4;

@@ -1,7 +1,7 @@
 //! The workload suite: what runs for a [`Selection`], in which sizes, how
 //! each result is checked and timed, and what ends up in the report.
 //!
-//! - AES-128: every variant first passes [`aes::kat::verify`]; a variant
+//! - AES-128: every variant first passes [`aes::kat::verify`](crate::workloads::aes::kat::verify); a variant
 //!   that fails gets a `check = 0`, untimed result per size plus a skip
 //!   record whose reason names the failing vector. CBC (`aesni-sse`,
 //!   `aesni-avx`) at 16..8192-byte messages and CTR (all four variants)
@@ -14,7 +14,7 @@
 //!   Work: `2 n^3` flops per product.
 //! - Linpack: factor + solve timed per repetition (matrix regeneration is
 //!   not); `residual` is the scaled residual of the last solve, passing
-//!   below [`linpack::RESIDUAL_THRESHOLD`]. Work: `2/3 n^3 + 2 n^2` flops.
+//!   below [`linpack::RESIDUAL_THRESHOLD`](crate::workloads::linpack::RESIDUAL_THRESHOLD). Work: `2/3 n^3 + 2 n^2` flops.
 //!
 //! A variant the CPU or XCR0 does not allow, or a size the scratch region
 //! is too small for, gets a skip record with the reason.
@@ -41,8 +41,8 @@ pub use sizes::{
     GEMM_SIZES_QUICK, LINPACK_SIZES, LINPACK_SIZES_QUICK,
 };
 
-/// Runs what `sel` asks for and `feat` allows; pushes a [`ResultRecord`]
-/// per (workload, variant, size) and a [`SkipRecord`] (with a reason like
+/// Runs what `sel` asks for and `feat` allows; pushes a [`ResultRecord`](crate::protocol::ResultRecord)
+/// per (workload, variant, size) and a [`SkipRecord`](crate::protocol::SkipRecord) (with a reason like
 /// "needs AVX: XCR0 0x3 lacks AVX state") per variant it did not run.
 /// Returns true when every check passed.
 ///
