@@ -6,6 +6,7 @@ use crate::workloads::features::CpuFeatures;
 use crate::workloads::gemm::GemmVariant;
 use crate::workloads::gemm::{Dgemm, PACK_LEN};
 use crate::workloads::std::{vec, vec::Vec};
+use crate::workloads::test_support::host_variants;
 
 fn solve(d: &Dgemm, n: usize, lda: usize, seed: u64) -> f64 {
     let mut a = vec![0.0; lda * n];
@@ -24,11 +25,7 @@ fn solve(d: &Dgemm, n: usize, lda: usize, seed: u64) -> f64 {
 }
 
 fn available() -> Vec<Dgemm> {
-    let f = CpuFeatures::detect();
-    GemmVariant::ALL
-        .iter()
-        .filter_map(|&v| Dgemm::new(v, &f).ok())
-        .collect()
+    host_variants(&GemmVariant::ALL, Dgemm::new)
 }
 
 #[test]
