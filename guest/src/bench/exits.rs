@@ -15,7 +15,7 @@
 
 use core::arch::asm;
 
-use super::exit_loop::exit_loops_asm;
+use super::timed_asm::{exit_loops_asm, rdtsc_fenced_asm};
 use crate::protocol::{BENCH_MMIO_ADDR, BENCH_PIO_PORT, MARK_END, MARK_PORT};
 
 /// The exit a row provokes.
@@ -143,11 +143,7 @@ pub unsafe fn timed_loop(kind: ExitKind, upper: Upper, count: u64, mark: Option<
             "mov edx, {mark_port}",
             "out dx, eax",
             "4:",
-            "lfence",
-            "rdtsc",
-            "lfence",
-            "shl rdx, 32",
-            "or rax, rdx",
+            rdtsc_fenced_asm!(),
             "mov rsi, rax",
             "cmp r9d, 1",
             "je 21f",
@@ -155,11 +151,7 @@ pub unsafe fn timed_loop(kind: ExitKind, upper: Upper, count: u64, mark: Option<
             "je 22f",
             exit_loops_asm!(),
             "29:",
-            "lfence",
-            "rdtsc",
-            "lfence",
-            "shl rdx, 32",
-            "or rax, rdx",
+            rdtsc_fenced_asm!(),
             "sub rax, rsi",
             "mov rsi, rax",
             // End marker.

@@ -21,8 +21,8 @@
 extern crate std;
 
 pub mod ctxsw;
-mod exit_loop;
 pub mod exits;
+mod timed_asm;
 pub mod xcheck;
 
 use xstate::{Format, Xfeature, XfeatureMask, XsaveInfo};

@@ -48,6 +48,7 @@ use core::mem::offset_of;
 
 use xstate::{init_image, Format, InitMode, Xfeature, XfeatureMask, XsaveInfo, XsaveRef};
 
+use super::timed_asm::rdtsc_fenced_asm;
 use super::{carve, Env};
 use bytes::bytes_per_save as save_bytes;
 use switch::{body_fn, switch_fn, Ctx, Run, RUN_MAIN};
@@ -222,18 +223,10 @@ pub fn run(
     // R12-R15 are restored by the switch; everything else is clobbered.
     unsafe {
         asm!(
-            "lfence",
-            "rdtsc",
-            "lfence",
-            "shl rdx, 32",
-            "or rax, rdx",
+            rdtsc_fenced_asm!(),
             "mov r12, rax",
             "call r9",
-            "lfence",
-            "rdtsc",
-            "lfence",
-            "shl rdx, 32",
-            "or rax, rdx",
+            rdtsc_fenced_asm!(),
             "sub rax, r12",
             in("rdi") run_addr + RUN_MAIN as u64,
             in("rsi") ctx_addr(0),

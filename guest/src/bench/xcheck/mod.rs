@@ -24,7 +24,7 @@ use core::mem::offset_of;
 use xstate::buffer::offsets;
 use xstate::{init_image, InitMode, XfeatureMask};
 
-use super::exit_loop::exit_loops_asm;
+use super::timed_asm::{exit_loops_asm, rdtsc_fenced_asm};
 use super::{carve, Env};
 use crate::protocol::{BENCH_MMIO_ADDR, BENCH_PIO_PORT, SNAPSHOT_PORT, XSTATE_EDIT_PORT};
 
@@ -210,11 +210,7 @@ pub unsafe fn run(
             "xsave64 [rdi]",
             "mov r8, [r12 + {count}]",
             "mov ecx, [r12 + {kind}]",
-            "lfence",
-            "rdtsc",
-            "lfence",
-            "shl rdx, 32",
-            "or rax, rdx",
+            rdtsc_fenced_asm!(),
             "mov r10, rax",
             "cmp ecx, 1",
             "je 21f",
@@ -238,11 +234,7 @@ pub unsafe fn run(
             "mov edx, {edit_port}",
             "out dx, eax",
             "29:",
-            "lfence",
-            "rdtsc",
-            "lfence",
-            "shl rdx, 32",
-            "or rax, rdx",
+            rdtsc_fenced_asm!(),
             "sub rax, r10",
             "mov r10, rax",
             "mov rax, [r12 + {rfbm}]",

@@ -1,8 +1,24 @@
-//! The exit loops both timed benchmarks run: `count` PIO writes, MMIO
-//! stores or CPUIDs in a row, as assembly text for an `asm!` block. One
-//! copy, so that [`super::exits`] (what an exit costs) and
-//! [`super::xcheck`] (whether the registers survive it) provoke exactly
-//! the same exits.
+//! Assembly text the timed benchmarks share, as `asm!` template pieces:
+//! the fenced TSC read all three use, and the exit loops (`count` PIO
+//! writes, MMIO stores or CPUIDs in a row) of [`super::exits`] (what an
+//! exit costs) and [`super::xcheck`] (whether the registers survive it).
+//! One copy each, so the benchmarks time and provoke exactly the same way.
+
+/// RDTSC between two LFENCEs (nothing earlier is still executing, nothing
+/// later has started), the 64-bit count assembled in RAX. Clobbers RDX.
+macro_rules! rdtsc_fenced_asm {
+    () => {
+        concat!(
+            "lfence\n",
+            "rdtsc\n",
+            "lfence\n",
+            "shl rdx, 32\n",
+            "or rax, rdx\n",
+        )
+    };
+}
+
+pub(crate) use rdtsc_fenced_asm;
 
 /// The three exit loops, as one `asm!` template piece (Intel syntax).
 ///
