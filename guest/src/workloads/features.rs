@@ -12,8 +12,6 @@ use core::fmt::Write;
 
 use super::text::Reason;
 
-/// XCR0 bit 0: x87 state.
-pub const XCR0_X87: u64 = 1 << 0;
 /// XCR0 bit 1: SSE state (XMM registers, MXCSR).
 pub const XCR0_SSE: u64 = 1 << 1;
 /// XCR0 bit 2: AVX state (upper halves of YMM0-15).
