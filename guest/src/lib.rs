@@ -2,7 +2,7 @@
 //!
 //! - [`protocol`]: ports, exit statuses and the report record.
 //! - [`workloads`]: the compute workloads.
-//! - [`bench`]: exit, xstate-check and context-switch benchmarks.
+//! - [`bench`](mod@bench): exit, xstate-check and context-switch benchmarks.
 //!
 //! The kernel itself (`src/main.rs`, feature `kernel`) is built by
 //! `vmm/build.rs` with bare-metal link flags and embedded in the `vmm` binary.

@@ -15,17 +15,22 @@
 
 use core::arch::asm;
 
+use super::timed_asm::{exit_loops_asm, rdtsc_fenced_asm};
 use crate::protocol::{BENCH_MMIO_ADDR, BENCH_PIO_PORT, MARK_END, MARK_PORT};
 
 /// The exit a row provokes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExitKind {
+    /// A 32-bit `out` to the benchmark port: KVM_EXIT_IO.
     Pio = 0,
+    /// A 32-bit store to unbacked guest memory: KVM_EXIT_MMIO.
     Mmio = 1,
+    /// CPUID leaf 0: handled inside KVM.
     Cpuid = 2,
 }
 
 impl ExitKind {
+    /// Every kind, in row order.
     pub const ALL: [ExitKind; 3] = [ExitKind::Pio, ExitKind::Mmio, ExitKind::Cpuid];
 
     /// The result name: `exit-pio`, `exit-mmio`, `exit-cpuid`.
@@ -34,15 +39,6 @@ impl ExitKind {
             ExitKind::Pio => "exit-pio",
             ExitKind::Mmio => "exit-mmio",
             ExitKind::Cpuid => "exit-cpuid",
-        }
-    }
-
-    /// Short name: `pio`, `mmio`, `cpuid`.
-    pub fn short(self) -> &'static str {
-        match self {
-            ExitKind::Pio => "pio",
-            ExitKind::Mmio => "mmio",
-            ExitKind::Cpuid => "cpuid",
         }
     }
 }
@@ -147,45 +143,15 @@ pub unsafe fn timed_loop(kind: ExitKind, upper: Upper, count: u64, mark: Option<
             "mov edx, {mark_port}",
             "out dx, eax",
             "4:",
-            "lfence",
-            "rdtsc",
-            "lfence",
-            "shl rdx, 32",
-            "or rax, rdx",
+            rdtsc_fenced_asm!(),
             "mov rsi, rax",
             "cmp r9d, 1",
             "je 21f",
             "cmp r9d, 2",
             "je 22f",
-            "mov edx, {pio_port}",
-            "xor eax, eax",
-            "20:",
-            "out dx, eax",
-            "dec r8",
-            "jnz 20b",
-            "jmp 29f",
-            "21:",
-            "xor eax, eax",
-            "211:",
-            "mov dword ptr [rdi], eax",
-            "dec r8",
-            "jnz 211b",
-            "jmp 29f",
-            "22:",
-            "mov r9, rbx",
-            "221:",
-            "xor eax, eax",
-            "xor ecx, ecx",
-            "cpuid",
-            "dec r8",
-            "jnz 221b",
-            "mov rbx, r9",
+            exit_loops_asm!(),
             "29:",
-            "lfence",
-            "rdtsc",
-            "lfence",
-            "shl rdx, 32",
-            "or rax, rdx",
+            rdtsc_fenced_asm!(),
             "sub rax, rsi",
             "mov rsi, rax",
             // End marker.
@@ -202,9 +168,9 @@ pub unsafe fn timed_loop(kind: ExitKind, upper: Upper, count: u64, mark: Option<
             "6:",
             "mov rax, rsi",
             mark_port = const MARK_PORT,
-            pio_port = const BENCH_PIO_PORT,
+            pio = const BENCH_PIO_PORT,
+            mmio = const BENCH_MMIO_ADDR,
             mark_end = const MARK_END,
-            in("rdi") BENCH_MMIO_ADDR,
             in("rsi") DIRTY.0.as_ptr(),
             in("r8") count.max(1),
             in("r9") kind as u64,

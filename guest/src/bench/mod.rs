@@ -22,6 +22,7 @@ extern crate std;
 
 pub mod ctxsw;
 pub mod exits;
+mod timed_asm;
 pub mod xcheck;
 
 use xstate::{Format, Xfeature, XfeatureMask, XsaveInfo};

@@ -27,7 +27,7 @@ use xstate::{CpuidRegs, InitMode, XfeatureMask, XsaveInfo};
 
 use super::serial::Console;
 use super::{arena, cpu, syscall};
-use crate::protocol::{
+use guest::protocol::{
     fixed_str, Cmdline, Report, ResultRecord, SkipRecord, WorkUnit, BENCH_MMIO_ADDR, BENCH_NAMES,
     BENCH_PIO_PORT, MARK_END, MARK_PORT,
 };

@@ -1,9 +1,8 @@
-//! CPUID, XGETBV and the TSC, from CPL3.
+//! CPUID (as the VMM presents it, and natively at CPL3) and the TSC.
+//! XCR0 has its own module, [`super::xcr0`].
 //!
 //! CPUID always exits to the hypervisor (a few µs each), so callers read
 //! each leaf once and keep the result.
-
-use core::sync::atomic::{AtomicU64, Ordering};
 
 /// One CPUID result.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -47,63 +46,6 @@ pub fn cpuid_cpl3(leaf: u32, subleaf: u32) -> Regs {
         ecx: r.ecx,
         edx: r.edx,
     }
-}
-
-/// XGETBV(`index`): 0 is XCR0, 1 is XINUSE (XCR0 & state not in init).
-///
-/// # Safety
-/// CR4.OSXSAVE must be set (CPUID.1:ECX.OSXSAVE) and, for index 1,
-/// CPUID 0xD.1 EAX bit 2; otherwise the instruction raises #UD/#GP.
-pub unsafe fn xgetbv(index: u32) -> u64 {
-    let (lo, hi): (u32, u32);
-    // SAFETY: preconditions are the caller's; XGETBV only reads an XCR.
-    unsafe {
-        core::arch::asm!("xgetbv", in("ecx") index, out("eax") lo, out("edx") hi,
-            options(nostack, nomem, preserves_flags));
-    }
-    (u64::from(hi) << 32) | u64::from(lo)
-}
-
-/// XCR0 written by the last successful XSETBV syscall; 0 = none since boot.
-static XCR0_SET: AtomicU64 = AtomicU64::new(0);
-
-/// Remember an XCR0 the kernel set after boot.
-pub fn record_xcr0(value: u64) {
-    XCR0_SET.store(value, Ordering::Relaxed);
-}
-
-/// XCR0 as the kernel set it, or 0 when the OS has not enabled XSAVE.
-pub fn xcr0() -> u64 {
-    xcr0_given(cpuid(1, 0).ecx)
-}
-
-/// [`xcr0`] with CPUID.1:ECX already read.
-///
-/// This is the kernel's own record, not XGETBV(0) at CPL3: where CPL3 code
-/// runs directly on the host (kvm_pvm) XGETBV there returns the host's
-/// XCR0, not the guest's (see [`xcr0_hardware`]). The boot path sets
-/// XCR0 to CPUID 0xD.0 EDX:EAX unless that XSETBV faulted.
-pub fn xcr0_given(cpuid1_ecx: u32) -> u64 {
-    if cpuid1_ecx & CPUID1_ECX_OSXSAVE == 0 {
-        return 0;
-    }
-    match XCR0_SET.load(Ordering::Relaxed) {
-        0 if super::boot::boot_xsetbv_faulted() => 1,
-        0 => {
-            let d0 = cpuid(0xd, 0);
-            (u64::from(d0.edx) << 32) | u64::from(d0.eax)
-        }
-        set => set,
-    }
-}
-
-/// XGETBV(0) executed at CPL3: the XCR0 the hardware applies to this code.
-pub fn xcr0_hardware(cpuid1_ecx: u32) -> u64 {
-    if cpuid1_ecx & CPUID1_ECX_OSXSAVE == 0 {
-        return 0;
-    }
-    // SAFETY: CPUID.1:ECX.OSXSAVE is set, so CR4.OSXSAVE is.
-    unsafe { xgetbv(0) }
 }
 
 /// The time-stamp counter.

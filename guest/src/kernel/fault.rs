@@ -11,9 +11,9 @@ use super::boot;
 use super::report;
 use super::serial::Console;
 use super::syscall::exit_direct;
-use crate::protocol::{exception_mnemonic, ExitStatus};
 use core::fmt::Write;
 use core::sync::atomic::{AtomicBool, Ordering};
+use guest::protocol::{exception_mnemonic, ExitStatus};
 
 /// True for the vectors that push an error code.
 pub fn has_error_code(vector: u32) -> bool {
@@ -21,7 +21,8 @@ pub fn has_error_code(vector: u32) -> bool {
 }
 
 /// Entered from the CPL0 fault stub at CPL3, on the fault stack.
-pub extern "C" fn on_fault() -> ! {
+#[no_mangle]
+pub extern "C" fn kernel_on_fault() -> ! {
     let fault = boot::recorded_fault();
     // SAFETY: the faulting flow of control is abandoned for good (the stub
     // never returns to it), so this is now the only reference to the report.
@@ -61,22 +62,26 @@ pub fn on_panic(info: &core::panic::PanicInfo<'_>) -> ! {
 }
 
 /// Raise the exception `fault=KIND` asks for (see
-/// [`crate::protocol::FAULT_KINDS`]); returns only for an unknown kind.
+/// [`guest::protocol::FAULT_KINDS`]); returns only for an unknown kind.
 pub fn provoke(kind: &str) {
-    // SAFETY (all arms): each instruction sequence faults on its first
-    // memory or arithmetic access and never completes, so no Rust-visible
-    // state is changed; the fault handler takes the run over.
+    // Each sequence below faults on its first memory or arithmetic access
+    // and never completes, so no Rust-visible state changes; the fault
+    // handler takes the run over.
     match kind {
+        // SAFETY: UD2 raises #UD and touches nothing.
         "ud" => unsafe { core::arch::asm!("ud2", options(nostack)) },
+        // SAFETY: a division by zero raises #DE before any register the
+        // compiler relies on is written (all three are declared clobbered).
         "de" => unsafe {
             core::arch::asm!("xor edx, edx", "xor eax, eax", "xor ecx, ecx", "div ecx",
                 out("eax") _, out("ecx") _, out("edx") _, options(nostack));
         },
+        // SAFETY: page 0 is deliberately not mapped: the read raises #PF.
         "pf" => unsafe {
-            // Page 0 is deliberately not mapped.
             core::arch::asm!("mov rax, qword ptr [rcx]", in("rcx") 8u64, out("rax") _,
                 options(nostack, readonly));
         },
+        // SAFETY: a non-canonical address: the read raises #GP.
         "gp" => unsafe {
             core::arch::asm!("mov rax, qword ptr [rcx]", in("rcx") 0x8000_0000_0000_0000u64,
                 out("rax") _, options(nostack, readonly));

@@ -7,10 +7,10 @@
 //! Tasks are ordinary Rust functions called from `run_workloads` in
 //! `main.rs`: the kernel has a single CPL3 context (IOPL=3, interrupts off),
 //! so a "task" needs no scheduler. It may use SSE/AVX/AVX-512 as far as
-//! [`cpu::xcr0`] allows, large buffers from [`arena`], direct port I/O, and
+//! [`xcr0::xcr0`] allows, large buffers from [`arena`], direct port I/O, and
 //! the [`syscall`] gate for what needs CPL0. A fault anywhere in it ends the
 //! run with a report (see [`fault`]); a result goes into the
-//! [`crate::protocol::Report`] with `push_result`, a skipped variant with
+//! [`guest::protocol::Report`] with `push_result`, a skipped variant with
 //! `push_skipped`.
 
 pub mod arena;
@@ -21,5 +21,7 @@ pub mod fault;
 pub mod libc;
 pub mod pvh;
 pub mod report;
+pub mod selftest;
 pub mod serial;
 pub mod syscall;
+pub mod xcr0;

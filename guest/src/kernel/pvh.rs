@@ -68,8 +68,6 @@ pub struct BootInfo {
     pub cmdline_truncated: bool,
     memmap: [MemmapEntry; MAX_MEMMAP],
     memmap_len: usize,
-    /// Entries the VMM listed beyond [`MAX_MEMMAP`] (ignored).
-    pub memmap_dropped: u32,
 }
 
 /// The lowest and highest (exclusive) address the kernel's page tables map
@@ -102,7 +100,6 @@ impl BootInfo {
             cmdline_truncated: false,
             memmap: [MemmapEntry::default(); MAX_MEMMAP],
             memmap_len: 0,
-            memmap_dropped: 0,
         };
 
         if si.cmdline_paddr != 0 && mapped(si.cmdline_paddr, 1) {
@@ -124,8 +121,8 @@ impl BootInfo {
         }
 
         if si.version >= 1 && si.memmap_paddr != 0 {
-            let n = si.memmap_entries as usize;
-            let keep = n.min(MAX_MEMMAP);
+            // Entries past MAX_MEMMAP are ignored.
+            let keep = (si.memmap_entries as usize).min(MAX_MEMMAP);
             let bytes = (keep * core::mem::size_of::<MemmapEntry>()) as u64;
             if mapped(si.memmap_paddr, bytes) {
                 for i in 0..keep {
@@ -136,7 +133,6 @@ impl BootInfo {
                     };
                 }
                 info.memmap_len = keep;
-                info.memmap_dropped = (n - keep) as u32;
             }
         }
         Ok(info)

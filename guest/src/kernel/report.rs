@@ -5,11 +5,12 @@
 use super::cpu::{self, cpuid, XSAVE_FEATURE_XGETBV1};
 use super::serial::Console;
 use super::syscall::outl;
-use crate::protocol::{
-    field_str, xsave_variants, ComponentReport, ExitStatus, Report, WorkUnit, REPORT_PORT,
-};
+use super::xcr0;
 use core::cell::UnsafeCell;
 use core::fmt::{self, Write};
+use guest::protocol::{
+    field_str, xsave_variants, ComponentReport, ExitStatus, Report, WorkUnit, REPORT_PORT,
+};
 use xstate::{CpuidRegs, Format, InfoError, LayoutError, Xfeature, XfeatureMask, XsaveInfo};
 
 /// x87 and SSE in the legacy region of the XSAVE area (both formats);
@@ -113,8 +114,8 @@ pub fn fill_cpu(report: &mut Report) -> Result<(), ModelError> {
     report.cpuid_xsave_features = d1.eax;
     report.cpuid_size_compacted = d1.ebx;
     report.cpuid_xss_supported = (u64::from(d1.edx) << 32) | u64::from(d1.ecx);
-    report.xcr0 = cpu::xcr0_given(l1.ecx);
-    report.xcr0_hardware = cpu::xcr0_hardware(l1.ecx);
+    report.xcr0 = xcr0::xcr0_given(l1.ecx);
+    report.xcr0_hardware = xcr0::xcr0_hardware(l1.ecx);
 
     let supported = report.cpuid_xcr0_supported | report.cpuid_xss_supported;
     for (i, c) in report.components.iter_mut().enumerate() {
@@ -154,7 +155,7 @@ pub fn fill_xinuse(report: &mut Report) {
     if report.cpuid_xsave_features & XSAVE_FEATURE_XGETBV1 != 0 && report.xcr0 != 0 {
         // SAFETY: XCR0 is non-zero, so CR4.OSXSAVE is set, and CPUID 0xD.1
         // EAX bit 2 says XGETBV(1) exists.
-        report.xinuse = unsafe { cpu::xgetbv(1) };
+        report.xinuse = unsafe { xcr0::xgetbv(1) };
     }
 }
 

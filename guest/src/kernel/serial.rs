@@ -7,8 +7,8 @@
 //! of vm-superio and QEMU accept THR writes immediately at their reset
 //! configuration.
 
-use crate::protocol::SERIAL_PORT;
 use core::fmt;
+use guest::protocol::SERIAL_PORT;
 
 /// Bytes a [`Console`] collects before it must flush.
 pub const CONSOLE_BUFFER: usize = 1024;

@@ -25,7 +25,7 @@
 //! for the benchmark loops), an entry at the end of `sys_table` in boot.rs,
 //! and a constant here.
 
-use crate::protocol::{ExitStatus, DEBUG_EXIT_PORT};
+use guest::protocol::{ExitStatus, DEBUG_EXIT_PORT};
 
 pub const SYS_EXIT: u64 = 0;
 pub const SYS_NOP: u64 = 1;
@@ -170,32 +170,6 @@ sys_cpuid_loop:                 /* leaf RDI, count RSI */
 "#,
     options(att_syntax)
 );
-
-/// The CPU refused an XSETBV value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct XsetbvRefused {
-    pub index: u32,
-    pub value: u64,
-}
-
-/// XSETBV(index, value) at CPL0.
-///
-/// # Safety
-/// Disabling a state component the running code keeps live values in
-/// (e.g. clearing AVX while the compiler holds YMM values) corrupts them.
-pub unsafe fn xsetbv(index: u32, value: u64) -> Result<(), XsetbvRefused> {
-    // SAFETY: forwarded to the caller's contract.
-    let ret = unsafe { syscall3(SYS_XSETBV, index.into(), value, 0) };
-    debug_assert!(ret == 0 || ret == SYS_ERR_REFUSED);
-    if ret == 0 {
-        if index == 0 {
-            super::cpu::record_xcr0(value);
-        }
-        Ok(())
-    } else {
-        Err(XsetbvRefused { index, value })
-    }
-}
 
 /// A 32-bit `out` from CPL3 (one VM exit).
 pub fn outl(port: u16, value: u32) {

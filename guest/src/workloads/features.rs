@@ -12,8 +12,6 @@ use core::fmt::Write;
 
 use super::text::Reason;
 
-/// XCR0 bit 0: x87 state.
-pub const XCR0_X87: u64 = 1 << 0;
 /// XCR0 bit 1: SSE state (XMM registers, MXCSR).
 pub const XCR0_SSE: u64 = 1 << 1;
 /// XCR0 bit 2: AVX state (upper halves of YMM0-15).
@@ -52,17 +50,29 @@ const C7_VPCLMULQDQ: u32 = 1 << 10;
 /// and XCR0 enables the state its instructions touch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CpuFeatures {
+    /// AES-NI usable.
     pub aesni: bool,
+    /// PCLMULQDQ usable.
     pub pclmul: bool,
+    /// SSE2 usable.
     pub sse2: bool,
+    /// SSE4.1 usable.
     pub sse41: bool,
+    /// AVX (and AVX state in XCR0) usable.
     pub avx: bool,
+    /// AVX2 usable.
     pub avx2: bool,
+    /// FMA3 usable.
     pub fma: bool,
+    /// VAES usable.
     pub vaes: bool,
+    /// VPCLMULQDQ usable.
     pub vpclmulqdq: bool,
+    /// AVX512F (and the AVX-512 state in XCR0) usable.
     pub avx512f: bool,
+    /// AVX512VL usable.
     pub avx512vl: bool,
+    /// AVX512BW usable.
     pub avx512bw: bool,
     /// XCR0 as the OS enabled it (0 when CPUID.1:ECX.OSXSAVE is clear).
     pub xcr0: u64,
@@ -177,18 +187,26 @@ impl CpuFeatures {
 /// CR4.OSXSAVE must be set (CPUID.1:ECX.OSXSAVE).
 #[target_feature(enable = "xsave")]
 unsafe fn read_xcr0() -> u64 {
-    core::arch::x86_64::_xgetbv(0)
+    // SAFETY: the caller upholds this function's contract (the CPU
+    // features it is compiled for, and the pointers and lengths it is
+    // given), which is all its intrinsics and pointer accesses rely on.
+    unsafe { core::arch::x86_64::_xgetbv(0) }
 }
 
 /// One thing an ISA variant needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Requirement {
+    /// SSE2 (baseline x86-64, but the guest's CPUID could still hide it).
     Sse2,
+    /// AES-NI (`aesenc`, `aeskeygenassist`).
     AesNi,
     /// AVX instructions and AVX state in XCR0.
     Avx,
+    /// AVX2 (256-bit integer instructions).
     Avx2,
+    /// FMA3.
     Fma,
+    /// VAES (AES rounds on YMM/ZMM registers).
     Vaes,
     /// AVX512F instructions and the three AVX-512 state components in XCR0.
     Avx512f,

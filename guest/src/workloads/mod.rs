@@ -44,4 +44,6 @@ pub use selection::Selection;
 pub use text::Reason;
 
 #[cfg(test)]
+mod test_support;
+#[cfg(test)]
 mod tests;

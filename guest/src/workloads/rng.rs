@@ -9,10 +9,12 @@ pub struct SplitMix64 {
 }
 
 impl SplitMix64 {
+    /// A generator whose sequence `seed` fixes.
     pub fn new(seed: u64) -> Self {
         SplitMix64 { state: seed }
     }
 
+    /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.state;

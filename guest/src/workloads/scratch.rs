@@ -36,6 +36,7 @@ unsafe impl Pod for usize {}
 unsafe impl Pod for f64 {}
 
 impl<'a> Scratch<'a> {
+    /// Hands out `bytes` front to back.
     pub fn new(bytes: &'a mut [u8]) -> Self {
         Scratch { rest: bytes }
     }

@@ -18,9 +18,6 @@ pub struct Selection {
     pub corrupt_aes_key: bool,
 }
 
-/// The words [`Selection::parse`] accepts, for help texts.
-pub const SELECTION_WORDS: &str = "none, quick, aes, gemm, linpack, all, corrupt-aes-key";
-
 impl Selection {
     /// Nothing at all (`none`).
     pub const NONE: Selection = Selection {

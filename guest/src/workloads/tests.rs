@@ -6,13 +6,10 @@ use super::runner::{run_sizes, Sizes};
 use super::std::{string::String, vec, vec::Vec};
 use super::*;
 use crate::protocol::{field_str, Report, WorkUnit};
+use crate::workloads::test_support::host_variants;
 
 fn host_aes() -> Vec<Aes128> {
-    let f = CpuFeatures::detect();
-    AesVariant::ALL
-        .iter()
-        .filter_map(|&v| Aes128::new(v, &f).ok())
-        .collect()
+    host_variants(&AesVariant::ALL, Aes128::new)
 }
 
 /// Raw CPUID words of this CPU, for building feature sets with another XCR0.

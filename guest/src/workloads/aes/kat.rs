@@ -52,9 +52,13 @@ pub const A1_ROUND_KEY_10: [u8; 16] = hex16("d014f9a8c9ee2589e13f0cc8b6630ca6");
 
 /// A single-block known answer.
 pub struct BlockVector {
+    /// Where the vector comes from (for failure messages).
     pub name: &'static str,
+    /// AES-128 key.
     pub key: [u8; 16],
+    /// One plaintext block.
     pub plaintext: [u8; 16],
+    /// Its ciphertext under `key`.
     pub ciphertext: [u8; 16],
 }
 

@@ -13,6 +13,7 @@
 //! blocks and measures throughput.
 
 pub mod kat;
+mod key;
 mod ni;
 pub mod soft;
 mod vaes;
@@ -20,13 +21,7 @@ mod vaes;
 use super::features::{CpuFeatures, Requirement};
 use super::text::Reason;
 
-/// AES block size in bytes.
-pub const BLOCK: usize = 16;
-
-/// An expanded AES-128 key: round keys 0..=10, as bytes in the order the
-/// cipher XORs them into the state (FIPS-197 w[4r..4r+4]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RoundKeys(pub [[u8; 16]; 11]);
+pub use key::{RoundKeys, BLOCK};
 
 /// An implementation of AES-128.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,6 +73,7 @@ impl AesVariant {
 /// whole blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PartialBlock {
+    /// The length given.
     pub len: usize,
 }
 
@@ -110,6 +106,7 @@ impl Aes128 {
         Ok(Aes128 { variant })
     }
 
+    /// The implementation this instance runs.
     pub fn variant(&self) -> AesVariant {
         self.variant
     }

@@ -3,8 +3,6 @@
 //! functions are `inline(never)` so a caller with other target features
 //! can never inline (and so re-encode) them.
 
-use super::RoundKeys;
-
 /// Byte-reversal shuffle: big-endian counter block <-> little-endian u128.
 macro_rules! bswap128 {
     () => {
@@ -43,7 +41,7 @@ macro_rules! encrypt1 {
 macro_rules! aesni_flavor {
     ($name:ident, $features:literal) => {
         pub(super) mod $name {
-            use super::RoundKeys;
+            use crate::workloads::aes::key::RoundKeys;
             use core::arch::x86_64::*;
 
             /// Blocks in flight in CTR mode: enough to cover `aesenc`
@@ -52,29 +50,38 @@ macro_rules! aesni_flavor {
 
             #[inline(always)]
             unsafe fn load_keys(rk: &RoundKeys) -> [__m128i; 11] {
-                let mut k = [_mm_setzero_si128(); 11];
-                for (k, bytes) in k.iter_mut().zip(rk.0.iter()) {
-                    *k = _mm_loadu_si128(bytes.as_ptr().cast());
+                // SAFETY: SSE2 is part of x86-64; each load reads one
+                // 16-byte round key inside `rk`.
+                unsafe {
+                    let mut k = [_mm_setzero_si128(); 11];
+                    for (k, bytes) in k.iter_mut().zip(rk.0.iter()) {
+                        *k = _mm_loadu_si128(bytes.as_ptr().cast());
+                    }
+                    k
                 }
-                k
             }
 
             #[target_feature(enable = $features)]
             #[inline(never)]
             pub unsafe fn expand_key(key: &[u8; 16], out: &mut RoundKeys) {
-                let mut k = [_mm_loadu_si128(key.as_ptr().cast()); 11];
-                k[1] = expand_step!(k[0], 0x01);
-                k[2] = expand_step!(k[1], 0x02);
-                k[3] = expand_step!(k[2], 0x04);
-                k[4] = expand_step!(k[3], 0x08);
-                k[5] = expand_step!(k[4], 0x10);
-                k[6] = expand_step!(k[5], 0x20);
-                k[7] = expand_step!(k[6], 0x40);
-                k[8] = expand_step!(k[7], 0x80);
-                k[9] = expand_step!(k[8], 0x1b);
-                k[10] = expand_step!(k[9], 0x36);
-                for (bytes, k) in out.0.iter_mut().zip(k) {
-                    _mm_storeu_si128(bytes.as_mut_ptr().cast(), k);
+                // SAFETY: the caller upholds this function's contract (the CPU
+                // features it is compiled for, and the pointers and lengths it is
+                // given), which is all its intrinsics and pointer accesses rely on.
+                unsafe {
+                    let mut k = [_mm_loadu_si128(key.as_ptr().cast()); 11];
+                    k[1] = expand_step!(k[0], 0x01);
+                    k[2] = expand_step!(k[1], 0x02);
+                    k[3] = expand_step!(k[2], 0x04);
+                    k[4] = expand_step!(k[3], 0x08);
+                    k[5] = expand_step!(k[4], 0x10);
+                    k[6] = expand_step!(k[5], 0x20);
+                    k[7] = expand_step!(k[6], 0x40);
+                    k[8] = expand_step!(k[7], 0x80);
+                    k[9] = expand_step!(k[8], 0x1b);
+                    k[10] = expand_step!(k[9], 0x36);
+                    for (bytes, k) in out.0.iter_mut().zip(k) {
+                        _mm_storeu_si128(bytes.as_mut_ptr().cast(), k);
+                    }
                 }
             }
 
@@ -82,69 +89,79 @@ macro_rules! aesni_flavor {
             #[target_feature(enable = $features)]
             #[inline(never)]
             pub unsafe fn cbc_encrypt(rk: &RoundKeys, iv: &mut [u8; 16], data: &mut [u8]) {
-                let k = load_keys(rk);
-                let mut x = _mm_loadu_si128(iv.as_ptr().cast());
-                for block in data.chunks_exact_mut(16) {
-                    let p = block.as_mut_ptr().cast::<__m128i>();
-                    // Round key 0 goes into the plaintext off the
-                    // critical path; the chain is one XOR + 10 rounds.
-                    let t = _mm_xor_si128(_mm_loadu_si128(p), k[0]);
-                    x = _mm_xor_si128(x, t);
-                    let mut r = 1;
-                    while r < 10 {
-                        x = _mm_aesenc_si128(x, k[r]);
-                        r += 1;
+                // SAFETY: the caller upholds this function's contract (the CPU
+                // features it is compiled for, and the pointers and lengths it is
+                // given), which is all its intrinsics and pointer accesses rely on.
+                unsafe {
+                    let k = load_keys(rk);
+                    let mut x = _mm_loadu_si128(iv.as_ptr().cast());
+                    for block in data.chunks_exact_mut(16) {
+                        let p = block.as_mut_ptr().cast::<__m128i>();
+                        // Round key 0 goes into the plaintext off the
+                        // critical path; the chain is one XOR + 10 rounds.
+                        let t = _mm_xor_si128(_mm_loadu_si128(p), k[0]);
+                        x = _mm_xor_si128(x, t);
+                        let mut r = 1;
+                        while r < 10 {
+                            x = _mm_aesenc_si128(x, k[r]);
+                            r += 1;
+                        }
+                        x = _mm_aesenclast_si128(x, k[10]);
+                        _mm_storeu_si128(p, x);
                     }
-                    x = _mm_aesenclast_si128(x, k[10]);
-                    _mm_storeu_si128(p, x);
+                    _mm_storeu_si128(iv.as_mut_ptr().cast(), x);
                 }
-                _mm_storeu_si128(iv.as_mut_ptr().cast(), x);
             }
 
             #[target_feature(enable = $features)]
             #[inline(never)]
             pub unsafe fn ctr_xor(rk: &RoundKeys, ctr: &mut [u8; 16], data: &mut [u8]) {
-                let k = load_keys(rk);
-                let bswap = bswap128!();
-                let mut c = u128::from_be_bytes(*ctr);
-                let mut chunks = data.chunks_exact_mut(16 * LANES);
-                for chunk in &mut chunks {
-                    let mut b = [_mm_setzero_si128(); LANES];
-                    let lo = c as u64;
-                    if lo <= u64::MAX - (LANES as u64 - 1) {
-                        // No carry out of the low 64 bits in this batch:
-                        // add in the little-endian domain, then byte-swap.
-                        let base = _mm_set_epi64x((c >> 64) as i64, lo as i64);
-                        for (i, b) in b.iter_mut().enumerate() {
-                            let inc = _mm_set_epi64x(0, i as i64);
-                            *b = _mm_shuffle_epi8(_mm_add_epi64(base, inc), bswap);
+                // SAFETY: the caller upholds this function's contract (the CPU
+                // features it is compiled for, and the pointers and lengths it is
+                // given), which is all its intrinsics and pointer accesses rely on.
+                unsafe {
+                    let k = load_keys(rk);
+                    let bswap = bswap128!();
+                    let mut c = u128::from_be_bytes(*ctr);
+                    let mut chunks = data.chunks_exact_mut(16 * LANES);
+                    for chunk in &mut chunks {
+                        let mut b = [_mm_setzero_si128(); LANES];
+                        let lo = c as u64;
+                        if lo <= u64::MAX - (LANES as u64 - 1) {
+                            // No carry out of the low 64 bits in this batch:
+                            // add in the little-endian domain, then byte-swap.
+                            let base = _mm_set_epi64x((c >> 64) as i64, lo as i64);
+                            for (i, b) in b.iter_mut().enumerate() {
+                                let inc = _mm_set_epi64x(0, i as i64);
+                                *b = _mm_shuffle_epi8(_mm_add_epi64(base, inc), bswap);
+                            }
+                        } else {
+                            for (i, b) in b.iter_mut().enumerate() {
+                                let cb = c.wrapping_add(i as u128).to_be_bytes();
+                                *b = _mm_loadu_si128(cb.as_ptr().cast());
+                            }
                         }
-                    } else {
-                        for (i, b) in b.iter_mut().enumerate() {
-                            let cb = c.wrapping_add(i as u128).to_be_bytes();
-                            *b = _mm_loadu_si128(cb.as_ptr().cast());
-                        }
-                    }
-                    for b in b.iter_mut() {
-                        *b = _mm_xor_si128(*b, k[0]);
-                    }
-                    let mut r = 1;
-                    while r < 10 {
                         for b in b.iter_mut() {
-                            *b = _mm_aesenc_si128(*b, k[r]);
+                            *b = _mm_xor_si128(*b, k[0]);
                         }
-                        r += 1;
+                        let mut r = 1;
+                        while r < 10 {
+                            for b in b.iter_mut() {
+                                *b = _mm_aesenc_si128(*b, k[r]);
+                            }
+                            r += 1;
+                        }
+                        let p = chunk.as_mut_ptr().cast::<__m128i>();
+                        for (i, b) in b.iter().enumerate() {
+                            let ks = _mm_aesenclast_si128(*b, k[10]);
+                            let d = _mm_loadu_si128(p.add(i));
+                            _mm_storeu_si128(p.add(i), _mm_xor_si128(d, ks));
+                        }
+                        c = c.wrapping_add(LANES as u128);
                     }
-                    let p = chunk.as_mut_ptr().cast::<__m128i>();
-                    for (i, b) in b.iter().enumerate() {
-                        let ks = _mm_aesenclast_si128(*b, k[10]);
-                        let d = _mm_loadu_si128(p.add(i));
-                        _mm_storeu_si128(p.add(i), _mm_xor_si128(d, ks));
-                    }
-                    c = c.wrapping_add(LANES as u128);
+                    ctr_tail(&k, &mut c, chunks.into_remainder());
+                    *ctr = c.to_be_bytes();
                 }
-                ctr_tail(&k, &mut c, chunks.into_remainder());
-                *ctr = c.to_be_bytes();
             }
 
             /// Fewer than a batch of blocks: one at a time, the last one
@@ -155,22 +172,28 @@ macro_rules! aesni_flavor {
                 c: &mut u128,
                 data: &mut [u8],
             ) {
-                for chunk in data.chunks_mut(16) {
-                    let cb = c.to_be_bytes();
-                    let ks = encrypt1!(k, _mm_loadu_si128(cb.as_ptr().cast()));
-                    let mut buf = [0u8; 16];
-                    buf[..chunk.len()].copy_from_slice(chunk);
-                    let x = _mm_xor_si128(_mm_loadu_si128(buf.as_ptr().cast()), ks);
-                    _mm_storeu_si128(buf.as_mut_ptr().cast(), x);
-                    chunk.copy_from_slice(&buf[..chunk.len()]);
-                    *c = c.wrapping_add(1);
+                // SAFETY: the caller upholds this function's contract (the CPU
+                // features it is compiled for, and the pointers and lengths it is
+                // given), which is all its intrinsics and pointer accesses rely on.
+                unsafe {
+                    for chunk in data.chunks_mut(16) {
+                        let cb = c.to_be_bytes();
+                        let ks = encrypt1!(k, _mm_loadu_si128(cb.as_ptr().cast()));
+                        let mut buf = [0u8; 16];
+                        buf[..chunk.len()].copy_from_slice(chunk);
+                        let x = _mm_xor_si128(_mm_loadu_si128(buf.as_ptr().cast()), ks);
+                        _mm_storeu_si128(buf.as_mut_ptr().cast(), x);
+                        chunk.copy_from_slice(&buf[..chunk.len()]);
+                        *c = c.wrapping_add(1);
+                    }
                 }
             }
 
             #[inline(always)]
             #[allow(dead_code)] // only the VEX flavour's is used (by VAES)
             pub(in super::super) unsafe fn round_keys(rk: &RoundKeys) -> [__m128i; 11] {
-                load_keys(rk)
+                // SAFETY: `load_keys` only needs SSE2, part of x86-64.
+                unsafe { load_keys(rk) }
             }
         }
     };

@@ -4,7 +4,7 @@
 //! (tens of MB/s) on purpose: nothing here shares code or tables with the
 //! hardware paths.
 
-use super::{RoundKeys, BLOCK};
+use super::key::{RoundKeys, BLOCK};
 
 /// Multiplication in GF(2^8) modulo x^8 + x^4 + x^3 + x + 1.
 const fn gmul(mut a: u8, mut b: u8) -> u8 {

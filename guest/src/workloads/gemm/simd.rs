@@ -26,31 +26,52 @@ impl F64Vec for __m128d {
     const LANES: usize = 2;
     #[inline(always)]
     unsafe fn zero() -> Self {
-        _mm_setzero_pd()
+        // SAFETY: the caller upholds this function's contract (the CPU
+        // features it is compiled for, and the pointers and lengths it is
+        // given), which is all its intrinsics and pointer accesses rely on.
+        unsafe { _mm_setzero_pd() }
     }
     #[inline(always)]
     unsafe fn load(p: *const f64) -> Self {
-        _mm_load_pd(p)
+        // SAFETY: the caller upholds this function's contract (the CPU
+        // features it is compiled for, and the pointers and lengths it is
+        // given), which is all its intrinsics and pointer accesses rely on.
+        unsafe { _mm_load_pd(p) }
     }
     #[inline(always)]
     unsafe fn loadu(p: *const f64) -> Self {
-        _mm_loadu_pd(p)
+        // SAFETY: the caller upholds this function's contract (the CPU
+        // features it is compiled for, and the pointers and lengths it is
+        // given), which is all its intrinsics and pointer accesses rely on.
+        unsafe { _mm_loadu_pd(p) }
     }
     #[inline(always)]
     unsafe fn storeu(p: *mut f64, v: Self) {
-        _mm_storeu_pd(p, v)
+        // SAFETY: the caller upholds this function's contract (the CPU
+        // features it is compiled for, and the pointers and lengths it is
+        // given), which is all its intrinsics and pointer accesses rely on.
+        unsafe { _mm_storeu_pd(p, v) }
     }
     #[inline(always)]
     unsafe fn splat(p: *const f64) -> Self {
-        _mm_load1_pd(p)
+        // SAFETY: the caller upholds this function's contract (the CPU
+        // features it is compiled for, and the pointers and lengths it is
+        // given), which is all its intrinsics and pointer accesses rely on.
+        unsafe { _mm_load1_pd(p) }
     }
     #[inline(always)]
     unsafe fn mul_add(a: Self, b: Self, c: Self) -> Self {
-        _mm_add_pd(_mm_mul_pd(a, b), c)
+        // SAFETY: the caller upholds this function's contract (the CPU
+        // features it is compiled for, and the pointers and lengths it is
+        // given), which is all its intrinsics and pointer accesses rely on.
+        unsafe { _mm_add_pd(_mm_mul_pd(a, b), c) }
     }
     #[inline(always)]
     unsafe fn add(a: Self, b: Self) -> Self {
-        _mm_add_pd(a, b)
+        // SAFETY: the caller upholds this function's contract (the CPU
+        // features it is compiled for, and the pointers and lengths it is
+        // given), which is all its intrinsics and pointer accesses rely on.
+        unsafe { _mm_add_pd(a, b) }
     }
 }
 
@@ -59,31 +80,52 @@ impl F64Vec for __m256d {
     const LANES: usize = 4;
     #[inline(always)]
     unsafe fn zero() -> Self {
-        _mm256_setzero_pd()
+        // SAFETY: the caller upholds this function's contract (the CPU
+        // features it is compiled for, and the pointers and lengths it is
+        // given), which is all its intrinsics and pointer accesses rely on.
+        unsafe { _mm256_setzero_pd() }
     }
     #[inline(always)]
     unsafe fn load(p: *const f64) -> Self {
-        _mm256_load_pd(p)
+        // SAFETY: the caller upholds this function's contract (the CPU
+        // features it is compiled for, and the pointers and lengths it is
+        // given), which is all its intrinsics and pointer accesses rely on.
+        unsafe { _mm256_load_pd(p) }
     }
     #[inline(always)]
     unsafe fn loadu(p: *const f64) -> Self {
-        _mm256_loadu_pd(p)
+        // SAFETY: the caller upholds this function's contract (the CPU
+        // features it is compiled for, and the pointers and lengths it is
+        // given), which is all its intrinsics and pointer accesses rely on.
+        unsafe { _mm256_loadu_pd(p) }
     }
     #[inline(always)]
     unsafe fn storeu(p: *mut f64, v: Self) {
-        _mm256_storeu_pd(p, v)
+        // SAFETY: the caller upholds this function's contract (the CPU
+        // features it is compiled for, and the pointers and lengths it is
+        // given), which is all its intrinsics and pointer accesses rely on.
+        unsafe { _mm256_storeu_pd(p, v) }
     }
     #[inline(always)]
     unsafe fn splat(p: *const f64) -> Self {
-        _mm256_broadcast_sd(&*p)
+        // SAFETY: the caller upholds this function's contract (the CPU
+        // features it is compiled for, and the pointers and lengths it is
+        // given), which is all its intrinsics and pointer accesses rely on.
+        unsafe { _mm256_broadcast_sd(&*p) }
     }
     #[inline(always)]
     unsafe fn mul_add(a: Self, b: Self, c: Self) -> Self {
-        _mm256_fmadd_pd(a, b, c)
+        // SAFETY: the caller upholds this function's contract (the CPU
+        // features it is compiled for, and the pointers and lengths it is
+        // given), which is all its intrinsics and pointer accesses rely on.
+        unsafe { _mm256_fmadd_pd(a, b, c) }
     }
     #[inline(always)]
     unsafe fn add(a: Self, b: Self) -> Self {
-        _mm256_add_pd(a, b)
+        // SAFETY: the caller upholds this function's contract (the CPU
+        // features it is compiled for, and the pointers and lengths it is
+        // given), which is all its intrinsics and pointer accesses rely on.
+        unsafe { _mm256_add_pd(a, b) }
     }
 }
 
@@ -92,30 +134,51 @@ impl F64Vec for __m512d {
     const LANES: usize = 8;
     #[inline(always)]
     unsafe fn zero() -> Self {
-        _mm512_setzero_pd()
+        // SAFETY: the caller upholds this function's contract (the CPU
+        // features it is compiled for, and the pointers and lengths it is
+        // given), which is all its intrinsics and pointer accesses rely on.
+        unsafe { _mm512_setzero_pd() }
     }
     #[inline(always)]
     unsafe fn load(p: *const f64) -> Self {
-        _mm512_load_pd(p)
+        // SAFETY: the caller upholds this function's contract (the CPU
+        // features it is compiled for, and the pointers and lengths it is
+        // given), which is all its intrinsics and pointer accesses rely on.
+        unsafe { _mm512_load_pd(p) }
     }
     #[inline(always)]
     unsafe fn loadu(p: *const f64) -> Self {
-        _mm512_loadu_pd(p)
+        // SAFETY: the caller upholds this function's contract (the CPU
+        // features it is compiled for, and the pointers and lengths it is
+        // given), which is all its intrinsics and pointer accesses rely on.
+        unsafe { _mm512_loadu_pd(p) }
     }
     #[inline(always)]
     unsafe fn storeu(p: *mut f64, v: Self) {
-        _mm512_storeu_pd(p, v)
+        // SAFETY: the caller upholds this function's contract (the CPU
+        // features it is compiled for, and the pointers and lengths it is
+        // given), which is all its intrinsics and pointer accesses rely on.
+        unsafe { _mm512_storeu_pd(p, v) }
     }
     #[inline(always)]
     unsafe fn splat(p: *const f64) -> Self {
-        _mm512_set1_pd(*p)
+        // SAFETY: the caller upholds this function's contract (the CPU
+        // features it is compiled for, and the pointers and lengths it is
+        // given), which is all its intrinsics and pointer accesses rely on.
+        unsafe { _mm512_set1_pd(*p) }
     }
     #[inline(always)]
     unsafe fn mul_add(a: Self, b: Self, c: Self) -> Self {
-        _mm512_fmadd_pd(a, b, c)
+        // SAFETY: the caller upholds this function's contract (the CPU
+        // features it is compiled for, and the pointers and lengths it is
+        // given), which is all its intrinsics and pointer accesses rely on.
+        unsafe { _mm512_fmadd_pd(a, b, c) }
     }
     #[inline(always)]
     unsafe fn add(a: Self, b: Self) -> Self {
-        _mm512_add_pd(a, b)
+        // SAFETY: the caller upholds this function's contract (the CPU
+        // features it is compiled for, and the pointers and lengths it is
+        // given), which is all its intrinsics and pointer accesses rely on.
+        unsafe { _mm512_add_pd(a, b) }
     }
 }

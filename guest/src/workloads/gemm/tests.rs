@@ -1,6 +1,7 @@
 use super::*;
 use crate::workloads::rng::SplitMix64;
 use crate::workloads::std::{vec, vec::Vec};
+use crate::workloads::test_support::host_variants;
 
 fn random(len: usize, seed: u64) -> Vec<f64> {
     let mut r = SplitMix64::new(seed);
@@ -45,11 +46,7 @@ fn check(d: &Dgemm, m: usize, n: usize, k: usize, alpha: f64, pad: usize, pack: 
 }
 
 fn available() -> Vec<Dgemm> {
-    let f = CpuFeatures::detect();
-    GemmVariant::ALL
-        .iter()
-        .filter_map(|&v| Dgemm::new(v, &f).ok())
-        .collect()
+    host_variants(&GemmVariant::ALL, Dgemm::new)
 }
 
 #[test]

@@ -1,0 +1,104 @@
+/* boot/entry.s: PVH entry, the switch to long mode and to CPL3, and */
+/* the CPL3 trampolines into Rust. First of the parts that          */
+/* kernel/boot/mod.rs assembles as one unit (its constants fill    */
+/* the named holes); it opens .boot with boot_start.              */
+
+    .set KBASE, 0x100000
+
+/* ---------------------------------------------------------------------- */
+/* PVH ELF note: XEN_ELFNOTE_PHYS32_ENTRY (18), name "Xen", 8-byte entry.  */
+/* ---------------------------------------------------------------------- */
+    .pushsection .note.Xen, "a", @note
+    .p2align 2
+    .long 4
+    .long 8
+    .long 18
+    .asciz "Xen"
+    .p2align 2
+    .quad pvh_start32
+    .p2align 2
+    .popsection
+
+    .pushsection .boot, "awx", @progbits
+    .globl boot_start
+boot_start:
+
+/* ---------------------------------------------------------------------- */
+/* PVH entry: 32-bit protected mode, flat CS/DS, paging off, interrupts   */
+/* off, EBX = guest-physical address of hvm_start_info.                   */
+/* 11 instructions, all emulated on the development host.                 */
+/* ---------------------------------------------------------------------- */
+    .code32
+    .globl pvh_start32
+pvh_start32:
+    lgdt gdt_ptr
+    movl $pml4, %eax
+    movl %eax, %cr3
+    movl ${cr4_boot}, %eax
+    movl %eax, %cr4
+    movl ${msr_efer}, %ecx
+    movl ${efer_boot}, %eax
+    xorl %edx, %edx
+    wrmsr
+    movl ${cr0_long}, %eax
+    movl %eax, %cr0
+    ljmp ${kernel_cs}, $long_entry
+
+/* ---------------------------------------------------------------------- */
+/* 64-bit CPL0: stack, IDT, TSS, XSAVE, then iretq to CPL3.                */
+/* 12 instructions, 23 when the CPU has XSAVE.                             */
+/* ---------------------------------------------------------------------- */
+    .code64
+long_entry:
+    movl %ebx, %edi             /* start_info for user_main, zero-extended */
+    movl $kernel_stack_top, %esp
+    lidt idt_ptr
+    movw ${tss_sel}, %ax
+    ltr %ax
+    movl $1, %eax
+    cpuid
+    btl $26, %ecx               /* CPUID.1:ECX.XSAVE */
+    jnc 1f
+    movl ${cr4_xsave}, %eax
+    movq %rax, %cr4
+    /* XCR0 = exactly the user state CPUID 0xD.0 EDX:EAX enumerates. */
+    movl $0xd, %eax
+    xorl %ecx, %ecx
+    cpuid
+    xorl %ecx, %ecx
+boot_xsetbv:
+    xsetbv
+boot_xsetbv_done:
+1:
+    pushq ${user_ds}
+    pushq $user_stack_top
+    pushq ${user_rflags}
+    pushq ${user_cs}
+    pushq $user_entry
+    iretq
+
+
+/* ---------------------------------------------------------------------- */
+/* CPL3 trampolines (native on the development host).                      */
+/* ---------------------------------------------------------------------- */
+user_entry:
+    /* Zero .bss (the loader need not have): stacks, Rust statics. */
+    movq %rdi, %r12
+    movl $__bss_start, %edi
+    movl $__bss_end, %ecx
+    subl %edi, %ecx
+    xorl %eax, %eax
+    cld
+    rep stosb
+    /* x87 control word 0x37f: the power-on value is 0x40. */
+    fninit
+    movl $1, user_ready
+    movl %r12d, %edi
+    call user_main              /* main.rs */
+    ud2
+
+fault_entry:
+    call kernel_on_fault        /* kernel/fault.rs */
+    ud2
+
+    .popsection

@@ -1,0 +1,95 @@
+/* boot/syscalls.s: the system-call gate (int3 in a trampoline), its  */
+/* handlers and their table. Numbers and calling convention:           */
+/* kernel/syscall.rs. Assembled as one unit with the other parts.      */
+
+    .pushsection .boot, "awx", @progbits
+/* ---------------------------------------------------------------------- */
+/* System calls: `call kernel_syscall_gate` with RAX = number, RDI/RSI/RDX */
+/* = arguments; RAX = result. RCX, RDX, RSI, RDI and R11 are clobbered,   */
+/* every other register is preserved. Numbers: see kernel/syscall.rs.     */
+/* The #BP gate is DPL3; frame: 0 RIP, 8 CS, 16 RFLAGS, 24 RSP, 32 SS.    */
+/* ---------------------------------------------------------------------- */
+    .p2align 4
+    .globl kernel_syscall_gate
+kernel_syscall_gate:
+    int3
+syscall_gate_ret:
+    ret
+
+    .p2align 4
+isr_3:
+    cmpq $syscall_gate_ret, (%rsp)
+    jne 9f
+    cmpq $(sys_table_end - sys_table) / 8, %rax
+    jae sys_unknown
+    jmp *sys_table(,%rax,8)
+9:  pushq $0                    /* a stray breakpoint: a fault like any */
+    pushq $3
+    jmp fault_common
+
+sys_nop:
+    xorl %eax, %eax
+    iretq
+
+sys_exit:
+    movl %edi, %eax
+    movw ${debug_exit_port}, %dx
+    outl %eax, %dx
+sys_halt:
+3:  hlt
+    jmp 3b
+
+sys_port_writes:                /* port RDI, value RSI, count RDX */
+    movl %esi, %eax
+    movq %rdx, %rcx
+    movl %edi, %edx
+    testq %rcx, %rcx
+    jz 5f
+4:  outl %eax, %dx
+    decq %rcx
+    jnz 4b
+5:  xorl %eax, %eax
+    iretq
+
+sys_xsetbv:                     /* XCR index RDI, value RSI */
+    movl %esi, %eax
+    movq %rsi, %rdx
+    shrq $32, %rdx
+    movl %edi, %ecx
+sys_xsetbv_insn:
+    xsetbv
+    xorl %eax, %eax
+    iretq
+sys_xsetbv_refused:
+    movq $-1, %rax
+    iretq
+
+sys_unknown:
+    movq $-2, %rax
+    iretq
+
+sys_cpuid:                      /* leaf RDI, subleaf RSI -> RAX = EBX:EAX, RDX = EDX:ECX */
+    movl %edi, %eax
+    movl %esi, %ecx
+    pushq %rbx
+    cpuid
+    shlq $32, %rbx
+    orq %rbx, %rax
+    shlq $32, %rdx
+    orq %rcx, %rdx
+    popq %rbx
+    iretq
+
+    .p2align 3
+sys_table:
+    .quad sys_exit
+    .quad sys_nop
+    .quad sys_port_writes
+    .quad sys_xsetbv
+    .quad sys_halt
+    .quad sys_cpuid
+    .quad sys_mmio_stores       /* kernel/syscall.rs */
+    .quad sys_cpuid_loop        /* kernel/syscall.rs */
+sys_table_end:
+
+    .popsection

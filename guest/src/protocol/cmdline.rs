@@ -1,0 +1,270 @@
+//! The kernel command line (PVH `cmdline_paddr`, QEMU `-append`): its
+//! vocabulary and its parser. The guest acts on it; a VMM checks it before
+//! it boots a guest with it (see the word table in [`crate::protocol`]).
+
+/// Workload names `workload=` accepts (see the module documentation).
+pub const WORKLOAD_NAMES: &[&str] = &["none", "quick", "aes", "gemm", "linpack", "all"];
+
+/// Benchmark names `bench=` accepts (see the module documentation); `all`
+/// is every one of the others.
+pub const BENCH_NAMES: &[&str] = &[
+    "none",
+    "exits",
+    "xstate-check",
+    "snapshot-check",
+    "ctxsw",
+    "all",
+];
+
+/// Exits per benchmark row when `exits=` is absent.
+pub const DEFAULT_EXIT_COUNT: u64 = 10_000;
+
+/// The guest command line, parsed: what the guest acts on, and what a VMM
+/// can check before it boots a guest with it.
+///
+/// Words are separated by ASCII whitespace. Words the guest does not know
+/// are kept (see [`Cmdline::unknown_words`]) but otherwise ignored, like a
+/// Linux kernel ignores unknown parameters: QEMU, for one, appends words of
+/// its own. When `workload=` is given more than once the last one wins.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cmdline<'a> {
+    /// The whole command line as given.
+    pub raw: &'a str,
+    /// `quiet`: do not print the report on the serial console.
+    pub quiet: bool,
+    /// The `workload=` value as given; `None` when the word is absent.
+    pub workload: Option<&'a str>,
+    /// `fault=KIND`: the deliberate exception to raise (see [`FAULT_KINDS`]).
+    pub fault: Option<&'a str>,
+    /// `selftest`: exercise the kernel's system calls.
+    pub selftest: bool,
+    /// `xfeatures=MASK` (hex): the XCR0 policy to narrow to.
+    pub xfeatures: Option<u64>,
+    /// `xfeatures=` was present but not a hex number.
+    pub bad_xfeatures: Option<&'a str>,
+    /// The `bench=` value as given; `None` when the word is absent (no
+    /// benchmarks run). The last one wins.
+    pub bench: Option<&'a str>,
+    /// `exits=N` (decimal, or hex with `0x`): exits per benchmark row.
+    pub exits: Option<u64>,
+    /// `exits=` was present but not a number, or 0.
+    pub bad_exits: Option<&'a str>,
+}
+
+/// Exceptions `fault=` can provoke: invalid opcode, divide error, page
+/// fault (a read of the unmapped page 0), general protection (a
+/// non-canonical address).
+pub const FAULT_KINDS: &[&str] = &["ud", "de", "pf", "gp"];
+
+impl<'a> Cmdline<'a> {
+    /// Parse a command line. Never fails: unknown words are only recorded.
+    pub fn parse(raw: &'a str) -> Self {
+        let mut c = Cmdline {
+            raw,
+            ..Cmdline::default()
+        };
+        for word in raw.split_ascii_whitespace() {
+            if word == "quiet" {
+                c.quiet = true;
+            } else if word == "selftest" {
+                c.selftest = true;
+            } else if let Some(list) = word.strip_prefix("workload=") {
+                c.workload = Some(list);
+            } else if let Some(kind) = word.strip_prefix("fault=") {
+                c.fault = Some(kind);
+            } else if let Some(list) = word.strip_prefix("bench=") {
+                c.bench = Some(list);
+            } else if let Some(n) = word.strip_prefix("exits=") {
+                let parsed = match n.strip_prefix("0x") {
+                    Some(hex) => u64::from_str_radix(hex, 16),
+                    None => n.parse::<u64>(),
+                };
+                match parsed {
+                    Ok(v) if v > 0 => {
+                        c.exits = Some(v);
+                        c.bad_exits = None;
+                    }
+                    _ => {
+                        c.exits = None;
+                        c.bad_exits = Some(n);
+                    }
+                }
+            } else if let Some(mask) = word.strip_prefix("xfeatures=") {
+                let digits = mask.strip_prefix("0x").unwrap_or(mask);
+                match u64::from_str_radix(digits, 16) {
+                    Ok(v) => c.xfeatures = Some(v),
+                    Err(_) => c.bad_xfeatures = Some(mask),
+                }
+            }
+        }
+        c
+    }
+
+    /// The requested workload names in order, without empty items
+    /// (`workload=aes,,gemm` is `aes`, `gemm`). Empty when `workload=` is
+    /// absent or empty.
+    pub fn workloads(&self) -> impl Iterator<Item = &'a str> + 'a {
+        self.workload
+            .unwrap_or("")
+            .split(',')
+            .filter(|w| !w.is_empty())
+    }
+
+    /// True when the list asks for nothing to run: `workload=`,
+    /// `workload=none` (or only `none` items). False when `workload=` is
+    /// absent: the guest then runs its default set.
+    pub fn runs_nothing(&self) -> bool {
+        self.workload.is_some() && self.workloads().all(|w| w == "none")
+    }
+
+    /// The first workload name not in [`WORKLOAD_NAMES`], if any.
+    pub fn unknown_workload(&self) -> Option<&'a str> {
+        self.workloads().find(|w| !WORKLOAD_NAMES.contains(w))
+    }
+
+    /// The requested benchmark names in order, without empty items. Empty
+    /// when `bench=` is absent or empty.
+    pub fn benches(&self) -> impl Iterator<Item = &'a str> + 'a {
+        self.bench
+            .unwrap_or("")
+            .split(',')
+            .filter(|w| !w.is_empty())
+    }
+
+    /// True when `bench=` asks for `name` itself or for `all`.
+    pub fn wants_bench(&self, name: &str) -> bool {
+        self.benches().any(|b| b == name || b == "all")
+    }
+
+    /// The first benchmark name not in [`BENCH_NAMES`], if any.
+    pub fn unknown_bench(&self) -> Option<&'a str> {
+        self.benches().find(|w| !BENCH_NAMES.contains(w))
+    }
+
+    /// Exits per benchmark row: `exits=N`, else [`DEFAULT_EXIT_COUNT`].
+    pub fn exit_count(&self) -> u64 {
+        self.exits.unwrap_or(DEFAULT_EXIT_COUNT)
+    }
+
+    /// Words the guest does not act on.
+    pub fn unknown_words(&self) -> impl Iterator<Item = &'a str> + 'a {
+        self.raw.split_ascii_whitespace().filter(|w| {
+            !matches!(*w, "quiet" | "selftest")
+                && !w.starts_with("workload=")
+                && !w.starts_with("fault=")
+                && !w.starts_with("xfeatures=")
+                && !w.starts_with("bench=")
+                && !w.starts_with("exits=")
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cmdline_words() {
+        let c = Cmdline::parse("  quiet   workload=aes,,gemm console=ttyS0 ");
+        assert!(c.quiet);
+        assert_eq!(c.workload, Some("aes,,gemm"));
+        let w: [&str; 2] = {
+            let mut it = c.workloads();
+            [it.next().unwrap(), it.next().unwrap()]
+        };
+        assert_eq!(w, ["aes", "gemm"]);
+        assert_eq!(c.workloads().count(), 2);
+        assert!(!c.runs_nothing());
+        assert_eq!(c.unknown_workload(), None);
+        let mut unknown = c.unknown_words();
+        assert_eq!(unknown.next(), Some("console=ttyS0"));
+        assert_eq!(unknown.next(), None);
+        assert_eq!(c.fault, None);
+        assert!(!c.selftest);
+
+        let t = Cmdline::parse("selftest fault=pf");
+        assert!(t.selftest);
+        assert_eq!(t.fault, Some("pf"));
+        assert_eq!(t.unknown_words().count(), 0);
+    }
+
+    #[test]
+    fn cmdline_defaults_and_none() {
+        let empty = Cmdline::parse("");
+        assert!(!empty.quiet);
+        assert_eq!(empty.workload, None);
+        assert!(
+            !empty.runs_nothing(),
+            "absent workload= means the default set"
+        );
+        assert_eq!(empty.workloads().count(), 0);
+
+        assert!(Cmdline::parse("workload=").runs_nothing());
+        assert!(Cmdline::parse("workload=none").runs_nothing());
+        assert!(Cmdline::parse("workload=none,none").runs_nothing());
+        assert!(!Cmdline::parse("workload=none,aes").runs_nothing());
+        // The last workload= wins.
+        assert_eq!(
+            Cmdline::parse("workload=aes workload=none").workload,
+            Some("none")
+        );
+        // Tabs and newlines separate words too; "quietly" is not "quiet".
+        let c = Cmdline::parse("quietly\tworkload=linpack\n");
+        assert!(!c.quiet);
+        assert_eq!(c.workload, Some("linpack"));
+    }
+
+    #[test]
+    fn cmdline_bench_words() {
+        let c = Cmdline::parse("bench=exits,,ctxsw exits=500 console=ttyS0");
+        assert_eq!(c.bench, Some("exits,,ctxsw"));
+        assert_eq!(c.benches().count(), 2);
+        assert!(c.wants_bench("exits"));
+        assert!(c.wants_bench("ctxsw"));
+        assert!(!c.wants_bench("xstate-check"));
+        assert_eq!(c.unknown_bench(), None);
+        assert_eq!(c.exit_count(), 500);
+        assert_eq!(c.bad_exits, None);
+        let unknown: [&str; 1] = [c.unknown_words().next().unwrap()];
+        assert_eq!(unknown, ["console=ttyS0"]);
+        assert_eq!(c.unknown_words().count(), 1);
+
+        let all = Cmdline::parse("bench=all");
+        for name in ["exits", "xstate-check", "ctxsw"] {
+            assert!(all.wants_bench(name), "{name}");
+        }
+        assert_eq!(all.exit_count(), DEFAULT_EXIT_COUNT);
+
+        let none = Cmdline::parse("workload=none");
+        assert_eq!(none.bench, None);
+        assert!(!none.wants_bench("exits"));
+
+        assert_eq!(
+            Cmdline::parse("bench=exits,bogus").unknown_bench(),
+            Some("bogus")
+        );
+        assert_eq!(Cmdline::parse("exits=0x100").exits, Some(256));
+        for bad in ["exits=", "exits=0", "exits=ten", "exits=-5"] {
+            let c = Cmdline::parse(bad);
+            assert_eq!(c.exits, None, "{bad}");
+            assert!(c.bad_exits.is_some(), "{bad}");
+            assert_eq!(c.exit_count(), DEFAULT_EXIT_COUNT);
+        }
+        // The last exits= wins, a good one clears an earlier bad one.
+        let c = Cmdline::parse("exits=x exits=7");
+        assert_eq!((c.exits, c.bad_exits), (Some(7), None));
+    }
+
+    #[test]
+    fn cmdline_unknown_workload() {
+        assert_eq!(
+            Cmdline::parse("workload=aes,bogus,gemm").unknown_workload(),
+            Some("bogus")
+        );
+        for name in WORKLOAD_NAMES {
+            let line = [b"workload=".as_slice(), name.as_bytes()].concat();
+            let line = core::str::from_utf8(&line).unwrap();
+            assert_eq!(Cmdline::parse(line).unknown_workload(), None, "{name}");
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! The guest/VMM protocol: every port, exit status and record layout the
+//! guest kernel and a VMM exchange, in one place.
+//!
+//! The guest talks to its VMM only through x86 port I/O, so the same image
+//! runs under `vmm run` and under QEMU (`-M microvm` with `isa-debug-exit`):
+//!
+//! | port  | width | direction | meaning |
+//! |-------|-------|-----------|---------|
+//! | 0x3f8 | 8     | out       | COM1 8250 UART: the human-readable report (QEMU and `vmm` alike) |
+//! | 0xf4  | 32    | out       | debug exit: the guest is done, the value is its [`ExitStatus`] |
+//! | 0xf8  | 32    | out       | report: guest-physical address (< 4 GiB) of a [`Report`] |
+//! | 0xf0  | 32    | out       | exit benchmark target: the VMM decodes the exit and does nothing else |
+//! | 0xec  | 32    | out       | benchmark marker: [`MARK_END`] \| result index; the VMM timestamps rows |
+//! | 0xe8  | 32    | out       | xstate edit request: the VMM sets XMM(value & 15) to [`xmm_edit_pattern`] through its xstate manager |
+//! | 0xe4  | 32    | out       | snapshot request: a VMM with a snapshot file saves the VM at this exit and stops; after a restore the guest continues after its `out`. Ignored without a snapshot file |
+//!
+//! and one guest-physical address: [`BENCH_MMIO_ADDR`], unbacked, where a
+//! 32-bit store is an MMIO exit the VMM ignores.
+//!
+//! Every 32-bit port is 4-aligned and clear of 0xf4..=0xf7, so no write
+//! spills into QEMU's `isa-debug-exit` (`iosize=4`).
+//!
+//! QEMU's `isa-debug-exit` turns a write of `v` into the process exit code
+//! `(v << 1) | 1`; `vmm` uses `v` itself as the run's exit status.
+//!
+//! The kernel command line (PVH `hvm_start_info.cmdline_paddr`, QEMU
+//! `-append`) is a space-separated list of words:
+//!
+//! | word | meaning |
+//! |------|---------|
+//! | `quiet` | do not print the report on the serial console (the VMM prints it from the record) |
+//! | `workload=LIST` | comma-separated workloads to run (`none`, `quick`, `aes`, `gemm`, `linpack`, `all`) |
+//! | `bench=LIST` | benchmarks and checks to run: `exits` (exit cost per kind and guest mode), `xstate-check` (registers survive exits bit for bit; a VMM-side XMM edit is seen), `ctxsw` (user-level context switch per XSAVE strategy), `all`, `none`. Absent: none |
+//! | `exits=N` | exits per benchmark row (default 10000) |
+//! | `xfeatures=MASK` | hex XCR0 policy: the guest sets XCR0 = CPUID 0xD.0 mask & MASK. The VMM always passes it, because some KVMs (kvm_pvm) answer CPUID from the host whatever table the VMM set |
+//! | `fault=KIND` | testing: end the run with a deliberate CPU exception in the CPL3 task after the CPUID part of the report is filled (`ud`, `de`, `pf`, `gp`) |
+//! | `selftest` | testing: exercise the kernel's system calls and print what they returned |
+//!
+//! The [`Report`] is a `repr(C)` little-endian record in guest memory. The
+//! guest writes it completely and then writes its address to
+//! [`REPORT_PORT`]; the VMM copies it out through bounds-checked guest-memory
+//! accessors and validates magic, version, size and counts with
+//! [`Report::from_bytes`] before trusting a single field.
+//!
+//! | module | what |
+//! |--------|------|
+//! | [`ports`] | the ports, the MMIO address and [`ExitStatus`] |
+//! | [`record`] | the [`Report`] record and its decoder |
+//! | [`cmdline`] | the command line: words and [`Cmdline`] |
+//! | [`names`] | exception mnemonics, XSAVE extension and strategy names |
+
+pub mod cmdline;
+pub mod names;
+pub mod ports;
+pub mod record;
+
+pub use cmdline::{Cmdline, BENCH_NAMES, DEFAULT_EXIT_COUNT, FAULT_KINDS, WORKLOAD_NAMES};
+pub use names::{exception_mnemonic, xsave_variants, SWITCH_STRATEGIES, XSAVE_FEATURE_NAMES};
+pub use ports::{
+    xmm_edit_pattern, ExitStatus, BENCH_MMIO_ADDR, BENCH_PIO_PORT, DEBUG_EXIT_PORT, MARK_END,
+    MARK_PORT, REPORT_PORT, SERIAL_PORT, SNAPSHOT_PORT, XSTATE_EDIT_PORT,
+};
+pub use record::{
+    field_str, fixed_str, ComponentReport, FaultRecord, Report, ReportError, ResultRecord,
+    SkipRecord, WorkUnit, MAX_RESULTS, MAX_SKIPPED, NAME_LEN, REASON_LEN, REPORT_COMPONENTS,
+    REPORT_MAGIC, REPORT_VERSION,
+};

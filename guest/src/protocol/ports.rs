@@ -1,0 +1,72 @@
+//! The x86 ports (and the one MMIO address) through which the guest talks
+//! to its VMM, and the exit status it ends the run with. Port I/O is the
+//! only channel, so the same image runs under `vmm run` and under QEMU
+//! (see the table in [`crate::protocol`]).
+
+/// COM1: the 8250 UART the report is printed on.
+pub const SERIAL_PORT: u16 = 0x3f8;
+/// Debug exit (QEMU `isa-debug-exit` compatible): a 32-bit write ends the run.
+pub const DEBUG_EXIT_PORT: u16 = 0xf4;
+/// A 32-bit write hands the VMM the guest-physical address of a [`Report`](crate::protocol::Report).
+pub const REPORT_PORT: u16 = 0xf8;
+/// Exit benchmark: the PIO target port.
+pub const BENCH_PIO_PORT: u16 = 0xf0;
+/// Benchmark markers: a write of `i` starts row `i` (its future index in
+/// [`Report::results`](crate::protocol::Report::results)), a write of `MARK_END | i` ends it.
+pub const MARK_PORT: u16 = 0xec;
+/// Set in a [`MARK_PORT`] value that ends a row.
+pub const MARK_END: u32 = 0x8000_0000;
+/// A write of `r` asks the VMM to set XMM`r & 15` to [`xmm_edit_pattern`].
+pub const XSTATE_EDIT_PORT: u16 = 0xe8;
+/// A write asks the VMM to snapshot the VM here (see the module table).
+pub const SNAPSHOT_PORT: u16 = 0xe4;
+/// Exit benchmark: an unbacked guest-physical address (MMIO exit).
+pub const BENCH_MMIO_ADDR: u64 = 0xd000_0000;
+
+/// What the VMM writes into XMM`reg` for an [`XSTATE_EDIT_PORT`] request.
+pub const fn xmm_edit_pattern(reg: u32) -> [u8; 16] {
+    let mut p = [0u8; 16];
+    let mut k = 0;
+    while k < 16 {
+        p[k] = 0xe0 ^ ((reg as u8 & 15) << 4) ^ k as u8;
+        k += 1;
+    }
+    p
+}
+
+/// The value the guest writes to [`DEBUG_EXIT_PORT`].
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// Everything ran and every check passed.
+    Success = 0,
+    /// A workload's known-answer or residual check failed.
+    CheckFailed = 1,
+    /// A CPU exception in a guest task or in the kernel; see [`FaultRecord`](crate::protocol::FaultRecord).
+    Exception = 2,
+    /// The guest could not set itself up (bad boot info, CPUID it cannot use, ...).
+    SetupFailed = 3,
+}
+
+impl ExitStatus {
+    /// Decode a value written to [`DEBUG_EXIT_PORT`].
+    pub fn from_u32(v: u32) -> Option<Self> {
+        match v {
+            0 => Some(Self::Success),
+            1 => Some(Self::CheckFailed),
+            2 => Some(Self::Exception),
+            3 => Some(Self::SetupFailed),
+            _ => None,
+        }
+    }
+
+    /// Short description for tables and error messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Success => "success",
+            Self::CheckFailed => "check failed",
+            Self::Exception => "guest exception",
+            Self::SetupFailed => "guest setup failed",
+        }
+    }
+}

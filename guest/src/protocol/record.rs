@@ -1,0 +1,528 @@
+//! The [`Report`] record: what the guest hands the VMM at the end of a run,
+//! its layout, and its validating decoder.
+//!
+//! The record is `repr(C)`, little-endian and free of padding (checked at
+//! compile time by the zerocopy derives and the size assertions below), so
+//! encoding is a byte view and decoding a checked copy: no `unsafe` on
+//! either side, and a malformed record is an error, never a panic.
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+/// "VMMGUEST", little-endian.
+pub const REPORT_MAGIC: u64 = u64::from_le_bytes(*b"VMMGUEST");
+/// Bumped on every incompatible change of [`Report`].
+pub const REPORT_VERSION: u32 = 3;
+
+/// Number of XSAVE state components described in a report (0..=19).
+pub const REPORT_COMPONENTS: usize = 20;
+/// Most workload results one report carries.
+pub const MAX_RESULTS: usize = 64;
+/// Most "skipped, and why" entries one report carries.
+pub const MAX_SKIPPED: usize = 32;
+/// Length of the fixed, NUL-padded ASCII name fields (32 since version 3:
+/// `xsavec-xinuse-avx-initall` is 25 characters).
+pub const NAME_LEN: usize = 32;
+/// Length of the fixed, NUL-padded ASCII reason field.
+pub const REASON_LEN: usize = 64;
+
+/// What CPUID leaf 0xD says about one state component, as the guest saw it.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ComponentReport {
+    /// CPUID 0xD.i EAX: size in bytes.
+    pub size: u32,
+    /// CPUID 0xD.i EBX: offset in the standard format (0 for supervisor state).
+    pub offset: u32,
+    /// CPUID 0xD.i ECX: bit 0 supervisor, bit 1 64-byte aligned when compacted, bit 2 XFD.
+    pub flags: u32,
+    /// Offset in the compacted format for the XCR0 the guest set, as the
+    /// guest computed it with the xstate crate (0 when not in XCR0).
+    pub compacted_offset: u32,
+}
+
+/// A CPU exception the guest kernel caught.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct FaultRecord {
+    /// 1 when a fault happened, 0 otherwise.
+    pub valid: u32,
+    /// Exception vector (0 #DE, 6 #UD, 13 #GP, 14 #PF, ...).
+    pub vector: u32,
+    /// Error code pushed by the CPU, 0 for vectors without one.
+    pub error_code: u64,
+    /// RIP of the faulting instruction.
+    pub rip: u64,
+    /// CR2 (the faulting address for #PF).
+    pub cr2: u64,
+    /// Privilege level the fault happened at (0 kernel, 3 task).
+    pub cpl: u32,
+    /// Explicit padding to 8 bytes (the record has none implicit); 0.
+    pub _pad: u32,
+}
+
+/// How [`ResultRecord::work`] is to be read.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkUnit {
+    /// Bytes processed: throughput is MB/s (10^6 bytes per second).
+    Bytes = 0,
+    /// Floating-point operations: throughput is GFLOPS.
+    Flops = 1,
+    /// Events (exits, switches): throughput is events per second.
+    Events = 2,
+}
+
+/// One measured workload or benchmark.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct ResultRecord {
+    /// Workload name, NUL-padded ASCII (`aes-128-cbc`, `dgemm`, `linpack`, ...).
+    pub name: [u8; NAME_LEN],
+    /// ISA variant, NUL-padded ASCII (`aesni-sse`, `avx2-fma`, ...).
+    pub variant: [u8; NAME_LEN],
+    /// Problem size: message bytes or matrix order n.
+    pub size: u64,
+    /// Work done in the timed region, in [`WorkUnit`]s.
+    pub work: u64,
+    /// TSC cycles of the timed region.
+    pub cycles: u64,
+    /// [`WorkUnit`] as u32.
+    pub unit: u32,
+    /// 1 pass, 0 fail.
+    pub check: u32,
+    /// Workload-specific figure: scaled residual for linear algebra, 0 otherwise.
+    pub residual: f64,
+}
+
+/// A workload variant the guest did not run, and why.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct SkipRecord {
+    /// Workload name, NUL-padded ASCII, as in [`ResultRecord::name`].
+    pub name: [u8; NAME_LEN],
+    /// ISA variant, NUL-padded ASCII, as in [`ResultRecord::variant`].
+    pub variant: [u8; NAME_LEN],
+    /// NUL-padded ASCII, e.g. `CPUID lacks AVX (XCR0 0x3)`.
+    pub reason: [u8; REASON_LEN],
+}
+
+/// Everything the guest reports, written once at the end of the run.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct Report {
+    /// [`REPORT_MAGIC`].
+    pub magic: u64,
+    /// [`REPORT_VERSION`].
+    pub version: u32,
+    /// `size_of::<Report>()` as the guest was built.
+    pub size: u32,
+
+    /// CPUID.1 ECX/EDX, CPUID.7.0 EBX/ECX/EDX, CPUID.7.1 EAX as seen by the guest.
+    pub cpuid1_ecx: u32,
+    /// CPUID.1 EDX.
+    pub cpuid1_edx: u32,
+    /// CPUID.7.0 EBX.
+    pub cpuid7_ebx: u32,
+    /// CPUID.7.0 ECX.
+    pub cpuid7_ecx: u32,
+    /// CPUID.7.0 EDX.
+    pub cpuid7_edx: u32,
+    /// CPUID.7.1 EAX.
+    pub cpuid7_1_eax: u32,
+
+    /// CPUID 0xD.0 EDX:EAX: user state the CPU (as exposed) supports.
+    pub cpuid_xcr0_supported: u64,
+    /// CPUID 0xD.1 EDX:ECX: supervisor state supported in IA32_XSS.
+    pub cpuid_xss_supported: u64,
+    /// CPUID 0xD.0 EBX after the guest set XCR0: standard size for that XCR0.
+    pub cpuid_size_enabled: u32,
+    /// CPUID 0xD.0 ECX: standard size for every supported user component.
+    pub cpuid_size_max: u32,
+    /// CPUID 0xD.1 EAX: bit 0 XSAVEOPT, 1 XSAVEC, 2 XGETBV(1), 3 XSAVES, 4 XFD.
+    pub cpuid_xsave_features: u32,
+    /// CPUID 0xD.1 EBX: compacted size for XCR0 | IA32_XSS as enabled.
+    pub cpuid_size_compacted: u32,
+    /// Per component 0..=19.
+    pub components: [ComponentReport; REPORT_COMPONENTS],
+
+    /// XCR0 the guest set with XSETBV (0 when the CPU has no XSAVE).
+    pub xcr0: u64,
+    /// XGETBV(1) at the end of the run (0 when XGETBV(1) is unsupported).
+    pub xinuse: u64,
+    /// XGETBV(0) executed at CPL3: the XCR0 the hardware applies to the
+    /// guest's tasks. Equal to `xcr0` under hardware KVM; kvm_pvm runs CPL3
+    /// code on the host's XCR0.
+    pub xcr0_hardware: u64,
+    /// Standard-format size the guest computed with the xstate crate for `xcr0`.
+    pub computed_standard_size: u32,
+    /// Compacted-format size the guest computed with the xstate crate for `xcr0`.
+    pub computed_compacted_size: u32,
+    /// TSC frequency in kHz if the guest knows it (CPUID 0x15/0x16/0x40000010), else 0.
+    pub tsc_khz: u64,
+
+    /// Set when the run ended in a CPU exception.
+    pub fault: FaultRecord,
+
+    /// Valid entries in [`Report::results`] (at most [`MAX_RESULTS`]).
+    pub result_count: u32,
+    /// Valid entries in [`Report::skipped`] (at most [`MAX_SKIPPED`]).
+    pub skipped_count: u32,
+    /// Measured workloads and benchmarks; see [`Report::results()`].
+    pub results: [ResultRecord; MAX_RESULTS],
+    /// Variants not run, and why; see [`Report::skipped()`].
+    pub skipped: [SkipRecord; MAX_SKIPPED],
+
+    /// A second figure per result, same index as [`Report::results`]; 0
+    /// when the row has none. `ctxsw` rows: bytes written per save (see
+    /// `guest::bench::ctxsw::bytes_per_save`).
+    pub result_aux: [u64; MAX_RESULTS],
+    /// The user-level context-switch strategy the guest chose at boot by
+    /// measurement (one of [`SWITCH_STRATEGIES`](crate::protocol::SWITCH_STRATEGIES)), NUL-padded; empty when
+    /// the CPU has no XSAVE.
+    pub switch_strategy: [u8; NAME_LEN],
+    /// TSC cycles per context switch (save + XRSTOR + stack switch) the boot
+    /// calibration measured for each of [`SWITCH_STRATEGIES`](crate::protocol::SWITCH_STRATEGIES) (the minimum
+    /// of its trials); 0 when the CPU (as the guest's CPUID says) lacks it.
+    pub switch_cycles: [u64; 4],
+    /// TSC cycles the whole boot calibration took.
+    pub switch_calibration_cycles: u64,
+}
+
+/// Why a report copied out of guest memory was not accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReportError {
+    /// Fewer bytes than `size_of::<Report>()`.
+    Truncated {
+        /// Bytes given.
+        got: usize,
+        /// `size_of::<Report>()`.
+        need: usize,
+    },
+    /// The magic field is not [`REPORT_MAGIC`].
+    BadMagic(u64),
+    /// The version field is not [`REPORT_VERSION`].
+    BadVersion(u32),
+    /// The guest was built with a different record layout.
+    BadSize {
+        /// The record's size field.
+        got: u32,
+        /// `size_of::<Report>()` here.
+        need: u32,
+    },
+    /// `result_count` above [`MAX_RESULTS`].
+    TooManyResults(u32),
+    /// `skipped_count` above [`MAX_SKIPPED`].
+    TooManySkipped(u32),
+}
+
+impl core::fmt::Display for ReportError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::Truncated { got, need } => {
+                write!(f, "report truncated: {got} bytes, need {need}")
+            }
+            Self::BadMagic(m) => write!(f, "report has bad magic {m:#018x}"),
+            Self::BadVersion(v) => {
+                write!(f, "report version {v}, this VMM speaks {REPORT_VERSION}")
+            }
+            Self::BadSize { got, need } => {
+                write!(f, "report size field {got}, expected {need}")
+            }
+            Self::TooManyResults(n) => write!(f, "report claims {n} results (max {MAX_RESULTS})"),
+            Self::TooManySkipped(n) => {
+                write!(f, "report claims {n} skipped entries (max {MAX_SKIPPED})")
+            }
+        }
+    }
+}
+
+impl Report {
+    /// An empty report with magic, version and size filled in.
+    pub const fn new() -> Self {
+        const EMPTY_RESULT: ResultRecord = ResultRecord {
+            name: [0; NAME_LEN],
+            variant: [0; NAME_LEN],
+            size: 0,
+            work: 0,
+            cycles: 0,
+            unit: 0,
+            check: 0,
+            residual: 0.0,
+        };
+        const EMPTY_SKIP: SkipRecord = SkipRecord {
+            name: [0; NAME_LEN],
+            variant: [0; NAME_LEN],
+            reason: [0; REASON_LEN],
+        };
+        const EMPTY_COMPONENT: ComponentReport = ComponentReport {
+            size: 0,
+            offset: 0,
+            flags: 0,
+            compacted_offset: 0,
+        };
+        Report {
+            magic: REPORT_MAGIC,
+            version: REPORT_VERSION,
+            size: core::mem::size_of::<Report>() as u32,
+            cpuid1_ecx: 0,
+            cpuid1_edx: 0,
+            cpuid7_ebx: 0,
+            cpuid7_ecx: 0,
+            cpuid7_edx: 0,
+            cpuid7_1_eax: 0,
+            cpuid_xcr0_supported: 0,
+            cpuid_xss_supported: 0,
+            cpuid_size_enabled: 0,
+            cpuid_size_max: 0,
+            cpuid_xsave_features: 0,
+            cpuid_size_compacted: 0,
+            components: [EMPTY_COMPONENT; REPORT_COMPONENTS],
+            xcr0: 0,
+            xinuse: 0,
+            xcr0_hardware: 0,
+            computed_standard_size: 0,
+            computed_compacted_size: 0,
+            tsc_khz: 0,
+            fault: FaultRecord {
+                valid: 0,
+                vector: 0,
+                error_code: 0,
+                rip: 0,
+                cr2: 0,
+                cpl: 0,
+                _pad: 0,
+            },
+            result_count: 0,
+            skipped_count: 0,
+            results: [EMPTY_RESULT; MAX_RESULTS],
+            skipped: [EMPTY_SKIP; MAX_SKIPPED],
+            result_aux: [0; MAX_RESULTS],
+            switch_strategy: [0; NAME_LEN],
+            switch_cycles: [0; 4],
+            switch_calibration_cycles: 0,
+        }
+    }
+
+    /// Size of the record in bytes: what the VMM copies out of guest memory.
+    pub const SIZE: usize = core::mem::size_of::<Report>();
+
+    /// Decode and validate a record copied out of guest memory.
+    ///
+    /// Never trusts the guest: the length, magic, version, size field and
+    /// both counts are checked before the record is returned.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Report, ReportError> {
+        if bytes.len() < Self::SIZE {
+            return Err(ReportError::Truncated {
+                got: bytes.len(),
+                need: Self::SIZE,
+            });
+        }
+        // Every bit pattern is a valid `Report` (integers, f64 and byte
+        // arrays only: `FromBytes`), so the copy itself cannot fail once
+        // the length is right.
+        let Ok((report, _)) = Report::read_from_prefix(bytes) else {
+            return Err(ReportError::Truncated {
+                got: bytes.len(),
+                need: Self::SIZE,
+            });
+        };
+        if report.magic != REPORT_MAGIC {
+            return Err(ReportError::BadMagic(report.magic));
+        }
+        if report.version != REPORT_VERSION {
+            return Err(ReportError::BadVersion(report.version));
+        }
+        if report.size as usize != Self::SIZE {
+            return Err(ReportError::BadSize {
+                got: report.size,
+                need: Self::SIZE as u32,
+            });
+        }
+        if report.result_count as usize > MAX_RESULTS {
+            return Err(ReportError::TooManyResults(report.result_count));
+        }
+        if report.skipped_count as usize > MAX_SKIPPED {
+            return Err(ReportError::TooManySkipped(report.skipped_count));
+        }
+        Ok(report)
+    }
+
+    /// The record's bytes, for a guest or a test to hand over.
+    pub fn as_bytes(&self) -> &[u8] {
+        // `IntoBytes` proves at compile time that the record has no padding.
+        IntoBytes::as_bytes(self)
+    }
+
+    /// The valid results.
+    pub fn results(&self) -> &[ResultRecord] {
+        &self.results[..(self.result_count as usize).min(MAX_RESULTS)]
+    }
+
+    /// The valid skipped entries.
+    pub fn skipped(&self) -> &[SkipRecord] {
+        &self.skipped[..(self.skipped_count as usize).min(MAX_SKIPPED)]
+    }
+
+    /// Append a result; returns false when the report is full.
+    pub fn push_result(&mut self, r: ResultRecord) -> bool {
+        let i = self.result_count as usize;
+        if i >= MAX_RESULTS {
+            return false;
+        }
+        self.results[i] = r;
+        self.result_count += 1;
+        true
+    }
+
+    /// Append a result with its [`Report::result_aux`] figure; returns false
+    /// when the report is full.
+    pub fn push_result_aux(&mut self, r: ResultRecord, aux: u64) -> bool {
+        let i = self.result_count as usize;
+        if !self.push_result(r) {
+            return false;
+        }
+        self.result_aux[i] = aux;
+        true
+    }
+
+    /// The [`Report::result_aux`] figure of result `i` (0 past the end).
+    pub fn aux(&self, i: usize) -> u64 {
+        if i < self.results().len() {
+            self.result_aux[i]
+        } else {
+            0
+        }
+    }
+
+    /// Append a skipped entry; returns false when the report is full.
+    pub fn push_skipped(&mut self, s: SkipRecord) -> bool {
+        let i = self.skipped_count as usize;
+        if i >= MAX_SKIPPED {
+            return false;
+        }
+        self.skipped[i] = s;
+        self.skipped_count += 1;
+        true
+    }
+}
+
+impl Default for Report {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Copy `s` into a fixed NUL-padded field, truncating if needed.
+pub const fn fixed_str<const N: usize>(s: &str) -> [u8; N] {
+    let b = s.as_bytes();
+    let mut out = [0u8; N];
+    let mut i = 0;
+    while i < b.len() && i < N {
+        out[i] = b[i];
+        i += 1;
+    }
+    out
+}
+
+/// Read a NUL-padded field back as text; non-ASCII bytes end it.
+pub fn field_str(f: &[u8]) -> &str {
+    let end = f
+        .iter()
+        .position(|&c| c == 0 || !c.is_ascii())
+        .unwrap_or(f.len());
+    // ASCII prefix: always valid UTF-8.
+    core::str::from_utf8(&f[..end]).unwrap_or("")
+}
+
+// The record must not contain implicit padding: `as_bytes` exposes all of it.
+const _: () = {
+    assert!(core::mem::size_of::<ComponentReport>() == 16);
+    assert!(core::mem::size_of::<FaultRecord>() == 40);
+    assert!(core::mem::size_of::<ResultRecord>() == 2 * NAME_LEN + 5 * 8);
+    assert!(core::mem::size_of::<SkipRecord>() == 2 * NAME_LEN + REASON_LEN);
+    assert!(
+        core::mem::size_of::<Report>()
+            == 16
+                + 6 * 4
+                + 2 * 8
+                + 4 * 4
+                + REPORT_COMPONENTS * 16
+                + 3 * 8
+                + 2 * 4
+                + 8
+                + 40
+                + 2 * 4
+                + MAX_RESULTS * (2 * NAME_LEN + 5 * 8)
+                + MAX_SKIPPED * (2 * NAME_LEN + REASON_LEN)
+                + MAX_RESULTS * 8
+                + NAME_LEN
+                + 4 * 8
+                + 8
+    );
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::names::SWITCH_STRATEGIES;
+
+    #[test]
+    fn result_aux_follows_results() {
+        let mut r = Report::new();
+        let rec = Report::new().results[0];
+        assert!(r.push_result(rec));
+        assert!(r.push_result_aux(rec, 832));
+        assert_eq!((r.aux(0), r.aux(1), r.aux(2)), (0, 832, 0));
+        let back = Report::from_bytes(r.as_bytes()).unwrap();
+        assert_eq!(back.aux(1), 832);
+        r.switch_strategy = fixed_str("xsavec-xinuse");
+        assert_eq!(field_str(&r.switch_strategy), "xsavec-xinuse");
+        assert!(SWITCH_STRATEGIES
+            .iter()
+            .all(|s| s.len() + "-avx-initall".len() <= NAME_LEN));
+    }
+
+    #[test]
+    fn round_trip_and_validation() {
+        let mut r = Report::new();
+        r.xcr0 = 0x7;
+        assert!(r.push_result(ResultRecord {
+            name: fixed_str("aes-128-cbc"),
+            variant: fixed_str("aesni-sse"),
+            size: 8192,
+            work: 8192 * 100,
+            cycles: 12345,
+            unit: WorkUnit::Bytes as u32,
+            check: 1,
+            residual: 0.0,
+        }));
+        let back = Report::from_bytes(r.as_bytes()).unwrap();
+        assert_eq!(back.xcr0, 0x7);
+        assert_eq!(field_str(&back.results()[0].name), "aes-128-cbc");
+
+        let bytes = r.as_bytes();
+        assert_eq!(
+            Report::from_bytes(&bytes[..100]).err(),
+            Some(ReportError::Truncated {
+                got: 100,
+                need: Report::SIZE
+            })
+        );
+        let mut bad = bytes.to_vec();
+        bad[0] ^= 1;
+        assert!(matches!(
+            Report::from_bytes(&bad),
+            Err(ReportError::BadMagic(_))
+        ));
+        let mut r2 = r;
+        r2.result_count = 1000;
+        assert_eq!(
+            Report::from_bytes(r2.as_bytes()).err(),
+            Some(ReportError::TooManyResults(1000))
+        );
+    }
+}

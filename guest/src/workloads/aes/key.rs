@@ -1,0 +1,12 @@
+//! What every AES-128 implementation here shares: the block size and the
+//! expanded key. Its own module so that the implementations (`ni`, `vaes`,
+//! `soft`) depend on it and not on the dispatcher in `mod.rs`, which
+//! depends on them.
+
+/// AES block size in bytes.
+pub const BLOCK: usize = 16;
+
+/// An expanded AES-128 key: round keys 0..=10, as bytes in the order the
+/// cipher XORs them into the state (FIPS-197 w[4r..4r+4]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RoundKeys(pub [[u8; 16]; 11]);

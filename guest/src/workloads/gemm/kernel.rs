@@ -1,0 +1,271 @@
+//! The blocked DGEMM itself: packing, the `jc`/`pc`/`ic` loops and the
+//! register-tile micro-kernel, generic over the vector type and
+//! instantiated once per ISA inside a `#[target_feature]` entry point (see
+//! the [`super`] module documentation for the structure).
+
+use core::arch::x86_64::{__m128d, __m256d, __m512d};
+
+use super::simd::F64Vec;
+
+/// Inner-dimension block: one `KC x NR` B micro-panel fits L1.
+pub const KC: usize = 256;
+/// Rows of A per packed block (a multiple of every `MR`): `MC x KC` fits L2.
+pub const MC: usize = 96;
+/// Most columns of B per packed panel (a multiple of every `NR`).
+pub const NC_MAX: usize = 768;
+/// f64 elements of pack buffer [`Dgemm::gemm`](super::Dgemm::gemm) needs: the packed A block,
+/// the packed B panel, and slack to align them to 64 bytes (the kernels
+/// use aligned loads; the caller's buffer need only be f64-aligned).
+pub const PACK_LEN: usize = MC * KC + KC * NC_MAX + 8;
+
+/// Largest register tile (AVX-512: 24 x 8), for the edge-tile buffer.
+const MAX_TILE: usize = 24 * 8;
+
+/// The operands of one call, passed by reference to the per-ISA entry
+/// points (vector types never cross a non-inlined call).
+pub(super) struct Args {
+    pub(super) m: usize,
+    pub(super) n: usize,
+    pub(super) k: usize,
+    pub(super) alpha: f64,
+    pub(super) a: *const f64,
+    pub(super) lda: usize,
+    pub(super) b: *const f64,
+    pub(super) ldb: usize,
+    pub(super) c: *mut f64,
+    pub(super) ldc: usize,
+    pub(super) pack: *mut f64,
+}
+
+#[inline(never)]
+pub(super) unsafe fn gemm_sse2(x: &Args) {
+    // SAFETY: the caller upholds this function's contract (the CPU
+    // features it is compiled for, and the pointers and lengths it is
+    // given), which is all its intrinsics and pointer accesses rely on.
+    unsafe {
+        // SSE2 is part of the x86-64 baseline: no target_feature needed.
+        blocked::<__m128d, 2, 6>(x)
+    }
+}
+
+#[target_feature(enable = "avx2,fma")]
+#[inline(never)]
+pub(super) unsafe fn gemm_avx2(x: &Args) {
+    // SAFETY: the caller upholds this function's contract (the CPU
+    // features it is compiled for, and the pointers and lengths it is
+    // given), which is all its intrinsics and pointer accesses rely on.
+    unsafe { blocked::<__m256d, 2, 6>(x) }
+}
+
+#[target_feature(enable = "avx512f")]
+#[inline(never)]
+pub(super) unsafe fn gemm_avx512(x: &Args) {
+    // SAFETY: the caller upholds this function's contract (the CPU
+    // features it is compiled for, and the pointers and lengths it is
+    // given), which is all its intrinsics and pointer accesses rely on.
+    unsafe { blocked::<__m512d, 3, 8>(x) }
+}
+
+/// The blocked loops around the micro-kernel; `MV` vectors of `V` make the
+/// tile's `MR` rows, `NR` is its columns.
+#[inline(always)]
+unsafe fn blocked<V: F64Vec, const MV: usize, const NR: usize>(x: &Args) {
+    // SAFETY: the caller upholds this function's contract (the CPU
+    // features it is compiled for, and the pointers and lengths it is
+    // given), which is all its intrinsics and pointer accesses rely on.
+    unsafe {
+        let mr = MV * V::LANES;
+        let ap = x.pack;
+        let bp = x.pack.add(MC * KC);
+        // Equal column blocks no wider than NC_MAX, rounded up to whole
+        // micro-panels, so no block is a thin remainder.
+        let blocks = x.n.div_ceil(NC_MAX);
+        let nc = x.n.div_ceil(blocks).div_ceil(NR) * NR;
+        let mut jc = 0;
+        while jc < x.n {
+            let ncb = nc.min(x.n - jc);
+            let mut pc = 0;
+            while pc < x.k {
+                let kcb = KC.min(x.k - pc);
+                pack_b::<NR>(kcb, ncb, x.b.add(pc + jc * x.ldb), x.ldb, bp);
+                let mut ic = 0;
+                while ic < x.m {
+                    let mcb = MC.min(x.m - ic);
+                    pack_a(mr, mcb, kcb, x.a.add(ic + pc * x.lda), x.lda, x.alpha, ap);
+                    let mut jr = 0;
+                    while jr < ncb {
+                        let mut ir = 0;
+                        while ir < mcb {
+                            micro::<V, MV, NR>(
+                                kcb,
+                                ap.add(ir * kcb),
+                                bp.add(jr * kcb),
+                                x.c.add(ic + ir + (jc + jr) * x.ldc),
+                                x.ldc,
+                                mr.min(mcb - ir),
+                                NR.min(ncb - jr),
+                            );
+                            ir += mr;
+                        }
+                        jr += NR;
+                    }
+                    ic += MC;
+                }
+                pc += KC;
+            }
+            jc += nc;
+        }
+    }
+}
+
+/// Pack `alpha * A[0..mc, 0..kc]` into `mr`-row micro-panels: panel `i`
+/// at `dst + i*mr*kc`, column `p` of it at `+ p*mr`, zero-padded rows.
+#[inline(always)]
+unsafe fn pack_a(
+    mr: usize,
+    mc: usize,
+    kc: usize,
+    a: *const f64,
+    lda: usize,
+    alpha: f64,
+    dst: *mut f64,
+) {
+    // SAFETY: the caller upholds this function's contract (the CPU
+    // features it is compiled for, and the pointers and lengths it is
+    // given), which is all its intrinsics and pointer accesses rely on.
+    unsafe {
+        let mut ir = 0;
+        while ir < mc {
+            let rows = mr.min(mc - ir);
+            let panel = dst.add(ir * kc);
+            for p in 0..kc {
+                let src = a.add(ir + p * lda);
+                let d = panel.add(p * mr);
+                if rows == mr {
+                    for i in 0..mr {
+                        *d.add(i) = alpha * *src.add(i);
+                    }
+                } else {
+                    for i in 0..mr {
+                        *d.add(i) = if i < rows { alpha * *src.add(i) } else { 0.0 };
+                    }
+                }
+            }
+            ir += mr;
+        }
+    }
+}
+
+/// Pack `B[0..kc, 0..nc]` into `NR`-column micro-panels: panel `j` at
+/// `dst + j*NR*kc`, row `p` of it at `+ p*NR`, zero-padded columns.
+#[inline(always)]
+unsafe fn pack_b<const NR: usize>(kc: usize, nc: usize, b: *const f64, ldb: usize, dst: *mut f64) {
+    // SAFETY: the caller upholds this function's contract (the CPU
+    // features it is compiled for, and the pointers and lengths it is
+    // given), which is all its intrinsics and pointer accesses rely on.
+    unsafe {
+        let mut jr = 0;
+        while jr < nc {
+            let cols = NR.min(nc - jr);
+            let panel = dst.add(jr * kc);
+            if cols == NR {
+                for p in 0..kc {
+                    for j in 0..NR {
+                        *panel.add(p * NR + j) = *b.add(p + (jr + j) * ldb);
+                    }
+                }
+            } else {
+                for p in 0..kc {
+                    for j in 0..NR {
+                        *panel.add(p * NR + j) = if j < cols {
+                            *b.add(p + (jr + j) * ldb)
+                        } else {
+                            0.0
+                        };
+                    }
+                }
+            }
+            jr += NR;
+        }
+    }
+}
+
+/// One k-step of the register tile: `MV` vectors of packed A times `NR`
+/// broadcast elements of packed B.
+macro_rules! kstep {
+    ($acc:ident, $a:expr, $b:expr, $mv:expr, $nr:expr, $lanes:expr) => {{
+        let a = $a;
+        let b = $b;
+        let mut av = [V::zero(); MV];
+        for v in 0..$mv {
+            av[v] = V::load(a.add(v * $lanes));
+        }
+        for j in 0..$nr {
+            let bj = V::splat(b.add(j));
+            for v in 0..$mv {
+                $acc[j][v] = V::mul_add(av[v], bj, $acc[j][v]);
+            }
+        }
+    }};
+}
+
+/// `C[0..m, 0..n] += Apanel * Bpanel` for one `MR x NR` tile; `m < MR` or
+/// `n < NR` only at the matrix edges (the panels are zero-padded).
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // register-tile indexing, fully unrolled
+unsafe fn micro<V: F64Vec, const MV: usize, const NR: usize>(
+    kc: usize,
+    a: *const f64,
+    b: *const f64,
+    c: *mut f64,
+    ldc: usize,
+    m: usize,
+    n: usize,
+) {
+    // SAFETY: the caller upholds this function's contract (the CPU
+    // features it is compiled for, and the pointers and lengths it is
+    // given), which is all its intrinsics and pointer accesses rely on.
+    unsafe {
+        let lanes = V::LANES;
+        let mr = MV * lanes;
+        let mut acc = [[V::zero(); MV]; NR];
+        let mut a = a;
+        let mut b = b;
+        let mut p = 0;
+        while p + 4 <= kc {
+            kstep!(acc, a, b, MV, NR, lanes);
+            kstep!(acc, a.add(mr), b.add(NR), MV, NR, lanes);
+            kstep!(acc, a.add(2 * mr), b.add(2 * NR), MV, NR, lanes);
+            kstep!(acc, a.add(3 * mr), b.add(3 * NR), MV, NR, lanes);
+            a = a.add(4 * mr);
+            b = b.add(4 * NR);
+            p += 4;
+        }
+        while p < kc {
+            kstep!(acc, a, b, MV, NR, lanes);
+            a = a.add(mr);
+            b = b.add(NR);
+            p += 1;
+        }
+        if m == mr && n == NR {
+            for j in 0..NR {
+                for v in 0..MV {
+                    let cp = c.add(j * ldc + v * lanes);
+                    V::storeu(cp, V::add(V::loadu(cp), acc[j][v]));
+                }
+            }
+        } else {
+            let mut tile = [0.0f64; MAX_TILE];
+            for j in 0..NR {
+                for v in 0..MV {
+                    V::storeu(tile.as_mut_ptr().add(j * mr + v * lanes), acc[j][v]);
+                }
+            }
+            for j in 0..n {
+                for i in 0..m {
+                    *c.add(i + j * ldc) += tile[i + j * mr];
+                }
+            }
+        }
+    }
+}

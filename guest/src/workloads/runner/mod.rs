@@ -1,0 +1,105 @@
+//! The workload suite: what runs for a [`Selection`], in which sizes, how
+//! each result is checked and timed, and what ends up in the report.
+//!
+//! - AES-128: every variant first passes [`aes::kat::verify`](crate::workloads::aes::kat::verify); a variant
+//!   that fails gets a `check = 0`, untimed result per size plus a skip
+//!   record whose reason names the failing vector. CBC (`aesni-sse`,
+//!   `aesni-avx`) at 16..8192-byte messages and CTR (all four variants)
+//!   encrypt one buffer repeatedly, chaining IV/counter, as `openssl speed
+//!   -evp` does. Work unit: bytes.
+//! - DGEMM: `C += A B` on random `n x n` matrices; the first product is
+//!   checked against dot products on sampled entries (all entries for
+//!   n <= 64); `residual` is the worst error divided by `(n + 2) eps
+//!   sum|a||b|`, which rounding theory keeps below 1 (the pass bound).
+//!   Work: `2 n^3` flops per product.
+//! - Linpack: factor + solve timed per repetition (matrix regeneration is
+//!   not); `residual` is the scaled residual of the last solve, passing
+//!   below [`linpack::RESIDUAL_THRESHOLD`](crate::workloads::linpack::RESIDUAL_THRESHOLD). Work: `2/3 n^3 + 2 n^2` flops.
+//!
+//! A variant the CPU or XCR0 does not allow, or a size the scratch region
+//! is too small for, gets a skip record with the reason.
+
+mod aes_suite;
+mod ctx;
+mod gemm_suite;
+mod linpack_suite;
+mod sizes;
+
+use aes_suite::aes_suite;
+use ctx::Ctx;
+use gemm_suite::gemm_suite;
+use linpack_suite::linpack_suite;
+use sizes::{TARGET_MS_FULL, TARGET_MS_QUICK};
+
+use super::features::CpuFeatures;
+use super::selection::Selection;
+use super::timing::Budget;
+use crate::protocol::Report;
+
+pub use sizes::{
+    leading_dim, scratch_bytes, Sizes, AES_BUF, CBC_SIZES, CTR_SIZES, CTR_SIZES_QUICK, GEMM_SIZES,
+    GEMM_SIZES_QUICK, LINPACK_SIZES, LINPACK_SIZES_QUICK,
+};
+
+/// Runs what `sel` asks for and `feat` allows; pushes a [`ResultRecord`](crate::protocol::ResultRecord)
+/// per (workload, variant, size) and a [`SkipRecord`](crate::protocol::SkipRecord) (with a reason like
+/// "needs AVX: XCR0 0x3 lacks AVX state") per variant it did not run.
+/// Returns true when every check passed.
+///
+/// `feat` is the caller's view (the guest's CPUID and the XCR0 it set); it
+/// is intersected with [`CpuFeatures::detect`] so a variant never runs on
+/// a CPU or XCR0 that cannot execute it. `tsc_khz` (0 = unknown) sizes the
+/// measurements; `scratch` is where every buffer lives ([`scratch_bytes`]
+/// says how much is enough).
+pub fn run(
+    sel: &Selection,
+    feat: &CpuFeatures,
+    tsc_khz: u64,
+    scratch: &mut [u8],
+    report: &mut Report,
+) -> bool {
+    run_sizes(
+        sel,
+        &Sizes::for_selection(sel),
+        feat,
+        tsc_khz,
+        scratch,
+        report,
+    )
+}
+
+/// [`run`] with explicit problem sizes (tests and benchmarks use small or
+/// single sizes); sizes out of range are skipped with a reason.
+pub fn run_sizes(
+    sel: &Selection,
+    sizes: &Sizes,
+    feat: &CpuFeatures,
+    tsc_khz: u64,
+    scratch: &mut [u8],
+    report: &mut Report,
+) -> bool {
+    let usable = feat.intersect(&CpuFeatures::detect());
+    let mut ctx = Ctx {
+        report,
+        budget: Budget::new(
+            tsc_khz,
+            if sel.quick {
+                TARGET_MS_QUICK
+            } else {
+                TARGET_MS_FULL
+            },
+        ),
+        full: usize::from(!sel.quick),
+        ok: true,
+    };
+    if sel.aes {
+        aes_suite(&mut ctx, &usable, sel, sizes, scratch);
+    }
+    if sel.gemm {
+        gemm_suite(&mut ctx, &usable, sizes.gemm, scratch);
+    }
+    if sel.linpack {
+        linpack_suite(&mut ctx, &usable, sizes.linpack, scratch);
+    }
+    ctx.ok
+}
