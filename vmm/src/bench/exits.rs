@@ -76,7 +76,8 @@ pub fn run(
     policies: &[SyncPolicy],
     timeout: Duration,
 ) -> Result<ExitBench> {
-    let mut best: BTreeMap<(XfeatureMask, String, String, String, String), ExitRow> = BTreeMap::new();
+    let mut best: BTreeMap<(XfeatureMask, String, String, String, String), ExitRow> =
+        BTreeMap::new();
     let mut order = Vec::new();
     let mut notes = Vec::new();
     for round in 0..rounds.max(1) {

@@ -130,7 +130,9 @@ impl InitBench {
             .right(" ", 7);
         t.push(
             &mut s,
-            &["workload", "variant", "size", "minimal", "all", "unit", "all/min"],
+            &[
+                "workload", "variant", "size", "minimal", "all", "unit", "all/min",
+            ],
         );
         let f = |v: Option<f64>| or_dash(v.map(|v| format!("{v:.2}")));
         for r in &self.rows {

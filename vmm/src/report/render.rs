@@ -13,9 +13,8 @@ impl RunSummary {
     /// The human table.
     pub fn to_table(&self) -> String {
         let mut s = String::new();
-        let mask_names = |m: Option<XfeatureMask>| {
-            m.map_or_else(|| "-".into(), |m| format!("{m:#x} ({m})"))
-        };
+        let mask_names =
+            |m: Option<XfeatureMask>| m.map_or_else(|| "-".into(), |m| format!("{m:#x} ({m})"));
         let _ = writeln!(s, "xstate policy");
         let _ = writeln!(
             s,
@@ -93,7 +92,10 @@ impl RunSummary {
                 .right(" ", 6)
                 .right(" ", 9)
                 .right(" ", 10);
-            t.push(&mut s, &["id", "component", "size", "standard", "compacted"]);
+            t.push(
+                &mut s,
+                &["id", "component", "size", "standard", "compacted"],
+            );
             for r in &c.components {
                 t.push(
                     &mut s,

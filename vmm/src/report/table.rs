@@ -57,6 +57,14 @@ impl Columns {
     /// One line (newline-terminated, trailing blanks trimmed) of `cells`, one
     /// per column; missing cells are left empty, extra cells are ignored.
     pub fn line<S: AsRef<str>>(&self, cells: &[S]) -> String {
+        let mut s = self.cells(cells);
+        s.push('\n');
+        s
+    }
+
+    /// [`Columns::line`] without the newline, for rows that go on with free
+    /// text.
+    pub fn cells<S: AsRef<str>>(&self, cells: &[S]) -> String {
         let mut s = String::new();
         for (i, c) in self.cols.iter().enumerate() {
             let cell = cells.get(i).map_or("", AsRef::as_ref);
@@ -68,7 +76,6 @@ impl Columns {
         }
         let end = s.trim_end_matches(' ').len();
         s.truncate(end);
-        s.push('\n');
         s
     }
 
