@@ -31,8 +31,8 @@ impl FeaturesView {
             } else {
                 "the CPU"
             },
-            self.xcr0,
-            self.xcr0 | self.xss
+            self.policy.xcr0,
+            self.policy.xcr0 | self.policy.xss
         );
         let _ = writeln!(s);
         self.components_table(&mut s);

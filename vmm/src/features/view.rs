@@ -167,20 +167,11 @@ pub struct FeaturesView {
     pub cpu_name: String,
     /// `kvm` or `cpu`: whose leaf 0xD the sizes and offsets come from.
     pub layout_from: &'static str,
-    /// The policy's XCR0.
-    #[serde(serialize_with = "hex::mask")]
-    pub xcr0: XfeatureMask,
-    /// The same as component names.
-    pub xcr0_names: String,
-    /// The supervisor state offered with it.
-    #[serde(serialize_with = "hex::mask")]
-    pub xss: XfeatureMask,
-    /// Standard-format size of `xcr0`.
-    pub standard_size: u32,
-    /// Compacted size of `xcr0`.
-    pub compacted_size: u32,
-    /// Compacted size of `xcr0 | xss`.
-    pub compacted_size_xss: u32,
+    /// The policy's XCR0, the supervisor state offered with it and their
+    /// sizes, at the top level of the JSON (`xcr0`, `xcr0_names`, `xss`,
+    /// `standard_size`, `compacted_size`, `compacted_size_xss`).
+    #[serde(flatten)]
+    pub policy: MaskColumn,
     /// One row per known component (0..=19).
     pub components: Vec<ComponentRow>,
     /// Per-column masks and sizes.
@@ -280,12 +271,7 @@ pub fn build(inp: &Inputs) -> FeaturesView {
         source: inp.source.clone(),
         cpu_name: inp.cpu_name.clone(),
         layout_from: if inp.kvm.is_some() { "kvm" } else { "cpu" },
-        xcr0: policy_col.xcr0,
-        xcr0_names: policy_col.xcr0_names.clone(),
-        xss: policy_col.xss,
-        standard_size: policy_col.standard_size,
-        compacted_size: policy_col.compacted_size,
-        compacted_size_xss: policy_col.compacted_size_xss,
+        policy: policy_col.clone(),
         components,
         columns: Columns {
             cpu: CpuColumn {
@@ -369,9 +355,9 @@ mod tests {
         let seen = GuestSeen::from_report(&report(&p.cpu, 0x207));
         let v = build(&inputs(&p, 0x207, GuestState::Booted { seen, note: None }));
         assert!(v.disagreements.is_empty(), "{:#?}", v.disagreements);
-        assert_eq!(v.standard_size, 2440);
-        assert_eq!(v.compacted_size, 840);
-        assert_eq!(v.compacted_size_xss, 880);
+        assert_eq!(v.policy.standard_size, 2440);
+        assert_eq!(v.policy.compacted_size, 840);
+        assert_eq!(v.policy.compacted_size_xss, 880);
         let pkru = &v.components[9];
         assert_eq!(
             (pkru.size, pkru.standard_offset, pkru.compacted_offset),
