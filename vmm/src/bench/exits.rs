@@ -18,7 +18,9 @@ use xstate::{Xfeature, XfeatureMask};
 
 use crate::devices::SerialSink;
 use crate::error::{Error, Result};
+use crate::report::hex;
 use crate::report::result_rows;
+use crate::report::table::{or_dash, Columns};
 use crate::vm::{self, RunConfig, RunOutcome};
 use crate::xstate_manager::SyncPolicy;
 
@@ -33,7 +35,10 @@ pub struct ExitRow {
     pub upper_ymm: String,
     /// `raw`, `lazy`, `eager` or `eager-compact`.
     pub policy: String,
-    pub guest_xcr0: String,
+    /// The guest's XCR0 for the row.
+    #[serde(serialize_with = "hex::mask")]
+    pub guest_xcr0: XfeatureMask,
+    /// Exits in the timed loop.
     pub count: u64,
     /// Wall time per exit seen from the VMM (marker to marker).
     pub ns_per_exit: Option<f64>,
@@ -50,9 +55,11 @@ pub struct ExitRow {
 pub struct ExitBench {
     /// The headline limit: raw PIO exit from CPL3, clean YMM, full XCR0.
     pub raw_ns_per_exit: Option<f64>,
+    /// Exits per row.
     pub count: u64,
     /// Runs per row; each row reports its best.
     pub rounds: u32,
+    /// One row per exit kind, mode, YMM state, policy and XCR0.
     pub rows: Vec<ExitRow>,
     /// What could not be measured, and why.
     pub notes: Vec<String>,
@@ -69,7 +76,8 @@ pub fn run(
     policies: &[SyncPolicy],
     timeout: Duration,
 ) -> Result<ExitBench> {
-    let mut best: BTreeMap<(String, String, String, String, String), ExitRow> = BTreeMap::new();
+    let mut best: BTreeMap<(XfeatureMask, String, String, String, String), ExitRow> =
+        BTreeMap::new();
     let mut order = Vec::new();
     let mut notes = Vec::new();
     for round in 0..rounds.max(1) {
@@ -98,7 +106,7 @@ pub fn run(
                 check_end(&outcome, &name)?;
                 for row in rows_of(&outcome, &name, xcr0, count, &mut notes) {
                     let k = (
-                        row.guest_xcr0.clone(),
+                        row.guest_xcr0,
                         row.policy.clone(),
                         row.exit.clone(),
                         row.mode.clone(),
@@ -128,7 +136,7 @@ pub fn run(
             r.exit.clone(),
             r.mode.clone(),
             r.upper_ymm.clone(),
-            r.guest_xcr0.clone(),
+            r.guest_xcr0,
         )
     };
     let raw: BTreeMap<_, f64> = rows
@@ -144,10 +152,7 @@ pub fn run(
         };
     }
     notes.dedup();
-    let full = masks
-        .iter()
-        .max_by_key(|m| m.bits())
-        .map(|m| format!("{:#x}", m.bits()));
+    let full = masks.iter().copied().max_by_key(|m| m.bits());
     let raw_ns_per_exit = rows
         .iter()
         .find(|r| {
@@ -155,7 +160,7 @@ pub fn run(
                 && r.exit == "pio"
                 && r.mode == "cpl3"
                 && r.upper_ymm == "clean"
-                && Some(&r.guest_xcr0) == full.as_ref()
+                && Some(r.guest_xcr0) == full
         })
         .and_then(|r| r.ns_per_exit);
     Ok(ExitBench {
@@ -245,7 +250,7 @@ fn rows_of(
                 mode,
                 upper_ymm: ymm,
                 policy: policy.to_string(),
-                guest_xcr0: format!("{:#x}", xcr0.bits()),
+                guest_xcr0: xcr0,
                 count: if r.size == 0 { count } else { r.size },
                 ns_per_exit: ns,
                 guest_cycles_per_exit: r.cycles as f64 / n as f64,
@@ -275,32 +280,47 @@ impl ExitBench {
             "vCPU exit cost, {} exits per row, best of {} rounds; raw limit (PIO, CPL3, full XCR0): {}",
             self.count,
             self.rounds,
-            self.raw_ns_per_exit.map(|v| format!("{:.0} ns", v)).unwrap_or_else(|| "-".into())
+            or_dash(self.raw_ns_per_exit.map(|v| format!("{v:.0} ns")))
         );
-        let _ = writeln!(
-            s,
-            "{:<6} {:<5} {:<6} {:<14} {:<6} {:>10} {:>12} {:>9} {:>7}",
-            "exit", "mode", "ymm", "policy", "xcr0", "ns/exit", "cycles/exit", "raw ns", "ratio"
+        let t = Columns::new()
+            .left("", 6)
+            .left(" ", 5)
+            .left(" ", 6)
+            .left(" ", 14)
+            .left(" ", 6)
+            .right(" ", 10)
+            .right(" ", 12)
+            .right(" ", 9)
+            .right(" ", 7);
+        t.push(
+            &mut s,
+            &[
+                "exit",
+                "mode",
+                "ymm",
+                "policy",
+                "xcr0",
+                "ns/exit",
+                "cycles/exit",
+                "raw ns",
+                "ratio",
+            ],
         );
+        let ns = |v: Option<f64>| or_dash(v.map(|v| format!("{v:.0}")));
         for r in &self.rows {
-            let _ = writeln!(
-                s,
-                "{:<6} {:<5} {:<6} {:<14} {:<6} {:>10} {:>12.0} {:>9} {:>7}",
-                r.exit,
-                r.mode,
-                r.upper_ymm,
-                r.policy,
-                r.guest_xcr0,
-                r.ns_per_exit
-                    .map(|v| format!("{v:.0}"))
-                    .unwrap_or_else(|| "-".into()),
-                r.guest_cycles_per_exit,
-                r.raw_ns_per_exit
-                    .map(|v| format!("{v:.0}"))
-                    .unwrap_or_else(|| "-".into()),
-                r.ratio_to_raw
-                    .map(|v| format!("{v:.3}"))
-                    .unwrap_or_else(|| "-".into()),
+            t.push(
+                &mut s,
+                &[
+                    r.exit.clone(),
+                    r.mode.clone(),
+                    r.upper_ymm.clone(),
+                    r.policy.clone(),
+                    format!("{:#x}", r.guest_xcr0),
+                    ns(r.ns_per_exit),
+                    format!("{:.0}", r.guest_cycles_per_exit),
+                    ns(r.raw_ns_per_exit),
+                    or_dash(r.ratio_to_raw.map(|v| format!("{v:.3}"))),
+                ],
             );
         }
         for n in &self.notes {

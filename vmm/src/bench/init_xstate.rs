@@ -7,44 +7,50 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use serde::Serialize;
-use xstate::InitMode;
+use xstate::{InitMode, XfeatureMask};
 
 use crate::devices::SerialSink;
 use crate::error::{Error, Result};
+use crate::report::hex;
+use crate::report::table::{or_dash, Columns};
 use crate::report::{ResultRow, RunSummary};
 use crate::vm::{self, RunConfig};
 
 /// One workload row under both initial states.
 #[derive(Clone, Debug, Serialize)]
 pub struct InitRow {
+    /// Workload name.
     pub name: String,
+    /// Variant name.
     pub variant: String,
+    /// Problem size.
     pub size: u64,
+    /// Unit of `minimal` and `all` (`MB/s`, `GFLOPS`, `1/s`).
     pub unit: &'static str,
+    /// Throughput with the initial XSTATE_BV = x87|SSE.
     pub minimal: Option<f64>,
+    /// Throughput with the initial XSTATE_BV = all of XCR0.
     pub all: Option<f64>,
     /// `all / minimal`: below 1 means the wrong initial state costs throughput.
     pub ratio: Option<f64>,
 }
 
+/// The whole experiment.
 #[derive(Clone, Debug, Serialize)]
 pub struct InitBench {
+    /// The `workload=` selection run under both initial states.
     pub workload: String,
-    pub guest_xcr0: Option<String>,
+    /// The XCR0 the guest set.
+    #[serde(serialize_with = "hex::opt_mask")]
+    pub guest_xcr0: Option<XfeatureMask>,
     /// XINUSE at the end of each run: what the CPU considered live.
-    pub xinuse_minimal: Option<String>,
-    pub xinuse_all: Option<String>,
+    #[serde(serialize_with = "hex::opt_mask")]
+    pub xinuse_minimal: Option<XfeatureMask>,
+    /// The same with all of XCR0 initially marked in use.
+    #[serde(serialize_with = "hex::opt_mask")]
+    pub xinuse_all: Option<XfeatureMask>,
+    /// One row per workload variant.
     pub rows: Vec<InitRow>,
-}
-
-fn unit(r: &ResultRow) -> &'static str {
-    if r.mb_per_s.is_some() {
-        "MB/s"
-    } else if r.gflops.is_some() {
-        "GFLOPS"
-    } else {
-        "1/s"
-    }
 }
 
 fn run_one(
@@ -84,7 +90,7 @@ pub fn run(workload: &str, xfeatures: Option<&str>, timeout: Duration) -> Result
                 name: m.name.clone(),
                 variant: m.variant.clone(),
                 size: m.size,
-                unit: unit(m),
+                unit: m.unit(),
                 minimal: mv,
                 all: av,
                 ratio: match (mv, av) {
@@ -96,42 +102,51 @@ pub fn run(workload: &str, xfeatures: Option<&str>, timeout: Duration) -> Result
         .collect();
     Ok(InitBench {
         workload: workload.to_string(),
-        guest_xcr0: minimal.guest_xcr0.clone(),
-        xinuse_minimal: minimal.guest_xinuse.clone(),
-        xinuse_all: all.guest_xinuse.clone(),
+        guest_xcr0: minimal.guest_xcr0,
+        xinuse_minimal: minimal.guest_xinuse,
+        xinuse_all: all.guest_xinuse,
         rows,
     })
 }
 
 impl InitBench {
+    /// The human table.
     pub fn to_table(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(
             s,
             "initial XSTATE_BV: minimal (x87|SSE) vs all of XCR0 {}; XINUSE at end {} vs {}",
-            self.guest_xcr0.as_deref().unwrap_or("-"),
-            self.xinuse_minimal.as_deref().unwrap_or("-"),
-            self.xinuse_all.as_deref().unwrap_or("-")
+            hex::or_dash(self.guest_xcr0),
+            hex::or_dash(self.xinuse_minimal),
+            hex::or_dash(self.xinuse_all)
         );
-        let _ = writeln!(
-            s,
-            "{:<14} {:<10} {:>7} {:>12} {:>12} {:<7} {:>7}",
-            "workload", "variant", "size", "minimal", "all", "unit", "all/min"
+        let t = Columns::new()
+            .left("", 14)
+            .left(" ", 10)
+            .right(" ", 7)
+            .right(" ", 12)
+            .right(" ", 12)
+            .left(" ", 7)
+            .right(" ", 7);
+        t.push(
+            &mut s,
+            &[
+                "workload", "variant", "size", "minimal", "all", "unit", "all/min",
+            ],
         );
+        let f = |v: Option<f64>| or_dash(v.map(|v| format!("{v:.2}")));
         for r in &self.rows {
-            let f = |v: Option<f64>| v.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into());
-            let _ = writeln!(
-                s,
-                "{:<14} {:<10} {:>7} {:>12} {:>12} {:<7} {:>7}",
-                r.name,
-                r.variant,
-                r.size,
-                f(r.minimal),
-                f(r.all),
-                r.unit,
-                r.ratio
-                    .map(|v| format!("{v:.3}"))
-                    .unwrap_or_else(|| "-".into())
+            t.push(
+                &mut s,
+                &[
+                    r.name.clone(),
+                    r.variant.clone(),
+                    r.size.to_string(),
+                    f(r.minimal),
+                    f(r.all),
+                    r.unit.to_string(),
+                    or_dash(r.ratio.map(|v| format!("{v:.3}"))),
+                ],
             );
         }
         s

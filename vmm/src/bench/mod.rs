@@ -14,12 +14,15 @@ use crate::error::{Error, Result};
 use crate::kvm::HostKvm;
 use crate::xstate_manager::SyncPolicy;
 
+/// `vmm bench`.
 #[derive(Args)]
 pub struct BenchArgs {
+    /// Which measurement.
     #[command(subcommand)]
     pub what: BenchCommand,
 }
 
+/// The measurements of `vmm bench`.
 #[derive(Subcommand)]
 pub enum BenchCommand {
     /// vCPU exit cost per exit kind, guest mode, XCR0, upper-YMM state and
@@ -37,15 +40,19 @@ pub enum BenchCommand {
         /// Guest XCR0 values (default: x87,sse and x87,sse,avx).
         #[arg(long, value_delimiter = ';')]
         xfeatures: Vec<String>,
+        /// Print one JSON object instead of the table.
         #[arg(long)]
         json: bool,
     },
     /// The same workloads with the initial XSTATE_BV = x87|SSE and = all of XCR0.
     InitXstate {
+        /// Workloads to run under both initial states.
         #[arg(long, default_value = "aes,linpack")]
         workload: String,
+        /// The policy, as for `vmm run`.
         #[arg(long, value_name = "MASK")]
         xfeatures: Option<String>,
+        /// Print one JSON object instead of the table.
         #[arg(long)]
         json: bool,
     },

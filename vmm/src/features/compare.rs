@@ -11,6 +11,7 @@ use xstate::{largest_valid_xcr0, restorable_on, Xfeature, XfeatureMask, XsaveInf
 
 use super::profile::HostProfile;
 use crate::cpuid::GATED_FLAGS;
+use crate::report::hex;
 
 /// One host as compared.
 #[derive(Clone, Debug, Serialize)]
@@ -24,32 +25,44 @@ pub struct HostColumn {
     /// `kvm` when the profile records KVM's supported leaf 0xD (used for the
     /// baseline and restore checks), else `cpu`.
     pub xcr0_source: &'static str,
-    pub xcr0: String,
-    pub xss: String,
+    /// The XCR0 a guest can get there.
+    #[serde(serialize_with = "hex::mask")]
+    pub xcr0: XfeatureMask,
+    /// The supervisor state a guest can get there.
+    #[serde(serialize_with = "hex::mask")]
+    pub xss: XfeatureMask,
     /// Standard size of all of `xcr0` on this host.
     pub standard_size: u32,
     /// Standard and compacted (XSAVEC) size of the baseline on this host.
     pub baseline_standard_size: u32,
+    /// Compacted (XSAVEC) size of the baseline on this host.
     pub baseline_compacted_size: u32,
 }
 
 /// One component across the hosts.
 #[derive(Clone, Debug, Serialize)]
 pub struct ComponentAcross {
+    /// Xfeature number.
     pub id: u32,
+    /// Short xfeature name.
     pub name: &'static str,
+    /// IA32_XSS state rather than XCR0 state.
     pub supervisor: bool,
     /// Per host, in `hosts` order: whether it supports the component.
     pub present: Vec<bool>,
-    /// Per host: size, standard offset (null for supervisor state or where
-    /// absent), 64-byte alignment when compacted.
+    /// Per host: size (null where absent).
     pub sizes: Vec<Option<u32>>,
+    /// Per host: standard offset (null for supervisor state or where absent).
     pub standard_offsets: Vec<Option<u32>>,
+    /// Per host: 64-byte alignment when compacted (null where absent).
     pub align64: Vec<Option<bool>>,
-    /// Whether the hosts that have it agree.
+    /// Whether the hosts that have it agree on its size.
     pub sizes_agree: bool,
+    /// ... on its standard offset.
     pub offsets_agree: bool,
+    /// ... on its alignment when compacted.
     pub align_agree: bool,
+    /// Part of the baseline XCR0.
     pub in_baseline: bool,
 }
 
@@ -57,17 +70,22 @@ pub struct ComponentAcross {
 /// between hosts that recorded those leaves.
 #[derive(Clone, Debug, Serialize)]
 pub struct FlagDifference {
+    /// The flag's name.
     pub flag: &'static str,
     /// Labels of the hosts that have it.
     pub present_on: Vec<String>,
+    /// Labels of the hosts that recorded the leaf but lack the flag.
     pub missing_on: Vec<String>,
 }
 
 /// The restore check of one host.
 #[derive(Clone, Debug, Serialize)]
 pub struct RestoreOn {
+    /// The host's label.
     pub label: String,
+    /// Its profile file.
     pub file: String,
+    /// Whether the state can be restored there.
     pub restorable: bool,
     /// Why not (null when restorable).
     pub reason: Option<String>,
@@ -76,32 +94,44 @@ pub struct RestoreOn {
 /// Where a given saved state can be restored.
 #[derive(Clone, Debug, Serialize)]
 pub struct RestoreCheck {
-    pub xstate_bv: String,
-    pub xcr0: String,
+    /// The saved XSTATE_BV.
+    #[serde(serialize_with = "hex::mask")]
+    pub xstate_bv: XfeatureMask,
+    /// The saved XCR0.
+    #[serde(serialize_with = "hex::mask")]
+    pub xcr0: XfeatureMask,
+    /// Per host, in `hosts` order.
     pub hosts: Vec<RestoreOn>,
 }
 
 /// The result of comparing host profiles.
 #[derive(Clone, Debug, Serialize)]
 pub struct Comparison {
+    /// The hosts, labelled A, B, ...
     pub hosts: Vec<HostColumn>,
     /// The intersection of every host's supported XCR0, before reduction.
-    pub common_xcr0: String,
+    #[serde(serialize_with = "hex::mask")]
+    pub common_xcr0: XfeatureMask,
     /// The largest valid XCR0 every host supports.
-    pub baseline_xcr0: String,
+    #[serde(serialize_with = "hex::mask")]
+    pub baseline_xcr0: XfeatureMask,
     /// The same, as a ready `--xfeatures` value (component names).
     pub baseline_xfeatures: String,
     /// Components every host has but that the baseline drops to keep XCR0
     /// valid.
-    pub baseline_dropped: String,
+    #[serde(serialize_with = "hex::mask")]
+    pub baseline_dropped: XfeatureMask,
     /// Supervisor state every host supports (IA32_XSS).
-    pub baseline_xss: String,
+    #[serde(serialize_with = "hex::mask")]
+    pub baseline_xss: XfeatureMask,
+    /// One row per known component.
     pub components: Vec<ComponentAcross>,
     /// Every difference, spelled out.
     pub differences: Vec<String>,
     /// Gating CPUID flags that differ (only between hosts that recorded
     /// leaves 1 and 7).
     pub flag_differences: Vec<FlagDifference>,
+    /// The restore check (null without `--xstate-bv`).
     pub restore: Option<RestoreCheck>,
 }
 
@@ -151,8 +181,8 @@ pub fn compare(hosts: &[HostProfile], restore: Option<(XfeatureMask, XfeatureMas
                 file: h.file.clone(),
                 name: h.name.clone(),
                 xcr0_source: if h.kvm.is_some() { "kvm" } else { "cpu" },
-                xcr0: format!("{:#x}", info.supported_xcr0()),
-                xss: format!("{:#x}", info.supported_xss()),
+                xcr0: info.supported_xcr0(),
+                xss: info.supported_xss(),
                 standard_size: info.standard_size(info.supported_xcr0()).unwrap_or(0),
                 baseline_standard_size: info.standard_size(baseline).unwrap_or(0),
                 baseline_compacted_size: info.compacted_size(baseline).unwrap_or(0),
@@ -296,8 +326,8 @@ pub fn compare(hosts: &[HostProfile], restore: Option<(XfeatureMask, XfeatureMas
     }
 
     let restore = restore.map(|(xcr0, xstate_bv)| RestoreCheck {
-        xstate_bv: format!("{xstate_bv:#x}"),
-        xcr0: format!("{xcr0:#x}"),
+        xstate_bv,
+        xcr0,
         hosts: hosts
             .iter()
             .zip(&labels)
@@ -315,145 +345,15 @@ pub fn compare(hosts: &[HostProfile], restore: Option<(XfeatureMask, XfeatureMas
 
     Comparison {
         hosts: columns,
-        common_xcr0: format!("{common_xcr0:#x}"),
-        baseline_xcr0: format!("{baseline:#x}"),
+        common_xcr0,
+        baseline_xcr0: baseline,
         baseline_xfeatures: baseline.to_string(),
-        baseline_dropped: format!("{:#x}", common_xcr0 - baseline),
-        baseline_xss: format!("{baseline_xss:#x}"),
+        baseline_dropped: common_xcr0 - baseline,
+        baseline_xss,
         components,
         differences,
         flag_differences,
         restore,
-    }
-}
-
-impl Comparison {
-    /// The human-readable report.
-    pub fn to_table(&self) -> String {
-        use std::fmt::Write as _;
-        let mut s = String::new();
-        let _ = writeln!(
-            s,
-            "Hosts (the XCR0 a guest can get: from KVM where recorded, else the CPU)"
-        );
-        for h in &self.hosts {
-            let _ = writeln!(s, "  {:<2} {}", h.label, h.file);
-            let _ = writeln!(
-                s,
-                "     XCR0 {} ({}), XSS {}: {}",
-                h.xcr0, h.xcr0_source, h.xss, h.name
-            );
-        }
-        let _ = writeln!(s);
-        let _ = write!(s, "id {:<9} u/s  size ", "name");
-        for h in &self.hosts {
-            let _ = write!(s, "{:>6}", h.label);
-        }
-        let _ = writeln!(s, "  agreement");
-        for c in &self.components {
-            if !c.present.iter().any(|p| *p) {
-                continue;
-            }
-            let size = if c.sizes_agree {
-                c.sizes
-                    .iter()
-                    .flatten()
-                    .next()
-                    .map(u32::to_string)
-                    .unwrap_or_default()
-            } else {
-                "diff".into()
-            };
-            let _ = write!(
-                s,
-                "{:>2} {:<9} {:<4}{:>5} ",
-                c.id,
-                c.name,
-                if c.supervisor { "sup" } else { "user" },
-                size
-            );
-            for (p, o) in c.present.iter().zip(&c.standard_offsets) {
-                let cell = match (p, o) {
-                    (false, _) => "-".to_string(),
-                    (true, Some(o)) => o.to_string(),
-                    (true, None) => "yes".to_string(),
-                };
-                let _ = write!(s, "{cell:>6}");
-            }
-            let mut notes = Vec::new();
-            if c.present.iter().all(|p| *p) {
-                notes.push("all");
-            } else {
-                notes.push("some");
-            }
-            if !c.sizes_agree {
-                notes.push("sizes differ");
-            }
-            if !c.offsets_agree {
-                notes.push("offsets differ");
-            }
-            if !c.align_agree {
-                notes.push("alignment differs");
-            }
-            if c.in_baseline {
-                notes.push("baseline");
-            }
-            let _ = writeln!(s, "  {}", notes.join(", "));
-        }
-        let _ = writeln!(
-            s,
-            "(host columns: standard offset; \"yes\" for supervisor state, which has none)"
-        );
-        let _ = writeln!(s);
-        let _ = writeln!(
-            s,
-            "Baseline XCR0 (every host): {} = {}",
-            self.baseline_xcr0, self.baseline_xfeatures
-        );
-        let _ = writeln!(s, "  --xfeatures {}", self.baseline_xfeatures);
-        if self.baseline_dropped != "0x0" {
-            let _ = writeln!(
-                s,
-                "  common to all hosts {}, reduced to a valid XCR0 (dropped {})",
-                self.common_xcr0, self.baseline_dropped
-            );
-        }
-        let _ = writeln!(s, "  common IA32_XSS: {}", self.baseline_xss);
-        for h in &self.hosts {
-            let _ = writeln!(
-                s,
-                "  {:<2} baseline sizes: standard {}, compacted {}",
-                h.label, h.baseline_standard_size, h.baseline_compacted_size
-            );
-        }
-        let _ = writeln!(s);
-        if self.differences.is_empty() {
-            let _ = writeln!(s, "Differences: none");
-        } else {
-            let _ = writeln!(s, "Differences:");
-            for d in &self.differences {
-                let _ = writeln!(s, "  - {d}");
-            }
-        }
-        if let Some(r) = &self.restore {
-            let _ = writeln!(s);
-            let _ = writeln!(
-                s,
-                "Restore of XSTATE_BV {} with XCR0 {}:",
-                r.xstate_bv, r.xcr0
-            );
-            for h in &r.hosts {
-                match &h.reason {
-                    None => {
-                        let _ = writeln!(s, "  {:<2} {}: restorable", h.label, h.file);
-                    }
-                    Some(why) => {
-                        let _ = writeln!(s, "  {:<2} {}: NOT restorable: {why}", h.label, h.file);
-                    }
-                }
-            }
-        }
-        s
     }
 }
 

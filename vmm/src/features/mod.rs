@@ -82,9 +82,20 @@
 //!
 //! Saved profiles: see [`profile`].
 
+//!
+//! Modules: [`inputs`] gathers the columns, [`diff`] finds the
+//! disagreements, [`view`] assembles the serialisable view and [`render`]
+//! prints it; [`compare`] compares host profiles; [`profile`] is the profile
+//! format; [`error`] the command's errors. This module holds the command
+//! line and dispatches.
+
 pub mod compare;
+pub mod diff;
+pub mod error;
+pub mod inputs;
 pub mod profile;
-pub mod table;
+pub mod render;
+pub mod view;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -92,18 +103,19 @@ use std::time::Duration;
 use clap::Subcommand;
 use xstate::XfeatureMask;
 
-use crate::devices::SerialSink;
 use crate::report::EXIT_VMM_ERROR;
-use crate::vm::{self, KernelImage, RunConfig};
-use profile::HostProfile;
-use table::{GuestSeen, GuestState, Inputs};
+pub use error::FeaturesError;
+pub use inputs::{GuestSeen, GuestState, Inputs, Request};
+pub use view::FeaturesView;
 
 /// `vmm features`.
 #[derive(clap::Args, Debug)]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct FeaturesArgs {
+    /// `save` or `compare`; none shows the table.
     #[command(subcommand)]
     pub command: Option<FeaturesCommand>,
+    /// Options of the table.
     #[command(flatten)]
     pub show: ShowArgs,
 }
@@ -130,6 +142,7 @@ pub struct ShowArgs {
     pub json: bool,
 }
 
+/// The subcommands of `vmm features`.
 #[derive(Subcommand, Debug)]
 pub enum FeaturesCommand {
     /// Record this host's CPUID profile (leaf 0xD, leaves 1/7, KVM's set).
@@ -138,6 +151,7 @@ pub enum FeaturesCommand {
     Compare(CompareArgs),
 }
 
+/// `vmm features save`.
 #[derive(clap::Args, Debug)]
 pub struct SaveArgs {
     /// Where to write the profile (`-` for stdout).
@@ -151,6 +165,7 @@ pub struct SaveArgs {
     pub force: bool,
 }
 
+/// `vmm features compare`.
 #[derive(clap::Args, Debug)]
 pub struct CompareArgs {
     /// Profiles to compare (`vmm features save` output or
@@ -170,29 +185,6 @@ pub struct CompareArgs {
     /// Print one JSON object instead of the report.
     #[arg(long)]
     pub json: bool,
-}
-
-/// Failures of `vmm features`.
-#[derive(Debug, thiserror::Error)]
-pub enum FeaturesError {
-    /// A profile file is unreadable or malformed.
-    #[error("profile {}: {reason}", path.display())]
-    Profile { path: PathBuf, reason: String },
-    /// A command-line value is invalid.
-    #[error("{0}")]
-    Usage(String),
-    /// The running host's CPUID cannot be used.
-    #[error("this host's CPUID: {0}")]
-    Host(String),
-    /// Writing a file failed.
-    #[error("cannot write {}: {source}", path.display())]
-    Write {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error(transparent)]
-    Vmm(#[from] crate::Error),
 }
 
 /// `vmm features`: prints errors other than VMM errors itself (as `vmm: ...`)
@@ -224,133 +216,26 @@ fn print_json(v: &impl serde::Serialize) -> Result<(), FeaturesError> {
     Ok(())
 }
 
-/// Parse a policy and validate it as `vmm run` does, against `host`.
-fn policy_for(
-    spec: Option<&str>,
-    host: XfeatureMask,
-    what: &str,
-) -> Result<XfeatureMask, FeaturesError> {
-    let mask = match spec {
-        None => host,
-        Some(s) => XfeatureMask::parse(s, host).map_err(|e| {
-            FeaturesError::Usage(format!("invalid xstate policy: --xfeatures {s:?}: {e}"))
-        })?,
-    };
-    mask.validate_xcr0(host).map_err(|e| {
-        FeaturesError::Usage(format!(
-            "invalid xstate policy: --xfeatures {}: {e} ({what} supports {host:#x} = {host})",
-            spec.unwrap_or("host")
-        ))
-    })?;
-    Ok(mask)
+impl ShowArgs {
+    /// What to gather for these options.
+    pub fn request(&self) -> Request<'_> {
+        Request {
+            profile: self.profile.as_deref(),
+            xfeatures: self.xfeatures.as_deref(),
+            boot: !self.no_boot,
+            timeout: (self.timeout > 0.0).then(|| Duration::from_secs_f64(self.timeout)),
+        }
+    }
 }
 
 /// Collects the inputs of the view for a profile or this host.
 pub fn gather(args: &ShowArgs) -> Result<Inputs, FeaturesError> {
-    if let Some(path) = &args.profile {
-        let p = HostProfile::load(path)?;
-        let (host, what) = match &p.kvm {
-            Some(k) => (k.supported_xcr0(), "the profile's KVM"),
-            None => (p.cpu.supported_xcr0(), "the profile's CPU"),
-        };
-        let policy = policy_for(args.xfeatures.as_deref(), host, what)?;
-        return Ok(Inputs {
-            source: p.file.clone(),
-            cpu_name: p.name.clone(),
-            cpu: p.cpu,
-            os_xcr0: p.os_xcr0,
-            kvm: p.kvm,
-            kvm_missing: p
-                .kvm
-                .is_none()
-                .then(|| "the profile does not record KVM's supported CPUID".to_string()),
-            policy_xcr0: policy,
-            hidden_flags: Vec::new(),
-            guest: GuestState::NotBooted("showing a profile".into()),
-        });
-    }
-
-    let cpu = xstate::XsaveInfo::host().map_err(|e| FeaturesError::Host(e.to_string()))?;
-    let cpu_name = xstate::profile::CpuidProfile::host()
-        .map(|p| p.name)
-        .unwrap_or_else(|_| "unknown CPU".into());
-    let os_xcr0 = profile::host_xcr0();
-    let mut inputs = Inputs {
-        source: "this host".into(),
-        cpu_name,
-        cpu,
-        os_xcr0,
-        kvm: None,
-        kvm_missing: None,
-        policy_xcr0: XfeatureMask::LEGACY,
-        hidden_flags: Vec::new(),
-        guest: GuestState::NotBooted("--no-boot".into()),
-    };
-    let kvm = match crate::kvm::HostKvm::open() {
-        Ok(k) => k,
-        Err(e) => {
-            // Without KVM the layouts of the CPU are still worth showing;
-            // the policy is checked against what the host OS enabled.
-            let host = os_xcr0.unwrap_or(XfeatureMask::LEGACY) & cpu.supported_xcr0();
-            inputs.policy_xcr0 =
-                policy_for(args.xfeatures.as_deref(), host, "the host OS (no KVM)")?;
-            inputs.kvm_missing = Some(e.to_string());
-            inputs.guest = GuestState::NotBooted("KVM is unavailable".into());
-            return Ok(inputs);
-        }
-    };
-    let (policy, _) = vm::resolve_policy(
-        &kvm,
-        args.xfeatures.as_deref(),
-        xstate::InitMode::Minimal,
-        0,
-    )?;
-    inputs.kvm = Some(kvm.xstate.info);
-    inputs.policy_xcr0 = policy.xcr0;
-    inputs.hidden_flags = policy.hidden_flags.iter().map(|s| s.to_string()).collect();
-    drop(kvm);
-    if !args.no_boot {
-        inputs.guest = boot_guest(args)?;
-    }
-    Ok(inputs)
-}
-
-/// Boots the embedded guest with no workload and reads what it saw.
-fn boot_guest(args: &ShowArgs) -> Result<GuestState, FeaturesError> {
-    let timeout = (args.timeout > 0.0).then(|| Duration::from_secs_f64(args.timeout));
-    let outcome = vm::run(RunConfig {
-        kernel: KernelImage::embedded(),
-        mem_mib: 64,
-        xfeatures: args.xfeatures.clone(),
-        init_xstate: xstate::InitMode::Minimal,
-        cmdline: "quiet workload=none".into(),
-        serial: SerialSink::Null,
-        timeout,
-        ..RunConfig::default()
-    })?;
-    let end = outcome.end.failure();
-    Ok(match outcome.report.as_deref() {
-        Some(r) => GuestState::Booted {
-            seen: GuestSeen {
-                kvm_cpuid_honored: outcome.policy.cpuid_check.as_ref().map(|c| c.honored),
-                ..GuestSeen::from_report(r)
-            },
-            note: end.map(|e| format!("guest run: {e}")),
-        },
-        None => {
-            let mut why = end.unwrap_or_else(|| "the guest exited with status 0".into());
-            why.push_str(" without a report");
-            if !outcome.report_errors.is_empty() {
-                why.push_str(&format!(" (refused: {})", outcome.report_errors.join("; ")));
-            }
-            GuestState::Failed(why)
-        }
-    })
+    inputs::gather(&args.request())
 }
 
 fn show(args: &ShowArgs) -> Result<i32, FeaturesError> {
     let inputs = gather(args)?;
-    let view = table::build(&inputs);
+    let view = view::build(&inputs);
     if args.json {
         print_json(&view)?;
     } else {
@@ -375,28 +260,7 @@ fn save(args: &SaveArgs) -> Result<i32, FeaturesError> {
         print!("{json}");
         return Ok(0);
     }
-    let write = |source| FeaturesError::Write {
-        path: args.file.clone(),
-        source,
-    };
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true);
-    if args.force {
-        opts.create(true).truncate(true);
-    } else {
-        opts.create_new(true);
-    }
-    let mut f = opts.open(&args.file).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::AlreadyExists {
-            FeaturesError::Usage(format!(
-                "{} exists (use --force to overwrite)",
-                args.file.display()
-            ))
-        } else {
-            write(e)
-        }
-    })?;
-    std::io::Write::write_all(&mut f, json.as_bytes()).map_err(write)?;
+    profile::write_new(&args.file, &json, args.force)?;
     eprintln!(
         "vmm: saved {}: XCR0 {:#x}{}",
         args.file.display(),
@@ -409,6 +273,8 @@ fn save(args: &SaveArgs) -> Result<i32, FeaturesError> {
     Ok(0)
 }
 
+/// A mask of `compare` (`--xstate-bv`, `--xcr0`): any known components, no
+/// host to validate against; whether it fits each host is the finding.
 fn parse_mask(opt: &str, s: &str) -> Result<XfeatureMask, FeaturesError> {
     XfeatureMask::parse(s, XfeatureMask::ALL_KNOWN)
         .map_err(|e| FeaturesError::Usage(format!("{opt} {s:?}: {e}")))
@@ -418,7 +284,7 @@ fn compare_cmd(args: &CompareArgs) -> Result<i32, FeaturesError> {
     let hosts = args
         .profiles
         .iter()
-        .map(|p| HostProfile::load(p))
+        .map(|p| profile::HostProfile::load(p))
         .collect::<Result<Vec<_>, _>>()?;
     let restore = match &args.xstate_bv {
         None => None,
@@ -442,46 +308,4 @@ fn compare_cmd(args: &CompareArgs) -> Result<i32, FeaturesError> {
         .as_ref()
         .is_none_or(|r| r.hosts.iter().all(|h| h.restorable));
     Ok(if args.check && !all_ok { 1 } else { 0 })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn describes_masks() {
-        let d = |m: u64| XfeatureMask::from_bits(m).describe().to_string();
-        assert_eq!(d(0xe0), "avx512 (components 5-7)");
-        assert_eq!(d(0x60000), "amx (components 17-18)");
-        assert_eq!(d(0x204), "avx, pkru (components 2, 9)");
-        assert_eq!(d(0x1800), "cet (components 11-12)");
-        assert_eq!(d(0x60), "opmask, zmm_hi256 (components 5-6)");
-        assert_eq!(d(1 << 30), "bit30 (component 30)");
-        assert_eq!(d(0), "nothing");
-    }
-
-    #[test]
-    fn policy_validation_matches_run() {
-        let host = XfeatureMask::from_bits(0x7);
-        assert_eq!(
-            policy_for(Some("x87,sse"), host, "KVM").unwrap().bits(),
-            0x3
-        );
-        assert_eq!(policy_for(None, host, "KVM").unwrap().bits(), 0x7);
-        let e = policy_for(Some("x87,sse,avx,avx512"), host, "KVM")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("not supported") && e.contains("KVM supports 0x7"),
-            "{e}"
-        );
-        let e = policy_for(Some("sse"), host, "KVM")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("x87"), "{e}");
-        let e = policy_for(Some("bogus"), host, "KVM")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("unknown xfeature `bogus`"), "{e}");
-    }
 }

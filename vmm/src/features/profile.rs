@@ -20,7 +20,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use xstate::profile::{CpuidEntry, CpuidProfile};
 use xstate::{CpuidRegs, Xfeature, XfeatureMask, XsaveInfo};
 
-use super::FeaturesError;
+use super::error::FeaturesError;
 use crate::cpuid::{GatedFlag, Reg};
 
 /// A 64-bit mask written as a `0x`-prefixed hex string.
@@ -50,16 +50,22 @@ impl<'de> Deserialize<'de> for HexMask {
 /// The fields `vmm features save` adds to a [`CpuidProfile`].
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProfileExtras {
+    /// XGETBV(0) on the recording host: what its OS enabled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub xcr0_enabled: Option<HexMask>,
+    /// CPUID leaf 7 subleaf 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leaf_7_1: Option<CpuidEntry>,
+    /// Leaf 1 in `KVM_GET_SUPPORTED_CPUID`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kvm_leaf_1: Option<CpuidEntry>,
+    /// Leaf 7 subleaf 0 in `KVM_GET_SUPPORTED_CPUID`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kvm_leaf_7: Option<CpuidEntry>,
+    /// Leaf 7 subleaf 1 in `KVM_GET_SUPPORTED_CPUID`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kvm_leaf_7_1: Option<CpuidEntry>,
+    /// The `vmm` version, host name and kernel release that recorded it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recorded_by: Option<String>,
 }
@@ -86,7 +92,9 @@ pub struct HostProfile {
     pub kvm: Option<XsaveInfo>,
     /// XGETBV(0): what the host OS enabled, where known.
     pub os_xcr0: Option<XfeatureMask>,
+    /// The profile as read, in the xstate crate's format.
     pub profile: CpuidProfile,
+    /// The fields `vmm features save` adds.
     pub extras: ProfileExtras,
 }
 
@@ -331,6 +339,33 @@ pub fn record_host(
         },
         kvm_error,
     ))
+}
+
+/// Writes a recorded profile to `path`; an existing file is an error
+/// unless `force`.
+pub fn write_new(path: &Path, json: &str, force: bool) -> Result<(), FeaturesError> {
+    let write = |source| FeaturesError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true);
+    if force {
+        opts.create(true).truncate(true);
+    } else {
+        opts.create_new(true);
+    }
+    let mut f = opts.open(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AlreadyExists {
+            FeaturesError::Usage(format!(
+                "{} exists (use --force to overwrite)",
+                path.display()
+            ))
+        } else {
+            write(e)
+        }
+    })?;
+    std::io::Write::write_all(&mut f, json.as_bytes()).map_err(write)
 }
 
 #[cfg(test)]

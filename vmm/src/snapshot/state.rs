@@ -20,32 +20,46 @@
 
 use kvm_bindings::{kvm_cpuid_entry2, kvm_debugregs, kvm_regs, kvm_sregs, kvm_vcpu_events};
 use serde::{Deserialize, Serialize};
-use xstate::{CpuidEntry, XfeatureMask, XsaveBuf, XsaveInfo};
+use xstate::{CpuidEntry, CpuidProfile, XfeatureMask, XsaveBuf, XsaveInfo};
+use zerocopy::{FromBytes, Immutable, IntoBytes};
 
 use super::format::{Container, FormatError, SparseMemory};
 
 /// Everything in a snapshot, decoded.
 #[derive(Clone, Debug)]
 pub struct Snapshot {
+    /// How the VM was built and why the snapshot was taken.
     pub meta: Meta,
+    /// Guest RAM.
     pub memory: SparseMemory,
     /// Serial output of the guest before the snapshot.
     pub serial_output: Vec<u8>,
+    /// Every vCPU, in id order.
     pub vcpus: Vec<VcpuState>,
 }
 
 /// The 8250 UART's registers (vm-superio's `SerialState`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SerialRegs {
+    /// DLL.
     pub baud_divisor_low: u8,
+    /// DLM.
     pub baud_divisor_high: u8,
+    /// IER.
     pub interrupt_enable: u8,
+    /// IIR.
     pub interrupt_identification: u8,
+    /// LCR.
     pub line_control: u8,
+    /// LSR.
     pub line_status: u8,
+    /// MCR.
     pub modem_control: u8,
+    /// MSR (the UART's modem status register).
     pub modem_status: u8,
+    /// SCR.
     pub scratch: u8,
+    /// Bytes received and not yet read by the guest.
     pub in_buffer: Vec<u8>,
 }
 
@@ -105,6 +119,7 @@ pub struct Meta {
     pub xstate_sync: String,
     /// What the source KVM could give a guest.
     pub kvm_xcr0: u64,
+    /// The supervisor state (IA32_XSS) the source KVM could give a guest.
     pub kvm_xss: u64,
     /// The source KVM's CPUID leaf 0xD (KVM_GET_SUPPORTED_CPUID): lays out
     /// the compacted image, and lets a target with other standard offsets
@@ -133,16 +148,23 @@ pub struct Meta {
 /// One vCPU.
 #[derive(Clone, Debug)]
 pub struct VcpuState {
+    /// vCPU number.
     pub id: u32,
+    /// The CPUID table it was given.
     pub cpuid: Vec<kvm_cpuid_entry2>,
+    /// General-purpose registers.
     pub regs: kvm_regs,
+    /// Segment and control registers.
     pub sregs: kvm_sregs,
     /// (XCR number, value).
     pub xcrs: Vec<(u32, u64)>,
     /// (MSR index, value).
     pub msrs: Vec<(u32, u64)>,
+    /// Pending exceptions and interrupts, when KVM has them.
     pub events: Option<kvm_vcpu_events>,
+    /// `kvm_mp_state`, when KVM has it.
     pub mp_state: Option<u32>,
+    /// Debug registers, when KVM has them.
     pub debugregs: Option<kvm_debugregs>,
     /// Compacted, in-use components only.
     pub xstate: XsaveBuf,
@@ -154,49 +176,32 @@ impl VcpuState {
         self.xcrs.iter().find(|(n, _)| *n == 0).map(|(_, v)| *v)
     }
 
+    /// An MSR as saved (`None` when not saved).
     pub fn msr(&self, index: u32) -> Option<u64> {
         self.msrs.iter().find(|(i, _)| *i == index).map(|(_, v)| *v)
     }
 }
 
-/// KVM UAPI structures stored byte for byte.
-///
-/// # Safety
-/// Implementors are `repr(C)` structs of integers (and arrays/structs/unions
-/// of them) with no implicit padding, for which every byte pattern is valid:
-/// kvm-bindings derives zerocopy's `IntoBytes`/`FromBytes` for exactly these
-/// under its `serde` feature, which would not compile otherwise.
-unsafe trait KvmPod: Copy + Default {}
-// SAFETY: see the trait; all four are padding-free bindgen structs of
-// integers.
-unsafe impl KvmPod for kvm_regs {}
-// SAFETY: as above.
-unsafe impl KvmPod for kvm_sregs {}
-// SAFETY: as above.
-unsafe impl KvmPod for kvm_vcpu_events {}
-// SAFETY: as above.
-unsafe impl KvmPod for kvm_debugregs {}
+/// The IA32_XSS MSR: which supervisor state components XSAVES/XRSTORS
+/// handle. Saved with the vCPU's MSRs and checked before supervisor state is
+/// restored.
+pub const MSR_IA32_XSS: u32 = 0xda0;
 
-fn pod_bytes<T: KvmPod>(v: &T) -> Vec<u8> {
-    // SAFETY: `T: KvmPod` has no padding, so all its bytes are initialised;
-    // the slice covers exactly the object and does not outlive `v`.
-    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
-        .to_vec()
+/// The bytes of a KVM UAPI structure, as the kernel lays it out (kvm-bindings
+/// derives zerocopy's traits for these under its `serde` feature).
+fn pod_bytes<T: IntoBytes + Immutable>(v: &T) -> Vec<u8> {
+    v.as_bytes().to_vec()
 }
 
-fn pod_from<T: KvmPod>(name: &str, b: &[u8]) -> Result<T, FormatError> {
-    let need = std::mem::size_of::<T>();
-    if b.len() != need {
-        return Err(FormatError::Malformed(format!(
-            "section \"{name}\" is {} bytes, expected {need}",
-            b.len()
-        )));
-    }
-    let mut v = T::default();
-    // SAFETY: `b` holds exactly size_of::<T>() bytes, and any byte pattern
-    // is a valid `T: KvmPod`; source and destination do not overlap.
-    unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), (&mut v as *mut T).cast::<u8>(), need) };
-    Ok(v)
+/// A KVM UAPI structure from exactly its bytes.
+fn pod_from<T: FromBytes>(name: &str, b: &[u8]) -> Result<T, FormatError> {
+    T::read_from_bytes(b).map_err(|_| {
+        FormatError::Malformed(format!(
+            "section \"{name}\" is {} bytes, expected {}",
+            b.len(),
+            std::mem::size_of::<T>()
+        ))
+    })
 }
 
 fn pairs_to_bytes(pairs: &[(u32, u64)]) -> Vec<u8> {
@@ -268,25 +273,30 @@ fn required<'a>(c: &'a Container, name: &str) -> Result<&'a [u8], FormatError> {
 }
 
 impl Meta {
-    /// The source KVM's leaf 0xD, validated.
+    /// The source KVM's leaf 0xD, validated as profiles are (subleaves in
+    /// range, none twice, 0 and 1 present, consistent): the entries are the
+    /// `kvm_leaf_0xd` of a [`CpuidProfile`], read through it.
     pub fn source_info(&self) -> Result<XsaveInfo, FormatError> {
-        let mut raw = [xstate::CpuidRegs::default(); 64];
-        for e in &self.kvm_leaf_0xd {
-            if e.subleaf >= 64 {
-                return Err(FormatError::Malformed(format!(
-                    "meta: kvm_leaf_0xd subleaf {} out of range",
-                    e.subleaf
-                )));
-            }
-            raw[e.subleaf as usize] = e.regs();
-        }
-        XsaveInfo::from_raw(raw).map_err(|e| {
+        let as_profile = CpuidProfile {
+            name: String::new(),
+            microarchitecture: String::new(),
+            vendor: String::new(),
+            signature: xstate::Hex32(0),
+            bare_metal: false,
+            source: String::new(),
+            leaf_0xd: self.kvm_leaf_0xd.clone(),
+            leaf_1: None,
+            leaf_7: None,
+            kvm_leaf_0xd: None,
+        };
+        as_profile.xsave_info().map_err(|e| {
             FormatError::Malformed(format!(
                 "meta: the source KVM's leaf 0xD is inconsistent: {e}"
             ))
         })
     }
 
+    /// The guest's CPUID xfeature policy.
     pub fn policy(&self) -> XfeatureMask {
         XfeatureMask::from_bits(self.policy_xcr0)
     }
@@ -322,6 +332,7 @@ impl Snapshot {
         c
     }
 
+    /// The snapshot file's bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
         self.to_container().to_bytes()
     }
@@ -423,7 +434,7 @@ mod tests {
 
     #[test]
     fn pairs_and_cpuid_round_trip() {
-        let p = vec![(0x10, 123), (0xc000_0080, 0xd01), (0xda0, 0)];
+        let p = vec![(0x10, 123), (0xc000_0080, 0xd01), (MSR_IA32_XSS, 0)];
         assert_eq!(pairs_from("m", &pairs_to_bytes(&p)).unwrap(), p);
         let e = kvm_cpuid_entry2 {
             function: 0xd,

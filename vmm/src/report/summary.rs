@@ -1,33 +1,6 @@
-//! What `vmm run` prints: a short human table, or one JSON object.
-//!
-//! The JSON object (`--json`) is stable; fields are only ever added:
-//!
-//! | field | meaning |
-//! |-------|---------|
-//! | `exit_status` | the guest's debug-exit value, or null when it crashed or timed out |
-//! | `exit_reason` | `exited`, `crashed`, `timed_out` or `snapshotted` (`vmm run --snapshot-after`/`--snapshot-file`; the guest stopped after its state was saved) |
-//! | `guest_xcr0` | XCR0 the guest reported it set (hex string) |
-//! | `guest_xcr0_hardware` | XGETBV(0) executed at CPL3 in the guest (hex string); differs from `guest_xcr0` where the hypervisor runs guest user code on the host's XCR0 |
-//! | `guest_xinuse` | XGETBV(1) at the end of the guest's run (hex string, null without XGETBV1) |
-//! | `policy_xfeatures` | the mask the guest's CPUID offered (hex string) |
-//! | `policy_xfeatures_names` | the same as component names |
-//! | `kvm_xfeatures` | what KVM supports (hex string) |
-//! | `kvm_cpuid_honored`, `kvm_cpuid_xfeatures`, `kvm_cpuid_standard_size`, `exposed_despite_policy` | the CPUID table KVM holds after `KVM_SET_CPUID2`, read back: whether it kept the policy (kvm_pvm does not), its leaf 0xD.0 mask and ECX, and the flags the guest sees although the policy masks their state |
-//! | `final_xcr0` | XCR0 as KVM holds it at the end of the run (`KVM_GET_XCRS`) |
-//! | `init_xstate` | `minimal` or `all` |
-//! | `standard_size`, `compacted_size` | xsave sizes for the policy |
-//! | `guest_cpuid` | the guest's view of leaf 0xD: supported mask, sizes, per-component size/offset |
-//! | `results` | workload results: `name`, `variant`, `size`, `mb_per_s` or `gflops`, `check`, `cycles`, `seconds`, `native_ratio`; `residual` (linear algebra), `bytes_per_save` (`ctxsw`) |
-//! | `openssl_aes_128_cbc_mb_per_s` | the host's `openssl speed -evp aes-128-cbc` at 8192 B, when openssl is installed |
-//! | `switch_strategy`, `switch_cycles` | the context-switch strategy the guest chose at boot, and the cycles per switch it measured for each candidate |
-//! | `skipped` | workload variants not run: `name`, `variant`, `reason` |
-//! | `fault` | the CPU exception that ended the run, if any |
-//! | `crash` | reason and register dump when the guest crashed |
-//! | `exits` | exits to user space |
-//! | `xstate_sync`, `xstate_stats` | the xstate sync policy and its `fetches`, `writebacks`, `standard_bytes`, `compacted_bytes` |
-//! | `timing_ms` | `setup`, `run`: wall time of VM setup and of the guest's run |
-
-use std::fmt::Write as _;
+//! The serialisable model of a `vmm run`: [`RunSummary`] and its rows, built
+//! from a [`RunOutcome`]. Its JSON is documented in [`super`]; masks stay
+//! typed here and become hex strings only when serialised.
 
 use guest::protocol::{
     exception_mnemonic, field_str, ExitStatus, Report, WorkUnit, SWITCH_STRATEGIES,
@@ -36,18 +9,13 @@ use serde::Serialize;
 use xstate::info::leaf_d1_eax;
 use xstate::{InitMode, Xfeature, XfeatureMask};
 
+use super::exit::{EXIT_GUEST_CRASH, EXIT_TIMEOUT};
+use super::hex;
 use crate::regs::RegisterDump;
 use crate::vm::{RunEnd, RunOutcome};
 use crate::xstate_manager::{SyncPolicy, SyncStats};
 
-/// Process exit status when the VMM itself failed before or while booting.
-pub const EXIT_VMM_ERROR: i32 = 64;
-/// Process exit status when the guest crashed (triple fault, internal error, ...).
-pub const EXIT_GUEST_CRASH: i32 = 65;
-/// Process exit status when the guest exceeded `--timeout`.
-pub const EXIT_TIMEOUT: i32 = 66;
-
-fn hex(v: u64) -> String {
+fn addr(v: u64) -> String {
     format!("{v:#x}")
 }
 
@@ -61,20 +29,30 @@ fn init_name(m: InitMode) -> &'static str {
 /// One workload result as printed.
 #[derive(Clone, Debug, Serialize)]
 pub struct ResultRow {
+    /// Workload name (`aes-128-cbc`, `linpack`, `ctxsw`, `exit-pio`, ...).
     pub name: String,
+    /// Implementation variant (`aesni`, `avx2`, `cpl3-dirty`, ...).
     pub variant: String,
+    /// Problem size the guest chose (bytes, matrix order, iterations).
     pub size: u64,
+    /// Throughput of byte workloads.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mb_per_s: Option<f64>,
+    /// Throughput of floating-point workloads.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gflops: Option<f64>,
+    /// Rate of event workloads (exits, switches).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub events_per_s: Option<f64>,
+    /// `pass` or `fail`: whether the guest's self-check of the result held.
     pub check: &'static str,
+    /// TSC cycles of the timed region.
     pub cycles: u64,
     /// Units of work in the timed region (bytes, flops, events).
     pub work: u64,
+    /// The timed region in seconds (null when the TSC rate is unknown).
     pub seconds: Option<f64>,
+    /// Residual of the linear-algebra check.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub residual: Option<f64>,
     /// Bytes written per save (`ctxsw` rows).
@@ -94,111 +72,191 @@ impl ResultRow {
     pub fn throughput(&self) -> Option<f64> {
         self.mb_per_s.or(self.gflops).or(self.events_per_s)
     }
+
+    /// The unit of [`ResultRow::throughput`].
+    pub fn unit(&self) -> &'static str {
+        if self.mb_per_s.is_some() {
+            "MB/s"
+        } else if self.gflops.is_some() {
+            "GFLOPS"
+        } else {
+            "1/s"
+        }
+    }
 }
 
+/// A workload variant the guest did not run.
 #[derive(Clone, Debug, Serialize)]
 pub struct SkipRow {
+    /// Workload name.
     pub name: String,
+    /// Variant name.
     pub variant: String,
+    /// Why (a missing CPU feature, a masked xfeature, ...).
     pub reason: String,
 }
 
 /// One candidate of the guest's boot-time switch-strategy calibration.
 #[derive(Clone, Debug, Serialize)]
 pub struct SwitchFigure {
+    /// Strategy name (`SWITCH_STRATEGIES`).
     pub strategy: &'static str,
+    /// TSC cycles per switch the guest measured.
     pub cycles: u64,
 }
 
+/// One component of the guest's CPUID leaf 0xD.
 #[derive(Clone, Debug, Serialize)]
 pub struct ComponentRow {
+    /// Xfeature number.
     pub id: u32,
+    /// Short xfeature name.
     pub name: &'static str,
+    /// CPUID 0xD.i EAX.
     pub size: u32,
+    /// CPUID 0xD.i EBX.
     pub standard_offset: u32,
+    /// Offset the guest computed in the compacted layout of its XCR0 (null
+    /// when not in XCR0).
     pub compacted_offset: Option<u32>,
 }
 
+/// The guest's view of leaf 0xD, as it reported it.
 #[derive(Clone, Debug, Serialize)]
 pub struct GuestCpuidView {
-    pub xcr0_supported: String,
-    pub xss_supported: String,
+    /// CPUID 0xD.0 EDX:EAX.
+    #[serde(serialize_with = "hex::mask")]
+    pub xcr0_supported: XfeatureMask,
+    /// CPUID 0xD.1 EDX:ECX.
+    #[serde(serialize_with = "hex::mask")]
+    pub xss_supported: XfeatureMask,
+    /// CPUID 0xD.0 ECX.
     pub standard_size_max: u32,
+    /// CPUID 0xD.0 EBX.
     pub standard_size_enabled: u32,
+    /// CPUID 0xD.1 EBX.
     pub compacted_size: u32,
+    /// Standard size of its XCR0 by the guest's xstate crate.
     pub computed_standard_size: u32,
+    /// Compacted size of its XCR0 by the guest's xstate crate.
     pub computed_compacted_size: u32,
+    /// XSAVE instructions CPUID 0xD.1 EAX advertises.
     pub xsave_variants: Vec<&'static str>,
+    /// x87, SSE and every advertised component.
     pub components: Vec<ComponentRow>,
 }
 
+/// The CPU exception that ended the guest's run.
 #[derive(Clone, Debug, Serialize)]
 pub struct FaultView {
+    /// Exception vector.
     pub vector: u32,
+    /// `#GP`, `#UD`, ...
     pub mnemonic: &'static str,
+    /// Error code pushed by the CPU (0 when none).
     pub error_code: u64,
+    /// Faulting instruction address (hex).
     pub rip: String,
+    /// CR2 at the fault (hex).
     pub cr2: String,
+    /// Privilege level of the faulting code.
     pub cpl: u32,
 }
 
+/// Why and in what state the guest crashed.
 #[derive(Clone, Debug, Serialize)]
 pub struct CrashView {
+    /// KVM's exit reason or the VMM's diagnosis.
     pub reason: String,
+    /// The vCPU's registers at the crash.
     pub registers: RegisterDump,
 }
 
+/// Wall time of the run's phases, in milliseconds.
 #[derive(Clone, Debug, Serialize)]
 pub struct Timing {
+    /// Building the VM.
     pub setup: f64,
+    /// The guest's run.
     pub run: f64,
 }
 
 /// Everything `vmm run` prints, in one serialisable value.
 #[derive(Clone, Debug, Serialize)]
 pub struct RunSummary {
+    /// The guest's debug-exit value (null when it crashed or timed out).
     pub exit_status: Option<u32>,
+    /// `exited`, `crashed`, `timed_out` or `snapshotted`.
     pub exit_reason: &'static str,
+    /// The end of the run in words.
     pub exit_description: String,
-    pub guest_xcr0: Option<String>,
-    pub guest_xinuse: Option<String>,
+    /// XCR0 the guest reported it set.
+    #[serde(serialize_with = "hex::opt_mask")]
+    pub guest_xcr0: Option<XfeatureMask>,
+    /// XGETBV(1) at the end (null without XGETBV1).
+    #[serde(serialize_with = "hex::opt_mask")]
+    pub guest_xinuse: Option<XfeatureMask>,
     /// XGETBV(0) at CPL3 in the guest: differs from `guest_xcr0` where the
     /// hypervisor runs guest user code on the host's XCR0 (kvm_pvm).
-    pub guest_xcr0_hardware: Option<String>,
-    pub policy_xfeatures: String,
+    #[serde(serialize_with = "hex::opt_mask")]
+    pub guest_xcr0_hardware: Option<XfeatureMask>,
+    /// The mask the guest's CPUID offered.
+    #[serde(serialize_with = "hex::mask")]
+    pub policy_xfeatures: XfeatureMask,
+    /// The same as component names.
     pub policy_xfeatures_names: String,
-    pub kvm_xfeatures: String,
+    /// What KVM supports.
+    #[serde(serialize_with = "hex::mask")]
+    pub kvm_xfeatures: XfeatureMask,
+    /// `minimal` or `all`.
     pub init_xstate: &'static str,
+    /// Standard-format size of the policy.
     pub standard_size: u32,
+    /// Compacted-format size of the policy.
     pub compacted_size: u32,
+    /// CPUID flags the policy hides.
     pub hidden_cpuid_flags: Vec<&'static str>,
     /// Whether KVM kept the policy's CPUID (read back with KVM_GET_CPUID2).
     pub kvm_cpuid_honored: Option<bool>,
     /// Leaf 0xD.0 EDX:EAX as KVM holds it after KVM_SET_CPUID2.
-    pub kvm_cpuid_xfeatures: Option<String>,
+    #[serde(serialize_with = "hex::opt_mask")]
+    pub kvm_cpuid_xfeatures: Option<XfeatureMask>,
     /// Leaf 0xD.0 ECX as KVM holds it after KVM_SET_CPUID2.
     pub kvm_cpuid_standard_size: Option<u32>,
     /// Flags the guest sees although the policy masks their state.
     pub exposed_despite_policy: Vec<&'static str>,
-    pub final_xcr0: Option<String>,
+    /// XCR0 as KVM holds it at the end of the run (`KVM_GET_XCRS`).
+    #[serde(serialize_with = "hex::opt_mask")]
+    pub final_xcr0: Option<XfeatureMask>,
+    /// The guest's view of leaf 0xD (null without a report).
     pub guest_cpuid: Option<GuestCpuidView>,
+    /// The TSC rate the cycle counts are converted with.
     pub tsc_khz: u64,
+    /// Workload results.
     pub results: Vec<ResultRow>,
     /// The host's `openssl speed -evp aes-128-cbc` at 8192-byte blocks, MB/s.
     pub openssl_aes_128_cbc_mb_per_s: Option<f64>,
+    /// Workload variants not run.
     pub skipped: Vec<SkipRow>,
     /// The context-switch strategy the guest chose by measuring at boot.
     pub switch_strategy: Option<String>,
     /// TSC cycles per switch the guest measured for each candidate.
     pub switch_cycles: Vec<SwitchFigure>,
+    /// The CPU exception that ended the run, if any.
     pub fault: Option<FaultView>,
+    /// Reason and register dump when the guest crashed.
     pub crash: Option<CrashView>,
+    /// Why reports from the guest were refused.
     pub report_errors: Vec<String>,
+    /// Exits to user space.
     pub exits: u64,
     /// The xstate sync policy and what it cost: KVM_GET/SET_XSAVE calls and bytes.
     pub xstate_sync: SyncPolicy,
+    /// What the sync policy cost.
     pub xstate_stats: SyncStats,
+    /// Wall time of setup and run.
     pub timing_ms: Timing,
+    /// The process exit status `vmm run` ends with.
     #[serde(skip)]
     pub process_exit: i32,
 }
@@ -239,6 +297,7 @@ pub fn result_rows(report: &Report, tsc_khz: u64) -> Vec<ResultRow> {
 }
 
 impl RunSummary {
+    /// The summary of a finished run.
     pub fn new(outcome: &RunOutcome) -> Self {
         let p = &outcome.policy;
         let report = outcome.report.as_deref();
@@ -287,8 +346,8 @@ impl RunSummary {
         let guest_cpuid = report.map(|r| {
             let xcr0 = XfeatureMask::from_bits(r.xcr0);
             GuestCpuidView {
-                xcr0_supported: hex(r.cpuid_xcr0_supported),
-                xss_supported: hex(r.cpuid_xss_supported),
+                xcr0_supported: XfeatureMask::from_bits(r.cpuid_xcr0_supported),
+                xss_supported: XfeatureMask::from_bits(r.cpuid_xss_supported),
                 standard_size_max: r.cpuid_size_max,
                 standard_size_enabled: r.cpuid_size_enabled,
                 compacted_size: r.cpuid_size_compacted,
@@ -315,35 +374,35 @@ impl RunSummary {
             vector: r.fault.vector,
             mnemonic: exception_mnemonic(r.fault.vector),
             error_code: r.fault.error_code,
-            rip: hex(r.fault.rip),
-            cr2: hex(r.fault.cr2),
+            rip: addr(r.fault.rip),
+            cr2: addr(r.fault.cr2),
             cpl: r.fault.cpl,
         });
         RunSummary {
             exit_status,
             exit_reason,
             exit_description,
-            guest_xcr0: report.map(|r| hex(r.xcr0)),
-            guest_xcr0_hardware: report.map(|r| hex(r.xcr0_hardware)),
+            guest_xcr0: report.map(|r| XfeatureMask::from_bits(r.xcr0)),
+            guest_xcr0_hardware: report.map(|r| XfeatureMask::from_bits(r.xcr0_hardware)),
             guest_xinuse: report
                 .filter(|r| r.cpuid_xsave_features & leaf_d1_eax::XGETBV1 != 0)
-                .map(|r| hex(r.xinuse)),
-            policy_xfeatures: hex(p.xcr0.bits()),
+                .map(|r| XfeatureMask::from_bits(r.xinuse)),
+            policy_xfeatures: p.xcr0,
             policy_xfeatures_names: p.xcr0.to_string(),
-            kvm_xfeatures: hex(p.kvm_xcr0.bits()),
+            kvm_xfeatures: p.kvm_xcr0,
             init_xstate: init_name(p.init_xstate),
             standard_size: p.standard_size,
             compacted_size: p.compacted_size,
             hidden_cpuid_flags: p.hidden_flags.clone(),
             kvm_cpuid_honored: p.cpuid_check.as_ref().map(|c| c.honored),
-            kvm_cpuid_xfeatures: p.cpuid_check.as_ref().map(|c| hex(c.effective_xcr0.bits())),
+            kvm_cpuid_xfeatures: p.cpuid_check.as_ref().map(|c| c.effective_xcr0),
             kvm_cpuid_standard_size: p.cpuid_check.as_ref().map(|c| c.effective_standard_size),
             exposed_despite_policy: p
                 .cpuid_check
                 .as_ref()
                 .map(|c| c.exposed_despite_policy.clone())
                 .unwrap_or_default(),
-            final_xcr0: outcome.final_xcr0.map(hex),
+            final_xcr0: outcome.final_xcr0.map(XfeatureMask::from_bits),
             guest_cpuid,
             tsc_khz,
             results: report.map(|r| result_rows(r, tsc_khz)).unwrap_or_default(),
@@ -389,187 +448,4 @@ impl RunSummary {
             process_exit,
         }
     }
-
-    /// The human table.
-    pub fn to_table(&self) -> String {
-        let mut s = String::new();
-        let mask_names = |hexs: &Option<String>| {
-            hexs.as_deref()
-                .and_then(|h| u64::from_str_radix(h.trim_start_matches("0x"), 16).ok())
-                .map(|v| format!("{} ({})", h_or(hexs), XfeatureMask::from_bits(v)))
-                .unwrap_or_else(|| "-".into())
-        };
-        let _ = writeln!(s, "xstate policy");
-        let _ = writeln!(
-            s,
-            "  KVM supports      {} ({})",
-            self.kvm_xfeatures,
-            mask_of(&self.kvm_xfeatures)
-        );
-        let _ = writeln!(
-            s,
-            "  guest CPUID       {} ({})",
-            self.policy_xfeatures, self.policy_xfeatures_names
-        );
-        if !self.hidden_cpuid_flags.is_empty() {
-            let _ = writeln!(
-                s,
-                "  hidden flags      {}",
-                self.hidden_cpuid_flags.join(" ")
-            );
-        }
-        if self.kvm_cpuid_honored == Some(false) {
-            let _ = writeln!(
-                s,
-                "  KVM's CPUID       {} (KVM ignored the policy's CPUID; XCR0 limited by the boot hint)",
-                self.kvm_cpuid_xfeatures.as_deref().unwrap_or("-")
-            );
-            if !self.exposed_despite_policy.is_empty() {
-                let _ = writeln!(
-                    s,
-                    "  exposed anyway    {}",
-                    self.exposed_despite_policy.join(" ")
-                );
-            }
-        }
-        let _ = writeln!(
-            s,
-            "  xsave size        standard {} B, compacted {} B",
-            self.standard_size, self.compacted_size
-        );
-        let _ = writeln!(s, "  initial xstate    {}", self.init_xstate);
-        let _ = writeln!(s, "guest");
-        let _ = writeln!(s, "  XCR0 set          {}", mask_names(&self.guest_xcr0));
-        if self.guest_xcr0_hardware.is_some() && self.guest_xcr0_hardware != self.guest_xcr0 {
-            let _ = writeln!(
-                s,
-                "  XCR0 in hardware  {} at CPL3 (the hypervisor does not load the guest's XCR0)",
-                mask_names(&self.guest_xcr0_hardware)
-            );
-        }
-        let _ = writeln!(s, "  XINUSE at end     {}", mask_names(&self.guest_xinuse));
-        if let Some(c) = &self.guest_cpuid {
-            let _ = writeln!(
-                s,
-                "  CPUID 0xD sizes   max {} B, enabled {} B, compacted {} B (xstate crate: {} / {} B)",
-                c.standard_size_max,
-                c.standard_size_enabled,
-                c.compacted_size,
-                c.computed_standard_size,
-                c.computed_compacted_size
-            );
-            let _ = writeln!(s, "  XSAVE variants    {}", c.xsave_variants.join(" "));
-            if let Some(st) = &self.switch_strategy {
-                let figures: Vec<String> = self
-                    .switch_cycles
-                    .iter()
-                    .map(|f| format!("{} {}", f.strategy, f.cycles))
-                    .collect();
-                let _ = writeln!(
-                    s,
-                    "  switch strategy   {st} (measured at boot, cycles per switch: {})",
-                    figures.join(", ")
-                );
-            }
-            let _ = writeln!(
-                s,
-                "  {:<3} {:<12} {:>6} {:>9} {:>10}",
-                "id", "component", "size", "standard", "compacted"
-            );
-            for r in &c.components {
-                let _ = writeln!(
-                    s,
-                    "  {:<3} {:<12} {:>6} {:>9} {:>10}",
-                    r.id,
-                    r.name,
-                    r.size,
-                    r.standard_offset,
-                    r.compacted_offset
-                        .map(|o| o.to_string())
-                        .unwrap_or_else(|| "-".into())
-                );
-            }
-        }
-        if !self.results.is_empty() {
-            let _ = writeln!(s, "results");
-            let _ = writeln!(
-                s,
-                "  {:<14} {:<26} {:>7} {:>12} {:<6} {:<5} {:>7}  per op",
-                "workload", "variant", "size", "throughput", "unit", "check", "native"
-            );
-            for r in &self.results {
-                let (v, unit) = match (r.mb_per_s, r.gflops, r.events_per_s) {
-                    (Some(v), _, _) => (format!("{v:.2}"), "MB/s"),
-                    (_, Some(v), _) => (format!("{v:.2}"), "GFLOPS"),
-                    (_, _, Some(v)) => (format!("{v:.0}"), "1/s"),
-                    _ => ("-".to_string(), "-"),
-                };
-                // Events (exits, switches): what one costs, in TSC cycles.
-                let per_op = match (r.events_per_s, r.bytes_per_save) {
-                    (Some(_), Some(b)) => format!("{:.0} cycles, {b} B/save", r.cycles_per_op()),
-                    (Some(_), None) => format!("{:.0} cycles", r.cycles_per_op()),
-                    _ => String::new(),
-                };
-                let line = format!(
-                    "  {:<14} {:<26} {:>7} {:>12} {:<6} {:<5} {:>7}  {}",
-                    r.name,
-                    r.variant,
-                    r.size,
-                    v,
-                    unit,
-                    r.check,
-                    r.native_ratio
-                        .map(|x| format!("{x:.3}"))
-                        .unwrap_or_else(|| "-".into()),
-                    per_op
-                );
-                let _ = writeln!(s, "{}", line.trim_end());
-            }
-        }
-        if let Some(o) = self.openssl_aes_128_cbc_mb_per_s {
-            let _ = writeln!(
-                s,
-                "  host openssl speed -evp aes-128-cbc (8192 B): {o:.0} MB/s"
-            );
-        }
-        for sk in &self.skipped {
-            let _ = writeln!(s, "  skipped {} {}: {}", sk.name, sk.variant, sk.reason);
-        }
-        if let Some(f) = &self.fault {
-            let _ = writeln!(
-                s,
-                "guest exception {}({:#x}) at rip {} (cr2 {}, cpl {})",
-                f.mnemonic, f.error_code, f.rip, f.cr2, f.cpl
-            );
-        }
-        for e in &self.report_errors {
-            let _ = writeln!(s, "report refused: {e}");
-        }
-        if let Some(c) = &self.crash {
-            let _ = writeln!(s, "guest crashed: {}", c.reason);
-            let _ = write!(s, "{}", c.registers);
-        }
-        let _ = writeln!(
-            s,
-            "exit: {} ({}), {} exits, setup {:.1} ms, run {:.1} ms",
-            self.exit_status
-                .map(|v| v.to_string())
-                .unwrap_or_else(|| "-".into()),
-            self.exit_description,
-            self.exits,
-            self.timing_ms.setup,
-            self.timing_ms.run
-        );
-        s
-    }
-}
-
-fn h_or(v: &Option<String>) -> &str {
-    v.as_deref().unwrap_or("-")
-}
-
-fn mask_of(hexs: &str) -> String {
-    u64::from_str_radix(hexs.trim_start_matches("0x"), 16)
-        .map(|v| XfeatureMask::from_bits(v).to_string())
-        .unwrap_or_default()
 }

@@ -1,0 +1,36 @@
+//! Why `vmm features` failed: its own module so every part of the command
+//! (profiles, inputs, dispatch) shares one error type without depending on
+//! the command's entry point.
+
+use std::path::PathBuf;
+
+/// Failures of `vmm features`.
+#[derive(Debug, thiserror::Error)]
+pub enum FeaturesError {
+    /// A profile file is unreadable or malformed.
+    #[error("profile {}: {reason}", path.display())]
+    Profile {
+        /// The profile file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A command-line value is invalid.
+    #[error("{0}")]
+    Usage(String),
+    /// The running host's CPUID cannot be used.
+    #[error("this host's CPUID: {0}")]
+    Host(String),
+    /// Writing a file failed.
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        /// The file being written.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A VMM error (KVM, policy, guest boot): reported as `vmm run` reports it.
+    #[error(transparent)]
+    Vmm(#[from] crate::Error),
+}

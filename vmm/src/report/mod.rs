@@ -1,0 +1,47 @@
+//! What `vmm run` prints (a short human table, or one JSON object), the
+//! exit statuses, and the table and hex helpers every view of the VMM shares.
+//!
+//! The JSON object (`--json`) is stable; fields are only ever added:
+//!
+//! | field | meaning |
+//! |-------|---------|
+//! | `exit_status` | the guest's debug-exit value, or null when it crashed or timed out |
+//! | `exit_reason` | `exited`, `crashed`, `timed_out` or `snapshotted` (`vmm run --snapshot-after`/`--snapshot-file`; the guest stopped after its state was saved) |
+//! | `guest_xcr0` | XCR0 the guest reported it set (hex string) |
+//! | `guest_xcr0_hardware` | XGETBV(0) executed at CPL3 in the guest (hex string); differs from `guest_xcr0` where the hypervisor runs guest user code on the host's XCR0 |
+//! | `guest_xinuse` | XGETBV(1) at the end of the guest's run (hex string, null without XGETBV1) |
+//! | `policy_xfeatures` | the mask the guest's CPUID offered (hex string) |
+//! | `policy_xfeatures_names` | the same as component names |
+//! | `kvm_xfeatures` | what KVM supports (hex string) |
+//! | `kvm_cpuid_honored`, `kvm_cpuid_xfeatures`, `kvm_cpuid_standard_size`, `exposed_despite_policy` | the CPUID table KVM holds after `KVM_SET_CPUID2`, read back: whether it kept the policy (kvm_pvm does not), its leaf 0xD.0 mask and ECX, and the flags the guest sees although the policy masks their state |
+//! | `final_xcr0` | XCR0 as KVM holds it at the end of the run (`KVM_GET_XCRS`) |
+//! | `init_xstate` | `minimal` or `all` |
+//! | `standard_size`, `compacted_size` | xsave sizes for the policy |
+//! | `guest_cpuid` | the guest's view of leaf 0xD: supported mask, sizes, per-component size/offset |
+//! | `results` | workload results: `name`, `variant`, `size`, `mb_per_s` or `gflops`, `check`, `cycles`, `seconds`, `native_ratio`; `residual` (linear algebra), `bytes_per_save` (`ctxsw`) |
+//! | `openssl_aes_128_cbc_mb_per_s` | the host's `openssl speed -evp aes-128-cbc` at 8192 B, when openssl is installed |
+//! | `switch_strategy`, `switch_cycles` | the context-switch strategy the guest chose at boot, and the cycles per switch it measured for each candidate |
+//! | `skipped` | workload variants not run: `name`, `variant`, `reason` |
+//! | `fault` | the CPU exception that ended the run, if any |
+//! | `crash` | reason and register dump when the guest crashed |
+//! | `exits` | exits to user space |
+//! | `xstate_sync`, `xstate_stats` | the xstate sync policy and its `fetches`, `writebacks`, `standard_bytes`, `compacted_bytes` |
+//! | `timing_ms` | `setup`, `run`: wall time of VM setup and of the guest's run |
+
+//! - [`summary`]: the serialisable model ([`RunSummary`]) built from a run.
+//! - [`render`]: its human table.
+//! - [`table`]: column alignment for every text table.
+//! - [`hex`]: masks serialised as hex strings.
+//! - [`exit`]: process exit statuses.
+
+pub mod exit;
+pub mod hex;
+pub mod render;
+pub mod summary;
+pub mod table;
+
+pub use exit::{EXIT_GUEST_CRASH, EXIT_TIMEOUT, EXIT_VMM_ERROR};
+pub use summary::{
+    result_rows, ComponentRow, CrashView, FaultView, GuestCpuidView, ResultRow, RunSummary,
+    SkipRow, SwitchFigure, Timing,
+};

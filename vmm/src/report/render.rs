@@ -1,0 +1,198 @@
+//! The human table of `vmm run`: the policy, what the guest saw and did,
+//! its workload results and how the run ended.
+
+use std::fmt::Write as _;
+
+use xstate::XfeatureMask;
+
+use super::hex;
+use super::summary::RunSummary;
+use super::table::{or_dash, Columns};
+
+impl RunSummary {
+    /// The human table.
+    pub fn to_table(&self) -> String {
+        let mut s = String::new();
+        let mask_names =
+            |m: Option<XfeatureMask>| m.map_or_else(|| "-".into(), |m| format!("{m:#x} ({m})"));
+        let _ = writeln!(s, "xstate policy");
+        let _ = writeln!(
+            s,
+            "  KVM supports      {:#x} ({})",
+            self.kvm_xfeatures, self.kvm_xfeatures
+        );
+        let _ = writeln!(
+            s,
+            "  guest CPUID       {:#x} ({})",
+            self.policy_xfeatures, self.policy_xfeatures_names
+        );
+        if !self.hidden_cpuid_flags.is_empty() {
+            let _ = writeln!(
+                s,
+                "  hidden flags      {}",
+                self.hidden_cpuid_flags.join(" ")
+            );
+        }
+        if self.kvm_cpuid_honored == Some(false) {
+            let _ = writeln!(
+                s,
+                "  KVM's CPUID       {} (KVM ignored the policy's CPUID; XCR0 limited by the boot hint)",
+                hex::or_dash(self.kvm_cpuid_xfeatures)
+            );
+            if !self.exposed_despite_policy.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "  exposed anyway    {}",
+                    self.exposed_despite_policy.join(" ")
+                );
+            }
+        }
+        let _ = writeln!(
+            s,
+            "  xsave size        standard {} B, compacted {} B",
+            self.standard_size, self.compacted_size
+        );
+        let _ = writeln!(s, "  initial xstate    {}", self.init_xstate);
+        let _ = writeln!(s, "guest");
+        let _ = writeln!(s, "  XCR0 set          {}", mask_names(self.guest_xcr0));
+        if self.guest_xcr0_hardware.is_some() && self.guest_xcr0_hardware != self.guest_xcr0 {
+            let _ = writeln!(
+                s,
+                "  XCR0 in hardware  {} at CPL3 (the hypervisor does not load the guest's XCR0)",
+                mask_names(self.guest_xcr0_hardware)
+            );
+        }
+        let _ = writeln!(s, "  XINUSE at end     {}", mask_names(self.guest_xinuse));
+        if let Some(c) = &self.guest_cpuid {
+            let _ = writeln!(
+                s,
+                "  CPUID 0xD sizes   max {} B, enabled {} B, compacted {} B (xstate crate: {} / {} B)",
+                c.standard_size_max,
+                c.standard_size_enabled,
+                c.compacted_size,
+                c.computed_standard_size,
+                c.computed_compacted_size
+            );
+            let _ = writeln!(s, "  XSAVE variants    {}", c.xsave_variants.join(" "));
+            if let Some(st) = &self.switch_strategy {
+                let figures: Vec<String> = self
+                    .switch_cycles
+                    .iter()
+                    .map(|f| format!("{} {}", f.strategy, f.cycles))
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    "  switch strategy   {st} (measured at boot, cycles per switch: {})",
+                    figures.join(", ")
+                );
+            }
+            let t = Columns::new()
+                .left("  ", 3)
+                .left(" ", 12)
+                .right(" ", 6)
+                .right(" ", 9)
+                .right(" ", 10);
+            t.push(
+                &mut s,
+                &["id", "component", "size", "standard", "compacted"],
+            );
+            for r in &c.components {
+                t.push(
+                    &mut s,
+                    &[
+                        r.id.to_string(),
+                        r.name.to_string(),
+                        r.size.to_string(),
+                        r.standard_offset.to_string(),
+                        or_dash(r.compacted_offset),
+                    ],
+                );
+            }
+        }
+        if !self.results.is_empty() {
+            let _ = writeln!(s, "results");
+            let t = Columns::new()
+                .left("  ", 14)
+                .left(" ", 26)
+                .right(" ", 7)
+                .right(" ", 12)
+                .left(" ", 6)
+                .left(" ", 5)
+                .right(" ", 7)
+                .left("  ", 0);
+            t.push(
+                &mut s,
+                &[
+                    "workload",
+                    "variant",
+                    "size",
+                    "throughput",
+                    "unit",
+                    "check",
+                    "native",
+                    "per op",
+                ],
+            );
+            for r in &self.results {
+                let (v, unit) = match (r.mb_per_s, r.gflops, r.events_per_s) {
+                    (Some(v), _, _) => (format!("{v:.2}"), "MB/s"),
+                    (_, Some(v), _) => (format!("{v:.2}"), "GFLOPS"),
+                    (_, _, Some(v)) => (format!("{v:.0}"), "1/s"),
+                    _ => ("-".to_string(), "-"),
+                };
+                // Events (exits, switches): what one costs, in TSC cycles.
+                let per_op = match (r.events_per_s, r.bytes_per_save) {
+                    (Some(_), Some(b)) => format!("{:.0} cycles, {b} B/save", r.cycles_per_op()),
+                    (Some(_), None) => format!("{:.0} cycles", r.cycles_per_op()),
+                    _ => String::new(),
+                };
+                t.push(
+                    &mut s,
+                    &[
+                        r.name.clone(),
+                        r.variant.clone(),
+                        r.size.to_string(),
+                        v,
+                        unit.to_string(),
+                        r.check.to_string(),
+                        or_dash(r.native_ratio.map(|x| format!("{x:.3}"))),
+                        per_op,
+                    ],
+                );
+            }
+        }
+        if let Some(o) = self.openssl_aes_128_cbc_mb_per_s {
+            let _ = writeln!(
+                s,
+                "  host openssl speed -evp aes-128-cbc (8192 B): {o:.0} MB/s"
+            );
+        }
+        for sk in &self.skipped {
+            let _ = writeln!(s, "  skipped {} {}: {}", sk.name, sk.variant, sk.reason);
+        }
+        if let Some(f) = &self.fault {
+            let _ = writeln!(
+                s,
+                "guest exception {}({:#x}) at rip {} (cr2 {}, cpl {})",
+                f.mnemonic, f.error_code, f.rip, f.cr2, f.cpl
+            );
+        }
+        for e in &self.report_errors {
+            let _ = writeln!(s, "report refused: {e}");
+        }
+        if let Some(c) = &self.crash {
+            let _ = writeln!(s, "guest crashed: {}", c.reason);
+            let _ = write!(s, "{}", c.registers);
+        }
+        let _ = writeln!(
+            s,
+            "exit: {} ({}), {} exits, setup {:.1} ms, run {:.1} ms",
+            or_dash(self.exit_status),
+            self.exit_description,
+            self.exits,
+            self.timing_ms.setup,
+            self.timing_ms.run
+        );
+        s
+    }
+}

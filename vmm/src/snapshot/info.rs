@@ -1,0 +1,289 @@
+//! `vmm snapshot info`: what a snapshot file holds (sections, memory, each
+//! vCPU's registers and extended state) and whether this host can restore
+//! it, as one serialisable value and its table. Masks stay typed; they are
+//! hex only in the JSON and the table.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+use xstate::{Format, XfeatureMask};
+
+use super::format::{self, SectionInfo};
+use super::restore::{self, SnapshotError};
+use super::state::{Snapshot, MSR_IA32_XSS};
+use crate::kvm::HostKvm;
+use crate::report::hex;
+use crate::report::table::Columns;
+
+/// `vmm snapshot info` as printed.
+#[derive(Clone, Debug, Serialize)]
+pub struct SnapshotInfo {
+    /// The snapshot file.
+    pub file: String,
+    /// Its size.
+    pub file_bytes: u64,
+    /// The container format version.
+    pub format_version: u32,
+    /// The section table.
+    pub sections: Vec<SectionInfo>,
+    /// `time` or `guest`: what triggered the snapshot.
+    pub trigger: String,
+    /// When it was taken (seconds since the Unix epoch).
+    pub created_unix_s: u64,
+    /// The `vmm` that wrote it.
+    pub vmm_version: String,
+    /// Guest RAM in MiB.
+    pub mem_mib: u64,
+    /// Guest RAM in pages.
+    pub memory_pages: u64,
+    /// Non-zero pages stored; the rest were all-zero and left out.
+    pub memory_pages_stored: u64,
+    /// The guest's command line.
+    pub cmdline: String,
+    /// Interrupt controllers and timers of the VM.
+    pub irqchip: String,
+    /// Exits to user space before the snapshot.
+    pub exits_before: u64,
+    /// Wall time the guest had run.
+    pub guest_ran_ms: f64,
+    /// One entry per vCPU.
+    pub vcpus: Vec<VcpuInfo>,
+    /// The guest's CPUID xfeature policy.
+    #[serde(serialize_with = "hex::mask")]
+    pub policy_xcr0: XfeatureMask,
+    /// The same as component names.
+    pub policy_xcr0_names: String,
+    /// What the source KVM could give a guest (XCR0).
+    #[serde(serialize_with = "hex::mask")]
+    pub source_kvm_xcr0: XfeatureMask,
+    /// What the source KVM could give a guest (IA32_XSS).
+    #[serde(serialize_with = "hex::mask")]
+    pub source_kvm_xss: XfeatureMask,
+    /// The guest's TSC rate (0: unknown).
+    pub tsc_khz: u32,
+    /// Whether this host can restore it (null when KVM cannot be opened).
+    pub restorable_here: Option<bool>,
+    /// Why not, when not.
+    pub restore_refusal: Option<String>,
+}
+
+/// One vCPU of `vmm snapshot info`.
+#[derive(Clone, Debug, Serialize)]
+pub struct VcpuInfo {
+    /// vCPU number.
+    pub id: u32,
+    /// Where it stopped (hex).
+    pub rip: String,
+    /// CR0 (hex).
+    pub cr0: String,
+    /// CR4 (hex).
+    pub cr4: String,
+    /// EFER (hex).
+    pub efer: String,
+    /// Its privilege level (CS.DPL).
+    pub cpl: u8,
+    /// XCR0 as saved.
+    #[serde(serialize_with = "hex::mask")]
+    pub xcr0: XfeatureMask,
+    /// The same as component names.
+    pub xcr0_names: String,
+    /// IA32_XSS as saved (null when not saved).
+    #[serde(serialize_with = "hex::opt_mask")]
+    pub ia32_xss: Option<XfeatureMask>,
+    /// MSRs saved.
+    pub msrs: usize,
+    /// CPUID entries saved.
+    pub cpuid_entries: usize,
+    /// XSTATE_BV of the stored image: the components in use.
+    #[serde(serialize_with = "hex::mask")]
+    pub xstate_bv: XfeatureMask,
+    /// The same described by name.
+    pub components_in_use: String,
+    /// Bytes stored (compacted, in-use only).
+    pub xstate_compacted_bytes: usize,
+    /// A standard image for the guest's XCR0, as KVM_GET_XSAVE transfers it.
+    pub xstate_standard_bytes: u32,
+    /// The legacy `struct kvm_xsave` a VMM without XSAVE2 stores.
+    pub kvm_xsave_bytes: usize,
+    /// Whether `kvm_vcpu_events` were saved.
+    pub events: bool,
+    /// The saved multiprocessing state, when KVM had it.
+    pub mp_state: Option<u32>,
+    /// Whether debug registers were saved.
+    pub debugregs: bool,
+}
+
+fn reg(v: u64) -> String {
+    format!("{v:#x}")
+}
+
+/// Builds the `info` view of a file.
+pub fn info(path: &Path) -> Result<SnapshotInfo, SnapshotError> {
+    let bytes = std::fs::read(path).map_err(|source| SnapshotError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let fmt_err = |source| SnapshotError::Format {
+        path: path.to_path_buf(),
+        source,
+    };
+    let sections = format::read_table(&bytes).map_err(fmt_err)?;
+    let snap = Snapshot::from_bytes(&bytes).map_err(fmt_err)?;
+    let source = snap.meta.source_info().map_err(fmt_err)?;
+    let vcpus = snap
+        .vcpus
+        .iter()
+        .map(|v| {
+            let xcr0 = XfeatureMask::from_bits(v.xcr0().unwrap_or(0));
+            let bv = v.xstate.xstate_bv_mask();
+            VcpuInfo {
+                id: v.id,
+                rip: reg(v.regs.rip),
+                cr0: reg(v.sregs.cr0),
+                cr4: reg(v.sregs.cr4),
+                efer: reg(v.sregs.efer),
+                cpl: v.sregs.cs.dpl,
+                xcr0,
+                xcr0_names: xcr0.to_string(),
+                ia32_xss: v.msr(MSR_IA32_XSS).map(XfeatureMask::from_bits),
+                msrs: v.msrs.len(),
+                cpuid_entries: v.cpuid.len(),
+                xstate_bv: bv,
+                components_in_use: bv.describe().to_string(),
+                xstate_compacted_bytes: v.xstate.len(),
+                xstate_standard_bytes: source
+                    .layout(xcr0, Format::Standard)
+                    .map(|l| l.total_size())
+                    .unwrap_or(0),
+                kvm_xsave_bytes: crate::vcpu::KVM_XSAVE_LEGACY_SIZE,
+                events: v.events.is_some(),
+                mp_state: v.mp_state,
+                debugregs: v.debugregs.is_some(),
+            }
+        })
+        .collect();
+    let (restorable_here, restore_refusal) = match HostKvm::open() {
+        Ok(host) => match restore::check(path, &snap, &host.xstate.info) {
+            Ok(_) => (Some(true), None),
+            Err(e) => (Some(false), Some(e.to_string())),
+        },
+        Err(_) => (None, None),
+    };
+    let m = &snap.meta;
+    Ok(SnapshotInfo {
+        file: path.display().to_string(),
+        file_bytes: bytes.len() as u64,
+        format_version: format::FORMAT_VERSION,
+        sections,
+        trigger: m.trigger.clone(),
+        created_unix_s: m.created_unix_s,
+        vmm_version: m.vmm_version.clone(),
+        mem_mib: m.mem_mib,
+        memory_pages: snap.memory.size / format::PAGE_SIZE as u64,
+        memory_pages_stored: snap.memory.stored_pages(),
+        cmdline: m.cmdline.clone(),
+        irqchip: m.irqchip.clone(),
+        exits_before: m.exits,
+        guest_ran_ms: m.guest_ran_ms,
+        vcpus,
+        policy_xcr0: m.policy(),
+        policy_xcr0_names: m.policy().to_string(),
+        source_kvm_xcr0: XfeatureMask::from_bits(m.kvm_xcr0),
+        source_kvm_xss: XfeatureMask::from_bits(m.kvm_xss),
+        tsc_khz: m.tsc_khz,
+        restorable_here,
+        restore_refusal,
+    })
+}
+
+impl SnapshotInfo {
+    /// The human table.
+    pub fn to_table(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "snapshot {} ({} bytes, format v{}, {}-triggered, vmm {})",
+            self.file, self.file_bytes, self.format_version, self.trigger, self.vmm_version
+        );
+        let _ = writeln!(s, "sections");
+        let t = Columns::new()
+            .left("  ", 16)
+            .right(" ", 10)
+            .right(" ", 10)
+            .left("  ", 0);
+        t.push(&mut s, &["name", "offset", "bytes", "crc32"]);
+        for e in &self.sections {
+            t.push(
+                &mut s,
+                &[
+                    e.name.clone(),
+                    e.offset.to_string(),
+                    e.length.to_string(),
+                    format!("{:08x}", e.crc32),
+                ],
+            );
+        }
+        let _ = writeln!(
+            s,
+            "memory        {} MiB: {} of {} pages stored, {} all-zero pages left out",
+            self.mem_mib,
+            self.memory_pages_stored,
+            self.memory_pages,
+            self.memory_pages - self.memory_pages_stored
+        );
+        let _ = writeln!(s, "command line  {}", self.cmdline);
+        let _ = writeln!(
+            s,
+            "policy        {:#x} ({})",
+            self.policy_xcr0, self.policy_xcr0_names
+        );
+        let _ = writeln!(
+            s,
+            "source KVM    XCR0 {:#x} IA32_XSS {:#x}, TSC {} kHz",
+            self.source_kvm_xcr0, self.source_kvm_xss, self.tsc_khz
+        );
+        let _ = writeln!(s, "irqchip/PIT   {}", self.irqchip);
+        let _ = writeln!(
+            s,
+            "guest ran     {:.1} ms, {} exits before the snapshot",
+            self.guest_ran_ms, self.exits_before
+        );
+        for v in &self.vcpus {
+            let _ = writeln!(
+                s,
+                "vcpu{}         rip {} cpl {} cr0 {} cr4 {} efer {}; {} MSRs, {} CPUID entries",
+                v.id, v.rip, v.cpl, v.cr0, v.cr4, v.efer, v.msrs, v.cpuid_entries
+            );
+            let _ = writeln!(
+                s,
+                "  XCR0        {:#x} ({}), IA32_XSS {}",
+                v.xcr0,
+                v.xcr0_names,
+                hex::or_dash(v.ia32_xss)
+            );
+            let _ = writeln!(
+                s,
+                "  in use      XSTATE_BV {:#x}: {}",
+                v.xstate_bv, v.components_in_use
+            );
+            let _ = writeln!(
+                s,
+                "  xstate      {} B stored compacted; standard image {} B; legacy kvm_xsave {} B",
+                v.xstate_compacted_bytes, v.xstate_standard_bytes, v.kvm_xsave_bytes
+            );
+        }
+        match (self.restorable_here, &self.restore_refusal) {
+            (Some(true), _) => {
+                let _ = writeln!(s, "restorable on this host: yes");
+            }
+            (Some(false), Some(r)) => {
+                let _ = writeln!(s, "restorable on this host: no: {r}");
+            }
+            _ => {
+                let _ = writeln!(s, "restorable on this host: unknown (KVM unavailable)");
+            }
+        }
+        s
+    }
+}
