@@ -133,7 +133,7 @@ struct RestoreArgs {
 /// A positive number of seconds, or `None` for 0 (no limit).
 fn seconds(v: f64, what: &str) -> Result<Option<Duration>, vmm::Error> {
     if !v.is_finite() || v < 0.0 {
-        return Err(vmm::Error::Policy(format!(
+        return Err(vmm::Error::Argument(format!(
             "{what} {v}: must be a number of seconds >= 0"
         )));
     }
@@ -151,7 +151,7 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
     }
     // Refuse a bad list before booting anything.
     guest::workloads::Selection::parse(&args.workload)
-        .map_err(|e| vmm::Error::Policy(format!("--workload {:?}: {e}", args.workload)))?;
+        .map_err(|e| vmm::Error::Argument(format!("--workload {:?}: {e}", args.workload)))?;
     words.push(format!("workload={}", args.workload));
     if let Some(c) = &args.cmdline {
         words.push(c.clone());
@@ -198,7 +198,7 @@ fn print_outcome(
     if json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&summary).map_err(|e| vmm::Error::Guest(e.to_string()))?
+            serde_json::to_string_pretty(&summary)?
         );
     } else {
         print!("{}", summary.to_table());

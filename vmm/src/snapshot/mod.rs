@@ -17,9 +17,12 @@
 //! - [`save`]: capturing a running VM.
 //! - [`restore`]: checking a snapshot against this host and resuming it.
 
+pub mod compat;
+pub mod error;
 pub mod format;
 pub mod restore;
 pub mod save;
+pub mod sparse;
 pub mod state;
 
 use std::path::{Path, PathBuf};
@@ -153,7 +156,7 @@ pub fn info(path: &Path) -> Result<SnapshotInfo, SnapshotError> {
                     .layout(XfeatureMask::from_bits(xcr0), Format::Standard)
                     .map(|l| l.total_size())
                     .unwrap_or(0),
-                kvm_xsave_bytes: crate::vcpu::KVM_XSAVE_LEGACY_SIZE,
+                kvm_xsave_bytes: xstate::kvm::KVM_XSAVE_REGION_SIZE,
                 events: v.events.is_some(),
                 mp_state: v.mp_state,
                 debugregs: v.debugregs.is_some(),
