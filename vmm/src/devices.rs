@@ -170,7 +170,7 @@ pub fn le_value(data: &[u8]) -> u32 {
 
 /// Copy a report out of guest memory through bounds-checked accessors and
 /// validate it before anything in it is believed.
-pub fn read_report(mem: &GuestMemoryMmap, addr: u64) -> ReportDelivery {
+fn read_report(mem: &GuestMemoryMmap, addr: u64) -> ReportDelivery {
     let mut buf = vec![0u8; Report::SIZE];
     if let Err(e) = mem.read_slice(&mut buf, GuestAddress(addr)) {
         return ReportDelivery::Rejected(format!(

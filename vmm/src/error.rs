@@ -12,8 +12,8 @@ use std::path::PathBuf;
 use linux_loader::loader::elf::PvhBootCapability;
 use vmm_sys_util::fam::Error as FamError;
 use xstate::kvm::KvmXsaveError;
-use xstate::{BufferError, ConvertError, InfoError, LayoutError, MaskError, Xcr0Error};
 use xstate::XfeatureMask;
+use xstate::{BufferError, ConvertError, InfoError, LayoutError, MaskError, Xcr0Error};
 
 use crate::arch::layout::{CMDLINE_MAX, MAX_MEM_MIB, MIN_MEM_MIB};
 

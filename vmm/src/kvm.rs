@@ -18,7 +18,7 @@ pub struct KvmXstate {
 
 impl KvmXstate {
     /// Parse leaf 0xD of a supported-CPUID table.
-    pub fn from_supported(supported: &CpuId) -> Result<Self> {
+    fn from_supported(supported: &CpuId) -> Result<Self> {
         let info = XsaveInfo::from_kvm_cpuid(supported).map_err(Error::KvmCpuid)?;
         Ok(Self { info })
     }

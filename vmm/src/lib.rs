@@ -10,7 +10,7 @@
 //! - [`snapshot`]: `vmm run --snapshot-after`, `vmm restore`, `vmm snapshot info`.
 //! - [`report`]: the table and JSON `vmm run` prints.
 //! - [`native`]: the guest's workloads run on the host, for guest/native ratios.
-//! - [`bench`]: `vmm bench exits` and `vmm bench init-xstate`.
+//! - [`bench`](mod@bench): `vmm bench exits` and `vmm bench init-xstate`.
 //! - [`features`]: `vmm features`: host, KVM, policy and guest xstate compared; profiles.
 //! - [`error`]: the error types.
 //! - [`vm`], [`regs`]: old paths, re-exporting from `vstate` and `cpuid`.

@@ -196,10 +196,7 @@ fn print_outcome(
         }
     }
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&summary)?
-        );
+        println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         print!("{}", summary.to_table());
     }

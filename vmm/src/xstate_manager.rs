@@ -209,11 +209,12 @@ impl XstateManager {
 
     fn write_back(&mut self, vcpu: &VcpuFd, compacted: &XsaveBuf) -> Result<()> {
         let standard =
-            xstate::expand_to_standard(&self.info, compacted, self.info.supported_xcr0())
-                .map_err(|source| XstateError::Expand {
+            xstate::expand_to_standard(&self.info, compacted, self.info.supported_xcr0()).map_err(
+                |source| XstateError::Expand {
                     what: "the edited state",
                     source,
-                })?;
+                },
+            )?;
         // Against the XCR0 in force, not just the policy: the guest may have
         // enabled less. One more ioctl, on this rare path only.
         let xcr0 = XfeatureMask::from_bits(vcpu::get_xcr0(vcpu)?);

@@ -49,12 +49,13 @@ pub fn load_kernel(
         });
     }
     let mut cursor = Cursor::new(image);
-    let result = Elf::load(mem, None, &mut cursor, Some(GuestAddress(HIGHMEM_START))).map_err(
-        |source| BootError::ElfLoad {
-            image: name.to_string(),
-            source,
-        },
-    )?;
+    let result =
+        Elf::load(mem, None, &mut cursor, Some(GuestAddress(HIGHMEM_START))).map_err(|source| {
+            BootError::ElfLoad {
+                image: name.to_string(),
+                source,
+            }
+        })?;
     match result.pvh_boot_cap {
         PvhBootCapability::PvhEntryPresent(entry) => Ok(LoadedKernel {
             entry: entry.0,
@@ -115,4 +116,3 @@ pub fn write_boot_info(mem: &GuestMemoryMmap, cmdline: &str) -> Result<(), Memor
         .map_err(MemoryError::BootParams)?;
     Ok(())
 }
-

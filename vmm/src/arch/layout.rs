@@ -1,6 +1,6 @@
 //! The guest physical memory map: one RAM region from address 0, and the
 //! fixed addresses the boot protocol uses inside it. Constants only: RAM
-//! itself is created by [`crate::vstate::machine`].
+//! itself is created by `vstate::machine`.
 //!
 //! ```text
 //! 0x0000_0500  boot GDT (PVH asks for flat 32-bit segments)
@@ -31,8 +31,6 @@ pub const EBDA_START: u64 = 0x9_fc00;
 pub const MIN_MEM_MIB: u64 = 4;
 /// RAM ends below the 32-bit MMIO hole.
 pub const MAX_MEM_MIB: u64 = 3 * 1024;
-/// First address of the unbacked hole: guest accesses there are MMIO exits.
-pub const MMIO_HOLE_START: u64 = MAX_MEM_MIB << 20;
 /// The three pages `KVM_SET_TSS_ADDR` reserves for Intel VMX's real-mode
 /// emulation (a TSS and the identity-map page after it). They must lie below
 /// 4 GiB and outside RAM and any MMIO a guest uses: just under the BIOS ROM

@@ -17,15 +17,12 @@ pub enum Reg {
 }
 
 /// CPUID.1:ECX.XSAVE.
-pub const CPUID1_ECX_XSAVE: u32 = 1 << 26;
+pub(crate) const CPUID1_ECX_XSAVE: u32 = 1 << 26;
 
 /// Find the entry for `leaf`/`subleaf`; an entry whose subleaf does not
 /// matter (no `KVM_CPUID_FLAG_SIGNIFCANT_INDEX`) answers every subleaf.
 pub fn entry(cpuid: &CpuId, leaf: u32, subleaf: u32) -> Option<&kvm_cpuid_entry2> {
-    cpuid
-        .as_slice()
-        .iter()
-        .find(|e| matches(e, leaf, subleaf))
+    cpuid.as_slice().iter().find(|e| matches(e, leaf, subleaf))
 }
 
 /// [`entry`], for editing.

@@ -10,8 +10,8 @@ use std::path::Path;
 use xstate::buffer::{XCOMP_BV_COMPACTED, XSAVE_MIN_SIZE};
 use xstate::{restorable_on, Format, XfeatureMask, XsaveBuf, XsaveInfo};
 
-use super::format::FormatError;
 use super::error::SnapshotError;
+use super::format::FormatError;
 use super::state::Snapshot;
 use crate::vstate::vcpu::MSR_IA32_XSS;
 
@@ -159,7 +159,7 @@ fn check_compacted(image: &XsaveBuf, source: &XsaveInfo, xcr0: XfeatureMask) -> 
 
 /// A standard-format image of `source`'s layout, moved to `target`'s
 /// standard offsets. Legacy region and header are common to both.
-pub fn relayout(
+fn relayout(
     source: &XsaveInfo,
     target: &XsaveInfo,
     image: &XsaveBuf,

@@ -33,15 +33,15 @@
 pub use super::sparse::{SparseMemory, PAGE_SIZE};
 
 /// First bytes of every snapshot.
-pub const MAGIC: [u8; 8] = *b"VMMSNAP\0";
+const MAGIC: [u8; 8] = *b"VMMSNAP\0";
 /// The format this VMM writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
 /// Size of the file header.
-pub const HEADER_SIZE: usize = 64;
+const HEADER_SIZE: usize = 64;
 /// Size of one section table entry.
-pub const ENTRY_SIZE: usize = 64;
+const ENTRY_SIZE: usize = 64;
 /// Longest section name (NUL-padded in its entry).
-pub const NAME_LEN: usize = 40;
+const NAME_LEN: usize = 40;
 /// Alignment of every section but `memory`.
 const SECTION_ALIGN: usize = 64;
 /// Alignment of the `memory` section: a host page, so a later version can

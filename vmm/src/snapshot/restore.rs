@@ -290,12 +290,14 @@ mod tests {
         let snap = save::capture(
             &ctx,
             Trigger::Guest,
-            &mut m.vcpu,
-            &m.mem,
-            &mut xm,
-            &devices,
-            0,
-            Duration::ZERO,
+            save::Running {
+                vcpu: &mut m.vcpu,
+                mem: &m.mem,
+                xstate: &mut xm,
+                devices: &devices,
+                exits: 0,
+                ran: Duration::ZERO,
+            },
         )
         .unwrap();
         // Stored compacted, in use only: every component is live here.

@@ -118,18 +118,33 @@ impl SaveContext {
     }
 }
 
-/// Capture the VM's state. `vcpu` must be between exits.
-#[allow(clippy::too_many_arguments)]
-pub fn capture(
-    ctx: &SaveContext,
-    trigger: Trigger,
-    vcpu: &mut VcpuFd,
-    mem: &GuestMemoryMmap,
-    xstate: &mut XstateManager,
-    devices: &Devices,
-    exits: u64,
-    ran: Duration,
-) -> Result<Snapshot> {
+/// The parts of a running machine a snapshot reads, lent by the run loop
+/// between two exits.
+pub struct Running<'a> {
+    /// vCPU 0, between exits.
+    pub vcpu: &'a mut VcpuFd,
+    /// Guest RAM.
+    pub mem: &'a GuestMemoryMmap,
+    /// The guest's xsave state.
+    pub xstate: &'a mut XstateManager,
+    /// The port bus (COM1's registers and output).
+    pub devices: &'a Devices,
+    /// Exits so far.
+    pub exits: u64,
+    /// How long the guest has run.
+    pub ran: Duration,
+}
+
+/// Capture the VM's state.
+pub fn capture(ctx: &SaveContext, trigger: Trigger, vm: Running<'_>) -> Result<Snapshot> {
+    let Running {
+        vcpu,
+        mem,
+        xstate,
+        devices,
+        exits,
+        ran,
+    } = vm;
     // An edited xsave image must reach KVM before the guest's state is read.
     xstate.before_run(vcpu)?;
     vcpu::complete_pending_io(vcpu)?;
@@ -195,7 +210,7 @@ pub fn capture(
 /// Guest RAM, sparsely. RAM is one region from address 0 (see
 /// [`crate::arch::layout`]); it is read through vm-memory's bounds-checked
 /// accessors a chunk at a time.
-pub fn encode_memory(mem: &GuestMemoryMmap) -> Result<SparseMemory> {
+fn encode_memory(mem: &GuestMemoryMmap) -> Result<SparseMemory> {
     let mut regions = mem.iter();
     let (Some(region), None) = (regions.next(), regions.next()) else {
         return Err(MemoryError::Layout.into());
@@ -221,18 +236,8 @@ pub fn encode_memory(mem: &GuestMemoryMmap) -> Result<SparseMemory> {
 }
 
 /// Capture the VM and write the snapshot file; returns its path.
-#[allow(clippy::too_many_arguments)]
-pub fn save(
-    ctx: &SaveContext,
-    trigger: Trigger,
-    vcpu: &mut VcpuFd,
-    mem: &GuestMemoryMmap,
-    xstate: &mut XstateManager,
-    devices: &Devices,
-    exits: u64,
-    ran: Duration,
-) -> Result<PathBuf> {
-    let snap = capture(ctx, trigger, vcpu, mem, xstate, devices, exits, ran)?;
+pub fn save(ctx: &SaveContext, trigger: Trigger, vm: Running<'_>) -> Result<PathBuf> {
+    let snap = capture(ctx, trigger, vm)?;
     write_file(&ctx.path, &snap.to_bytes())?;
     Ok(ctx.path.clone())
 }
@@ -240,7 +245,7 @@ pub fn save(
 /// Write `bytes` to `path` atomically: a temporary file in the same
 /// directory (so the rename cannot cross file systems), fsynced, then
 /// renamed over `path`.
-pub fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
+fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
     let fail = |source: std::io::Error| Error::SnapshotWrite {
         path: path.to_path_buf(),
         source,

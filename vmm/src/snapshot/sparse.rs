@@ -154,10 +154,7 @@ impl SparseMemory {
 
     /// Write the stored pages into `ram` (which must be `size` bytes and
     /// zero elsewhere, e.g. fresh anonymous memory).
-    pub fn apply<E>(
-        &self,
-        mut write: impl FnMut(u64, &[u8]) -> Result<(), E>,
-    ) -> Result<(), E> {
+    pub fn apply<E>(&self, mut write: impl FnMut(u64, &[u8]) -> Result<(), E>) -> Result<(), E> {
         let mut at = 0usize;
         for &(first, n) in &self.runs {
             let len = n as usize * PAGE_SIZE;
@@ -229,9 +226,15 @@ mod tests {
     #[test]
     fn appending_blocks_equals_encoding_at_once() {
         let mut ram = vec![0u8; 16 * PAGE_SIZE];
-        for (i, at) in [0, 4 * PAGE_SIZE - 1, 4 * PAGE_SIZE, 9 * PAGE_SIZE + 63, 16 * PAGE_SIZE - 1]
-            .into_iter()
-            .enumerate()
+        for (i, at) in [
+            0,
+            4 * PAGE_SIZE - 1,
+            4 * PAGE_SIZE,
+            9 * PAGE_SIZE + 63,
+            16 * PAGE_SIZE - 1,
+        ]
+        .into_iter()
+        .enumerate()
         {
             ram[at] = i as u8 + 1;
         }

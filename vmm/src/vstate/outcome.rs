@@ -92,4 +92,3 @@ pub struct RunOutcome {
     /// vCPU and RAM, encoding, writing the file), when one was taken.
     pub snapshot_time: Option<Duration>,
 }
-

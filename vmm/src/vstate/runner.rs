@@ -23,7 +23,7 @@ use super::outcome::{ExitCounts, RunEnd};
 use super::stop::{StopFlag, StopReason};
 use crate::devices::{le_value, Devices, PortAction};
 use crate::error::Result;
-use crate::snapshot::save::{self, SaveContext, Trigger};
+use crate::snapshot::save::{self, Running, SaveContext, Trigger};
 use crate::xstate_manager::XstateManager;
 
 /// A vCPU and everything its loop touches, owned by the vCPU thread.
@@ -166,12 +166,14 @@ impl VcpuRunner {
         let path = save::save(
             ctx,
             trigger,
-            &mut self.vcpu,
-            &self.mem,
-            &mut self.xstate,
-            &self.devices,
-            self.exits.total,
-            self.start.elapsed(),
+            Running {
+                vcpu: &mut self.vcpu,
+                mem: &self.mem,
+                xstate: &mut self.xstate,
+                devices: &self.devices,
+                exits: self.exits.total,
+                ran: self.start.elapsed(),
+            },
         )?;
         self.snapshot_time = Some(began.elapsed());
         Ok(RunEnd::Snapshotted(path))

@@ -20,7 +20,7 @@ use crate::cpuid::{self, CpuidCheck, GuestCpuid};
 use crate::error::{Error, Result, VcpuError, XstateError};
 
 /// XCR0 after reset: x87 only.
-pub const XCR0_RESET: u64 = 0x1;
+const XCR0_RESET: u64 = 0x1;
 
 /// MSRs a 64-bit guest's state lives in, saved where KVM lists them in
 /// KVM_GET_MSR_INDEX_LIST. Segment bases FS/GS and EFER also travel in
@@ -50,7 +50,7 @@ pub const SAVED_MSRS: &[(u32, &str)] = &[
 pub const MSR_IA32_XSS: u32 = 0x0000_0da0;
 
 /// The name of a saved MSR, for messages.
-pub fn msr_name(index: u32) -> String {
+fn msr_name(index: u32) -> String {
     SAVED_MSRS
         .iter()
         .find(|(i, _)| *i == index)
@@ -95,7 +95,7 @@ pub fn set_cpuid(vcpu: &VcpuFd, table: &GuestCpuid) -> Result<CpuidCheck> {
 }
 
 /// The standard-format image a vCPU starts with for this XCR0.
-pub fn initial_image(info: &XsaveInfo, xcr0: XfeatureMask, init: InitMode) -> Result<XsaveBuf> {
+fn initial_image(info: &XsaveInfo, xcr0: XfeatureMask, init: InitMode) -> Result<XsaveBuf> {
     XsaveBuf::init(info, xcr0, init)
         .map_err(|source| XstateError::InitialImage { xcr0, source }.into())
 }
