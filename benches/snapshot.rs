@@ -25,7 +25,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use vmm::devices::SerialSink;
 use vmm::snapshot::format::SparseMemory;
 use vmm::snapshot::restore::{restore, RestoreOptions};
-use vmm::vm::{self, KernelImage, RunConfig, RunEnd};
+use vmm::vstate::{self, KernelImage, RunConfig, RunEnd};
 use xstate::{CpuidProfile, Format, InitMode, XfeatureMask, XsaveBuf, XsaveInfo};
 
 fn sizes() {
@@ -88,7 +88,7 @@ fn sizes() {
 fn tiny_snapshot(dir: &std::path::Path) -> Option<PathBuf> {
     let elf = common::tiny_pvh_elf(&common::snapshot_regs_kernel(), true);
     let snap = dir.join("bench.snap");
-    let outcome = vm::run(RunConfig {
+    let outcome = vstate::run(RunConfig {
         kernel: KernelImage {
             name: "regs kernel".into(),
             bytes: elf.into(),
@@ -128,7 +128,7 @@ fn benches(c: &mut Criterion) {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
-                let o = vm::run(RunConfig {
+                let o = vstate::run(RunConfig {
                     kernel: KernelImage {
                         name: "regs kernel".into(),
                         bytes: elf.clone().into(),

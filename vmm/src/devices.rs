@@ -21,6 +21,7 @@ impl Trigger for NoInterrupt {
 }
 
 /// Where the guest's serial output goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SerialSink {
     /// The VMM's stdout (the default for `vmm run`).
     Stdout,
@@ -36,6 +37,7 @@ pub enum SerialSink {
 /// keeps a copy, so the outcome can show what the guest printed.
 pub struct SerialOut {
     sink: SerialSink,
+    /// Everything the guest wrote.
     pub captured: Vec<u8>,
 }
 
@@ -61,6 +63,7 @@ impl Write for SerialOut {
 /// What a port write asked the run loop to do.
 #[derive(Debug)]
 pub enum PortAction {
+    /// Nothing more to do: re-enter the guest.
     Continue,
     /// The guest wrote its exit status.
     Exit(u32),
@@ -73,6 +76,7 @@ pub enum PortAction {
 /// The outcome of the guest handing over a report.
 #[derive(Debug)]
 pub enum ReportDelivery {
+    /// A valid report.
     Accepted(Box<Report>),
     /// The address or the record was bad; nothing from it is trusted.
     Rejected(String),
@@ -80,6 +84,7 @@ pub enum ReportDelivery {
 
 /// The port bus.
 pub struct Devices {
+    /// COM1.
     pub serial: Serial<NoInterrupt, vm_superio::serial::NoEvents, SerialOut>,
     /// Every report the guest handed over, in order.
     pub reports: Vec<ReportDelivery>,
@@ -87,9 +92,11 @@ pub struct Devices {
     pub unhandled_ports: u64,
 }
 
+/// COM1 decodes eight ports from `SERIAL_PORT`.
 const SERIAL_SPAN: u16 = 8;
 
 impl Devices {
+    /// A fresh bus: COM1 at reset, no reports.
     pub fn new(sink: SerialSink) -> Self {
         Self {
             serial: Serial::new(
@@ -163,7 +170,7 @@ pub fn le_value(data: &[u8]) -> u32 {
 
 /// Copy a report out of guest memory through bounds-checked accessors and
 /// validate it before anything in it is believed.
-pub fn read_report(mem: &GuestMemoryMmap, addr: u64) -> ReportDelivery {
+fn read_report(mem: &GuestMemoryMmap, addr: u64) -> ReportDelivery {
     let mut buf = vec![0u8; Report::SIZE];
     if let Err(e) = mem.read_slice(&mut buf, GuestAddress(addr)) {
         return ReportDelivery::Rejected(format!(

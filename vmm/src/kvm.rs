@@ -1,21 +1,46 @@
 //! The host's KVM: opening `/dev/kvm`, checking the capabilities the VMM
-//! relies on, and what KVM can give a guest.
+//! relies on, and what KVM can give a guest. Every capability is read here,
+//! once, with one meaning.
 
 use kvm_bindings::{CpuId, KVM_MAX_CPUID_ENTRIES};
 use kvm_ioctls::{Cap, Kvm};
+use xstate::kvm::KVM_XSAVE_REGION_SIZE;
+use xstate::{XfeatureMask, XsaveInfo};
 
-use crate::cpuid::KvmXstate;
 use crate::error::{Error, Result};
+
+/// The extended-state view of KVM's supported CPUID.
+#[derive(Clone, Debug)]
+pub struct KvmXstate {
+    /// Leaf 0xD of `KVM_GET_SUPPORTED_CPUID`, parsed.
+    pub info: XsaveInfo,
+}
+
+impl KvmXstate {
+    /// Parse leaf 0xD of a supported-CPUID table.
+    fn from_supported(supported: &CpuId) -> Result<Self> {
+        let info = XsaveInfo::from_kvm_cpuid(supported).map_err(Error::KvmCpuid)?;
+        Ok(Self { info })
+    }
+
+    /// User state KVM can give a guest.
+    pub fn supported_xcr0(&self) -> XfeatureMask {
+        self.info.supported_xcr0()
+    }
+}
 
 /// An open `/dev/kvm` with its supported CPUID and xstate view.
 pub struct HostKvm {
+    /// The system file descriptor (VMs are created from it).
     pub kvm: Kvm,
     /// `KVM_GET_SUPPORTED_CPUID`.
     pub supported_cpuid: CpuId,
     /// Leaf 0xD of the supported CPUID, parsed.
     pub xstate: KvmXstate,
-    /// `KVM_CAP_XSAVE2`: the xsave buffer size KVM needs for everything the
-    /// guest may enable (0 when the capability is absent: 4 KiB suffices).
+    /// The size of the xsave image KVM exchanges: `KVM_CAP_XSAVE2` (all the
+    /// state a guest may enable), or the legacy 4 KiB `kvm_xsave` region
+    /// where the capability is absent; never less than 4 KiB. Above 4 KiB
+    /// the VMM must use `KVM_GET/SET_XSAVE2`.
     pub xsave2_size: usize,
 }
 
@@ -38,7 +63,10 @@ impl HostKvm {
             .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
             .map_err(Error::kvm("KVM_GET_SUPPORTED_CPUID"))?;
         let xstate = KvmXstate::from_supported(&supported_cpuid)?;
-        let xsave2_size = kvm.check_extension_int(Cap::Xsave2).max(0) as usize;
+        // 0 (absent) and anything below the legacy region mean the same:
+        // KVM_GET_XSAVE's 4 KiB holds everything.
+        let xsave2_size =
+            (kvm.check_extension_int(Cap::Xsave2).max(0) as usize).max(KVM_XSAVE_REGION_SIZE);
         Ok(Self {
             kvm,
             supported_cpuid,

@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use vmm::devices::SerialSink;
 use vmm::native;
 use vmm::report::{RunSummary, EXIT_VMM_ERROR};
-use vmm::vm::{self, KernelImage, RunConfig};
+use vmm::vstate::{self, KernelImage, RunConfig};
 use vmm::xstate_manager::SyncPolicy;
 use xstate::InitMode;
 
@@ -133,7 +133,7 @@ struct RestoreArgs {
 /// A positive number of seconds, or `None` for 0 (no limit).
 fn seconds(v: f64, what: &str) -> Result<Option<Duration>, vmm::Error> {
     if !v.is_finite() || v < 0.0 {
-        return Err(vmm::Error::Policy(format!(
+        return Err(vmm::Error::Argument(format!(
             "{what} {v}: must be a number of seconds >= 0"
         )));
     }
@@ -151,7 +151,7 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
     }
     // Refuse a bad list before booting anything.
     guest::workloads::Selection::parse(&args.workload)
-        .map_err(|e| vmm::Error::Policy(format!("--workload {:?}: {e}", args.workload)))?;
+        .map_err(|e| vmm::Error::Argument(format!("--workload {:?}: {e}", args.workload)))?;
     words.push(format!("workload={}", args.workload));
     if let Some(c) = &args.cmdline {
         words.push(c.clone());
@@ -172,7 +172,7 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
         snapshot_after: args.session.snapshot_after()?,
         snapshot_file: args.session.snapshot_file.clone(),
     };
-    let outcome = vm::run(config)?;
+    let outcome = vstate::run(config)?;
     print_outcome(
         &outcome,
         (!args.session.no_native).then_some(args.workload.as_str()),
@@ -183,7 +183,7 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
 /// Print a run's (or a restored run's) summary; returns the exit status.
 /// `native`: the workload list to run natively for guest/native ratios.
 fn print_outcome(
-    outcome: &vm::RunOutcome,
+    outcome: &vstate::RunOutcome,
     native: Option<&str>,
     json: bool,
 ) -> Result<i32, vmm::Error> {
@@ -196,10 +196,7 @@ fn print_outcome(
         }
     }
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&summary).map_err(|e| vmm::Error::Guest(e.to_string()))?
-        );
+        println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         print!("{}", summary.to_table());
     }

@@ -14,7 +14,7 @@ use crate::report::{result_rows, ResultRow};
 /// host CPU and OS allow, and return the rows.
 pub fn run_native(list: &str, tsc_khz: u64) -> Result<Vec<ResultRow>> {
     let sel =
-        Selection::parse(list).map_err(|e| Error::Policy(format!("--workload {list:?}: {e}")))?;
+        Selection::parse(list).map_err(|e| Error::Argument(format!("--workload {list:?}: {e}")))?;
     if sel.is_empty() {
         return Ok(Vec::new());
     }

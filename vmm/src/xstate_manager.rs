@@ -18,15 +18,15 @@
 //! - `eager-compact`: fetch and store compacted on every exit; write back
 //!   only if modified.
 //!
-//! Every image goes through [`xstate::validate`] against the guest's XCR0
+//! Every image goes through [`xstate::validate()`] against the guest's XCR0
 //! before KVM sees it: XSTATE_BV or XCOMP_BV bits outside XCR0, a bad
 //! header or reserved MXCSR bits are refused with a clear error.
 
 use kvm_ioctls::VcpuFd;
 use xstate::{Xfeature, XfeatureMask, XsaveBuf, XsaveInfo};
 
-use crate::error::{Error, Result};
-use crate::vcpu;
+use crate::error::{Result, XstateError};
+use crate::vstate::vcpu;
 
 /// When the manager moves the guest's xsave state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -42,6 +42,7 @@ pub enum SyncPolicy {
 }
 
 impl SyncPolicy {
+    /// The policy as the command line spells it.
     pub fn name(self) -> &'static str {
         match self {
             Self::Lazy => "lazy",
@@ -80,6 +81,8 @@ pub struct XstateManager {
 }
 
 impl XstateManager {
+    /// A manager with nothing cached: the first access fetches from KVM.
+    /// `xsave2_size` is [`HostKvm::xsave2_size`](crate::kvm::HostKvm::xsave2_size).
     pub fn new(
         policy: SyncPolicy,
         info: XsaveInfo,
@@ -97,10 +100,12 @@ impl XstateManager {
         }
     }
 
+    /// When this manager moves the state.
     pub fn policy(&self) -> SyncPolicy {
         self.policy
     }
 
+    /// What it did so far.
     pub fn stats(&self) -> SyncStats {
         self.stats
     }
@@ -146,20 +151,25 @@ impl XstateManager {
     pub fn standard_image(&mut self, vcpu: &VcpuFd) -> Result<XsaveBuf> {
         let (info, xcr0) = (self.info, self.info.supported_xcr0());
         let c = self.fetch(vcpu)?;
-        xstate::expand_to_standard(&info, c, xcr0)
-            .map_err(|e| Error::Xstate(format!("expanding the guest's state: {e}")))
+        Ok(
+            xstate::expand_to_standard(&info, c, xcr0).map_err(|source| XstateError::Expand {
+                what: "the guest's state",
+                source,
+            })?,
+        )
     }
 
     /// Set XMM`reg` (a debug-style write); reaches KVM before the next `KVM_RUN`.
     pub fn set_xmm(&mut self, vcpu: &VcpuFd, reg: usize, value: [u8; 16]) -> Result<()> {
         if reg >= 16 {
-            return Err(Error::Xstate(format!("XMM{reg} does not exist (0..=15)")));
+            return Err(XstateError::NoSuchXmm(reg).into());
         }
         if !self.guest_xcr0.contains(Xfeature::Sse) {
-            return Err(Error::Xstate(format!(
-                "cannot set XMM{reg}: the guest's XCR0 {:#x} has no SSE state",
-                self.guest_xcr0
-            )));
+            return Err(XstateError::NoSse {
+                reg,
+                xcr0: self.guest_xcr0,
+            }
+            .into());
         }
         let mut image = self.standard_image(vcpu)?;
         image.set_xmm(reg, value);
@@ -175,7 +185,7 @@ impl XstateManager {
     pub fn replace_standard(&mut self, image: &XsaveBuf) -> Result<()> {
         self.validate(image.as_bytes())?;
         let compacted = xstate::compacted_in_use(&self.info, image, self.guest_xcr0)
-            .map_err(|e| Error::Xstate(format!("compacting the new state: {e}")))?;
+            .map_err(XstateError::Compact)?;
         self.cached = Some(compacted);
         self.dirty = true;
         Ok(())
@@ -189,9 +199,8 @@ impl XstateManager {
             // Compact against what KVM's image can hold: a fetch must never
             // lose state. The guest's XCR0 is enforced when state goes back.
             let compacted =
-                xstate::compacted_in_use(&self.info, &image, self.info.supported_xcr0()).map_err(
-                    |e| Error::Xstate(format!("the xsave image KVM returned is malformed: {e}")),
-                )?;
+                xstate::compacted_in_use(&self.info, &image, self.info.supported_xcr0())
+                    .map_err(XstateError::MalformedFromKvm)?;
             self.stats.compacted_bytes += compacted.len() as u64;
             self.cached = Some(compacted);
         }
@@ -200,8 +209,12 @@ impl XstateManager {
 
     fn write_back(&mut self, vcpu: &VcpuFd, compacted: &XsaveBuf) -> Result<()> {
         let standard =
-            xstate::expand_to_standard(&self.info, compacted, self.info.supported_xcr0())
-                .map_err(|e| Error::Xstate(format!("expanding the edited state: {e}")))?;
+            xstate::expand_to_standard(&self.info, compacted, self.info.supported_xcr0()).map_err(
+                |source| XstateError::Expand {
+                    what: "the edited state",
+                    source,
+                },
+            )?;
         // Against the XCR0 in force, not just the policy: the guest may have
         // enabled less. One more ioctl, on this rare path only.
         let xcr0 = XfeatureMask::from_bits(vcpu::get_xcr0(vcpu)?);
@@ -218,14 +231,10 @@ impl XstateManager {
     }
 
     fn validate_for(&self, image: &[u8], xcr0: XfeatureMask) -> Result<()> {
-        let format =
-            xstate::validate(image, &self.info, xcr0, XfeatureMask::EMPTY).map_err(|e| {
-                Error::Xstate(format!("refusing an xsave image for XCR0 {xcr0:#x}: {e}"))
-            })?;
+        let format = xstate::validate(image, &self.info, xcr0, XfeatureMask::EMPTY)
+            .map_err(|source| XstateError::Refused { xcr0, source })?;
         if format != xstate::Format::Standard {
-            return Err(Error::Xstate(
-                "refusing a compacted xsave image: KVM_SET_XSAVE takes the standard format".into(),
-            ));
+            return Err(XstateError::Compacted.into());
         }
         Ok(())
     }

@@ -4,6 +4,8 @@
 //! CPUID always exits to the hypervisor (a few µs each), so callers read
 //! each leaf once and keep the result.
 
+use xstate::info::leaf_1_ecx;
+
 /// One CPUID result.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Regs {
@@ -13,12 +15,6 @@ pub struct Regs {
     pub edx: u32,
 }
 
-/// CPUID.1:ECX.XSAVE.
-pub const CPUID1_ECX_XSAVE: u32 = 1 << 26;
-/// CPUID.1:ECX.OSXSAVE: CR4.OSXSAVE is set, XGETBV works at any CPL.
-pub const CPUID1_ECX_OSXSAVE: u32 = 1 << 27;
-/// CPUID.1:ECX bit 31: running under a hypervisor.
-pub const CPUID1_ECX_HYPERVISOR: u32 = 1 << 31;
 /// CPUID 0xD.1 EAX bit 2: XGETBV with ECX=1 (XINUSE) is supported.
 pub const XSAVE_FEATURE_XGETBV1: u32 = 1 << 2;
 
@@ -62,7 +58,7 @@ pub fn rdtsc() -> u64 {
 /// `cpuid1_ecx` and `max_basic` are CPUID.1:ECX and CPUID.0:EAX, which the
 /// caller has already read (each CPUID costs an emulated system call here).
 pub fn tsc_khz(cpuid1_ecx: u32, max_basic: u32) -> u64 {
-    if cpuid1_ecx & CPUID1_ECX_HYPERVISOR != 0 {
+    if cpuid1_ecx & leaf_1_ecx::HYPERVISOR != 0 {
         let max = cpuid(0x4000_0000, 0).eax;
         if (0x4000_0010..0x4000_0100).contains(&max) {
             let khz = cpuid(0x4000_0010, 0).eax;

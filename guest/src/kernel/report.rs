@@ -93,7 +93,7 @@ pub fn fill_cpu(report: &mut Report) -> Result<(), ModelError> {
         }
     }
     report.tsc_khz = cpu::tsc_khz(l1.ecx, max_basic);
-    if max_basic < 0xd || l1.ecx & cpu::CPUID1_ECX_XSAVE == 0 {
+    if max_basic < 0xd || l1.ecx & xstate::info::leaf_1_ecx::XSAVE == 0 {
         return Ok(());
     }
 
@@ -205,7 +205,7 @@ pub fn print_human(report: &Report, status: ExitStatus, out: &mut Console) {
 }
 
 fn write_human(r: &Report, status: ExitStatus, out: &mut Console) -> fmt::Result {
-    if r.cpuid1_ecx & cpu::CPUID1_ECX_XSAVE == 0 {
+    if r.cpuid1_ecx & xstate::info::leaf_1_ecx::XSAVE == 0 {
         writeln!(
             out,
             "guest: CPUID.1:ECX.XSAVE is clear: no XSAVE, XCR0 not set"

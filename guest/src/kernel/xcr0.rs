@@ -7,11 +7,12 @@
 //! Its own module so that CPUID ([`super::cpu`]) and the system calls
 //! ([`super::syscall`]) need not know about each other.
 
-use super::cpu::{cpuid, CPUID1_ECX_OSXSAVE};
+use super::cpu::cpuid;
 use super::{boot, syscall};
 use core::fmt::Write;
 use core::sync::atomic::{AtomicU64, Ordering};
 use guest::protocol::Cmdline;
+use xstate::info::leaf_1_ecx;
 use xstate::XfeatureMask;
 
 /// XGETBV(`index`): 0 is XCR0, 1 is XINUSE (XCR0 & state not in init).
@@ -49,7 +50,7 @@ pub fn xcr0() -> u64 {
 /// XCR0, not the guest's (see [`xcr0_hardware`]). The boot path sets
 /// XCR0 to CPUID 0xD.0 EDX:EAX unless that XSETBV faulted.
 pub fn xcr0_given(cpuid1_ecx: u32) -> u64 {
-    if cpuid1_ecx & CPUID1_ECX_OSXSAVE == 0 {
+    if cpuid1_ecx & leaf_1_ecx::OSXSAVE == 0 {
         return 0;
     }
     match XCR0_SET.load(Ordering::Relaxed) {
@@ -64,7 +65,7 @@ pub fn xcr0_given(cpuid1_ecx: u32) -> u64 {
 
 /// XGETBV(0) executed at CPL3: the XCR0 the hardware applies to this code.
 pub fn xcr0_hardware(cpuid1_ecx: u32) -> u64 {
-    if cpuid1_ecx & CPUID1_ECX_OSXSAVE == 0 {
+    if cpuid1_ecx & leaf_1_ecx::OSXSAVE == 0 {
         return 0;
     }
     // SAFETY: CPUID.1:ECX.OSXSAVE is set, so CR4.OSXSAVE is.

@@ -11,6 +11,7 @@
 use core::fmt::Write;
 
 use super::text::Reason;
+use xstate::info::leaf_1_ecx;
 
 /// XCR0 bit 1: SSE state (XMM registers, MXCSR).
 pub const XCR0_SSE: u64 = 1 << 1;
@@ -33,7 +34,6 @@ const C1_PCLMULQDQ: u32 = 1 << 1;
 const C1_FMA: u32 = 1 << 12;
 const C1_SSE41: u32 = 1 << 19;
 const C1_AES: u32 = 1 << 25;
-const C1_OSXSAVE: u32 = 1 << 27;
 const C1_AVX: u32 = 1 << 28;
 // CPUID.1:EDX
 const D1_SSE2: u32 = 1 << 26;
@@ -93,7 +93,7 @@ impl CpuFeatures {
         cpuid7_ecx: u32,
         xcr0: u64,
     ) -> Self {
-        let xcr0 = if cpuid1_ecx & C1_OSXSAVE != 0 {
+        let xcr0 = if cpuid1_ecx & leaf_1_ecx::OSXSAVE != 0 {
             xcr0
         } else {
             0
@@ -140,7 +140,7 @@ impl CpuFeatures {
         } else {
             (0, 0)
         };
-        let xcr0 = if l1.ecx & C1_OSXSAVE != 0 {
+        let xcr0 = if l1.ecx & leaf_1_ecx::OSXSAVE != 0 {
             // SAFETY: CR4.OSXSAVE is set (CPUID.1:ECX.OSXSAVE), so XGETBV
             // with ECX=0 is defined at every privilege level.
             unsafe { read_xcr0() }
@@ -278,7 +278,7 @@ mod tests {
     use super::*;
     use crate::workloads::std;
 
-    const ALL_ECX1: u32 = C1_PCLMULQDQ | C1_FMA | C1_SSE41 | C1_AES | C1_OSXSAVE | C1_AVX;
+    const ALL_ECX1: u32 = C1_PCLMULQDQ | C1_FMA | C1_SSE41 | C1_AES | leaf_1_ecx::OSXSAVE | C1_AVX;
     const ALL_EBX7: u32 = B7_AVX2 | B7_AVX512F | B7_AVX512BW | B7_AVX512VL;
     const ALL_ECX7: u32 = C7_VAES | C7_VPCLMULQDQ;
 
@@ -317,7 +317,7 @@ mod tests {
 
     #[test]
     fn cpuid_bits_gate_and_name_themselves() {
-        let f = CpuFeatures::from_cpuid(C1_OSXSAVE | C1_AVX | C1_AES, D1_SSE2, 0, 0, 0x7);
+        let f = CpuFeatures::from_cpuid(leaf_1_ecx::OSXSAVE | C1_AVX | C1_AES, D1_SSE2, 0, 0, 0x7);
         assert!(f.avx && f.aesni && !f.avx2 && !f.vaes && !f.fma);
         assert_eq!(
             Requirement::Vaes.reason(&f).as_str(),
@@ -329,7 +329,13 @@ mod tests {
                 .as_str(),
             "needs AVX2: CPUID.7.0:EBX.AVX2 clear"
         );
-        let f = CpuFeatures::from_cpuid(C1_OSXSAVE | C1_AES, D1_SSE2, ALL_EBX7, ALL_ECX7, 0x7);
+        let f = CpuFeatures::from_cpuid(
+            leaf_1_ecx::OSXSAVE | C1_AES,
+            D1_SSE2,
+            ALL_EBX7,
+            ALL_ECX7,
+            0x7,
+        );
         assert!(!f.avx && !f.avx2);
         assert_eq!(
             Requirement::Avx2.reason(&f).as_str(),
@@ -344,7 +350,13 @@ mod tests {
 
     #[test]
     fn osxsave_clear_means_no_xcr0() {
-        let f = CpuFeatures::from_cpuid(ALL_ECX1 & !C1_OSXSAVE, D1_SSE2, ALL_EBX7, ALL_ECX7, 0xe7);
+        let f = CpuFeatures::from_cpuid(
+            ALL_ECX1 & !leaf_1_ecx::OSXSAVE,
+            D1_SSE2,
+            ALL_EBX7,
+            ALL_ECX7,
+            0xe7,
+        );
         assert_eq!(f.xcr0, 0);
         assert!(!f.avx && !f.avx512f && f.aesni);
     }

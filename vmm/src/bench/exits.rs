@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::report::hex;
 use crate::report::result_rows;
 use crate::report::table::{or_dash, Columns};
-use crate::vm::{self, RunConfig, RunOutcome};
+use crate::vstate::{self, RunConfig, RunOutcome};
 use crate::xstate_manager::SyncPolicy;
 
 /// One row of the matrix.
@@ -94,7 +94,7 @@ pub fn run(
                 } else {
                     "exits"
                 };
-                let outcome = vm::run(RunConfig {
+                let outcome = vstate::run(RunConfig {
                     xfeatures: Some(format!("{:#x}", xcr0.bits())),
                     cmdline: format!("quiet workload=none bench={benches} exits={count}"),
                     serial: SerialSink::Null,

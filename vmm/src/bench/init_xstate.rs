@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::report::hex;
 use crate::report::table::{or_dash, Columns};
 use crate::report::{ResultRow, RunSummary};
-use crate::vm::{self, RunConfig};
+use crate::vstate::{self, RunConfig};
 
 /// One workload row under both initial states.
 #[derive(Clone, Debug, Serialize)]
@@ -59,7 +59,7 @@ fn run_one(
     init: InitMode,
     timeout: Duration,
 ) -> Result<RunSummary> {
-    let outcome = vm::run(RunConfig {
+    let outcome = vstate::run(RunConfig {
         xfeatures: xfeatures.map(str::to_string),
         init_xstate: init,
         cmdline: format!("quiet workload={workload}"),

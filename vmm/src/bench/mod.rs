@@ -109,7 +109,7 @@ pub fn main(args: BenchArgs) -> Result<i32> {
             json,
         } => {
             guest::workloads::Selection::parse(&workload)
-                .map_err(|e| Error::Policy(format!("--workload {workload:?}: {e}")))?;
+                .map_err(|e| Error::Argument(format!("--workload {workload:?}: {e}")))?;
             let b = init_xstate::run(&workload, xfeatures.as_deref(), timeout)?;
             print(json, &b, b.to_table())?;
         }

@@ -13,8 +13,9 @@ use xstate::{XfeatureMask, XsaveInfo};
 
 use super::error::FeaturesError;
 use super::profile::{self, HostProfile};
+use crate::cpuid::resolve_policy;
 use crate::devices::SerialSink;
-use crate::vm::{self, KernelImage, RunConfig};
+use crate::vstate::{self, KernelImage, RunConfig};
 
 /// What the guest saw and did, copied out of its report.
 #[derive(Clone, Debug)]
@@ -111,20 +112,16 @@ pub struct Inputs {
     pub guest: GuestState,
 }
 
-/// Validates a policy against `host`'s leaf 0xD with the parser and rules of
-/// `vmm run` ([`crate::cpuid::validate_policy`]); `what` names the source
-/// standing in for KVM (a profile, or the host OS without KVM).
+/// Validates a policy against `host`'s leaf 0xD with the one `--xfeatures`
+/// parser of `vmm run` ([`crate::cpuid::parse_xfeatures`]); `what` names the
+/// source standing in for KVM (a profile's CPU, or the host OS without KVM).
 fn policy_for(
     spec: Option<&str>,
     host: XsaveInfo,
     what: &str,
 ) -> Result<XfeatureMask, FeaturesError> {
-    // Without KVM's CPUID table there are no leaf 1 flags to consult: leaf
-    // 0xD alone says XSAVE exists, as it does for KVM.
-    let no_flags = kvm_bindings::CpuId::new(0)
-        .map_err(|e| FeaturesError::Host(format!("empty CPUID table: {e:?}")))?;
-    crate::cpuid::validate_policy(spec, &crate::cpuid::KvmXstate { info: host }, &no_flags)
-        .map_err(|e| FeaturesError::Usage(format!("{e}; here {what} stands for KVM")))
+    crate::cpuid::parse_xfeatures(spec, host.supported_xcr0(), what)
+        .map_err(|e| FeaturesError::Usage(format!("invalid xstate policy: {e}")))
 }
 
 /// What to gather: the options of `vmm features` that pick the inputs.
@@ -196,7 +193,7 @@ pub fn gather(args: &Request) -> Result<Inputs, FeaturesError> {
             return Ok(inputs);
         }
     };
-    let (policy, _) = vm::resolve_policy(&kvm, args.xfeatures, xstate::InitMode::Minimal, 0)?;
+    let (policy, _) = resolve_policy(&kvm, args.xfeatures, xstate::InitMode::Minimal, 0)?;
     inputs.kvm = Some(kvm.xstate.info);
     inputs.policy_xcr0 = policy.xcr0;
     inputs.hidden_flags = policy.hidden_flags.iter().map(|s| s.to_string()).collect();
@@ -209,7 +206,7 @@ pub fn gather(args: &Request) -> Result<Inputs, FeaturesError> {
 
 /// Boots the embedded guest with no workload and reads what it saw.
 fn boot_guest(args: &Request) -> Result<GuestState, FeaturesError> {
-    let outcome = vm::run(RunConfig {
+    let outcome = vstate::run(RunConfig {
         kernel: KernelImage::embedded(),
         mem_mib: 64,
         xfeatures: args.xfeatures.map(str::to_string),

@@ -11,8 +11,8 @@ use xstate::{InitMode, Xfeature, XfeatureMask};
 
 use super::exit::{EXIT_GUEST_CRASH, EXIT_TIMEOUT};
 use super::hex;
-use crate::regs::RegisterDump;
-use crate::vm::{RunEnd, RunOutcome};
+use crate::vstate::RegisterDump;
+use crate::vstate::{RunEnd, RunOutcome};
 use crate::xstate_manager::{SyncPolicy, SyncStats};
 
 fn addr(v: u64) -> String {

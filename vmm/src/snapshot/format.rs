@@ -27,45 +27,62 @@
 //! so a later version can map it instead of copying. The version is checked
 //! before anything else: a future format may lay its header out differently.
 //!
-//! Sparse memory (section `memory`): all-zero pages are not stored.
 //!
-//! ```text
-//!      0     8  guest memory size in bytes
-//!      8     4  page size (4096)
-//!     12     4  number of runs
-//!     16  16*n  runs: first page (u64), page count (u64), ascending, disjoint
-//!          ...  the pages of every run, in run order
-//! ```
+//! The `memory` section's own encoding is [`super::sparse`].
 
-use std::fmt;
+pub use super::sparse::{SparseMemory, PAGE_SIZE};
 
 /// First bytes of every snapshot.
-pub const MAGIC: [u8; 8] = *b"VMMSNAP\0";
+const MAGIC: [u8; 8] = *b"VMMSNAP\0";
 /// The format this VMM writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
-pub const HEADER_SIZE: usize = 64;
-pub const ENTRY_SIZE: usize = 64;
-pub const NAME_LEN: usize = 40;
-/// Guest page size of the sparse memory encoding.
-pub const PAGE_SIZE: usize = 4096;
+/// Size of the file header.
+const HEADER_SIZE: usize = 64;
+/// Size of one section table entry.
+const ENTRY_SIZE: usize = 64;
+/// Longest section name (NUL-padded in its entry).
+const NAME_LEN: usize = 40;
+/// Alignment of every section but `memory`.
 const SECTION_ALIGN: usize = 64;
+/// Alignment of the `memory` section: a host page, so a later version can
+/// map it instead of copying.
+const MEMORY_SECTION_ALIGN: usize = 4096;
 
 /// Why a snapshot file was refused. Messages name the fault; the caller adds
 /// the file name.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum FormatError {
+    /// The file ends before what its header (or the header itself) needs.
     #[error("truncated: {got} bytes, {need}")]
-    Truncated { got: u64, need: String },
+    Truncated {
+        /// The file's length.
+        got: u64,
+        /// What it should hold, in words.
+        need: String,
+    },
+    /// Not a snapshot at all.
     #[error("not a vmm snapshot (magic {found:02x?}, expected \"VMMSNAP\\0\")")]
-    BadMagic { found: Vec<u8> },
+    BadMagic {
+        /// The first bytes found.
+        found: Vec<u8>,
+    },
+    /// A snapshot of another format version.
     #[error("format version {found}; this vmm reads version {FORMAT_VERSION} only")]
-    Version { found: u32 },
+    Version {
+        /// The version in the header.
+        found: u32,
+    },
+    /// A CRC32 does not match: the file was corrupted.
     #[error("corrupted: {what} checksum mismatch (stored CRC32 {stored:#010x}, computed {computed:#010x})")]
     Checksum {
+        /// The part covered: "file header", "section table", a section.
         what: String,
+        /// The CRC32 the file holds.
         stored: u32,
+        /// The CRC32 of the bytes.
         computed: u32,
     },
+    /// The file is structurally wrong (bounds, names, section contents).
     #[error("malformed: {0}")]
     Malformed(String),
 }
@@ -73,30 +90,39 @@ pub enum FormatError {
 /// One named section.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Section {
+    /// ASCII, 1..=40 bytes, unique in a file.
     pub name: String,
+    /// The section's bytes.
     pub data: Vec<u8>,
 }
 
 /// Where a section sits in a file, as the section table says.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct SectionInfo {
+    /// The section's name.
     pub name: String,
+    /// Where its bytes start in the file.
     pub offset: u64,
+    /// How many bytes it has.
     pub length: u64,
+    /// CRC32 of its bytes, as stored.
     pub crc32: u32,
 }
 
 /// A parsed, checksum-verified container.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Container {
+    /// The sections, in file order.
     pub sections: Vec<Section>,
 }
 
-fn le_u32(b: &[u8], at: usize) -> u32 {
+/// The little-endian u32 at `at` (in bounds: callers check lengths first).
+pub(crate) fn le_u32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
 
-fn le_u64(b: &[u8], at: usize) -> u64 {
+/// The little-endian u64 at `at` (in bounds: callers check lengths first).
+pub(crate) fn le_u64(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
@@ -105,6 +131,7 @@ fn align_up(v: usize, a: usize) -> usize {
 }
 
 impl Container {
+    /// An empty container.
     pub fn new() -> Self {
         Self::default()
     }
@@ -119,6 +146,7 @@ impl Container {
         });
     }
 
+    /// The bytes of section `name`.
     pub fn get(&self, name: &str) -> Option<&[u8]> {
         self.sections
             .iter()
@@ -126,6 +154,7 @@ impl Container {
             .map(|s| s.data.as_slice())
     }
 
+    /// The bytes of section `name`, for editing (tests corrupt files so).
     pub fn get_mut(&mut self, name: &str) -> Option<&mut Vec<u8>> {
         self.sections
             .iter_mut()
@@ -140,7 +169,7 @@ impl Container {
         let mut placed = Vec::with_capacity(self.sections.len());
         for s in &self.sections {
             let align = if s.name == "memory" {
-                PAGE_SIZE
+                MEMORY_SECTION_ALIGN
             } else {
                 SECTION_ALIGN
             };
@@ -314,154 +343,6 @@ pub fn read_table(bytes: &[u8]) -> Result<Vec<SectionInfo>, FormatError> {
     Ok(out)
 }
 
-/// Guest memory with the all-zero pages left out.
-#[derive(Clone, PartialEq, Eq)]
-pub struct SparseMemory {
-    /// Size of the guest's RAM in bytes.
-    pub size: u64,
-    /// (first page, pages) runs, ascending and disjoint.
-    pub runs: Vec<(u64, u64)>,
-    /// The stored pages, in run order.
-    pub data: Vec<u8>,
-}
-
-impl fmt::Debug for SparseMemory {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "SparseMemory {{ size: {}, runs: {}, stored pages: {} }}",
-            self.size,
-            self.runs.len(),
-            self.data.len() / PAGE_SIZE
-        )
-    }
-}
-
-impl SparseMemory {
-    /// Pages stored (the non-zero ones).
-    pub fn stored_pages(&self) -> u64 {
-        (self.data.len() / PAGE_SIZE) as u64
-    }
-
-    /// Encode RAM given as consecutive blocks (e.g. guest memory regions
-    /// from address 0). The length must be a multiple of the page size.
-    pub fn encode(ram: &[u8]) -> Self {
-        let mut runs: Vec<(u64, u64)> = Vec::new();
-        let mut data = Vec::new();
-        for (i, page) in ram.chunks(PAGE_SIZE).enumerate() {
-            if is_zero(page) {
-                continue;
-            }
-            let i = i as u64;
-            match runs.last_mut() {
-                Some((first, n)) if *first + *n == i => *n += 1,
-                _ => runs.push((i, 1)),
-            }
-            data.extend_from_slice(page);
-            data.resize(data.len().next_multiple_of(PAGE_SIZE), 0);
-        }
-        Self {
-            size: ram.len() as u64,
-            runs,
-            data,
-        }
-    }
-
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(16 + 16 * self.runs.len() + self.data.len());
-        out.extend_from_slice(&self.size.to_le_bytes());
-        out.extend_from_slice(&(PAGE_SIZE as u32).to_le_bytes());
-        out.extend_from_slice(&(self.runs.len() as u32).to_le_bytes());
-        for (first, n) in &self.runs {
-            out.extend_from_slice(&first.to_le_bytes());
-            out.extend_from_slice(&n.to_le_bytes());
-        }
-        out.extend_from_slice(&self.data);
-        out
-    }
-
-    /// Decode and check: page size, runs inside the memory size, ascending
-    /// and disjoint, data length matching the runs.
-    pub fn from_bytes(b: &[u8]) -> Result<Self, FormatError> {
-        let bad = |m: String| FormatError::Malformed(format!("section \"memory\": {m}"));
-        if b.len() < 16 {
-            return Err(bad(format!(
-                "{} bytes, shorter than its 16-byte header",
-                b.len()
-            )));
-        }
-        let size = le_u64(b, 0);
-        let page = le_u32(b, 8) as usize;
-        let nruns = le_u32(b, 12) as usize;
-        if page != PAGE_SIZE {
-            return Err(bad(format!("page size {page}, this vmm uses {PAGE_SIZE}")));
-        }
-        if !size.is_multiple_of(PAGE_SIZE as u64) {
-            return Err(bad(format!(
-                "memory size {size} is not a whole number of pages"
-            )));
-        }
-        let data_off = nruns
-            .checked_mul(16)
-            .and_then(|n| n.checked_add(16))
-            .filter(|&o| o <= b.len())
-            .ok_or_else(|| bad(format!("{nruns} runs do not fit in {} bytes", b.len())))?;
-        let pages = size / PAGE_SIZE as u64;
-        let mut runs = Vec::with_capacity(nruns);
-        let mut next_free = 0u64;
-        let mut stored = 0u64;
-        for k in 0..nruns {
-            let first = le_u64(b, 16 + 16 * k);
-            let n = le_u64(b, 24 + 16 * k);
-            if n == 0 || first < next_free || first.checked_add(n).is_none_or(|e| e > pages) {
-                return Err(bad(format!(
-                    "run {k} (pages {first}+{n}) is empty, overlaps or lies outside the {pages} pages"
-                )));
-            }
-            next_free = first + n;
-            stored += n;
-            runs.push((first, n));
-        }
-        let data = &b[data_off..];
-        if data.len() as u64 != stored * PAGE_SIZE as u64 {
-            return Err(bad(format!(
-                "{} bytes of page data for {stored} stored pages",
-                data.len()
-            )));
-        }
-        Ok(Self {
-            size,
-            runs,
-            data: data.to_vec(),
-        })
-    }
-
-    /// Write the stored pages into `ram` (which must be `size` bytes and
-    /// zero elsewhere, e.g. fresh anonymous memory).
-    pub fn apply(
-        &self,
-        mut write: impl FnMut(u64, &[u8]) -> Result<(), String>,
-    ) -> Result<(), String> {
-        let mut at = 0usize;
-        for &(first, n) in &self.runs {
-            let len = n as usize * PAGE_SIZE;
-            write(first * PAGE_SIZE as u64, &self.data[at..at + len])?;
-            at += len;
-        }
-        Ok(())
-    }
-}
-
-/// Word-at-a-time zero test: the hot loop of a memory snapshot.
-fn is_zero(page: &[u8]) -> bool {
-    let (head, words, tail) = {
-        // SAFETY: any bit pattern is a valid u64; align_to only splits the
-        // slice at alignment boundaries.
-        unsafe { page.align_to::<u64>() }
-    };
-    head.iter().all(|&b| b == 0) && words.iter().all(|&w| w == 0) && tail.iter().all(|&b| b == 0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -541,50 +422,5 @@ mod tests {
             Container::parse(&b).unwrap_err(),
             FormatError::BadMagic { .. }
         ));
-    }
-
-    #[test]
-    fn sparse_memory_skips_zero_pages() {
-        let mut ram = vec![0u8; 64 * PAGE_SIZE];
-        ram[0] = 1; // page 0
-        ram[5 * PAGE_SIZE + 100] = 2; // pages 5..=6
-        ram[6 * PAGE_SIZE + 4095] = 3;
-        ram[63 * PAGE_SIZE] = 4; // last page
-        let s = SparseMemory::encode(&ram);
-        assert_eq!(s.runs, vec![(0, 1), (5, 2), (63, 1)]);
-        assert_eq!(s.stored_pages(), 4);
-        let bytes = s.to_bytes();
-        assert_eq!(bytes.len(), 16 + 3 * 16 + 4 * PAGE_SIZE);
-        let back = SparseMemory::from_bytes(&bytes).unwrap();
-        assert_eq!(back, s);
-        let mut out = vec![0u8; ram.len()];
-        back.apply(|addr, data| {
-            out[addr as usize..addr as usize + data.len()].copy_from_slice(data);
-            Ok(())
-        })
-        .unwrap();
-        assert_eq!(out, ram);
-    }
-
-    #[test]
-    fn sparse_memory_rejects_bad_runs() {
-        let mut ram = vec![0u8; 8 * PAGE_SIZE];
-        ram[PAGE_SIZE] = 1;
-        ram[3 * PAGE_SIZE] = 1;
-        let good = SparseMemory::encode(&ram).to_bytes();
-        // Run 1 starting inside run 0 (overlap).
-        let mut b = good.clone();
-        b[32..40].copy_from_slice(&1u64.to_le_bytes());
-        assert!(SparseMemory::from_bytes(&b).is_err());
-        // A run past the end of memory.
-        let mut b = good.clone();
-        b[32..40].copy_from_slice(&8u64.to_le_bytes());
-        assert!(SparseMemory::from_bytes(&b).is_err());
-        // Missing page data.
-        assert!(SparseMemory::from_bytes(&good[..good.len() - 1]).is_err());
-        // Wrong page size.
-        let mut b = good;
-        b[8..12].copy_from_slice(&8192u32.to_le_bytes());
-        assert!(SparseMemory::from_bytes(&b).is_err());
     }
 }

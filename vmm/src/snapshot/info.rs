@@ -11,10 +11,11 @@ use xstate::{Format, XfeatureMask};
 
 use super::format::{self, SectionInfo};
 use super::restore::{self, SnapshotError};
-use super::state::{Snapshot, MSR_IA32_XSS};
+use super::state::Snapshot;
 use crate::kvm::HostKvm;
 use crate::report::hex;
 use crate::report::table::Columns;
+use crate::vstate::vcpu::MSR_IA32_XSS;
 
 /// `vmm snapshot info` as printed.
 #[derive(Clone, Debug, Serialize)]
@@ -156,7 +157,7 @@ pub fn info(path: &Path) -> Result<SnapshotInfo, SnapshotError> {
                     .layout(xcr0, Format::Standard)
                     .map(|l| l.total_size())
                     .unwrap_or(0),
-                kvm_xsave_bytes: crate::vcpu::KVM_XSAVE_LEGACY_SIZE,
+                kvm_xsave_bytes: xstate::kvm::KVM_XSAVE_REGION_SIZE,
                 events: v.events.is_some(),
                 mp_state: v.mp_state,
                 debugregs: v.debugregs.is_some(),

@@ -11,17 +11,20 @@
 //! out and a target lacking a component in use refuses by name before any
 //! VM exists.
 //!
-//! - [`format`]: the container (header, section table, CRC32 per section)
+//! - [`format`](mod@format): the container (header, section table, CRC32 per section)
 //!   and the sparse memory encoding.
 //! - [`state`]: the sections and their encodings.
 //! - [`save`]: capturing a running VM.
 //! - [`restore`]: checking a snapshot against this host and resuming it.
-//! - [`info`]: the `vmm snapshot info` view.
+//! - [`info`](mod@info): the `vmm snapshot info` view.
 
+pub mod compat;
+pub mod error;
 pub mod format;
 pub mod info;
 pub mod restore;
 pub mod save;
+pub mod sparse;
 pub mod state;
 
 use std::path::PathBuf;

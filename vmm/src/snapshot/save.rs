@@ -6,25 +6,31 @@
 //! `OUT`, and returns `EINTR` without entering the guest), then read the
 //! vCPU (registers, special registers, XCRs, MSRs, events, MP state, debug
 //! registers, the xsave state compacted with only the components in use)
-//! and RAM, and write the file under a temporary name renamed into place,
-//! so a crash never leaves a half-written snapshot under the final name.
+//! and RAM, and write the file under a temporary name in the same directory
+//! renamed into place, so a crash never leaves a half-written snapshot under
+//! the final name.
 
 use std::io::Write as _;
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use kvm_bindings::{kvm_cpuid_entry2, kvm_msr_entry, Msrs};
+use kvm_bindings::kvm_cpuid_entry2;
 use kvm_ioctls::VcpuFd;
-use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 use xstate::{CpuidProfile, XsaveInfo};
 
-use super::format::SparseMemory;
+use super::sparse::SparseMemory;
 use super::state::{Meta, SerialRegs, Snapshot, VcpuState};
+use crate::cpuid::Policy;
 use crate::devices::Devices;
-use crate::error::{Error, Result};
+use crate::error::{Error, MemoryError, Result};
 use crate::kvm::HostKvm;
-use crate::vm::Policy;
+use crate::vstate::vcpu::{self, SAVED_MSRS};
 use crate::xstate_manager::{SyncPolicy, XstateManager};
+
+/// How much guest RAM is copied out at a time to be encoded.
+const ENCODE_CHUNK: usize = 1 << 20;
 
 /// What made the VMM take a snapshot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +42,7 @@ pub enum Trigger {
 }
 
 impl Trigger {
+    /// The trigger as `vmm snapshot info` shows it.
     pub fn name(self) -> &'static str {
         match self {
             Self::Time => "time",
@@ -44,57 +51,36 @@ impl Trigger {
     }
 }
 
-/// MSRs a 64-bit guest's state lives in, saved where KVM lists them in
-/// KVM_GET_MSR_INDEX_LIST. Segment bases FS/GS and EFER also travel in
-/// `kvm_sregs`; saving them here too is harmless and keeps the set
-/// self-contained. The TSC goes last so it is restored last.
-pub const SAVED_MSRS: &[(u32, &str)] = &[
-    (0x0000_0174, "IA32_SYSENTER_CS"),
-    (0x0000_0175, "IA32_SYSENTER_ESP"),
-    (0x0000_0176, "IA32_SYSENTER_EIP"),
-    (0x0000_0277, "IA32_PAT"),
-    (0x0000_01a0, "IA32_MISC_ENABLE"),
-    (0x0000_0da0, "IA32_XSS"),
-    (0xc000_0080, "EFER"),
-    (0xc000_0081, "STAR"),
-    (0xc000_0082, "LSTAR"),
-    (0xc000_0083, "CSTAR"),
-    (0xc000_0084, "SFMASK"),
-    (0xc000_0100, "FS_BASE"),
-    (0xc000_0101, "GS_BASE"),
-    (0xc000_0102, "KERNEL_GS_BASE"),
-    (0xc000_0103, "TSC_AUX"),
-    (0x0000_003b, "IA32_TSC_ADJUST"),
-    (0x0000_0010, "IA32_TSC"),
-];
-
-/// The name of a saved MSR, for messages.
-pub fn msr_name(index: u32) -> String {
-    SAVED_MSRS
-        .iter()
-        .find(|(i, _)| *i == index)
-        .map(|(_, n)| n.to_string())
-        .unwrap_or_else(|| format!("MSR {index:#x}"))
-}
-
 /// Everything a snapshot needs that the run loop does not hold: decided
 /// when the VM was built.
 pub struct SaveContext {
+    /// Where the snapshot goes.
     pub path: PathBuf,
+    /// Guest RAM in MiB.
     pub mem_mib: u64,
+    /// The guest's command line as booted.
     pub cmdline: String,
+    /// The guest's CPUID xfeature policy.
     pub policy_xcr0: u64,
+    /// The initial XSTATE_BV choice the guest booted with.
     pub init_xstate: xstate::InitMode,
+    /// The sync policy in force.
     pub xstate_sync: SyncPolicy,
+    /// This KVM's leaf 0xD (a target re-lays the image out from it).
     pub kvm_info: XsaveInfo,
+    /// This KVM's xsave image size.
     pub xsave2_size: usize,
+    /// The guest's TSC rate.
     pub tsc_khz: u32,
+    /// The guest's CPUID table as set.
     pub cpuid: Vec<kvm_cpuid_entry2>,
     /// The MSRs of [`SAVED_MSRS`] this KVM lists.
     pub msrs: Vec<u32>,
 }
 
 impl SaveContext {
+    /// Decide what a snapshot of this machine will hold, and which MSRs
+    /// this KVM can save.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         host: &HostKvm,
@@ -132,80 +118,41 @@ impl SaveContext {
     }
 }
 
-fn kvm_err(what: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> Error {
-    Error::kvm(what)
+/// The parts of a running machine a snapshot reads, lent by the run loop
+/// between two exits.
+pub struct Running<'a> {
+    /// vCPU 0, between exits.
+    pub vcpu: &'a mut VcpuFd,
+    /// Guest RAM.
+    pub mem: &'a GuestMemoryMmap,
+    /// The guest's xsave state.
+    pub xstate: &'a mut XstateManager,
+    /// The port bus (COM1's registers and output).
+    pub devices: &'a Devices,
+    /// Exits so far.
+    pub exits: u64,
+    /// How long the guest has run.
+    pub ran: Duration,
 }
 
-/// Complete the last exit's I/O without entering the guest.
-pub fn complete_pending_io(vcpu: &mut VcpuFd) -> Result<()> {
-    vcpu.set_kvm_immediate_exit(1);
-    let r = vcpu.run().map(|_| ());
-    vcpu.set_kvm_immediate_exit(0);
-    match r {
-        Err(e) if e.errno() == libc::EINTR => Ok(()),
-        Err(e) => Err(Error::Kvm {
-            what: "KVM_RUN (immediate_exit, completing pending I/O)",
-            source: e,
-        }),
-        Ok(()) => Err(Error::Guest(
-            "KVM_RUN with immediate_exit set entered the guest instead of returning EINTR".into(),
-        )),
-    }
-}
-
-/// Read the vCPU's MSRs; those KVM refuses to read are returned apart.
-/// (index, value) of the MSRs read, and the indices KVM refused to read.
-type MsrValues = (Vec<(u32, u64)>, Vec<u32>);
-
-fn read_msrs(vcpu: &VcpuFd, wanted: &[u32]) -> Result<MsrValues> {
-    let mut want: Vec<u32> = wanted.to_vec();
-    let mut unreadable = Vec::new();
-    loop {
-        let entries: Vec<kvm_msr_entry> = want
-            .iter()
-            .map(|&index| kvm_msr_entry {
-                index,
-                ..Default::default()
-            })
-            .collect();
-        let mut msrs = Msrs::from_entries(&entries)
-            .map_err(|e| Error::Guest(format!("allocating kvm_msrs: {e:?}")))?;
-        let n = vcpu.get_msrs(&mut msrs).map_err(kvm_err("KVM_GET_MSRS"))?;
-        if n == want.len() {
-            let got = msrs.as_slice().iter().map(|e| (e.index, e.data)).collect();
-            return Ok((got, unreadable));
-        }
-        // KVM stops at the first MSR it cannot read: drop it and retry.
-        unreadable.push(want.remove(n));
-    }
-}
-
-/// Capture the VM's state. `vcpu` must be between exits.
-#[allow(clippy::too_many_arguments)]
-pub fn capture(
-    ctx: &SaveContext,
-    trigger: Trigger,
-    vcpu: &mut VcpuFd,
-    mem: &GuestMemoryMmap,
-    xstate: &mut XstateManager,
-    devices: &Devices,
-    exits: u64,
-    ran: Duration,
-) -> Result<Snapshot> {
+/// Capture the VM's state.
+pub fn capture(ctx: &SaveContext, trigger: Trigger, vm: Running<'_>) -> Result<Snapshot> {
+    let Running {
+        vcpu,
+        mem,
+        xstate,
+        devices,
+        exits,
+        ran,
+    } = vm;
     // An edited xsave image must reach KVM before the guest's state is read.
     xstate.before_run(vcpu)?;
-    complete_pending_io(vcpu)?;
+    vcpu::complete_pending_io(vcpu)?;
 
-    let regs = vcpu.get_regs().map_err(kvm_err("KVM_GET_REGS"))?;
-    let sregs = vcpu.get_sregs().map_err(kvm_err("KVM_GET_SREGS"))?;
-    let xcrs = vcpu.get_xcrs().map_err(kvm_err("KVM_GET_XCRS"))?;
-    let xcrs = xcrs
-        .xcrs
-        .iter()
-        .take(xcrs.nr_xcrs as usize)
-        .map(|x| (x.xcr, x.value))
-        .collect();
-    let (msrs, msrs_unreadable) = read_msrs(vcpu, &ctx.msrs)?;
+    let regs = vcpu.get_regs().map_err(Error::kvm("KVM_GET_REGS"))?;
+    let sregs = vcpu.get_sregs().map_err(Error::kvm("KVM_GET_SREGS"))?;
+    let xcrs = vcpu::get_xcrs(vcpu)?;
+    let (msrs, msrs_unreadable) = vcpu::get_msrs(vcpu, &ctx.msrs)?;
     // Optional state: KVMs without it simply have none to restore.
     let events = vcpu.get_vcpu_events().ok();
     let mp_state = vcpu.get_mp_state().ok().map(|m| m.mp_state);
@@ -261,70 +208,68 @@ pub fn capture(
 }
 
 /// Guest RAM, sparsely. RAM is one region from address 0 (see
-/// [`crate::memory`]); it is read in place, without a copy.
-pub fn encode_memory(mem: &GuestMemoryMmap) -> Result<SparseMemory> {
+/// [`crate::arch::layout`]); it is read through vm-memory's bounds-checked
+/// accessors a chunk at a time.
+fn encode_memory(mem: &GuestMemoryMmap) -> Result<SparseMemory> {
     let mut regions = mem.iter();
     let (Some(region), None) = (regions.next(), regions.next()) else {
-        return Err(Error::Memory(
-            "snapshots support one RAM region from address 0".into(),
-        ));
+        return Err(MemoryError::Layout.into());
     };
     if region.start_addr().0 != 0 {
-        return Err(Error::Memory(
-            "snapshots support one RAM region from address 0".into(),
-        ));
+        return Err(MemoryError::Layout.into());
     }
-    let host = mem
-        .get_host_address(region.start_addr())
-        .map_err(|e| Error::Memory(format!("no host mapping for guest RAM: {e}")))?;
-    // SAFETY: `host` maps the whole region (region.len() bytes) for as long
-    // as `mem` lives; the vCPU is stopped, so nothing writes the memory
-    // while this shared view exists.
-    let bytes = unsafe { std::slice::from_raw_parts(host as *const u8, region.len() as usize) };
-    Ok(SparseMemory::encode(bytes))
+    let size = region.len() as usize;
+    let mut sparse = SparseMemory::empty();
+    let mut chunk = vec![0u8; ENCODE_CHUNK.min(size)];
+    for addr in (0..size).step_by(ENCODE_CHUNK) {
+        let len = ENCODE_CHUNK.min(size - addr);
+        let buf = &mut chunk[..len];
+        mem.read_slice(buf, GuestAddress(addr as u64))
+            .map_err(|source| MemoryError::Read {
+                addr: addr as u64,
+                len,
+                source,
+            })?;
+        sparse.append(buf);
+    }
+    Ok(sparse)
 }
 
 /// Capture the VM and write the snapshot file; returns its path.
-#[allow(clippy::too_many_arguments)]
-pub fn save(
-    ctx: &SaveContext,
-    trigger: Trigger,
-    vcpu: &mut VcpuFd,
-    mem: &GuestMemoryMmap,
-    xstate: &mut XstateManager,
-    devices: &Devices,
-    exits: u64,
-    ran: Duration,
-) -> Result<PathBuf> {
-    let snap = capture(ctx, trigger, vcpu, mem, xstate, devices, exits, ran)?;
+pub fn save(ctx: &SaveContext, trigger: Trigger, vm: Running<'_>) -> Result<PathBuf> {
+    let snap = capture(ctx, trigger, vm)?;
     write_file(&ctx.path, &snap.to_bytes())?;
     Ok(ctx.path.clone())
 }
 
-/// Write `bytes` to `path` atomically (temporary file, fsync, rename).
-pub fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
-    let fail = |e: std::io::Error| {
-        Error::Io(std::io::Error::new(
-            e.kind(),
-            format!("cannot write snapshot {}: {e}", path.display()),
-        ))
+/// Write `bytes` to `path` atomically: a temporary file in the same
+/// directory (so the rename cannot cross file systems), fsynced, then
+/// renamed over `path`.
+fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    let fail = |source: std::io::Error| Error::SnapshotWrite {
+        path: path.to_path_buf(),
+        source,
     };
     let name = path
         .file_name()
         .ok_or_else(|| fail(std::io::Error::other("the path names no file")))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".tmp{}", std::process::id()));
-    let tmp = path.with_file_name(tmp_name);
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(fail(e));
-    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut prefix = std::ffi::OsString::from(".");
+    prefix.push(name);
+    // The mode `File::create` gives (0o666 less the umask), not tempfile's
+    // private 0o600: a snapshot is an ordinary output file.
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&prefix)
+        .suffix(".tmp")
+        .permissions(std::fs::Permissions::from_mode(0o666))
+        .tempfile_in(dir)
+        .map_err(fail)?;
+    tmp.write_all(bytes).map_err(fail)?;
+    tmp.as_file().sync_all().map_err(fail)?;
+    // A failed persist drops (and so deletes) the temporary file.
+    tmp.persist(path).map_err(|e| fail(e.error))?;
     Ok(())
 }

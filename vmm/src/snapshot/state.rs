@@ -182,11 +182,6 @@ impl VcpuState {
     }
 }
 
-/// The IA32_XSS MSR: which supervisor state components XSAVES/XRSTORS
-/// handle. Saved with the vCPU's MSRs and checked before supervisor state is
-/// restored.
-pub const MSR_IA32_XSS: u32 = 0xda0;
-
 /// The bytes of a KVM UAPI structure, as the kernel lays it out (kvm-bindings
 /// derives zerocopy's traits for these under its `serde` feature).
 fn pod_bytes<T: IntoBytes + Immutable>(v: &T) -> Vec<u8> {
@@ -412,6 +407,7 @@ impl Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vstate::vcpu::MSR_IA32_XSS;
 
     #[test]
     fn pod_round_trip() {

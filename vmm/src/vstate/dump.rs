@@ -1,4 +1,5 @@
-//! A vCPU register dump for crash reports.
+//! A vCPU register dump for crash reports: what the guest was doing when
+//! it crashed, read after the fact and printed with the reason.
 
 use std::fmt;
 
@@ -6,16 +7,23 @@ use kvm_bindings::{kvm_regs, kvm_segment, kvm_sregs};
 use kvm_ioctls::VcpuFd;
 use serde::Serialize;
 
+use super::vcpu::get_xcr0;
+
 /// General-purpose, control and segment registers at the moment of a crash.
 #[derive(Clone, Debug, Serialize)]
 pub struct RegisterDump {
+    /// `KVM_GET_REGS`, when it worked.
     pub regs: Option<Gprs>,
+    /// `KVM_GET_SREGS`, when it worked.
     pub sregs: Option<Sregs>,
+    /// XCR0 from `KVM_GET_XCRS`, when it worked.
     pub xcr0: Option<u64>,
     /// Why a part could not be read.
     pub errors: Vec<String>,
 }
 
+/// The general-purpose registers, RIP and RFLAGS.
+#[allow(missing_docs)] // register names
 #[derive(Clone, Debug, Serialize)]
 pub struct Gprs {
     pub rax: u64,
@@ -38,6 +46,9 @@ pub struct Gprs {
     pub rflags: u64,
 }
 
+/// The segment, control and descriptor-table registers that say what mode
+/// the vCPU was in.
+#[allow(missing_docs)] // register names
 #[derive(Clone, Debug, Serialize)]
 pub struct Sregs {
     pub cs: Segment,
@@ -55,13 +66,20 @@ pub struct Sregs {
     pub idt_limit: u16,
 }
 
+/// One segment register, as the hidden descriptor cache holds it.
 #[derive(Clone, Debug, Serialize)]
 pub struct Segment {
+    /// The selector.
     pub selector: u16,
+    /// Base address.
     pub base: u64,
+    /// Limit, in bytes.
     pub limit: u32,
+    /// Descriptor type field.
     pub type_: u8,
+    /// Descriptor privilege level.
     pub dpl: u8,
+    /// The L bit: a 64-bit code segment.
     pub long: bool,
 }
 
@@ -127,17 +145,16 @@ impl RegisterDump {
     /// Read what can be read; a failing ioctl is noted, not fatal.
     pub fn capture(vcpu: &VcpuFd) -> Self {
         let mut errors = Vec::new();
+        let mut note = |e: String| errors.push(e);
         let regs = vcpu
             .get_regs()
-            .map_err(|e| errors.push(format!("KVM_GET_REGS: {e}")))
+            .map_err(|e| note(format!("KVM_GET_REGS: {e}")))
             .ok();
         let sregs = vcpu
             .get_sregs()
-            .map_err(|e| errors.push(format!("KVM_GET_SREGS: {e}")))
+            .map_err(|e| note(format!("KVM_GET_SREGS: {e}")))
             .ok();
-        let xcr0 = crate::vcpu::get_xcr0(vcpu)
-            .map_err(|e| errors.push(e.to_string()))
-            .ok();
+        let xcr0 = get_xcr0(vcpu).map_err(|e| note(e.to_string())).ok();
         RegisterDump {
             regs: regs.as_ref().map(Gprs::from),
             sregs: sregs.as_ref().map(Sregs::from),

@@ -1,0 +1,21 @@
+//! The guest's CPUID, as far as extended state is concerned.
+//!
+//! - [`policy`]: THE `--xfeatures` parser and its validation against what
+//!   the host supports, and the [`Policy`] a run records.
+//! - [`flags`]: the instruction-set flags that need extended state
+//!   ([`GATED_FLAGS`]).
+//! - [`guest`]: the table the guest gets (flags hidden, leaf 0xD rewritten)
+//!   and what KVM made of it.
+//! - [`leaf`]: finding and editing entries of a `kvm_cpuid2` table.
+
+pub mod flags;
+pub mod guest;
+pub mod leaf;
+pub mod policy;
+
+pub use crate::error::PolicyError;
+pub use crate::kvm::KvmXstate;
+pub use flags::{flag_set, GatedFlag, GATED_FLAGS};
+pub use guest::{guest_cpuid, verify, CpuidCheck, GuestCpuid, TSC_FREQ_LEAF};
+pub use leaf::{entry, Reg};
+pub use policy::{parse_xfeatures, resolve_policy, validate_policy, Policy};

@@ -1,0 +1,48 @@
+//! Why a snapshot was not restored or inspected. Every message names the
+//! file; the cause is kept as the source.
+
+use std::path::PathBuf;
+
+use super::format::FormatError;
+use crate::error::Error;
+
+/// Why a snapshot was not restored (or inspected).
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// The file could not be read.
+    #[error("cannot read snapshot {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the file system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a valid snapshot: truncated, corrupted, another
+    /// format version, or malformed sections.
+    #[error("snapshot {}: {source}", path.display())]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        #[source]
+        source: FormatError,
+    },
+    /// The snapshot is valid but this host cannot hold its state.
+    #[error("snapshot {} cannot be restored on this host: {reason}", path.display())]
+    Incompatible {
+        /// The file.
+        path: PathBuf,
+        /// What the state needs that this host lacks.
+        reason: String,
+    },
+    /// Restoring failed in KVM or the VMM.
+    #[error("restoring snapshot {}: {source}", path.display())]
+    Vmm {
+        /// The file.
+        path: PathBuf,
+        /// The VMM's error.
+        #[source]
+        source: Error,
+    },
+}

@@ -1,0 +1,214 @@
+//! One guest run, start to end: boot a kernel into a new machine
+//! ([`run`]), or run a machine restore has filled ([`execute`]), under the
+//! supervisor, and collect what the guest reported.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use xstate::XfeatureMask;
+
+use super::config::RunConfig;
+use super::machine::Machine;
+use super::outcome::{ExitCounts, RunEnd, RunOutcome};
+use super::runner::VcpuRunner;
+use super::stop::{supervise, Deadlines};
+use super::vcpu;
+use crate::arch::boot;
+use crate::cpuid::{validate_policy, Policy};
+use crate::devices::{Devices, ReportDelivery};
+use crate::error::{Error, Result};
+use crate::kvm::HostKvm;
+use crate::snapshot::save::SaveContext;
+use crate::xstate_manager::XstateManager;
+
+/// Boot a guest and run it to the end.
+pub fn run(config: RunConfig) -> Result<RunOutcome> {
+    let start = Instant::now();
+    let host = HostKvm::open()?;
+    // Validate the policy first, once: an invalid mask never creates a VM.
+    let xcr0 = validate_policy(
+        config.xfeatures.as_deref(),
+        &host.xstate,
+        &host.supported_cpuid,
+    )?;
+    check_snapshot_options(config.snapshot_after, config.snapshot_file.as_deref())?;
+    // The policy also travels on the command line: where KVM ignores the
+    // CPUID table (kvm_pvm) our guest still limits XCR0 to it.
+    let cmdline = with_xfeatures_hint(&config.cmdline, xcr0);
+
+    let machine = Machine::create(&host, config.mem_mib)?;
+    let kernel = boot::load_kernel(&machine.mem, &config.kernel.bytes, &config.kernel.name)?;
+    boot::write_boot_info(&machine.mem, &cmdline)?;
+
+    // The TSC rate is a vCPU property; it goes into the guest's CPUID so the
+    // guest converts cycles to time without calibrating.
+    let tsc_khz = machine.vcpu.get_tsc_khz().unwrap_or(0);
+    let (mut policy, guest_cpuid) = Policy::resolve(&host, xcr0, config.init_xstate, tsc_khz)?;
+    let check = vcpu::configure_boot_vcpu(
+        &machine.vcpu,
+        &machine.mem,
+        &kernel,
+        &guest_cpuid,
+        &host.xstate.info,
+        config.init_xstate,
+        host.xsave2_size,
+    )?;
+    policy.cpuid_check = Some(check);
+    let snapshot = match &config.snapshot_file {
+        Some(path) => Some(SaveContext::new(
+            &host,
+            path.clone(),
+            config.mem_mib,
+            cmdline,
+            &policy,
+            config.xstate_sync,
+            tsc_khz,
+            guest_cpuid.cpuid.as_slice().to_vec(),
+        )?),
+        None => None,
+    };
+    let setup_time = start.elapsed();
+    execute(Launch {
+        machine,
+        devices: Devices::new(config.serial),
+        earlier_serial: Vec::new(),
+        xstate: XstateManager::new(
+            config.xstate_sync,
+            host.xstate.info,
+            policy.xcr0,
+            host.xsave2_size,
+        ),
+        policy,
+        tsc_khz,
+        timeout: config.timeout,
+        snapshot_after: config.snapshot_after,
+        snapshot,
+        raw: config.raw_loop,
+        start,
+        setup_time,
+    })
+}
+
+/// A time-triggered snapshot needs somewhere to go: refused before any VM
+/// exists.
+pub(crate) fn check_snapshot_options(after: Option<Duration>, file: Option<&Path>) -> Result<()> {
+    if after.is_some() && file.is_none() {
+        return Err(Error::Argument(
+            "--snapshot-after needs --snapshot-file".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// A configured machine, ready to run: what booting and restoring hand to
+/// [`execute`].
+pub(crate) struct Launch {
+    /// VM, RAM and vCPU, loaded.
+    pub machine: Machine,
+    /// The port bus.
+    pub devices: Devices,
+    /// Serial output from before a restore (not printed again).
+    pub earlier_serial: Vec<u8>,
+    /// The guest's xsave state and its sync policy.
+    pub xstate: XstateManager,
+    /// The xstate policy, for the outcome.
+    pub policy: Policy,
+    /// The guest's TSC rate.
+    pub tsc_khz: u32,
+    /// Stop the guest after this long.
+    pub timeout: Option<Duration>,
+    /// Snapshot the guest after this long (needs `snapshot`).
+    pub snapshot_after: Option<Duration>,
+    /// Where and how to write a snapshot, when one may be taken.
+    pub snapshot: Option<SaveContext>,
+    /// Run the raw benchmark loop.
+    pub raw: bool,
+    /// When the run (or restore) began.
+    pub start: Instant,
+    /// How long building the machine took.
+    pub setup_time: Duration,
+}
+
+/// Run a configured machine to the end and collect what it produced.
+pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
+    // The VM stays open until the run's results are read.
+    let Machine { vm: _vm, vcpu, mem } = l.machine;
+    let xstate_sync = l.xstate.policy();
+    let deadlines = Deadlines {
+        timeout: l.timeout,
+        // Only armed when a snapshot can be written.
+        snapshot_after: l.snapshot_after.filter(|_| l.snapshot.is_some()),
+    };
+    let run_start = Instant::now();
+    let runner = VcpuRunner {
+        vcpu,
+        mem,
+        devices: l.devices,
+        exits: ExitCounts::default(),
+        xstate: l.xstate,
+        marks: Vec::new(),
+        start: run_start,
+        origin: l.start,
+        first_exit: None,
+        snapshot_time: None,
+        raw: l.raw,
+        snapshot: l.snapshot,
+    };
+    let supervised = supervise(deadlines, move |stop| {
+        let mut runner = runner;
+        let end = runner.run_loop(stop);
+        (runner, end)
+    })?;
+    let (runner, end) = supervised.value;
+    let mut end = end?;
+    if supervised.timed_out && !matches!(end, RunEnd::Snapshotted(_)) {
+        end = RunEnd::TimedOut(l.timeout.unwrap_or_default());
+    }
+    let run_time = run_start.elapsed();
+
+    let final_xcr0 = vcpu::get_xcr0(&runner.vcpu).ok();
+    let mut report = None;
+    let mut report_errors = Vec::new();
+    for d in runner.devices.reports {
+        match d {
+            ReportDelivery::Accepted(r) => report = Some(r),
+            ReportDelivery::Rejected(e) => report_errors.push(e),
+        }
+    }
+    let mut serial = l.earlier_serial;
+    serial.extend_from_slice(&runner.devices.serial.writer().captured);
+    Ok(RunOutcome {
+        policy: l.policy,
+        end,
+        report,
+        report_errors,
+        serial,
+        exits: runner.exits,
+        unhandled_ports: runner.devices.unhandled_ports,
+        final_xcr0,
+        tsc_khz: l.tsc_khz as u64,
+        marks: runner.marks,
+        xstate_sync,
+        xstate_stats: runner.xstate.stats(),
+        setup_time: l.setup_time,
+        run_time,
+        first_exit: runner.first_exit,
+        snapshot_time: runner.snapshot_time,
+    })
+}
+
+/// Append `xfeatures=MASK` (see `guest::protocol`) unless the caller set one.
+fn with_xfeatures_hint(cmdline: &str, xcr0: XfeatureMask) -> String {
+    if cmdline
+        .split_whitespace()
+        .any(|w| w.starts_with("xfeatures="))
+    {
+        return cmdline.to_string();
+    }
+    let hint = format!("xfeatures={:#x}", xcr0.bits());
+    if cmdline.is_empty() {
+        hint
+    } else {
+        format!("{cmdline} {hint}")
+    }
+}

@@ -1,0 +1,25 @@
+//! The virtual machine's state in KVM and the run that drives it.
+//!
+//! - `machine`: VM, guest RAM and vCPU creation (`Machine`).
+//! - [`vcpu`]: vCPU ioctls: CPUID, XCRs, xsave images, MSRs.
+//! - [`dump`]: register dumps for crash reports.
+//! - [`config`]: what a run is asked to do ([`RunConfig`]).
+//! - `launch`: booting a guest ([`run`]) and running a configured machine
+//!   (what restore uses too).
+//! - `runner`: the run loops and exit decoding.
+//! - `stop`: why and how a running vCPU is stopped from outside.
+//! - [`outcome`]: what a run produced ([`RunOutcome`], [`RunEnd`]).
+
+pub mod config;
+pub mod dump;
+pub(crate) mod launch;
+pub(crate) mod machine;
+pub mod outcome;
+pub(crate) mod runner;
+pub(crate) mod stop;
+pub mod vcpu;
+
+pub use config::{KernelImage, RunConfig};
+pub use dump::RegisterDump;
+pub use launch::run;
+pub use outcome::{ExitCounts, RunEnd, RunOutcome};

@@ -1,0 +1,261 @@
+//! The vCPU run loops and exit decoding: re-enter the guest, hand each
+//! exit to the devices and the xstate manager, and turn the exits that end
+//! a run (exit port, crash, KVM refusing to go on, a stop request) into a
+//! [`RunEnd`].
+//!
+//! Two loops share the exit decoding: the full loop (device model, xstate
+//! sync policy, snapshots), and the raw loop that measures the cost of an
+//! exit alone (it re-enters at once, looking only at the exit port, the
+//! benchmark markers and the final report).
+
+use std::time::{Duration, Instant};
+
+use guest::protocol::{xmm_edit_pattern, DEBUG_EXIT_PORT, MARK_PORT, REPORT_PORT, SNAPSHOT_PORT};
+use kvm_bindings::{
+    KVM_INTERNAL_ERROR_DELIVERY_EV, KVM_INTERNAL_ERROR_EMULATION, KVM_INTERNAL_ERROR_SIMUL_EX,
+    KVM_INTERNAL_ERROR_UNEXPECTED_EXIT_REASON,
+};
+use kvm_ioctls::{VcpuExit, VcpuFd};
+use vm_memory::GuestMemoryMmap;
+
+use super::dump::RegisterDump;
+use super::outcome::{ExitCounts, RunEnd};
+use super::stop::{StopFlag, StopReason};
+use crate::devices::{le_value, Devices, PortAction};
+use crate::error::Result;
+use crate::snapshot::save::{self, Running, SaveContext, Trigger};
+use crate::xstate_manager::XstateManager;
+
+/// A vCPU and everything its loop touches, owned by the vCPU thread.
+pub(crate) struct VcpuRunner {
+    pub vcpu: VcpuFd,
+    pub mem: GuestMemoryMmap,
+    pub devices: Devices,
+    pub exits: ExitCounts,
+    pub xstate: XstateManager,
+    /// Benchmark markers, with when (since `start`).
+    pub marks: Vec<(u32, Duration)>,
+    /// When the loop began.
+    pub start: Instant,
+    /// When the run or restore began (for `first_exit`).
+    pub origin: Instant,
+    pub first_exit: Option<Duration>,
+    pub snapshot_time: Option<Duration>,
+    /// Run the raw loop instead of the full one.
+    pub raw: bool,
+    /// Where and how to write a snapshot, when one may be taken.
+    pub snapshot: Option<SaveContext>,
+}
+
+/// An exit that ends the run, decoded as far as it can be without the vCPU.
+enum Fatal {
+    /// `KVM_RUN` itself failed.
+    RunFailed(kvm_ioctls::Error),
+    /// `KVM_EXIT_INTERNAL_ERROR`: the details are in `kvm_run`.
+    Internal,
+    /// Any other exit the VMM does not continue from.
+    Exit(String),
+}
+
+/// What one `KVM_RUN` came back with, for both loops.
+enum Step<'a> {
+    /// An exit a loop handles.
+    Exit(VcpuExit<'a>),
+    /// `KVM_RUN` returned early (the supervisor's kick): look at the stop flag.
+    Interrupted,
+    /// The run is over.
+    Fatal(Fatal),
+}
+
+impl<'a> From<std::result::Result<VcpuExit<'a>, kvm_ioctls::Error>> for Step<'a> {
+    fn from(r: std::result::Result<VcpuExit<'a>, kvm_ioctls::Error>) -> Self {
+        match r {
+            Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => Step::Interrupted,
+            Err(e) => Step::Fatal(Fatal::RunFailed(e)),
+            Ok(
+                exit @ (VcpuExit::IoOut(..)
+                | VcpuExit::IoIn(..)
+                | VcpuExit::MmioRead(..)
+                | VcpuExit::MmioWrite(..)),
+            ) => Step::Exit(exit),
+            Ok(VcpuExit::InternalError) => Step::Fatal(Fatal::Internal),
+            Ok(other) => Step::Fatal(Fatal::Exit(describe_fatal(&other))),
+        }
+    }
+}
+
+impl VcpuRunner {
+    /// Run until the guest exits, crashes, or `stop` asks for an end.
+    pub fn run_loop(&mut self, stop: &StopFlag) -> Result<RunEnd> {
+        if self.raw {
+            return self.raw_loop(stop);
+        }
+        loop {
+            match stop.requested() {
+                None => {}
+                Some(StopReason::Snapshot) if self.snapshot.is_some() => {
+                    return self.snapshot(Trigger::Time)
+                }
+                // A snapshot request is only armed with a snapshot file:
+                // without one it can only be a plain stop.
+                Some(_) => return Ok(RunEnd::TimedOut(Duration::ZERO)),
+            }
+            self.xstate.before_run(&self.vcpu)?;
+            let step = Step::from(self.vcpu.run());
+            if self.first_exit.is_none() {
+                self.first_exit = Some(self.origin.elapsed());
+            }
+            let mut snapshot_requested = false;
+            let action = match step {
+                Step::Exit(VcpuExit::IoOut(SNAPSHOT_PORT, _)) => {
+                    self.exits.io += 1;
+                    if self.snapshot.is_some() {
+                        snapshot_requested = true;
+                    } else {
+                        // No snapshot file: nothing decodes the port.
+                        self.devices.unhandled_ports += 1;
+                    }
+                    PortAction::Continue
+                }
+                Step::Exit(VcpuExit::IoOut(port, data)) => {
+                    self.exits.io += 1;
+                    self.devices.port_write(&self.mem, port, data)
+                }
+                Step::Exit(VcpuExit::IoIn(port, data)) => {
+                    self.exits.io += 1;
+                    self.devices.port_read(port, data);
+                    PortAction::Continue
+                }
+                Step::Exit(VcpuExit::MmioRead(_, data)) => {
+                    self.exits.mmio += 1;
+                    data.fill(0xff);
+                    PortAction::Continue
+                }
+                Step::Exit(_) => {
+                    self.exits.mmio += 1;
+                    PortAction::Continue
+                }
+                Step::Interrupted => continue,
+                Step::Fatal(f) => return Ok(self.crash(f)),
+            };
+            self.exits.total += 1;
+            self.xstate.on_exit(&self.vcpu)?;
+            match action {
+                PortAction::Continue => {}
+                PortAction::Exit(status) => return Ok(RunEnd::Exited(status)),
+                PortAction::Mark(v) => self.marks.push((v, self.start.elapsed())),
+                PortAction::EditXmm(reg) => {
+                    let reg = (reg & 15) as usize;
+                    self.xstate
+                        .set_xmm(&self.vcpu, reg, xmm_edit_pattern(reg as u32))?;
+                }
+            }
+            if snapshot_requested {
+                return self.snapshot(Trigger::Guest);
+            }
+        }
+    }
+
+    /// Write a snapshot and end the run. Called between exits only: the
+    /// save completes pending I/O first (`immediate_exit`).
+    fn snapshot(&mut self, trigger: Trigger) -> Result<RunEnd> {
+        let Some(ctx) = self.snapshot.as_ref() else {
+            return Ok(RunEnd::TimedOut(Duration::ZERO));
+        };
+        let began = Instant::now();
+        let path = save::save(
+            ctx,
+            trigger,
+            Running {
+                vcpu: &mut self.vcpu,
+                mem: &self.mem,
+                xstate: &mut self.xstate,
+                devices: &self.devices,
+                exits: self.exits.total,
+                ran: self.start.elapsed(),
+            },
+        )?;
+        self.snapshot_time = Some(began.elapsed());
+        Ok(RunEnd::Snapshotted(path))
+    }
+
+    /// The raw limit: re-enter at once on every exit. Only the exit port
+    /// (to stop), benchmark markers (to time rows) and the report port (once,
+    /// at the end) are looked at.
+    fn raw_loop(&mut self, stop: &StopFlag) -> Result<RunEnd> {
+        loop {
+            match Step::from(self.vcpu.run()) {
+                Step::Exit(VcpuExit::IoOut(MARK_PORT, data)) => {
+                    self.marks.push((le_value(data), self.start.elapsed()));
+                }
+                Step::Exit(VcpuExit::IoOut(REPORT_PORT, data)) => {
+                    // Once, at the end: the rows are in the report.
+                    self.devices.port_write(&self.mem, REPORT_PORT, data);
+                }
+                Step::Exit(VcpuExit::IoOut(DEBUG_EXIT_PORT, data)) => {
+                    return Ok(RunEnd::Exited(le_value(data)));
+                }
+                Step::Exit(_) => {}
+                Step::Interrupted => {
+                    if stop.requested().is_some() {
+                        return Ok(RunEnd::TimedOut(Duration::ZERO));
+                    }
+                    continue;
+                }
+                Step::Fatal(f) => return Ok(self.crash(f)),
+            }
+            self.exits.total += 1;
+        }
+    }
+
+    /// The run ends with a crash: say why and dump the registers.
+    fn crash(&mut self, fatal: Fatal) -> RunEnd {
+        let reason = match fatal {
+            Fatal::RunFailed(e) => format!("KVM_RUN failed: {e}"),
+            Fatal::Internal => internal_error(&mut self.vcpu),
+            Fatal::Exit(reason) => reason,
+        };
+        RunEnd::Crashed {
+            reason,
+            dump: Box::new(RegisterDump::capture(&self.vcpu)),
+        }
+    }
+}
+
+/// Describe an exit that ends the run.
+fn describe_fatal(exit: &VcpuExit<'_>) -> String {
+    match exit {
+        VcpuExit::Hlt => "the guest halted (HLT) with no interrupt source to wake it".to_string(),
+        VcpuExit::Shutdown => "the guest triple-faulted (KVM_EXIT_SHUTDOWN)".to_string(),
+        VcpuExit::FailEntry(reason, cpu) => {
+            format!("KVM_EXIT_FAIL_ENTRY: hardware entry failure reason {reason:#x} on cpu {cpu}")
+        }
+        VcpuExit::SystemEvent(kind, data) => {
+            format!("KVM_EXIT_SYSTEM_EVENT type {kind} data {data:x?}")
+        }
+        other => format!("unexpected exit {other:?}"),
+    }
+}
+
+/// Describe `KVM_EXIT_INTERNAL_ERROR` with its suberror.
+fn internal_error(vcpu: &mut VcpuFd) -> String {
+    let run = vcpu.get_kvm_run();
+    // SAFETY: the exit reason is KVM_EXIT_INTERNAL_ERROR, so `internal` is
+    // the union member KVM filled.
+    let internal = unsafe { run.__bindgen_anon_1.internal };
+    let what = match internal.suberror {
+        KVM_INTERNAL_ERROR_EMULATION => {
+            "emulation failure (an instruction KVM's emulator cannot run, e.g. VEX at emulated CPL0)"
+        }
+        KVM_INTERNAL_ERROR_SIMUL_EX => "simultaneous exceptions",
+        KVM_INTERNAL_ERROR_DELIVERY_EV => "delivery event failure",
+        KVM_INTERNAL_ERROR_UNEXPECTED_EXIT_REASON => "unexpected exit reason",
+        _ => "unknown suberror",
+    };
+    let n = (internal.ndata as usize).min(internal.data.len());
+    format!(
+        "KVM_EXIT_INTERNAL_ERROR suberror {}: {what}; data {:x?}",
+        internal.suberror,
+        &internal.data[..n]
+    )
+}

@@ -1,0 +1,166 @@
+//! Stopping a running vCPU from outside: why it is asked to stop
+//! ([`StopReason`], shared through a [`StopFlag`]) and the supervisor that
+//! runs the vCPU on its own thread and kicks it out of `KVM_RUN` with a
+//! signal when a deadline passes.
+//!
+//! A vCPU thread blocked in `KVM_RUN` only notices a request when `KVM_RUN`
+//! returns; a signal with a no-op handler makes it return `EINTR`. A signal
+//! landing outside `KVM_RUN` is lost, so the supervisor repeats it until the
+//! thread finishes.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use vmm_sys_util::signal::{register_signal_handler, Killable, SIGRTMIN};
+
+use crate::error::{Result, VcpuError};
+
+/// Why the VMM interrupts the vCPU thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum StopReason {
+    /// The run's time limit passed: stop, the run timed out.
+    Timeout = 1,
+    /// `--snapshot-after` passed: write a snapshot and stop.
+    Snapshot = 2,
+}
+
+/// A [`StopReason`] the supervisor sets and the vCPU thread polls between
+/// exits. No request is 0.
+#[derive(Debug, Default)]
+pub struct StopFlag(AtomicU8);
+
+impl StopFlag {
+    /// No stop requested.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Ask the vCPU thread to stop, replacing an earlier reason.
+    pub fn request(&self, why: StopReason) {
+        self.0.store(why as u8, Ordering::SeqCst);
+    }
+
+    /// The pending request, if any.
+    pub fn requested(&self) -> Option<StopReason> {
+        match self.0.load(Ordering::Relaxed) {
+            1 => Some(StopReason::Timeout),
+            2 => Some(StopReason::Snapshot),
+            _ => None,
+        }
+    }
+}
+
+/// When the supervisor stops the vCPU.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Deadlines {
+    /// Stop and report a timeout after this long.
+    pub timeout: Option<Duration>,
+    /// Stop for a snapshot after this long (only when one can be written).
+    pub snapshot_after: Option<Duration>,
+}
+
+/// What a supervised vCPU thread returned.
+pub struct Supervised<R> {
+    /// The thread's result.
+    pub value: R,
+    /// The time limit passed (even if the thread then ended otherwise).
+    pub timed_out: bool,
+}
+
+extern "C" fn kick_handler(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {}
+
+fn kick_signal() -> libc::c_int {
+    SIGRTMIN()
+}
+
+/// Run `body` (the vCPU loop) on its own thread, or on this one when no
+/// deadline applies; stop it with a [`StopReason`] and signals when the
+/// first deadline passes. After a snapshot is due, the timeout still
+/// applies to writing it.
+pub fn supervise<R: Send + 'static>(
+    deadlines: Deadlines,
+    body: impl FnOnce(&StopFlag) -> R + Send + 'static,
+) -> Result<Supervised<R>> {
+    let Deadlines {
+        timeout,
+        snapshot_after,
+    } = deadlines;
+    // The first deadline to pass decides why the vCPU is stopped.
+    let first = match (snapshot_after, timeout) {
+        (Some(s), Some(t)) if t <= s => Some((t, StopReason::Timeout)),
+        (Some(s), _) => Some((s, StopReason::Snapshot)),
+        (None, Some(t)) => Some((t, StopReason::Timeout)),
+        (None, None) => None,
+    };
+    let Some((after, why)) = first else {
+        return Ok(Supervised {
+            value: body(&StopFlag::new()),
+            timed_out: false,
+        });
+    };
+    // The handler does nothing: its only job is to make KVM_RUN return EINTR.
+    register_signal_handler(kick_signal(), kick_handler).map_err(VcpuError::KickHandler)?;
+    let stop = Arc::new(StopFlag::new());
+    let (tx, rx) = mpsc::channel();
+    let thread_stop = stop.clone();
+    let handle = std::thread::Builder::new()
+        .name("vcpu0".into())
+        .spawn(move || {
+            let value = body(&thread_stop);
+            let _ = tx.send(());
+            value
+        })
+        .map_err(VcpuError::Spawn)?;
+    let begin = Instant::now();
+    let mut timed_out = false;
+    if rx.recv_timeout(after).is_err() {
+        timed_out = why == StopReason::Timeout;
+        stop.request(why);
+        // Kick until the thread notices. A snapshot being written meanwhile
+        // is not disturbed (the handler does nothing and writes retry on
+        // EINTR).
+        let limit = timeout.map(|t| begin + t);
+        loop {
+            match rx.recv_timeout(Duration::from_millis(10)) {
+                Ok(()) => break,
+                Err(_) if handle.is_finished() => break,
+                Err(_) => {}
+            }
+            if why == StopReason::Snapshot && limit.is_some_and(|l| Instant::now() >= l) {
+                timed_out = true;
+                stop.request(StopReason::Timeout);
+            }
+            let _ = handle.kill(kick_signal());
+        }
+    }
+    let value = handle.join().map_err(|_| VcpuError::ThreadPanicked)?;
+    Ok(Supervised { value, timed_out })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flag_round_trips_every_reason() {
+        let f = StopFlag::new();
+        assert_eq!(f.requested(), None);
+        for r in [StopReason::Snapshot, StopReason::Timeout] {
+            f.request(r);
+            assert_eq!(f.requested(), Some(r));
+        }
+    }
+
+    #[test]
+    fn without_deadlines_the_body_runs_here() {
+        let here = std::thread::current().id();
+        let s = supervise(Deadlines::default(), move |stop| {
+            assert_eq!(stop.requested(), None);
+            std::thread::current().id() == here
+        })
+        .unwrap();
+        assert!(s.value && !s.timed_out);
+    }
+}

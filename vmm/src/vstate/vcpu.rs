@@ -1,0 +1,251 @@
+//! vCPU ioctls the VMM composes: the boot vCPU's configuration, XCR0 and
+//! the other XCRs, xsave images in and out (`KVM_GET/SET_XSAVE[2]`), MSR
+//! lists, and completing pending I/O without entering the guest.
+//!
+//! At creation the VMM sets XCR0 = 0x1 (the architectural reset value: the
+//! guest enables more itself with XSETBV) and loads an xsave image from the
+//! xstate crate whose XSTATE_BV marks only x87 and SSE as initialised. The
+//! deliberately wrong `--init-xstate all` marks all of the policy's XCR0,
+//! reproducing the illumos bug where AVX upper state looked live to the CPU.
+
+use kvm_bindings::{kvm_msr_entry, kvm_xcr, kvm_xcrs, Msrs, Xsave, KVM_MAX_CPUID_ENTRIES};
+use kvm_ioctls::VcpuFd;
+use vm_memory::GuestMemoryMmap;
+use xstate::kvm::KVM_XSAVE_REGION_SIZE;
+use xstate::{InitMode, XfeatureMask, XsaveBuf, XsaveInfo};
+
+use crate::arch::boot::LoadedKernel;
+use crate::arch::regs::setup_vcpu_regs;
+use crate::cpuid::{self, CpuidCheck, GuestCpuid};
+use crate::error::{Error, Result, VcpuError, XstateError};
+
+/// XCR0 after reset: x87 only.
+const XCR0_RESET: u64 = 0x1;
+
+/// MSRs a 64-bit guest's state lives in, saved where KVM lists them in
+/// KVM_GET_MSR_INDEX_LIST. Segment bases FS/GS and EFER also travel in
+/// `kvm_sregs`; saving them here too is harmless and keeps the set
+/// self-contained. The TSC goes last so it is restored last.
+pub const SAVED_MSRS: &[(u32, &str)] = &[
+    (0x0000_0174, "IA32_SYSENTER_CS"),
+    (0x0000_0175, "IA32_SYSENTER_ESP"),
+    (0x0000_0176, "IA32_SYSENTER_EIP"),
+    (0x0000_0277, "IA32_PAT"),
+    (0x0000_01a0, "IA32_MISC_ENABLE"),
+    (MSR_IA32_XSS, "IA32_XSS"),
+    (0xc000_0080, "EFER"),
+    (0xc000_0081, "STAR"),
+    (0xc000_0082, "LSTAR"),
+    (0xc000_0083, "CSTAR"),
+    (0xc000_0084, "SFMASK"),
+    (0xc000_0100, "FS_BASE"),
+    (0xc000_0101, "GS_BASE"),
+    (0xc000_0102, "KERNEL_GS_BASE"),
+    (0xc000_0103, "TSC_AUX"),
+    (0x0000_003b, "IA32_TSC_ADJUST"),
+    (0x0000_0010, "IA32_TSC"),
+];
+
+/// `IA32_XSS`: the supervisor state components enabled (XCR0's counterpart).
+pub const MSR_IA32_XSS: u32 = 0x0000_0da0;
+
+/// The name of a saved MSR, for messages.
+fn msr_name(index: u32) -> String {
+    SAVED_MSRS
+        .iter()
+        .find(|(i, _)| *i == index)
+        .map(|(_, n)| n.to_string())
+        .unwrap_or_else(|| format!("MSR {index:#x}"))
+}
+
+/// Give the boot vCPU the guest CPUID, the PVH entry state, XCR0 = reset
+/// value and the initial xsave image.
+pub fn configure_boot_vcpu(
+    vcpu: &VcpuFd,
+    mem: &GuestMemoryMmap,
+    kernel: &LoadedKernel,
+    guest_cpuid: &GuestCpuid,
+    info: &XsaveInfo,
+    init: InitMode,
+    xsave2_size: usize,
+) -> Result<CpuidCheck> {
+    let check = set_cpuid(vcpu, guest_cpuid)?;
+
+    let mut sregs = vcpu.get_sregs().map_err(Error::kvm("KVM_GET_SREGS"))?;
+    let regs = setup_vcpu_regs(mem, &mut sregs, kernel)?;
+    vcpu.set_sregs(&sregs)
+        .map_err(Error::kvm("KVM_SET_SREGS"))?;
+    vcpu.set_regs(&regs).map_err(Error::kvm("KVM_SET_REGS"))?;
+
+    set_xcr0(vcpu, XCR0_RESET)?;
+    let image = initial_image(info, guest_cpuid.xcr0, init)?;
+    set_xsave(vcpu, &image, xsave2_size)?;
+    Ok(check)
+}
+
+/// `KVM_SET_CPUID2` with `table`, then read back what KVM holds and compare
+/// it with the policy (some KVMs ignore the table: see [`CpuidCheck`]).
+pub fn set_cpuid(vcpu: &VcpuFd, table: &GuestCpuid) -> Result<CpuidCheck> {
+    vcpu.set_cpuid2(&table.cpuid)
+        .map_err(Error::kvm("KVM_SET_CPUID2"))?;
+    let effective = vcpu
+        .get_cpuid2(KVM_MAX_CPUID_ENTRIES)
+        .map_err(Error::kvm("KVM_GET_CPUID2"))?;
+    Ok(cpuid::verify(table, &effective))
+}
+
+/// The standard-format image a vCPU starts with for this XCR0.
+fn initial_image(info: &XsaveInfo, xcr0: XfeatureMask, init: InitMode) -> Result<XsaveBuf> {
+    XsaveBuf::init(info, xcr0, init)
+        .map_err(|source| XstateError::InitialImage { xcr0, source }.into())
+}
+
+/// Set the extended control registers, (XCR number, value) pairs, with
+/// `KVM_SET_XCRS`.
+pub fn set_xcrs(vcpu: &VcpuFd, values: &[(u32, u64)]) -> Result<()> {
+    let mut xcrs = kvm_xcrs::default();
+    if values.len() > xcrs.xcrs.len() {
+        return Err(XstateError::TooManyXcrs {
+            count: values.len(),
+            max: xcrs.xcrs.len(),
+        }
+        .into());
+    }
+    xcrs.nr_xcrs = values.len() as u32;
+    for (slot, &(xcr, value)) in xcrs.xcrs.iter_mut().zip(values) {
+        *slot = kvm_xcr {
+            xcr,
+            reserved: 0,
+            value,
+        };
+    }
+    vcpu.set_xcrs(&xcrs).map_err(Error::kvm("KVM_SET_XCRS"))
+}
+
+/// The extended control registers KVM holds, (XCR number, value) pairs.
+pub fn get_xcrs(vcpu: &VcpuFd) -> Result<Vec<(u32, u64)>> {
+    let xcrs = vcpu.get_xcrs().map_err(Error::kvm("KVM_GET_XCRS"))?;
+    Ok(xcrs
+        .xcrs
+        .iter()
+        .take(xcrs.nr_xcrs as usize)
+        .map(|x| (x.xcr, x.value))
+        .collect())
+}
+
+/// Set XCR0 with `KVM_SET_XCRS`.
+pub fn set_xcr0(vcpu: &VcpuFd, xcr0: u64) -> Result<()> {
+    set_xcrs(vcpu, &[(0, xcr0)])
+}
+
+/// Read XCR0 with `KVM_GET_XCRS`.
+pub fn get_xcr0(vcpu: &VcpuFd) -> Result<u64> {
+    get_xcrs(vcpu)?
+        .into_iter()
+        .find(|&(xcr, _)| xcr == 0)
+        .map(|(_, value)| value)
+        .ok_or_else(|| XstateError::NoXcr0.into())
+}
+
+/// Write a standard-format xsave image: `KVM_SET_XSAVE` when it fits the
+/// legacy 4 KiB region, `KVM_SET_XSAVE2` sized by `KVM_CAP_XSAVE2` beyond
+/// (AMX tile data alone is 8 KiB; truncating it is how VMMs lose it).
+pub fn set_xsave(vcpu: &VcpuFd, image: &XsaveBuf, xsave2_size: usize) -> Result<()> {
+    let refused = |source| XstateError::KvmImage {
+        len: image.len(),
+        source,
+    };
+    if image.len() <= KVM_XSAVE_REGION_SIZE || xsave2_size <= KVM_XSAVE_REGION_SIZE {
+        let xsave = image.to_kvm_xsave().map_err(refused)?;
+        // SAFETY: `xsave` is a complete legacy `kvm_xsave` (4 KiB) and the
+        // image fits in it, so KVM reads nothing past its end.
+        return unsafe { vcpu.set_xsave(&xsave) }.map_err(Error::kvm("KVM_SET_XSAVE"));
+    }
+    let xsave = image.to_kvm_xsave2(xsave2_size).map_err(refused)?;
+    // SAFETY: the wrapper holds the full size KVM_CAP_XSAVE2 reported.
+    unsafe { vcpu.set_xsave2(&xsave) }.map_err(Error::kvm("KVM_SET_XSAVE2"))
+}
+
+/// Read the vCPU's standard-format image (`KVM_GET_XSAVE2` where the state
+/// can exceed 4 KiB).
+pub fn get_xsave(vcpu: &VcpuFd, xsave2_size: usize) -> Result<XsaveBuf> {
+    if xsave2_size <= KVM_XSAVE_REGION_SIZE {
+        let xsave = vcpu.get_xsave().map_err(Error::kvm("KVM_GET_XSAVE"))?;
+        return Ok(XsaveBuf::from_kvm_xsave(&xsave));
+    }
+    let mut xsave = Xsave::new(xstate::kvm::xsave2_fam_len(xsave2_size)).map_err(|source| {
+        XstateError::Xsave2Alloc {
+            size: xsave2_size,
+            source,
+        }
+    })?;
+    // SAFETY: `xsave` holds the full size KVM_CAP_XSAVE2 reported.
+    unsafe { vcpu.get_xsave2(&mut xsave) }.map_err(Error::kvm("KVM_GET_XSAVE2"))?;
+    Ok(XsaveBuf::from_kvm_xsave2(&xsave))
+}
+
+/// (index, value) of the MSRs read, and the indices KVM refused to read.
+pub type MsrValues = (Vec<(u32, u64)>, Vec<u32>);
+
+/// Read the vCPU's MSRs; those KVM refuses to read are returned apart.
+pub fn get_msrs(vcpu: &VcpuFd, wanted: &[u32]) -> Result<MsrValues> {
+    let mut want: Vec<u32> = wanted.to_vec();
+    let mut unreadable = Vec::new();
+    loop {
+        let mut msrs = msr_list(want.iter().map(|&index| (index, 0)))?;
+        let n = vcpu
+            .get_msrs(&mut msrs)
+            .map_err(Error::kvm("KVM_GET_MSRS"))?;
+        if n == want.len() {
+            let got = msrs.as_slice().iter().map(|e| (e.index, e.data)).collect();
+            return Ok((got, unreadable));
+        }
+        // KVM stops at the first MSR it cannot read: drop it and retry.
+        unreadable.push(want.remove(n));
+    }
+}
+
+/// Write MSRs, (index, value) pairs, in order; an MSR KVM refuses is an
+/// error naming it.
+pub fn set_msrs(vcpu: &VcpuFd, values: &[(u32, u64)]) -> Result<()> {
+    let msrs = msr_list(values.iter().copied())?;
+    let n = vcpu.set_msrs(&msrs).map_err(Error::kvm("KVM_SET_MSRS"))?;
+    if let Some(&(index, value)) = values.get(n) {
+        return Err(VcpuError::MsrRefused {
+            name: msr_name(index),
+            index,
+            value,
+        }
+        .into());
+    }
+    Ok(())
+}
+
+fn msr_list(values: impl Iterator<Item = (u32, u64)>) -> Result<Msrs> {
+    let entries: Vec<kvm_msr_entry> = values
+        .map(|(index, data)| kvm_msr_entry {
+            index,
+            reserved: 0,
+            data,
+        })
+        .collect();
+    Ok(Msrs::from_entries(&entries).map_err(VcpuError::MsrAlloc)?)
+}
+
+/// Complete the last exit's I/O without entering the guest: `KVM_RUN`
+/// with `immediate_exit` set finishes the exit's emulation (loads an `IN`'s
+/// data into RAX, steps RIP past an `OUT`) and returns `EINTR`. The vCPU's
+/// registers are then the guest's own.
+pub fn complete_pending_io(vcpu: &mut VcpuFd) -> Result<()> {
+    vcpu.set_kvm_immediate_exit(1);
+    let r = vcpu.run().map(|_| ());
+    vcpu.set_kvm_immediate_exit(0);
+    match r {
+        Err(e) if e.errno() == libc::EINTR => Ok(()),
+        Err(e) => Err(Error::Kvm {
+            what: "KVM_RUN (immediate_exit, completing pending I/O)",
+            source: e,
+        }),
+        Ok(()) => Err(VcpuError::ImmediateExitEntered.into()),
+    }
+}
