@@ -13,6 +13,7 @@
 //! - [`bench`](mod@bench): `vmm bench exits` and `vmm bench init-xstate`.
 //! - [`features`]: `vmm features`: host, KVM, policy and guest xstate compared; profiles.
 //! - [`error`]: the error types.
+//! - [`input`]: opening files the user names: regular files only, bounded, magic first.
 
 pub mod arch;
 pub mod bench;
@@ -20,6 +21,7 @@ pub mod cpuid;
 pub mod devices;
 pub mod error;
 pub mod features;
+pub mod input;
 pub mod kvm;
 pub mod native;
 pub mod report;
