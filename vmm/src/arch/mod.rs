@@ -6,5 +6,6 @@
 //! guest memory and register structures that [`crate::vstate`] hands to KVM.
 
 pub mod boot;
+pub mod elf;
 pub mod layout;
 pub mod regs;
