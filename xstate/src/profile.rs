@@ -26,13 +26,11 @@ impl Serialize for Hex32 {
 impl<'de> Deserialize<'de> for Hex32 {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        parse_hex(&s, 8)
-            .map(|v| Hex32(v as u32))
-            .ok_or_else(|| {
-                serde::de::Error::custom(format!(
-                    "register value {s:?} is not a 32-bit hex number: 0x-prefixed, 1 to 8 hex digits"
-                ))
-            })
+        parse_hex(&s, 8).map(|v| Hex32(v as u32)).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "register value {s:?} is not a 32-bit hex number: 0x-prefixed, 1 to 8 hex digits"
+            ))
+        })
     }
 }
 
@@ -211,14 +209,27 @@ impl CpuidProfile {
                 }
             }
         }
-        let brand = String::from_utf8_lossy(&brand)
-            .trim_matches(|c: char| c == '\0' || c.is_whitespace())
-            .to_string();
+        // A hypervisor chooses these bytes: characters a profile may not
+        // hold become U+FFFD, so what is recorded can be read back.
+        let printable = |s: &str| -> String {
+            s.chars()
+                .map(|c| {
+                    if is_unsafe_text_char(c) {
+                        '\u{fffd}'
+                    } else {
+                        c
+                    }
+                })
+                .collect()
+        };
+        let brand = printable(
+            String::from_utf8_lossy(&brand).trim_matches(|c: char| c == '\0' || c.is_whitespace()),
+        );
         let e = |r: CpuidRegs| CpuidEntry::new(0, r);
         Ok(Self {
             name: brand,
             microarchitecture: String::new(),
-            vendor: String::from_utf8_lossy(&vendor).into_owned(),
+            vendor: printable(&String::from_utf8_lossy(&vendor)),
             signature: Hex32(l1.eax),
             bare_metal: l1.ecx & leaf_1_ecx::HYPERVISOR == 0,
             source: "recorded on the running CPU by the xstate crate".into(),

@@ -61,7 +61,16 @@ fn malformed_dumps() {
     let e = err(&good.replacen("\"0x00000207\"", "\"0x1234567890\"", 1));
     assert!(e.to_string().contains("32-bit"), "{e}");
     // Only `0x` and 1-8 hex digits: no sign, spaces, `_` or empty digits.
-    for bad in ["0x+100", "+0x100", "0x-1", " 0x1", "0x1 ", "0x", "0x_1", "0x000000001"] {
+    for bad in [
+        "0x+100",
+        "+0x100",
+        "0x-1",
+        " 0x1",
+        "0x1 ",
+        "0x",
+        "0x_1",
+        "0x000000001",
+    ] {
         let e = err(&good.replacen("\"0x00000207\"", &format!("{bad:?}"), 1));
         assert!(
             matches!(&e, ProfileError::Json(m) if m.contains("1 to 8 hex digits")),
@@ -200,9 +209,18 @@ fn control_characters_in_text_fields_are_refused_naming_the_field() {
         let mut w = v.clone();
         w[field] = text.into();
         let e = err(&w.to_string());
-        assert_eq!(e, ProfileError::Text { field, offset, code }, "{field}");
+        assert_eq!(
+            e,
+            ProfileError::Text {
+                field,
+                offset,
+                code
+            },
+            "{field}"
+        );
         assert!(
-            e.to_string().contains(&format!("field `{field}` contains control character")),
+            e.to_string()
+                .contains(&format!("field `{field}` contains control character")),
             "{e}"
         );
     }

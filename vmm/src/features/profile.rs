@@ -453,7 +453,10 @@ mod tests {
         assert!(e.contains("0x-prefixed"), "{e}");
         for bad in ["0x+207", "0x", " 0x207", "0x1_0", "0x10000000000000000"] {
             let e = err(&edit(|v| v["xcr0_enabled"] = bad.into()));
-            assert!(e.contains("is not a 0x-prefixed 64-bit hex number"), "{bad}: {e}");
+            assert!(
+                e.contains("is not a 0x-prefixed 64-bit hex number"),
+                "{bad}: {e}"
+            );
         }
         let e = err(&edit(|v| v["leaf_0xd"][0]["eax"] = "0x+207".into()));
         assert!(
@@ -464,11 +467,19 @@ mod tests {
 
     #[test]
     fn rejects_control_characters_naming_the_field() {
-        for field in ["name", "microarchitecture", "vendor", "source", "recorded_by"] {
+        for field in [
+            "name",
+            "microarchitecture",
+            "vendor",
+            "source",
+            "recorded_by",
+        ] {
             let e = err(&edit(|v| v[field] = "x\u{1b}]0;pwned\u{7}".into()));
             assert!(
                 e.starts_with("profile bad.json: CPUID profile: field `")
-                    && e.contains(&format!("`{field}` contains control character U+001B at byte 1")),
+                    && e.contains(&format!(
+                        "`{field}` contains control character U+001B at byte 1"
+                    )),
                 "{field}: {e}"
             );
         }
@@ -476,7 +487,9 @@ mod tests {
 
     #[test]
     fn load_refuses_what_is_not_a_small_regular_file() {
-        let e = HostProfile::load(Path::new("/dev/zero")).unwrap_err().to_string();
+        let e = HostProfile::load(Path::new("/dev/zero"))
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             e,
             "profile /dev/zero is a character device, not a regular file"
@@ -488,7 +501,10 @@ mod tests {
             .set_len(MAX_PROFILE_BYTES + 1)
             .unwrap();
         let e = HostProfile::load(&big).unwrap_err().to_string();
-        assert!(e.ends_with("is 1048577 bytes; the limit is 1048576 bytes"), "{e}");
+        assert!(
+            e.ends_with("is 1048577 bytes; the limit is 1048576 bytes"),
+            "{e}"
+        );
         let bin = dir.path().join("bin.json");
         std::fs::write(&bin, b"{\"name\": \"\xff\"}").unwrap();
         let e = HostProfile::load(&bin).unwrap_err().to_string();
