@@ -410,7 +410,7 @@ fn malformed_profiles_are_named_errors() {
     assert_eq!(out.status.code(), Some(64));
     let e = stderr(&out);
     assert!(
-        e.contains("/nonexistent/host.json") && e.contains("cannot read"),
+        e.contains("/nonexistent/host.json") && e.contains("cannot open"),
         "{e}"
     );
 

@@ -9,7 +9,6 @@
 
 use std::path::PathBuf;
 
-use linux_loader::loader::elf::PvhBootCapability;
 use vmm_sys_util::fam::Error as FamError;
 use xstate::kvm::KvmXsaveError;
 use xstate::XfeatureMask;
@@ -206,22 +205,26 @@ pub enum MemoryError {
 /// Why a kernel could not be booted.
 #[derive(Debug, thiserror::Error)]
 pub enum BootError {
-    /// The kernel file could not be read.
-    #[error("cannot read kernel {}: {source}", path.display())]
-    KernelRead {
-        /// The file.
-        path: PathBuf,
-        /// What the file system said.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The image does not start with the ELF magic.
+    /// The kernel file could not be opened or read, or is not a regular
+    /// file of a kernel's size.
+    #[error(transparent)]
+    KernelFile(#[from] crate::input::InputError),
+    /// The file does not start with the ELF magic.
     #[error("kernel image {image}: not an ELF file ({len} bytes, no \\x7fELF magic)")]
     NotElf {
         /// The image's name.
         image: String,
         /// Its size.
-        len: usize,
+        len: u64,
+    },
+    /// The image breaks a rule of `arch::elf` (checked before any VM exists).
+    #[error("kernel image {image}: invalid PVH ELF image: {source}")]
+    Image {
+        /// The image's name.
+        image: String,
+        /// The rule it breaks.
+        #[source]
+        source: crate::arch::elf::ImageError,
     },
     /// The ELF loader refused the image.
     #[error("kernel image {image}: ELF load failed: {source}")]
@@ -231,14 +234,6 @@ pub enum BootError {
         /// What linux-loader said.
         #[source]
         source: linux_loader::loader::Error,
-    },
-    /// The image has no `XEN_ELFNOTE_PHYS32_ENTRY` note to start it at.
-    #[error("kernel image {image}: no usable PVH entry note (XEN_ELFNOTE_PHYS32_ENTRY): {found}")]
-    NoPvhEntry {
-        /// The image's name.
-        image: String,
-        /// What the loader found instead.
-        found: PvhBootCapability,
     },
 }
 

@@ -12,11 +12,17 @@
 //!
 //! Readers then take what they need: the whole (bounded) file with
 //! [`InputFile::read_all`], or the open [`std::fs::File`] to stream from.
+//!
+//! Durations given as flags (`--timeout`, `--snapshot-after`) go through
+//! [`parse_seconds`], a clap value parser with one bound, [`MAX_SECONDS`],
+//! so no flag can reach `Duration::from_secs_f64`'s panic or overflow an
+//! `Instant` deadline.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// Why a file the user named cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -220,9 +226,62 @@ impl InputFile {
     }
 }
 
+/// The longest duration any flag takes, in seconds: 7 days. Longer than
+/// any run this VMM is for, short enough that a deadline `Instant::now() +
+/// MAX_SECONDS` cannot overflow.
+pub const MAX_SECONDS: u64 = 7 * 24 * 60 * 60;
+
+/// Why a duration flag was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SecondsError {
+    /// Not a decimal number.
+    #[error("{0:?} is not a number of seconds")]
+    NotANumber(String),
+    /// Negative, infinite, NaN or beyond the bound.
+    #[error("{0} is out of range: seconds must be finite, >= 0 and <= {MAX_SECONDS} (7 days)")]
+    OutOfRange(String),
+}
+
+/// A duration flag's value: decimal seconds (`600`, `0.5`, `1e3`), finite,
+/// `>= 0` and `<= MAX_SECONDS`. Written for clap's `value_parser`, so a bad
+/// value is a usage error naming the flag.
+pub fn parse_seconds(text: &str) -> Result<Duration, SecondsError> {
+    let v: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| SecondsError::NotANumber(text.to_string()))?;
+    // The negated test also refuses NaN.
+    if !(0.0..=MAX_SECONDS as f64).contains(&v) {
+        return Err(SecondsError::OutOfRange(text.to_string()));
+    }
+    Duration::try_from_secs_f64(v).map_err(|_| SecondsError::OutOfRange(text.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn seconds_are_finite_non_negative_and_bounded() {
+        assert_eq!(parse_seconds("600"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_seconds("0.25"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_seconds("0"), Ok(Duration::ZERO));
+        assert_eq!(
+            parse_seconds("604800"),
+            Ok(Duration::from_secs(MAX_SECONDS))
+        );
+        for bad in [
+            "1e300", "1e20", "1e19", "inf", "-inf", "infinity", "NaN", "-1", "604800.5",
+        ] {
+            let e = parse_seconds(bad).unwrap_err();
+            assert_eq!(e, SecondsError::OutOfRange(bad.into()));
+            assert!(e.to_string().contains("<= 604800 (7 days)"), "{e}");
+        }
+        assert_eq!(
+            parse_seconds("ten").unwrap_err().to_string(),
+            "\"ten\" is not a number of seconds"
+        );
+    }
 
     #[test]
     fn refuses_devices_directories_and_fifos_by_name() {

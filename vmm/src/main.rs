@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use vmm::devices::SerialSink;
+use vmm::input::parse_seconds;
 use vmm::native;
 use vmm::report::{RunSummary, EXIT_VMM_ERROR};
 use vmm::vstate::{self, KernelImage, RunConfig};
@@ -82,15 +83,15 @@ struct SessionArgs {
     /// Do not run the workloads natively on the host for guest/native ratios.
     #[arg(long)]
     no_native: bool,
-    /// Stop the guest after this many seconds (0: no limit).
-    #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
-    timeout: f64,
+    /// Stop the guest after this many seconds (0: no limit; at most 7 days).
+    #[arg(long, value_name = "SECONDS", default_value = "600", value_parser = parse_seconds)]
+    timeout: Duration,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
-    /// Snapshot the guest after this many seconds and stop (needs --snapshot-file).
-    #[arg(long, value_name = "SECONDS", requires = "snapshot_file")]
-    snapshot_after: Option<f64>,
+    /// Snapshot the guest after this many seconds and stop (needs --snapshot-file; at most 7 days).
+    #[arg(long, value_name = "SECONDS", requires = "snapshot_file", value_parser = parse_seconds)]
+    snapshot_after: Option<Duration>,
     /// Where to write a snapshot: after --snapshot-after, or when the guest
     /// asks for one (SNAPSHOT_PORT).
     #[arg(long, value_name = "PATH")]
@@ -107,14 +108,9 @@ impl SessionArgs {
         }
     }
 
-    fn timeout(&self) -> Result<Option<Duration>, vmm::Error> {
-        seconds(self.timeout, "--timeout")
-    }
-
-    fn snapshot_after(&self) -> Result<Option<Duration>, vmm::Error> {
-        self.snapshot_after
-            .map(|s| Ok(seconds(s, "--snapshot-after")?.unwrap_or(Duration::ZERO)))
-            .transpose()
+    /// `--timeout`, `None` for 0 (no limit).
+    fn timeout(&self) -> Option<Duration> {
+        (!self.timeout.is_zero()).then_some(self.timeout)
     }
 }
 
@@ -128,16 +124,6 @@ struct RestoreArgs {
     xstate_sync: Option<SyncPolicy>,
     #[command(flatten)]
     session: SessionArgs,
-}
-
-/// A positive number of seconds, or `None` for 0 (no limit).
-fn seconds(v: f64, what: &str) -> Result<Option<Duration>, vmm::Error> {
-    if !v.is_finite() || v < 0.0 {
-        return Err(vmm::Error::Argument(format!(
-            "{what} {v}: must be a number of seconds >= 0"
-        )));
-    }
-    Ok((v > 0.0).then(|| Duration::from_secs_f64(v)))
 }
 
 fn run(args: RunArgs) -> Result<i32, vmm::Error> {
@@ -166,10 +152,10 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
         },
         cmdline: words.join(" "),
         serial: args.session.serial(),
-        timeout: args.session.timeout()?,
+        timeout: args.session.timeout(),
         xstate_sync: args.xstate_sync,
         raw_loop: false,
-        snapshot_after: args.session.snapshot_after()?,
+        snapshot_after: args.session.snapshot_after,
         snapshot_file: args.session.snapshot_file.clone(),
     };
     let outcome = vstate::run(config)?;
@@ -208,9 +194,9 @@ fn restore(args: RestoreArgs) -> Result<i32, vmm::Error> {
     let session = &args.session;
     let opts = vmm::snapshot::restore::RestoreOptions {
         serial: session.serial(),
-        timeout: session.timeout()?,
+        timeout: session.timeout(),
         xstate_sync: args.xstate_sync,
-        snapshot_after: session.snapshot_after()?,
+        snapshot_after: session.snapshot_after,
         snapshot_file: session.snapshot_file.clone(),
     };
     let outcome = match vmm::snapshot::restore::restore(&args.file, opts) {

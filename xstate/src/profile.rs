@@ -11,6 +11,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::info::{CpuidRegs, InfoError, XsaveInfo};
 
 /// A 32-bit register value written as a `0x`-prefixed, 8-digit hex string.
+///
+/// Read with [`parse_hex`]: `0x` (or `0X`) followed by 1 to 8 hex digits,
+/// nothing else (no sign, no spaces, no `_`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Hex32(pub u32);
 
@@ -23,18 +26,47 @@ impl Serialize for Hex32 {
 impl<'de> Deserialize<'de> for Hex32 {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        let t = s.trim();
-        let digits = t
-            .strip_prefix("0x")
-            .or_else(|| t.strip_prefix("0X"))
-            .ok_or_else(|| {
-                serde::de::Error::custom(format!(
-                    "register value {s:?} is not a 0x-prefixed hex string"
-                ))
-            })?;
-        u32::from_str_radix(digits, 16).map(Hex32).map_err(|_| {
-            serde::de::Error::custom(format!("register value {s:?} is not a 32-bit hex number"))
+        parse_hex(&s, 8).map(|v| Hex32(v as u32)).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "register value {s:?} is not a 32-bit hex number: 0x-prefixed, 1 to 8 hex digits"
+            ))
         })
+    }
+}
+
+/// A hex number in the profile format's one grammar: `0x` or `0X`, then 1
+/// to `max_digits` (at most 16) ASCII hex digits, and nothing else: no
+/// sign (Rust's `from_str_radix` alone would take `0x+100`), no spaces, no
+/// `_`. `None` for anything else.
+pub fn parse_hex(s: &str, max_digits: usize) -> Option<u64> {
+    let digits = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X"))?;
+    if digits.is_empty()
+        || digits.len() > max_digits.min(16)
+        || !digits.bytes().all(|b| b.is_ascii_hexdigit())
+    {
+        return None;
+    }
+    u64::from_str_radix(digits, 16).ok()
+}
+
+/// Whether `c` must not reach a terminal from a profile: a control
+/// character (Unicode `Cc`: C0, DEL, C1 — escape sequences start with ESC
+/// or CSI) or a bidirectional override or isolate, which reorders what is
+/// shown around it.
+pub fn is_unsafe_text_char(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Refuse a free-text field holding a character [`is_unsafe_text_char`]
+/// names, saying which field, which character and where.
+pub fn check_text(field: &'static str, text: &str) -> Result<(), ProfileError> {
+    match text.char_indices().find(|&(_, c)| is_unsafe_text_char(c)) {
+        Some((offset, c)) => Err(ProfileError::Text {
+            field,
+            offset,
+            code: c as u32,
+        }),
+        None => Ok(()),
     }
 }
 
@@ -105,6 +137,15 @@ impl CpuidProfile {
     /// [`XsaveInfo`] (as does `kvm_leaf_0xd`, when present).
     pub fn from_json(s: &str) -> Result<Self, ProfileError> {
         let p: Self = serde_json::from_str(s).map_err(|e| ProfileError::Json(e.to_string()))?;
+        // Free text is printed: no control characters may reach a terminal.
+        for (field, text) in [
+            ("name", &p.name),
+            ("microarchitecture", &p.microarchitecture),
+            ("vendor", &p.vendor),
+            ("source", &p.source),
+        ] {
+            check_text(field, text)?;
+        }
         p.xsave_info().map_err(|error| ProfileError::Info {
             field: "leaf_0xd",
             error,
@@ -168,14 +209,27 @@ impl CpuidProfile {
                 }
             }
         }
-        let brand = String::from_utf8_lossy(&brand)
-            .trim_matches(|c: char| c == '\0' || c.is_whitespace())
-            .to_string();
+        // A hypervisor chooses these bytes: characters a profile may not
+        // hold become U+FFFD, so what is recorded can be read back.
+        let printable = |s: &str| -> String {
+            s.chars()
+                .map(|c| {
+                    if is_unsafe_text_char(c) {
+                        '\u{fffd}'
+                    } else {
+                        c
+                    }
+                })
+                .collect()
+        };
+        let brand = printable(
+            String::from_utf8_lossy(&brand).trim_matches(|c: char| c == '\0' || c.is_whitespace()),
+        );
         let e = |r: CpuidRegs| CpuidEntry::new(0, r);
         Ok(Self {
             name: brand,
             microarchitecture: String::new(),
-            vendor: String::from_utf8_lossy(&vendor).into_owned(),
+            vendor: printable(&String::from_utf8_lossy(&vendor)),
             signature: Hex32(l1.eax),
             bare_metal: l1.ecx & leaf_1_ecx::HYPERVISOR == 0,
             source: "recorded on the running CPU by the xstate crate".into(),
@@ -230,6 +284,16 @@ pub enum ProfileError {
     },
     /// Reading the host's CPUID failed.
     Host(InfoError),
+    /// A free-text field holds a control or bidirectional-override
+    /// character (see [`is_unsafe_text_char`]).
+    Text {
+        /// The field.
+        field: &'static str,
+        /// Byte offset of the character in the field.
+        offset: usize,
+        /// The character's code point.
+        code: u32,
+    },
 }
 
 impl From<InfoError> for ProfileError {
@@ -244,6 +308,15 @@ impl fmt::Display for ProfileError {
             ProfileError::Json(e) => write!(f, "CPUID profile: {e}"),
             ProfileError::Info { field, error } => write!(f, "CPUID profile: {field}: {error}"),
             ProfileError::Host(e) => write!(f, "CPUID profile of the host: {e}"),
+            ProfileError::Text {
+                field,
+                offset,
+                code,
+            } => write!(
+                f,
+                "CPUID profile: field `{field}` contains control character U+{code:04X} at \
+                 byte {offset}; profile text may not hold control characters"
+            ),
         }
     }
 }

@@ -60,6 +60,23 @@ fn malformed_dumps() {
     assert!(e.to_string().contains("0x-prefixed"), "{e}");
     let e = err(&good.replacen("\"0x00000207\"", "\"0x1234567890\"", 1));
     assert!(e.to_string().contains("32-bit"), "{e}");
+    // Only `0x` and 1-8 hex digits: no sign, spaces, `_` or empty digits.
+    for bad in [
+        "0x+100",
+        "+0x100",
+        "0x-1",
+        " 0x1",
+        "0x1 ",
+        "0x",
+        "0x_1",
+        "0x000000001",
+    ] {
+        let e = err(&good.replacen("\"0x00000207\"", &format!("{bad:?}"), 1));
+        assert!(
+            matches!(&e, ProfileError::Json(m) if m.contains("1 to 8 hex digits")),
+            "{bad}: {e}"
+        );
+    }
     // Missing fields.
     let e = err(&good.replacen("\"vendor\": \"AuthenticAMD\",", "", 1));
     assert!(e.to_string().contains("missing field `vendor`"), "{e}");
@@ -162,4 +179,52 @@ fn host_profile() {
     let back = CpuidProfile::from_json(&p.to_json()).unwrap();
     assert_eq!(back, p);
     eprintln!("{}", p.to_json());
+}
+
+#[test]
+fn hex_grammar() {
+    use xstate::profile::parse_hex;
+    assert_eq!(parse_hex("0x0", 8), Some(0));
+    assert_eq!(parse_hex("0XfFfFfFfF", 8), Some(0xffff_ffff));
+    assert_eq!(parse_hex("0x00000207", 8), Some(0x207));
+    assert_eq!(parse_hex("0x123456789", 8), None);
+    assert_eq!(parse_hex("0xffffffffffffffff", 16), Some(u64::MAX));
+    assert_eq!(parse_hex("0x1ffffffffffffffff", 16), None);
+    for bad in ["0x+100", "100", "0x", "0x 1", "0x1_0", "x1", "0xg", "0x١"] {
+        assert_eq!(parse_hex(bad, 16), None, "{bad}");
+    }
+}
+
+#[test]
+fn control_characters_in_text_fields_are_refused_naming_the_field() {
+    let good = common::dump_text("amd-zen3-milan.json");
+    let mut v: serde_json::Value = serde_json::from_str(&good).unwrap();
+    for (field, text, code, offset) in [
+        ("name", "AMD \u{1b}[2J EPYC", 0x1b, 4),
+        ("microarchitecture", "Zen\u{7}", 0x7, 3),
+        ("vendor", "Authentic\u{9b}AMD", 0x9b, 9),
+        ("source", "x\u{202e}y", 0x202e, 1),
+        ("name", "tab\there", 0x9, 3),
+    ] {
+        let mut w = v.clone();
+        w[field] = text.into();
+        let e = err(&w.to_string());
+        assert_eq!(
+            e,
+            ProfileError::Text {
+                field,
+                offset,
+                code
+            },
+            "{field}"
+        );
+        assert!(
+            e.to_string()
+                .contains(&format!("field `{field}` contains control character")),
+            "{e}"
+        );
+    }
+    // Ordinary Unicode is fine.
+    v["name"] = "Intel® Xeon® — “Ørsted” 日本".into();
+    CpuidProfile::from_json(&v.to_string()).unwrap();
 }

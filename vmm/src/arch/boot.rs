@@ -11,10 +11,11 @@ use std::io::Cursor;
 use linux_loader::configurator::pvh::PvhBootConfigurator;
 use linux_loader::configurator::{BootConfigurator, BootParams};
 use linux_loader::loader::elf::start_info::{hvm_memmap_table_entry, hvm_start_info};
-use linux_loader::loader::elf::{Elf, PvhBootCapability};
+use linux_loader::loader::elf::Elf;
 use linux_loader::loader::KernelLoader;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 
+use super::elf::{check_image, ImagePlan};
 use super::layout::{
     CMDLINE_ADDR, CMDLINE_MAX, EBDA_START, HIGHMEM_START, MEMMAP_ADDR, START_INFO_ADDR,
 };
@@ -36,36 +37,40 @@ pub struct LoadedKernel {
     pub end: u64,
 }
 
-/// Load a PVH ELF kernel into guest memory. `name` names the image in errors.
+/// Load a PVH ELF kernel that [`check_image`] accepted (`plan`) into guest
+/// memory. `name` names the image in errors.
+///
+/// linux-loader copies the segments; the entry point and the end come from
+/// the plan, which read the PVH note once under this VMM's rules (the
+/// loader keeps the answer of the last `PT_NOTE` segment it sees, whichever
+/// holds the note).
 pub fn load_kernel(
     mem: &GuestMemoryMmap,
     image: &[u8],
     name: &str,
+    plan: &ImagePlan,
 ) -> Result<LoadedKernel, BootError> {
-    if image.len() < 4 || &image[..4] != b"\x7fELF" {
-        return Err(BootError::NotElf {
-            image: name.to_string(),
-            len: image.len(),
-        });
-    }
     let mut cursor = Cursor::new(image);
-    let result =
-        Elf::load(mem, None, &mut cursor, Some(GuestAddress(HIGHMEM_START))).map_err(|source| {
-            BootError::ElfLoad {
-                image: name.to_string(),
-                source,
-            }
-        })?;
-    match result.pvh_boot_cap {
-        PvhBootCapability::PvhEntryPresent(entry) => Ok(LoadedKernel {
-            entry: entry.0,
-            end: result.kernel_end,
-        }),
-        found => Err(BootError::NoPvhEntry {
+    Elf::load(mem, None, &mut cursor, Some(GuestAddress(HIGHMEM_START))).map_err(|source| {
+        BootError::ElfLoad {
             image: name.to_string(),
-            found,
-        }),
-    }
+            source,
+        }
+    })?;
+    Ok(LoadedKernel {
+        entry: plan.entry,
+        end: plan.end,
+    })
+}
+
+/// Check a kernel image for a guest with `ram_bytes` of RAM (see
+/// [`super::elf`]), naming the image in the error: done before any VM
+/// exists.
+pub fn check_kernel(image: &[u8], name: &str, ram_bytes: u64) -> Result<ImagePlan, BootError> {
+    check_image(image, ram_bytes).map_err(|source| BootError::Image {
+        image: name.to_string(),
+        source,
+    })
 }
 
 /// Write the command line, memory map and `hvm_start_info`.

@@ -15,6 +15,10 @@ pub enum FeaturesError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A profile file is not a regular file of a profile's size, or cannot
+    /// be read.
+    #[error(transparent)]
+    Input(#[from] crate::input::InputError),
     /// A command-line value is invalid.
     #[error("{0}")]
     Usage(String),

@@ -134,9 +134,10 @@ pub struct ShowArgs {
     /// Do not boot the guest (no guest column).
     #[arg(long)]
     pub no_boot: bool,
-    /// Stop the guest after this many seconds.
-    #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]
-    pub timeout: f64,
+    /// Stop the guest after this many seconds (0: no limit; at most 7 days).
+    #[arg(long, value_name = "SECONDS", default_value = "60",
+          value_parser = crate::input::parse_seconds)]
+    pub timeout: Duration,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -223,7 +224,7 @@ impl ShowArgs {
             profile: self.profile.as_deref(),
             xfeatures: self.xfeatures.as_deref(),
             boot: !self.no_boot,
-            timeout: (self.timeout > 0.0).then(|| Duration::from_secs_f64(self.timeout)),
+            timeout: (!self.timeout.is_zero()).then_some(self.timeout),
         }
     }
 }

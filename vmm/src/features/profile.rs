@@ -23,7 +23,12 @@ use xstate::{CpuidRegs, Xfeature, XfeatureMask, XsaveInfo};
 use super::error::FeaturesError;
 use crate::cpuid::{GatedFlag, Reg};
 
-/// A 64-bit mask written as a `0x`-prefixed hex string.
+/// The largest profile file read: recorded profiles are a few KiB; a
+/// bound keeps `/dev/zero`-like or huge files from being read at all.
+pub const MAX_PROFILE_BYTES: u64 = 1 << 20;
+
+/// A 64-bit mask written as a `0x`-prefixed hex string (the grammar of
+/// [`xstate::profile::parse_hex`]: `0x` and 1 to 16 hex digits, no sign).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HexMask(pub u64);
 
@@ -36,13 +41,12 @@ impl Serialize for HexMask {
 impl<'de> Deserialize<'de> for HexMask {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        let t = s.trim();
-        t.strip_prefix("0x")
-            .or_else(|| t.strip_prefix("0X"))
-            .and_then(|h| u64::from_str_radix(h, 16).ok())
+        xstate::profile::parse_hex(&s, 16)
             .map(HexMask)
             .ok_or_else(|| {
-                serde::de::Error::custom(format!("{s:?} is not a 0x-prefixed 64-bit hex number"))
+                serde::de::Error::custom(format!(
+                    "{s:?} is not a 0x-prefixed 64-bit hex number (0x and 1 to 16 hex digits)"
+                ))
             })
     }
 }
@@ -99,11 +103,14 @@ pub struct HostProfile {
 }
 
 impl HostProfile {
-    /// Read and check a profile file. Every error names the file.
+    /// Read and check a profile file: a regular file of at most
+    /// [`MAX_PROFILE_BYTES`] (refused from its type and size before a byte
+    /// is read), UTF-8 JSON. Every error names the file.
     pub fn load(path: &Path) -> Result<Self, FeaturesError> {
-        let text = std::fs::read_to_string(path).map_err(|e| FeaturesError::Profile {
+        let bytes = crate::input::open_regular(path, "profile", MAX_PROFILE_BYTES)?.read_all()?;
+        let text = String::from_utf8(bytes).map_err(|e| FeaturesError::Profile {
             path: path.to_path_buf(),
-            reason: format!("cannot read: {e}"),
+            reason: format!("not UTF-8 text: {}", e.utf8_error()),
         })?;
         Self::parse(path, &text)
     }
@@ -117,6 +124,10 @@ impl HostProfile {
         let profile = CpuidProfile::from_json(text).map_err(|e| fail(e.to_string()))?;
         let extras: ProfileExtras =
             serde_json::from_str(text).map_err(|e| fail(format!("CPUID profile: {e}")))?;
+        // The xstate crate checked its own text fields; this one is ours.
+        if let Some(r) = &extras.recorded_by {
+            xstate::profile::check_text("recorded_by", r).map_err(|e| fail(e.to_string()))?;
+        }
         let cpu = profile
             .xsave_info()
             .map_err(|e| fail(format!("leaf_0xd: {e}")))?;
@@ -440,6 +451,64 @@ mod tests {
         assert!(e.contains("xcr0_enabled 0x1f"), "{e}");
         let e = err(&edit(|v| v["xcr0_enabled"] = "7".into()));
         assert!(e.contains("0x-prefixed"), "{e}");
+        for bad in ["0x+207", "0x", " 0x207", "0x1_0", "0x10000000000000000"] {
+            let e = err(&edit(|v| v["xcr0_enabled"] = bad.into()));
+            assert!(
+                e.contains("is not a 0x-prefixed 64-bit hex number"),
+                "{bad}: {e}"
+            );
+        }
+        let e = err(&edit(|v| v["leaf_0xd"][0]["eax"] = "0x+207".into()));
+        assert!(
+            e.contains("register value \"0x+207\" is not a 32-bit hex number"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn rejects_control_characters_naming_the_field() {
+        for field in [
+            "name",
+            "microarchitecture",
+            "vendor",
+            "source",
+            "recorded_by",
+        ] {
+            let e = err(&edit(|v| v[field] = "x\u{1b}]0;pwned\u{7}".into()));
+            assert!(
+                e.starts_with("profile bad.json: CPUID profile: field `")
+                    && e.contains(&format!(
+                        "`{field}` contains control character U+001B at byte 1"
+                    )),
+                "{field}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn load_refuses_what_is_not_a_small_regular_file() {
+        let e = HostProfile::load(Path::new("/dev/zero"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "profile /dev/zero is a character device, not a regular file"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big.json");
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(MAX_PROFILE_BYTES + 1)
+            .unwrap();
+        let e = HostProfile::load(&big).unwrap_err().to_string();
+        assert!(
+            e.ends_with("is 1048577 bytes; the limit is 1048576 bytes"),
+            "{e}"
+        );
+        let bin = dir.path().join("bin.json");
+        std::fs::write(&bin, b"{\"name\": \"\xff\"}").unwrap();
+        let e = HostProfile::load(&bin).unwrap_err().to_string();
+        assert!(e.contains("not UTF-8 text"), "{e}");
     }
 
     #[test]

@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use xstate::InitMode;
 
+use crate::arch::elf::{ELF_MAGIC, MAX_KERNEL_BYTES};
 use crate::devices::SerialSink;
 use crate::error::{BootError, Result};
+use crate::input::{self, InputError};
 use crate::xstate_manager::SyncPolicy;
 
 /// A kernel image to boot, with a name for messages.
@@ -28,12 +30,25 @@ impl KernelImage {
         }
     }
 
-    /// A kernel read from a file.
+    /// A kernel read from a file: a regular file of at most
+    /// [`MAX_KERNEL_BYTES`] that starts with the ELF magic, checked in that
+    /// order before the rest is read (so `/dev/zero`, a FIFO or a huge
+    /// sparse file is refused at once, naming the rule).
     pub fn from_file(path: &std::path::Path) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|source| BootError::KernelRead {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let mut file =
+            input::open_regular(path, "kernel", MAX_KERNEL_BYTES).map_err(BootError::from)?;
+        match file.check_magic(ELF_MAGIC, "the ELF magic") {
+            Ok(()) => {}
+            Err(InputError::BadMagic { .. }) => {
+                return Err(BootError::NotElf {
+                    image: path.display().to_string(),
+                    len: file.len(),
+                }
+                .into())
+            }
+            Err(e) => return Err(BootError::from(e).into()),
+        }
+        let bytes = file.read_all().map_err(BootError::from)?;
         Ok(Self {
             name: path.display().to_string(),
             bytes: bytes.into(),

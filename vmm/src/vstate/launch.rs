@@ -14,9 +14,10 @@ use super::runner::VcpuRunner;
 use super::stop::{supervise, Deadlines};
 use super::vcpu;
 use crate::arch::boot;
+use crate::arch::layout::{MAX_MEM_MIB, MIN_MEM_MIB};
 use crate::cpuid::{validate_policy, Policy};
 use crate::devices::{Devices, ReportDelivery};
-use crate::error::{Error, Result};
+use crate::error::{Error, MemoryError, Result};
 use crate::kvm::HostKvm;
 use crate::snapshot::save::SaveContext;
 use crate::xstate_manager::XstateManager;
@@ -24,6 +25,10 @@ use crate::xstate_manager::XstateManager;
 /// Boot a guest and run it to the end.
 pub fn run(config: RunConfig) -> Result<RunOutcome> {
     let start = Instant::now();
+    // The image is checked first: a bad one never opens KVM, let alone
+    // creates a VM it could corrupt.
+    let ram_bytes = ram_bytes(config.mem_mib)?;
+    let plan = boot::check_kernel(&config.kernel.bytes, &config.kernel.name, ram_bytes)?;
     let host = HostKvm::open()?;
     // Validate the policy first, once: an invalid mask never creates a VM.
     let xcr0 = validate_policy(
@@ -37,7 +42,12 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
     let cmdline = with_xfeatures_hint(&config.cmdline, xcr0);
 
     let machine = Machine::create(&host, config.mem_mib)?;
-    let kernel = boot::load_kernel(&machine.mem, &config.kernel.bytes, &config.kernel.name)?;
+    let kernel = boot::load_kernel(
+        &machine.mem,
+        &config.kernel.bytes,
+        &config.kernel.name,
+        &plan,
+    )?;
     boot::write_boot_info(&machine.mem, &cmdline)?;
 
     // The TSC rate is a vCPU property; it goes into the guest's CPUID so the
@@ -87,6 +97,14 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
         start,
         setup_time,
     })
+}
+
+/// `--mem` in bytes, refused when outside what the memory map allows.
+fn ram_bytes(mem_mib: u64) -> Result<u64> {
+    if !(MIN_MEM_MIB..=MAX_MEM_MIB).contains(&mem_mib) {
+        return Err(MemoryError::SizeOutOfRange(mem_mib).into());
+    }
+    Ok(mem_mib << 20)
 }
 
 /// A time-triggered snapshot needs somewhere to go: refused before any VM

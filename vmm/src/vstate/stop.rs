@@ -121,7 +121,9 @@ pub fn supervise<R: Send + 'static>(
         // Kick until the thread notices. A snapshot being written meanwhile
         // is not disturbed (the handler does nothing and writes retry on
         // EINTR).
-        let limit = timeout.map(|t| begin + t);
+        // Durations from flags are bounded (`input::MAX_SECONDS`); one that
+        // is not simply never fires.
+        let limit = timeout.and_then(|t| begin.checked_add(t));
         loop {
             match rx.recv_timeout(Duration::from_millis(10)) {
                 Ok(()) => break,
