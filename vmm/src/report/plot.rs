@@ -75,7 +75,7 @@ impl BarChart {
             .filter(|v| v.is_finite())
             .fold(0.0f64, f64::max);
         if top > 0.0 {
-            top * 1.18
+            top * 1.4
         } else {
             1.0
         }
@@ -184,12 +184,13 @@ where
     let mut chart = ChartBuilder::on(area)
         .caption(&c.title, ("sans-serif", 18))
         .margin(12)
-        .x_label_area_size(105)
+        .x_label_area_size(135)
         .y_label_area_size(80)
         .build_cartesian_2d(0.0..width, 0.0..top)?;
     chart
         .configure_mesh()
         .disable_x_mesh()
+        .max_light_lines(1)
         .x_labels(0)
         .y_desc(c.y_desc.as_str())
         .y_label_formatter(&|v| short(*v))
@@ -211,7 +212,10 @@ where
     }
     // Whiskers: min..p90 of the rounds.
     let whisker = BLACK.stroke_width(1);
-    let ranged: Vec<_> = bars.iter().filter_map(|(x, b)| Some((*x, b.range?))).collect();
+    let ranged: Vec<_> = bars
+        .iter()
+        .filter_map(|(x, b)| Some((*x, b.range?)))
+        .collect();
     if !ranged.is_empty() {
         chart
             .draw_series(ranged.iter().flat_map(|(x, (lo, hi))| {
@@ -226,7 +230,10 @@ where
             .legend(|(x, y)| PathElement::new(vec![(x + 6, y - 6), (x + 6, y + 6)], BLACK));
     }
     // Reference ticks across bars (the raw KVM limit).
-    let ticks: Vec<_> = bars.iter().filter_map(|(x, b)| Some((*x, b.tick?))).collect();
+    let ticks: Vec<_> = bars
+        .iter()
+        .filter_map(|(x, b)| Some((*x, b.tick?)))
+        .collect();
     if let (Some(name), false) = (&c.tick_name, ticks.is_empty()) {
         let style = RED.stroke_width(3);
         chart
@@ -247,28 +254,34 @@ where
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 12, y)], style));
     }
     // Values above the bars.
-    let above = TextStyle::from(("sans-serif", 10).into_font()).pos(Pos::new(HPos::Center, VPos::Bottom));
+    let above =
+        TextStyle::from(("sans-serif", 10).into_font()).pos(Pos::new(HPos::Center, VPos::Bottom));
     chart.draw_series(bars.iter().filter_map(|(x, b)| {
-        let y = b.range.map_or(b.value, |r| r.1.max(b.value)).max(b.tick.unwrap_or(0.0));
-        Some(Text::new(b.text.clone()?, (*x, y + top * 0.01), above.clone()))
+        let y = b
+            .range
+            .map_or(b.value, |r| r.1.max(b.value))
+            .max(b.tick.unwrap_or(0.0));
+        Some(Text::new(
+            b.text.clone()?,
+            (*x, y + top * 0.01),
+            above.clone(),
+        ))
     }))?;
-    // Group captions, centred over their bars, near the top.
-    let caption = TextStyle::from(("sans-serif", 13).into_font()).pos(Pos::new(HPos::Center, VPos::Top));
-    let mut first = 0.5;
-    for g in c.groups.iter().filter(|g| !g.bars.is_empty()) {
-        let mid = first + (g.bars.len() as f64 - 1.0) / 2.0;
-        chart.draw_series(std::iter::once(Text::new(
-            g.label.clone(),
-            (mid, top * 0.985),
-            caption.clone(),
-        )))?;
-        first += g.bars.len() as f64 + 1.0;
-    }
     // Bar labels under the axis, rotated to read downwards.
     let under = TextStyle::from(("sans-serif", 11).into_font()).transform(FontTransform::Rotate90);
     for (x, b) in &bars {
         let (px, py) = chart.backend_coord(&(*x, 0.0));
         root.draw(&Text::new(b.label.clone(), (px + 5, py + 6), under.clone()))?;
+    }
+    // Group captions under their bars' labels.
+    let caption =
+        TextStyle::from(("sans-serif", 14).into_font()).pos(Pos::new(HPos::Center, VPos::Top));
+    let mut first = 0.5;
+    for g in c.groups.iter().filter(|g| !g.bars.is_empty()) {
+        let mid = first + (g.bars.len() as f64 - 1.0) / 2.0;
+        let (px, py) = chart.backend_coord(&(mid, 0.0));
+        root.draw(&Text::new(g.label.clone(), (px, py + 112), caption.clone()))?;
+        first += g.bars.len() as f64 + 1.0;
     }
     chart
         .configure_series_labels()
@@ -327,10 +340,7 @@ pub fn run_charts(s: &RunSummary) -> Vec<BarChart> {
     let ratios = BarChart {
         title: "Workloads: guest / native throughput".into(),
         y_desc: "guest / native (1.0 = native speed)".into(),
-        series: vec![
-            "at least native".into(),
-            "below native".into(),
-        ],
+        series: vec!["at least native".into(), "below native".into()],
         groups: vec![BarGroup {
             label: String::new(),
             bars: s
