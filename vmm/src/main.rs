@@ -72,6 +72,10 @@ struct RunArgs {
     /// Also show the guest's own serial report (on stderr with --json).
     #[arg(long)]
     serial: bool,
+    /// Also draw the switch strategies' cycles and the workloads'
+    /// guest/native ratios as an SVG bar chart into FILE.
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
     #[command(flatten)]
     session: SessionArgs,
 }
@@ -141,6 +145,9 @@ fn seconds(v: f64, what: &str) -> Result<Option<Duration>, vmm::Error> {
 }
 
 fn run(args: RunArgs) -> Result<i32, vmm::Error> {
+    if let Some(p) = &args.plot {
+        vmm::report::plot::check_target(p)?;
+    }
     let kernel = match &args.kernel {
         Some(p) => KernelImage::from_file(p)?,
         None => KernelImage::embedded(),
@@ -177,6 +184,7 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
         &outcome,
         (!args.session.no_native).then_some(args.workload.as_str()),
         args.session.json,
+        args.plot.as_deref(),
     )
 }
 
@@ -186,6 +194,7 @@ fn print_outcome(
     outcome: &vstate::RunOutcome,
     native: Option<&str>,
     json: bool,
+    plot: Option<&std::path::Path>,
 ) -> Result<i32, vmm::Error> {
     let mut summary = RunSummary::new(outcome);
     if let Some(workload) = native.filter(|_| !summary.results.is_empty()) {
@@ -199,6 +208,10 @@ fn print_outcome(
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         print!("{}", summary.to_table());
+    }
+    if let Some(path) = plot {
+        let charts = vmm::report::plot::run_charts(&summary);
+        vmm::report::plot::write_svg(path, &charts, 1200)?;
     }
     Ok(summary.process_exit)
 }
@@ -235,6 +248,7 @@ fn restore(args: RestoreArgs) -> Result<i32, vmm::Error> {
         &outcome,
         (!session.no_native).then_some(workload.as_str()),
         session.json,
+        None,
     )
 }
 

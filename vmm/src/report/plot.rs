@@ -184,7 +184,7 @@ where
     let mut chart = ChartBuilder::on(area)
         .caption(&c.title, ("sans-serif", 18))
         .margin(12)
-        .x_label_area_size(135)
+        .x_label_area_size(150)
         .y_label_area_size(80)
         .build_cartesian_2d(0.0..width, 0.0..top)?;
     chart
@@ -268,7 +268,7 @@ where
         ))
     }))?;
     // Bar labels under the axis, rotated to read downwards.
-    let under = TextStyle::from(("sans-serif", 11).into_font()).transform(FontTransform::Rotate90);
+    let under = TextStyle::from(("sans-serif", 10).into_font()).transform(FontTransform::Rotate90);
     for (x, b) in &bars {
         let (px, py) = chart.backend_coord(&(*x, 0.0));
         root.draw(&Text::new(b.label.clone(), (px + 5, py + 6), under.clone()))?;
@@ -280,7 +280,7 @@ where
     for g in c.groups.iter().filter(|g| !g.bars.is_empty()) {
         let mid = first + (g.bars.len() as f64 - 1.0) / 2.0;
         let (px, py) = chart.backend_coord(&(mid, 0.0));
-        root.draw(&Text::new(g.label.clone(), (px, py + 112), caption.clone()))?;
+        root.draw(&Text::new(g.label.clone(), (px, py + 128), caption.clone()))?;
         first += g.bars.len() as f64 + 1.0;
     }
     chart
