@@ -16,7 +16,7 @@ use guest::protocol::MARK_END;
 use serde::Serialize;
 use xstate::{Xfeature, XfeatureMask};
 
-use super::baseline::Comparison;
+use super::compare::Comparison;
 use super::progress::Progress;
 use super::stats::{Spread, Verdict};
 use crate::devices::SerialSink;

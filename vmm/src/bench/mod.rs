@@ -2,8 +2,14 @@
 //!
 //! - `exits` ([`exits`]): vCPU exit cost per policy against the raw limit.
 //! - `init-xstate` ([`init_xstate`]): the illumos initial-state experiment.
+//!
+//! Shared by both: [`stats`] (median, min..p90 spread, within-noise
+//! verdicts), [`progress`] (the stderr progress bar), `--plot` through
+//! [`crate::report::plot`]; for `exits`, [`baseline`] and [`compare`]
+//! (saved runs and the row-by-row comparison with them).
 
 pub mod baseline;
+pub mod compare;
 pub mod exits;
 pub mod init_xstate;
 pub mod progress;
