@@ -74,6 +74,12 @@ pub enum Error {
     /// Writing output failed.
     #[error("output: {0}")]
     Io(#[from] std::io::Error),
+    /// A `vmm bench` baseline could not be saved, found or read.
+    #[error("baseline: {0}")]
+    Baseline(#[from] BaselineError),
+    /// A `--plot` file could not be drawn or written.
+    #[error("plot: {0}")]
+    Plot(#[from] PlotError),
 }
 
 impl Error {
@@ -352,4 +358,103 @@ pub enum VcpuError {
     /// The saved 8250 registers are inconsistent.
     #[error("the saved UART state is invalid: {0}")]
     UartState(String),
+}
+
+/// Why a `vmm bench` baseline (`--save-baseline`, `--baseline`, `--compare`)
+/// could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum BaselineError {
+    /// The name would not make a plain file name in the baseline directory.
+    #[error("{flag} {name:?}: a baseline name is 1 to 64 letters, digits, '-', '_' or '.', not starting with '.'")]
+    BadName {
+        /// The flag that named it.
+        flag: &'static str,
+        /// The name given.
+        name: String,
+    },
+    /// No `--baseline-dir`, and neither `$XDG_DATA_HOME` nor `$HOME` to
+    /// put the default under.
+    #[error("no baseline directory: give --baseline-dir (neither XDG_DATA_HOME nor HOME is set)")]
+    NoDir,
+    /// `--baseline NAME` names no saved baseline.
+    #[error("--baseline {name:?}: no baseline saved under that name ({} does not exist; save one with --save-baseline {name})", path.display())]
+    Missing {
+        /// The name given.
+        name: String,
+        /// Where it was looked for.
+        path: PathBuf,
+    },
+    /// The file could not be opened or read.
+    #[error(transparent)]
+    Read(#[from] crate::input::InputError),
+    /// The file is not JSON of the expected shape.
+    #[error("{} is not a `vmm bench {bench} --json` result: {source}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The benchmark expected.
+        bench: &'static str,
+        /// What the JSON parser said.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The file holds another benchmark's result.
+    #[error("{} holds a `vmm bench {found}` result, not `{bench}`", path.display())]
+    WrongBench {
+        /// The file.
+        path: PathBuf,
+        /// The benchmark expected.
+        bench: &'static str,
+        /// The benchmark it holds.
+        found: String,
+    },
+    /// The baseline could not be written.
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        /// The file (or its directory).
+        path: PathBuf,
+        /// What the file system said.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Why a `--plot` file could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum PlotError {
+    /// The plot's directory does not exist: refused before measuring, so a
+    /// long benchmark is not lost at the end.
+    #[error("--plot {}: directory {} does not exist", path.display(), dir.display())]
+    NoDir {
+        /// The file given.
+        path: PathBuf,
+        /// Its directory.
+        dir: PathBuf,
+    },
+    /// There is nothing to plot.
+    #[error("--plot {}: {what}", path.display())]
+    Empty {
+        /// The file given.
+        path: PathBuf,
+        /// What is missing.
+        what: &'static str,
+    },
+    /// plotters could not draw the chart.
+    #[error("drawing {}: {source}", path.display())]
+    Draw {
+        /// The file given.
+        path: PathBuf,
+        /// The drawing error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The SVG could not be written.
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        /// The file given.
+        path: PathBuf,
+        /// What the file system said.
+        #[source]
+        source: std::io::Error,
+    },
 }

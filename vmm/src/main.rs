@@ -73,6 +73,10 @@ struct RunArgs {
     /// Also show the guest's own serial report (on stderr with --json).
     #[arg(long)]
     serial: bool,
+    /// Also draw the switch strategies' cycles and the workloads'
+    /// guest/native ratios as an SVG bar chart into FILE.
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
     #[command(flatten)]
     session: SessionArgs,
 }
@@ -127,6 +131,9 @@ struct RestoreArgs {
 }
 
 fn run(args: RunArgs) -> Result<i32, vmm::Error> {
+    if let Some(p) = &args.plot {
+        vmm::report::plot::check_target(p)?;
+    }
     let kernel = match &args.kernel {
         Some(p) => KernelImage::from_file(p)?,
         None => KernelImage::embedded(),
@@ -163,6 +170,7 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
         &outcome,
         (!args.session.no_native).then_some(args.workload.as_str()),
         args.session.json,
+        args.plot.as_deref(),
     )
 }
 
@@ -172,6 +180,7 @@ fn print_outcome(
     outcome: &vstate::RunOutcome,
     native: Option<&str>,
     json: bool,
+    plot: Option<&std::path::Path>,
 ) -> Result<i32, vmm::Error> {
     let mut summary = RunSummary::new(outcome);
     if let Some(workload) = native.filter(|_| !summary.results.is_empty()) {
@@ -185,6 +194,10 @@ fn print_outcome(
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         print!("{}", summary.to_table());
+    }
+    if let Some(path) = plot {
+        let charts = vmm::report::plot::run_charts(&summary);
+        vmm::report::plot::write_svg(path, &charts, 1200)?;
     }
     Ok(summary.process_exit)
 }
@@ -221,6 +234,7 @@ fn restore(args: RestoreArgs) -> Result<i32, vmm::Error> {
         &outcome,
         (!session.no_native).then_some(workload.as_str()),
         session.json,
+        None,
     )
 }
 

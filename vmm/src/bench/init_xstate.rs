@@ -9,9 +9,12 @@ use std::time::Duration;
 use serde::Serialize;
 use xstate::{InitMode, XfeatureMask};
 
+use super::progress::Progress;
+use super::stats::{Spread, Verdict};
 use crate::devices::SerialSink;
 use crate::error::{Error, Result};
 use crate::report::hex;
+use crate::report::plot::{Bar, BarChart, BarGroup};
 use crate::report::table::{or_dash, Columns};
 use crate::report::{ResultRow, RunSummary};
 use crate::vstate::{self, RunConfig};
@@ -27,12 +30,22 @@ pub struct InitRow {
     pub size: u64,
     /// Unit of `minimal` and `all` (`MB/s`, `GFLOPS`, `1/s`).
     pub unit: &'static str,
-    /// Throughput with the initial XSTATE_BV = x87|SSE.
+    /// Throughput with the initial XSTATE_BV = x87|SSE: the median of the
+    /// rounds.
     pub minimal: Option<f64>,
-    /// Throughput with the initial XSTATE_BV = all of XCR0.
+    /// Throughput with the initial XSTATE_BV = all of XCR0: the median of
+    /// the rounds.
     pub all: Option<f64>,
-    /// `all / minimal`: below 1 means the wrong initial state costs throughput.
+    /// `all / minimal` (medians): below 1 means the wrong initial state
+    /// costs throughput.
     pub ratio: Option<f64>,
+    /// Min / median / p90 of `minimal` over the rounds.
+    pub minimal_spread: Option<Spread>,
+    /// Min / median / p90 of `all` over the rounds.
+    pub all_spread: Option<Spread>,
+    /// Whether `all` and `minimal` differ by less than their noise (their
+    /// min..p90 ranges overlap, or there was one round).
+    pub within_noise: Option<bool>,
 }
 
 /// The whole experiment.
@@ -49,6 +62,8 @@ pub struct InitBench {
     /// The same with all of XCR0 initially marked in use.
     #[serde(serialize_with = "hex::opt_mask")]
     pub xinuse_all: Option<XfeatureMask>,
+    /// Runs under each initial state, interleaved.
+    pub rounds: u32,
     /// One row per workload variant.
     pub rows: Vec<InitRow>,
 }
@@ -73,19 +88,45 @@ fn run_one(
     Ok(RunSummary::new(&outcome))
 }
 
-/// Run `workload` under both initial states.
-pub fn run(workload: &str, xfeatures: Option<&str>, timeout: Duration) -> Result<InitBench> {
-    let minimal = run_one(workload, xfeatures, InitMode::Minimal, timeout)?;
-    let all = run_one(workload, xfeatures, InitMode::AllOfXcr0, timeout)?;
-    let rows = minimal
+/// Run `workload` under both initial states, `rounds` times interleaved.
+pub fn run(
+    workload: &str,
+    xfeatures: Option<&str>,
+    rounds: u32,
+    timeout: Duration,
+    progress: &Progress,
+) -> Result<InitBench> {
+    let rounds = rounds.max(1);
+    let mut minimal = Vec::new();
+    let mut all = Vec::new();
+    for round in 1..=rounds {
+        for (init, name, into) in [
+            (InitMode::Minimal, "minimal", &mut minimal),
+            (InitMode::AllOfXcr0, "all", &mut all),
+        ] {
+            progress.step(format!("round {round}/{rounds}, initial XSTATE_BV {name}"));
+            into.push(run_one(workload, xfeatures, init, timeout)?);
+            progress.inc();
+        }
+    }
+    // The same row of every round's results.
+    let samples = |runs: &[RunSummary], m: &ResultRow| -> Vec<f64> {
+        runs.iter()
+            .filter_map(|s| {
+                s.results
+                    .iter()
+                    .find(|a| a.name == m.name && a.variant == m.variant && a.size == m.size)
+                    .and_then(ResultRow::throughput)
+            })
+            .collect()
+    };
+    let rows = minimal[0]
         .results
         .iter()
         .map(|m| {
-            let a = all
-                .results
-                .iter()
-                .find(|a| a.name == m.name && a.variant == m.variant && a.size == m.size);
-            let (mv, av) = (m.throughput(), a.and_then(ResultRow::throughput));
+            let ms = Spread::of(&samples(&minimal, m));
+            let al = Spread::of(&samples(&all, m));
+            let (mv, av) = (ms.map(|s| s.median), al.map(|s| s.median));
             InitRow {
                 name: m.name.clone(),
                 variant: m.variant.clone(),
@@ -97,14 +138,21 @@ pub fn run(workload: &str, xfeatures: Option<&str>, timeout: Duration) -> Result
                     (Some(m), Some(a)) if m > 0.0 => Some(a / m),
                     _ => None,
                 },
+                minimal_spread: ms,
+                all_spread: al,
+                within_noise: ms
+                    .zip(al)
+                    .map(|(m, a)| Verdict::of(&a, &m, rounds).is_noise()),
             }
         })
         .collect();
+    let (first_min, first_all) = (&minimal[0], &all[0]);
     Ok(InitBench {
         workload: workload.to_string(),
-        guest_xcr0: minimal.guest_xcr0,
-        xinuse_minimal: minimal.guest_xinuse,
-        xinuse_all: all.guest_xinuse,
+        guest_xcr0: first_min.guest_xcr0,
+        xinuse_minimal: first_min.guest_xinuse,
+        xinuse_all: first_all.guest_xinuse,
+        rounds,
         rows,
     })
 }
@@ -127,11 +175,12 @@ impl InitBench {
             .right(" ", 12)
             .right(" ", 12)
             .left(" ", 7)
-            .right(" ", 7);
+            .right(" ", 7)
+            .left("  ", 0);
         t.push(
             &mut s,
             &[
-                "workload", "variant", "size", "minimal", "all", "unit", "all/min",
+                "workload", "variant", "size", "minimal", "all", "unit", "all/min", "note",
             ],
         );
         let f = |v: Option<f64>| or_dash(v.map(|v| format!("{v:.2}")));
@@ -146,9 +195,64 @@ impl InitBench {
                     f(r.all),
                     r.unit.to_string(),
                     or_dash(r.ratio.map(|v| format!("{v:.3}"))),
+                    match r.within_noise {
+                        Some(true) => "within noise".to_string(),
+                        _ => String::new(),
+                    },
                 ],
             );
         }
+        let _ = writeln!(
+            s,
+            "minimal and all are medians of {} rounds; \"within noise\": their min..p90 ranges overlap",
+            self.rounds
+        );
         s
+    }
+
+    /// The `--plot` chart: `all / minimal` per workload row against the
+    /// 1.0 line, with the range the rounds allow (all's min over minimal's
+    /// p90 to all's p90 over minimal's min).
+    pub fn charts(&self) -> Vec<BarChart> {
+        let bars = self
+            .rows
+            .iter()
+            .filter_map(|r| {
+                let ratio = r.ratio?;
+                let range = match (r.minimal_spread, r.all_spread) {
+                    (Some(m), Some(a)) if m.min > 0.0 && m.p90 > 0.0 => {
+                        Some((a.min / m.p90, a.p90 / m.min))
+                    }
+                    _ => None,
+                };
+                let noise = r.within_noise == Some(true);
+                Some(Bar {
+                    label: format!("{} {} {}", r.name, r.variant, r.size),
+                    series: if noise { 2 } else { usize::from(ratio < 1.0) },
+                    value: ratio,
+                    range,
+                    tick: None,
+                    text: Some(format!("{ratio:.2}")),
+                })
+            })
+            .collect();
+        vec![BarChart {
+            title: format!(
+                "Initial XSTATE_BV all of XCR0 vs x87|SSE (workload={}): throughput ratio, median of {} rounds",
+                self.workload, self.rounds
+            ),
+            y_desc: "throughput all / minimal (1.0 = no effect)".into(),
+            series: vec![
+                "faster with all".into(),
+                "slower with all".into(),
+                "within noise".into(),
+            ],
+            groups: vec![BarGroup {
+                label: String::new(),
+                bars,
+            }],
+            tick_name: None,
+            hline: Some((1.0, "no effect = 1.0".into())),
+        }]
     }
 }

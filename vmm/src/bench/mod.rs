@@ -2,17 +2,30 @@
 //!
 //! - `exits` ([`exits`]): vCPU exit cost per policy against the raw limit.
 //! - `init-xstate` ([`init_xstate`]): the illumos initial-state experiment.
+//!
+//! Shared by both: [`stats`] (median, min..p90 spread, within-noise
+//! verdicts), [`progress`] (the stderr progress bar), `--plot` through
+//! [`crate::report::plot`]; for `exits`, [`baseline`] and [`compare`]
+//! (saved runs and the row-by-row comparison with them).
 
+pub mod baseline;
+pub mod compare;
 pub mod exits;
 pub mod init_xstate;
+pub mod progress;
+pub mod stats;
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
 use crate::error::{Error, Result};
 use crate::kvm::HostKvm;
+use crate::report::plot;
 use crate::xstate_manager::SyncPolicy;
+use exits::{Count, MAX_EXITS_PER_ROW, MAX_ROUNDS};
+use progress::Progress;
 
 /// `vmm bench`.
 #[derive(Args)]
@@ -22,27 +35,54 @@ pub struct BenchArgs {
     pub what: BenchCommand,
 }
 
+/// `--budget SECONDS`: a positive, finite number of seconds, at most a day.
+fn parse_budget(s: &str) -> std::result::Result<f64, String> {
+    let v: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if v.is_finite() && v > 0.0 && v <= 86_400.0 {
+        Ok(v)
+    } else {
+        Err("must be a number of seconds above 0 and at most 86400".into())
+    }
+}
+
 /// The measurements of `vmm bench`.
 #[derive(Subcommand)]
 pub enum BenchCommand {
     /// vCPU exit cost per exit kind, guest mode, XCR0, upper-YMM state and
     /// xstate sync policy, against a raw KVM_RUN loop measured in the same run.
+    ///
+    /// Each row is the median of --rounds interleaved rounds with its
+    /// min..p90 spread; rows whose difference from the raw loop is inside
+    /// that spread are marked "within noise". Without --count the exits per
+    /// row are calibrated to a time budget.
     Exits {
-        /// Exits per row.
-        #[arg(long, default_value_t = 100_000)]
-        count: u64,
-        /// Interleaved rounds; each row reports its best.
-        #[arg(long, default_value_t = 3)]
-        rounds: u32,
+        /// Exits per row [default: calibrated to --budget].
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_EXITS_PER_ROW), conflicts_with = "budget")]
+        count: Option<u64>,
+        /// Seconds of measurement to calibrate the exits per row to
+        /// [default: 120; 12 with --quick].
+        #[arg(long, value_name = "SECONDS", value_parser = parse_budget)]
+        budget: Option<f64>,
+        /// Interleaved rounds; each row reports their median and spread
+        /// [default: 3].
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=MAX_ROUNDS as i64))]
+        rounds: Option<u32>,
+        /// A short run (well under 30 s): the full XCR0 only (unless
+        /// --xfeatures), a 12 s budget, 3 rounds.
+        #[arg(long)]
+        quick: bool,
         /// Policies to measure (default: all).
         #[arg(long, value_enum, value_delimiter = ',')]
         policy: Vec<SyncPolicy>,
         /// Guest XCR0 values (default: x87,sse and x87,sse,avx).
         #[arg(long, value_delimiter = ';')]
         xfeatures: Vec<String>,
-        /// Print one JSON object instead of the table.
-        #[arg(long)]
-        json: bool,
+        /// Output options.
+        #[command(flatten)]
+        out: OutputArgs,
+        /// Baseline options.
+        #[command(flatten)]
+        baseline: BaselineArgs,
     },
     /// The same workloads with the initial XSTATE_BV = x87|SSE and = all of XCR0.
     InitXstate {
@@ -52,18 +92,60 @@ pub enum BenchCommand {
         /// The policy, as for `vmm run`.
         #[arg(long, value_name = "MASK")]
         xfeatures: Option<String>,
-        /// Print one JSON object instead of the table.
-        #[arg(long)]
-        json: bool,
+        /// Interleaved rounds; each row reports their median and spread.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=MAX_ROUNDS as i64))]
+        rounds: u32,
+        /// Output options.
+        #[command(flatten)]
+        out: OutputArgs,
     },
+}
+
+/// Output options every `vmm bench` shares.
+#[derive(Args)]
+pub struct OutputArgs {
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress bar (it is drawn on stderr only when stderr is a terminal).
+    #[arg(long)]
+    pub quiet: bool,
+    /// Also draw the results as an SVG bar chart into FILE.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+}
+
+/// Baselines of `vmm bench exits` (see [`baseline`]).
+#[derive(Args)]
+pub struct BaselineArgs {
+    /// Save this run as baseline NAME (NAME.json in the baseline directory).
+    #[arg(long, value_name = "NAME")]
+    pub save_baseline: Option<String>,
+    /// Compare this run with the saved baseline NAME.
+    #[arg(long, value_name = "NAME", conflicts_with = "compare")]
+    pub baseline: Option<String>,
+    /// Compare this run with FILE, any `vmm bench exits --json` output.
+    #[arg(long, value_name = "FILE.json")]
+    pub compare: Option<PathBuf>,
+    /// Where baselines are kept [default: $XDG_DATA_HOME/vmm/bench, else
+    /// ~/.local/share/vmm/bench].
+    #[arg(long, value_name = "DIR")]
+    pub baseline_dir: Option<PathBuf>,
 }
 
 fn print<T: serde::Serialize>(json: bool, value: &T, table: String) -> Result<()> {
     if json {
-        let text = serde_json::to_string_pretty(value).map_err(|e| Error::Guest(e.to_string()))?;
-        println!("{text}");
+        println!("{}", serde_json::to_string_pretty(value)?);
     } else {
         print!("{table}");
+    }
+    Ok(())
+}
+
+/// Write `charts` to `--plot FILE`, if given.
+fn write_plot(file: Option<&Path>, charts: impl FnOnce() -> Vec<plot::BarChart>) -> Result<()> {
+    if let Some(path) = file {
+        plot::write_svg(path, &charts(), 1400)?;
     }
     Ok(())
 }
@@ -74,21 +156,59 @@ pub fn main(args: BenchArgs) -> Result<i32> {
     match args.what {
         BenchCommand::Exits {
             count,
+            budget,
             rounds,
+            quick,
             policy,
             xfeatures,
-            json,
+            out,
+            baseline: bl,
         } => {
+            // Everything that can be refused is refused before measuring.
+            if let Some(p) = &out.plot {
+                plot::check_target(p)?;
+            }
+            let needs_dir = bl.save_baseline.is_some() || bl.baseline.is_some();
+            let dir = needs_dir
+                .then(|| baseline::dir(bl.baseline_dir.as_deref()))
+                .transpose()?;
+            let save_to = match (&bl.save_baseline, &dir) {
+                (Some(name), Some(d)) => Some(baseline::path(d, "--save-baseline", name)?),
+                _ => None,
+            };
+            let against = match (&bl.baseline, &dir, &bl.compare) {
+                (Some(name), Some(d), _) => {
+                    let path = baseline::path(d, "--baseline", name)?;
+                    if !path.exists() {
+                        return Err(crate::error::BaselineError::Missing {
+                            name: name.clone(),
+                            path,
+                        }
+                        .into());
+                    }
+                    Some((baseline::load(&path)?, name.clone()))
+                }
+                (_, _, Some(file)) => Some((baseline::load(file)?, file.display().to_string())),
+                _ => None,
+            };
             let host = HostKvm::open()?;
-            let masks = if xfeatures.is_empty() {
-                exits::default_masks(host.xstate.supported_xcr0())
-            } else {
+            let masks = if !xfeatures.is_empty() {
                 xfeatures
                     .iter()
                     .map(|s| {
                         crate::cpuid::validate_policy(Some(s), &host.xstate, &host.supported_cpuid)
                     })
                     .collect::<Result<Vec<_>>>()?
+            } else {
+                let all = exits::default_masks(host.xstate.supported_xcr0());
+                if quick {
+                    all.into_iter()
+                        .max_by_key(|m| m.bits())
+                        .into_iter()
+                        .collect()
+                } else {
+                    all
+                }
             };
             let policies = if policy.is_empty() {
                 vec![
@@ -100,18 +220,53 @@ pub fn main(args: BenchArgs) -> Result<i32> {
                 policy
             };
             drop(host);
-            let b = exits::run(count, rounds, &masks, &policies, timeout)?;
-            print(json, &b, b.to_table())?;
+            let default_budget = if quick {
+                exits::QUICK_BUDGET_S
+            } else {
+                exits::DEFAULT_BUDGET_S
+            };
+            let plan = exits::Plan {
+                count: match count {
+                    Some(c) => Count::Given(c),
+                    None => Count::Budget(budget.unwrap_or(default_budget)),
+                },
+                rounds: rounds.unwrap_or(exits::DEFAULT_ROUNDS),
+                masks,
+                policies,
+                timeout,
+            };
+            let progress = Progress::new(plan.boots(), out.quiet);
+            let measured = exits::run(&plan, &progress);
+            drop(progress);
+            let mut b = measured?;
+            if let Some((then, name)) = &against {
+                b.comparison = Some(baseline::compare(&b, then, name.clone()));
+            }
+            print(out.json, &b, b.to_table())?;
+            if let Some(path) = &save_to {
+                baseline::save(path, &b)?;
+                eprintln!("vmm: baseline saved to {}", path.display());
+            }
+            write_plot(out.plot.as_deref(), || b.charts())?;
         }
         BenchCommand::InitXstate {
             workload,
             xfeatures,
-            json,
+            rounds,
+            out,
         } => {
             guest::workloads::Selection::parse(&workload)
                 .map_err(|e| Error::Argument(format!("--workload {workload:?}: {e}")))?;
-            let b = init_xstate::run(&workload, xfeatures.as_deref(), timeout)?;
-            print(json, &b, b.to_table())?;
+            if let Some(p) = &out.plot {
+                plot::check_target(p)?;
+            }
+            let progress = Progress::new(2 * u64::from(rounds), out.quiet);
+            let measured =
+                init_xstate::run(&workload, xfeatures.as_deref(), rounds, timeout, &progress);
+            drop(progress);
+            let b = measured?;
+            print(out.json, &b, b.to_table())?;
+            write_plot(out.plot.as_deref(), || b.charts())?;
         }
     }
     Ok(0)

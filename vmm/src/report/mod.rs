@@ -33,9 +33,11 @@
 //! - [`table`]: column alignment for every text table.
 //! - [`hex`]: masks serialised as hex strings.
 //! - [`exit`]: process exit statuses.
+//! - [`plot`]: SVG bar charts for `--plot`.
 
 pub mod exit;
 pub mod hex;
+pub mod plot;
 pub mod render;
 pub mod summary;
 pub mod table;

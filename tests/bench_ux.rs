@@ -1,0 +1,364 @@
+//! `vmm bench` as a newcomer meets it: usage errors naming the flag, the
+//! `--quick` preset with medians and spreads in its JSON, baselines and
+//! comparisons, and the `--plot` SVGs (`vmm run --plot` too). No speed is
+//! asserted: only the shape and the arithmetic of what is reported.
+
+mod common;
+
+use std::path::Path;
+
+use common::{kvm_or_skip, vmm, vmm_json};
+use serde_json::Value;
+
+/// A clap usage error (status 2) whose message names `flag`.
+fn assert_usage_error(args: &[&str], flag: &str) {
+    let out = vmm(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert!(err.contains(flag), "{args:?} does not name {flag}: {err}");
+}
+
+#[test]
+fn zero_count_and_rounds_are_usage_errors() {
+    assert_usage_error(&["bench", "exits", "--count", "0"], "--count");
+    assert_usage_error(&["bench", "exits", "--count", "10000001"], "--count");
+    assert_usage_error(&["bench", "exits", "--rounds", "0"], "--rounds");
+    assert_usage_error(&["bench", "exits", "--budget", "0"], "--budget");
+    assert_usage_error(&["bench", "exits", "--budget", "nan"], "--budget");
+    assert_usage_error(&["bench", "init-xstate", "--rounds", "0"], "--rounds");
+    assert_usage_error(
+        &["bench", "exits", "--count", "5", "--budget", "3"],
+        "--budget",
+    );
+}
+
+/// The SVG at `path` parses as XML, is an `<svg>` document and its text
+/// holds every one of `labels`.
+fn assert_svg(path: &Path, labels: &[&str]) {
+    let text = std::fs::read_to_string(path).expect("the plot was written");
+    let doc = roxmltree::Document::parse(&text).expect("the plot is well-formed XML");
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    let words: String = doc
+        .descendants()
+        .filter_map(|n| n.text())
+        .collect::<Vec<_>>()
+        .join("\n");
+    for l in labels {
+        assert!(words.contains(l), "{} lacks {l:?}", path.display());
+    }
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+#[test]
+fn quick_exits_reports_spreads_saves_compares_and_plots() {
+    if !kvm_or_skip("quick_exits_reports_spreads_saves_compares_and_plots") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("exits.svg");
+    let bdir = dir.path().join("baselines");
+    let (out, v) = vmm_json(&[
+        "bench",
+        "exits",
+        "--quick",
+        "--plot",
+        svg.to_str().unwrap(),
+        "--save-baseline",
+        "first",
+        "--baseline-dir",
+        bdir.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // Not a terminal: no progress bar on stderr, only the saved-baseline line.
+    assert!(!err.contains("ETA"), "{err}");
+    assert!(err.contains("baseline saved"), "{err}");
+    assert_eq!(v["bench"], "exits");
+    assert_eq!(v["rounds"], 3);
+    assert_eq!(v["count_source"], "calibrated");
+    assert_eq!(f(&v["budget_s"]), 12.0);
+    assert_eq!(v["statistic"], "median");
+    assert!(v["count"].as_u64().unwrap() >= 200);
+    assert!(f(&v["wall_s"]) > 0.0);
+    assert!(v["comparison"].is_null());
+    let rows = v["rows"].as_array().unwrap();
+    // --quick: one XCR0; raw + 3 policies x (3 exit kinds x 3 mode/ymm
+    // variants, or 2 without AVX).
+    let xcr0s: std::collections::BTreeSet<_> = rows
+        .iter()
+        .map(|r| r["guest_xcr0"].as_str().unwrap())
+        .collect();
+    assert_eq!(xcr0s.len(), 1, "{xcr0s:?}");
+    assert!(rows.len() == 36 || rows.len() == 24, "{} rows", rows.len());
+    let raw_of = |r: &Value| {
+        rows.iter()
+            .find(|x| {
+                x["policy"] == "raw"
+                    && x["exit"] == r["exit"]
+                    && x["mode"] == r["mode"]
+                    && x["upper_ymm"] == r["upper_ymm"]
+            })
+            .unwrap()
+    };
+    for r in rows {
+        let (min, med, p90) = (
+            f(&r["ns_per_exit_min"]),
+            f(&r["ns_per_exit_median"]),
+            f(&r["ns_per_exit_p90"]),
+        );
+        assert!(min <= med && med <= p90, "{r}");
+        assert_eq!(f(&r["ns_per_exit"]), med);
+        let rounds: Vec<f64> = r["ns_per_exit_rounds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(f)
+            .collect();
+        assert_eq!(rounds.len(), 3);
+        let mut sorted = rounds.clone();
+        sorted.sort_by(f64::total_cmp);
+        assert_eq!((sorted[0], sorted[1]), (min, med));
+        assert!((f(&r["spread_pct"]) - (p90 - min) / med * 100.0).abs() < 1e-6);
+        assert!(f(&r["guest_cycles_per_exit_min"]) <= f(&r["guest_cycles_per_exit"]));
+        let raw = raw_of(r);
+        assert_eq!(f(&r["raw_ns_per_exit"]), f(&raw["ns_per_exit"]));
+        assert!((f(&r["ratio_to_raw"]) - med / f(&raw["ns_per_exit"])).abs() < 1e-9);
+        if r["policy"] == "raw" {
+            assert!(r["vs_raw"].is_null() && r["within_noise"].is_null(), "{r}");
+            continue;
+        }
+        // The verdict follows the ranges: overlapping min..p90 is noise.
+        let (rmin, rp90) = (f(&raw["ns_per_exit_min"]), f(&raw["ns_per_exit_p90"]));
+        let overlap = min <= rp90 && rmin <= p90;
+        let verdict = r["vs_raw"].as_str().unwrap();
+        assert_eq!(r["within_noise"].as_bool(), Some(overlap), "{r}");
+        match verdict {
+            "within-noise" => assert!(overlap),
+            "slower" => assert!(!overlap && med > f(&raw["ns_per_exit"])),
+            "faster" => assert!(!overlap && med < f(&raw["ns_per_exit"])),
+            other => panic!("verdict {other}"),
+        }
+    }
+    assert_svg(
+        &svg,
+        &[
+            "lazy",
+            "eager",
+            "eager-compact",
+            "pio cpl3 clean",
+            "cpuid cpl0 clean",
+            "raw KVM limit (same exit)",
+            "min..p90 of the rounds",
+            "ns per exit",
+        ],
+    );
+    let saved = bdir.join("first.json");
+    let saved_v: Value = serde_json::from_slice(&std::fs::read(&saved).unwrap()).unwrap();
+    assert_eq!(saved_v["rows"], v["rows"]);
+
+    // A short run of the same XCR0 against the saved baseline, and the
+    // same through --compare FILE.
+    let xcr0 = *xcr0s.iter().next().unwrap();
+    for how in [
+        ["--baseline", "first"],
+        ["--compare", saved.to_str().unwrap()],
+    ] {
+        let (out, c) = vmm_json(&[
+            "bench",
+            "exits",
+            "--count",
+            "50",
+            "--rounds",
+            "2",
+            "--policy",
+            "lazy",
+            "--xfeatures",
+            xcr0,
+            "--baseline-dir",
+            bdir.to_str().unwrap(),
+            how[0],
+            how[1],
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(c["count_source"], "given");
+        assert!(c["budget_s"].is_null());
+        let cmp = &c["comparison"];
+        assert_eq!(cmp["baseline_rounds"], 3);
+        let crow = cmp["rows"].as_array().unwrap();
+        // raw and lazy rows match; as many eager and eager-compact rows
+        // are only in the baseline.
+        assert_eq!(crow.len(), cmp["only_baseline"].as_array().unwrap().len());
+        assert!(crow
+            .iter()
+            .all(|r| r["policy"] == "raw" || r["policy"] == "lazy"));
+        assert!(cmp["only_now"].as_array().unwrap().is_empty());
+        for r in crow {
+            let (then, now) = (f(&r["baseline_ns_per_exit"]), f(&r["ns_per_exit"]));
+            assert!((f(&r["change_pct"]) - (now - then) / then * 100.0).abs() < 1e-6);
+            let v = r["verdict"].as_str().unwrap();
+            assert!(["improved", "regressed", "no change"].contains(&v), "{v}");
+        }
+    }
+    // The table says it in words.
+    let out = vmm(&[
+        "bench",
+        "exits",
+        "--count",
+        "50",
+        "--rounds",
+        "1",
+        "--policy",
+        "lazy",
+        "--xfeatures",
+        xcr0,
+        "--compare",
+        saved.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("compared with baseline"), "{text}");
+    assert!(text.contains("no change (within noise)"), "{text}");
+    assert!(text.contains("1 round: noise unknown"), "{text}");
+}
+
+#[test]
+fn baseline_and_plot_refusals_come_before_measuring() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let check = |args: &[&str], want: &str| {
+        let out = vmm(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    };
+    check(
+        &[
+            "bench",
+            "exits",
+            "--save-baseline",
+            "../up",
+            "--baseline-dir",
+            d,
+        ],
+        "--save-baseline \"../up\"",
+    );
+    check(
+        &[
+            "bench",
+            "exits",
+            "--baseline",
+            "never-saved",
+            "--baseline-dir",
+            d,
+        ],
+        "--baseline \"never-saved\": no baseline saved",
+    );
+    let other = dir.path().join("other.json");
+    std::fs::write(&other, r#"{"bench": "init-xstate", "rows": []}"#).unwrap();
+    check(
+        &["bench", "exits", "--compare", other.to_str().unwrap()],
+        "holds a `vmm bench init-xstate` result",
+    );
+    let junk = dir.path().join("junk.json");
+    std::fs::write(&junk, "not json").unwrap();
+    check(
+        &["bench", "exits", "--compare", junk.to_str().unwrap()],
+        "is not a `vmm bench exits --json` result",
+    );
+    check(&["bench", "exits", "--compare", d], "a directory");
+    let nowhere = dir.path().join("no/such/x.svg");
+    check(
+        &["bench", "exits", "--plot", nowhere.to_str().unwrap()],
+        "--plot",
+    );
+    check(&["run", "--plot", nowhere.to_str().unwrap()], "--plot");
+}
+
+#[test]
+fn init_xstate_rounds_and_plot() {
+    if !kvm_or_skip("init_xstate_rounds_and_plot") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("init.svg");
+    let (out, v) = vmm_json(&[
+        "bench",
+        "init-xstate",
+        "--workload",
+        "aes",
+        "--rounds",
+        "2",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(v["rounds"], 2);
+    let rows = v["rows"].as_array().unwrap();
+    assert!(!rows.is_empty());
+    for r in rows {
+        let (m, a) = (&r["minimal_spread"], &r["all_spread"]);
+        assert_eq!(f(&r["minimal"]), f(&m["median"]));
+        assert_eq!(f(&r["all"]), f(&a["median"]));
+        assert!(f(&m["min"]) <= f(&m["median"]) && f(&m["median"]) <= f(&m["p90"]));
+        assert!((f(&r["ratio"]) - f(&r["all"]) / f(&r["minimal"])).abs() < 1e-9);
+        let overlap = f(&a["min"]) <= f(&m["p90"]) && f(&m["min"]) <= f(&a["p90"]);
+        assert_eq!(r["within_noise"].as_bool(), Some(overlap), "{r}");
+    }
+    let first = format!(
+        "{} {} {}",
+        rows[0]["name"].as_str().unwrap(),
+        rows[0]["variant"].as_str().unwrap(),
+        rows[0]["size"]
+    );
+    assert_svg(
+        &svg,
+        &["no effect = 1.0", "throughput all / minimal", &first],
+    );
+}
+
+#[test]
+fn run_plot_shows_switch_strategies_and_native_ratios() {
+    if !kvm_or_skip("run_plot_shows_switch_strategies_and_native_ratios") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("run.svg");
+    let (out, v) = vmm_json(&["run", "--plot", svg.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut labels: Vec<String> = vec![
+        "TSC cycles per switch".into(),
+        "native = 1.0".into(),
+        "guest / native (1.0 = native speed)".into(),
+    ];
+    for s in v["switch_cycles"].as_array().unwrap() {
+        labels.push(s["strategy"].as_str().unwrap().to_string());
+    }
+    for r in v["results"].as_array().unwrap() {
+        if r["native_ratio"].is_number() {
+            labels.push(format!(
+                "{} {} {}",
+                r["name"].as_str().unwrap(),
+                r["variant"].as_str().unwrap(),
+                r["size"]
+            ));
+        }
+    }
+    assert!(labels.len() > 4, "{v}");
+    let refs: Vec<&str> = labels.iter().map(String::as_str).collect();
+    assert_svg(&svg, &refs);
+}
