@@ -193,7 +193,7 @@ fn every_recorded_cpu_has_exact_layouts() {
                 l.len()
             );
         }
-        assert!(t.contains("xtiledata AMX Tile data"), "{t}");
+        assert!(t.contains("xtiledata AMX tile data TMM0-7"), "{t}");
     }
 }
 

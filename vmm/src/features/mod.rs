@@ -56,7 +56,7 @@
 //!
 //! | field | meaning |
 //! |-------|---------|
-//! | `id`, `name`, `description` | bit number, short name (as `--xfeatures` takes), Linux's boot-log name |
+//! | `id`, `name`, `description` | bit number, short name (as `--xfeatures` takes), what it holds (after the Intel SDM, `Xfeature::long_name`) |
 //! | `supervisor` | IA32_XSS state rather than XCR0 state |
 //! | `size`, `standard_offset` | from CPUID 0xD.i; null when unsupported (`standard_offset` also for supervisor state) |
 //! | `compacted_offset` | offset in the compacted layout of `xcr0`; null when not in it |
