@@ -53,9 +53,11 @@ struct RunArgs {
     /// Guest RAM in MiB.
     #[arg(long, value_name = "MiB", default_value_t = 64)]
     mem: u64,
-    /// xfeatures the guest may enable: `0x7`, `x87,sse`, `host,-avx`, `all`.
-    /// Default: everything KVM supports.
-    #[arg(long, value_name = "MASK")]
+    /// xfeatures the guest may enable: `0x7`, `x87,sse,avx`, `avx512`,
+    /// `host,-avx`, `-avx` (= host minus avx), `all`. Names imply their
+    /// prerequisites, removals drop what depends on them; the result is
+    /// printed on stderr. Default: everything KVM supports.
+    #[arg(long, value_name = "MASK", allow_hyphen_values = true)]
     xfeatures: Option<String>,
     /// Initial XSTATE_BV of the vCPU.
     #[arg(long, value_enum, default_value = "minimal")]
@@ -111,6 +113,17 @@ impl SessionArgs {
         seconds(self.timeout, "--timeout")
     }
 
+    /// What became of the snapshot these options asked for (`None`: none
+    /// asked for).
+    fn snapshot_view(&self, outcome: &vstate::RunOutcome) -> Option<vmm::report::SnapshotView> {
+        let path = self.snapshot_file.as_deref()?;
+        Some(vmm::report::SnapshotView::new(
+            outcome,
+            self.snapshot_after,
+            path,
+        ))
+    }
+
     fn snapshot_after(&self) -> Result<Option<Duration>, vmm::Error> {
         self.snapshot_after
             .map(|s| Ok(seconds(s, "--snapshot-after")?.unwrap_or(Duration::ZERO)))
@@ -150,8 +163,24 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
         words.push("quiet".to_string());
     }
     // Refuse a bad list before booting anything.
-    guest::workloads::Selection::parse(&args.workload)
-        .map_err(|e| vmm::Error::Argument(format!("--workload {:?}: {e}", args.workload)))?;
+    guest::workloads::Selection::parse(&args.workload).map_err(|e| {
+        vmm::Error::Argument(format!("invalid --workload {:?}: {e}", args.workload))
+    })?;
+    // Say how --xfeatures was understood (implied and dropped components)
+    // before booting; an invalid mask stops here, before any VM exists.
+    let resolution = match &args.xfeatures {
+        Some(spec) => {
+            let host = vmm::kvm::HostKvm::open()?;
+            let r = vmm::cpuid::validate_policy_resolution(
+                Some(spec),
+                &host.xstate,
+                &host.supported_cpuid,
+            )?;
+            eprintln!("{}", vmm::cpuid::describe_resolution(spec, &r));
+            Some(vmm::report::ResolutionView::new(spec, &r))
+        }
+        None => None,
+    };
     words.push(format!("workload={}", args.workload));
     if let Some(c) = &args.cmdline {
         words.push(c.clone());
@@ -173,11 +202,26 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
         snapshot_file: args.session.snapshot_file.clone(),
     };
     let outcome = vstate::run(config)?;
+    let extras = Extras {
+        resolution,
+        snapshot: args.session.snapshot_view(&outcome),
+    };
     print_outcome(
         &outcome,
         (!args.session.no_native).then_some(args.workload.as_str()),
         args.session.json,
+        extras,
     )
+}
+
+/// What `main` adds to a run's summary: facts about the options rather
+/// than the guest.
+#[derive(Default)]
+struct Extras {
+    /// How `--xfeatures` was understood.
+    resolution: Option<vmm::report::ResolutionView>,
+    /// What became of a requested snapshot.
+    snapshot: Option<vmm::report::SnapshotView>,
 }
 
 /// Print a run's (or a restored run's) summary; returns the exit status.
@@ -186,8 +230,14 @@ fn print_outcome(
     outcome: &vstate::RunOutcome,
     native: Option<&str>,
     json: bool,
+    extras: Extras,
 ) -> Result<i32, vmm::Error> {
     let mut summary = RunSummary::new(outcome);
+    if let Some(reason) = extras.snapshot.as_ref().and_then(|s| s.reason.as_ref()) {
+        eprintln!("vmm: warning: {reason}");
+    }
+    summary.xfeatures_resolution = extras.resolution;
+    summary.snapshot = extras.snapshot;
     if let Some(workload) = native.filter(|_| !summary.results.is_empty()) {
         let native = native::run_native(workload, summary.tsc_khz)?;
         native::attach_ratios(&mut summary.results, &native);
@@ -231,10 +281,15 @@ fn restore(args: RestoreArgs) -> Result<i32, vmm::Error> {
                 .find_map(|w| w.strip_prefix("workload=").map(str::to_string))
         })
         .unwrap_or_else(|| "quick".into());
+    let extras = Extras {
+        resolution: None,
+        snapshot: session.snapshot_view(&outcome),
+    };
     print_outcome(
         &outcome,
         (!session.no_native).then_some(workload.as_str()),
         session.json,
+        extras,
     )
 }
 

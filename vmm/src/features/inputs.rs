@@ -264,7 +264,7 @@ mod tests {
                 && e.contains(what),
             "{e}"
         );
-        let e = policy_for(Some("sse"), host, what).unwrap_err().to_string();
+        let e = policy_for(Some("0x2"), host, what).unwrap_err().to_string();
         assert!(e.contains("x87"), "{e}");
         let e = policy_for(Some("bogus"), host, what)
             .unwrap_err()

@@ -27,6 +27,8 @@
 //! | `exits` | exits to user space |
 //! | `xstate_sync`, `xstate_stats` | the xstate sync policy and its `fetches`, `writebacks`, `standard_bytes`, `compacted_bytes` |
 //! | `timing_ms` | `setup`, `run`: wall time of VM setup and of the guest's run |
+//! | `xfeatures_resolution` | how `--xfeatures` was understood: `spec`, `requested`, `removed`, `implied` (prerequisites added), `dropped` (dependents removed), `result` (hex strings), `result_names`; null without `--xfeatures` |
+//! | `snapshot` | with `--snapshot-file`: `requested_after_s`, `written`, `path`, and `reason` when nothing was written (e.g. the guest exited before `--snapshot-after`); null otherwise |
 
 //! - [`summary`]: the serialisable model ([`RunSummary`]) built from a run.
 //! - [`render`]: its human table.
@@ -42,6 +44,6 @@ pub mod table;
 
 pub use exit::{EXIT_GUEST_CRASH, EXIT_TIMEOUT, EXIT_VMM_ERROR};
 pub use summary::{
-    result_rows, ComponentRow, CrashView, FaultView, GuestCpuidView, ResultRow, RunSummary,
-    SkipRow, SwitchFigure, Timing,
+    result_rows, ComponentRow, CrashView, FaultView, GuestCpuidView, ResolutionView, ResultRow,
+    RunSummary, SkipRow, SnapshotView, SwitchFigure, Timing,
 };

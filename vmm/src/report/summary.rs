@@ -7,7 +7,7 @@ use guest::protocol::{
 };
 use serde::Serialize;
 use xstate::info::leaf_d1_eax;
-use xstate::{InitMode, Xfeature, XfeatureMask};
+use xstate::{InitMode, Resolution, Xfeature, XfeatureMask};
 
 use super::exit::{EXIT_GUEST_CRASH, EXIT_TIMEOUT};
 use super::hex;
@@ -256,9 +256,102 @@ pub struct RunSummary {
     pub xstate_stats: SyncStats,
     /// Wall time of setup and run.
     pub timing_ms: Timing,
+    /// How `--xfeatures` was understood (null without `--xfeatures`, and
+    /// after a restore).
+    pub xfeatures_resolution: Option<ResolutionView>,
+    /// What became of a requested snapshot (null when none was requested).
+    pub snapshot: Option<SnapshotView>,
     /// The process exit status `vmm run` ends with.
     #[serde(skip)]
     pub process_exit: i32,
+}
+
+/// An `--xfeatures` resolution as JSON (`xfeatures_resolution`): masks as
+/// hex strings, plus the result's names.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ResolutionView {
+    /// The value as given.
+    pub spec: String,
+    /// Components named to be added (groups expanded), hex.
+    #[serde(serialize_with = "hex::mask")]
+    pub requested: XfeatureMask,
+    /// Components named to be removed, hex.
+    #[serde(serialize_with = "hex::mask")]
+    pub removed: XfeatureMask,
+    /// Prerequisites added for the named components, hex.
+    #[serde(serialize_with = "hex::mask")]
+    pub implied: XfeatureMask,
+    /// Dependents removed along with the named removals, hex.
+    #[serde(serialize_with = "hex::mask")]
+    pub dropped: XfeatureMask,
+    /// The XCR0 policy, hex.
+    #[serde(serialize_with = "hex::mask")]
+    pub result: XfeatureMask,
+    /// The policy's component names (`x87,sse,avx`).
+    pub result_names: String,
+}
+
+impl ResolutionView {
+    /// The view of `r`, resolved from `spec`.
+    pub fn new(spec: &str, r: &Resolution) -> Self {
+        Self {
+            spec: spec.to_string(),
+            requested: r.requested,
+            removed: r.removed,
+            implied: r.implied,
+            dropped: r.dropped,
+            result: r.result,
+            result_names: r.result.to_string(),
+        }
+    }
+}
+
+/// What became of a requested snapshot (`snapshot` in the JSON): null when
+/// the run asked for none.
+#[derive(Clone, Debug, Serialize)]
+pub struct SnapshotView {
+    /// `--snapshot-after`, seconds (null when only the guest may ask).
+    pub requested_after_s: Option<f64>,
+    /// Whether a snapshot file was written.
+    pub written: bool,
+    /// The file (whether or not it was written).
+    pub path: String,
+    /// Why none was written (null when one was).
+    pub reason: Option<String>,
+}
+
+impl SnapshotView {
+    /// The view for a run of `outcome` that asked for a snapshot into
+    /// `path`, after `after` seconds if given. Also the line `vmm` warns
+    /// with on stderr when nothing was written.
+    pub fn new(outcome: &RunOutcome, after: Option<f64>, path: &std::path::Path) -> Self {
+        let written = matches!(outcome.end, RunEnd::Snapshotted(_));
+        let ran = outcome.run_time.as_secs_f64();
+        let reason = (!written).then(|| {
+            let how = match &outcome.end {
+                RunEnd::Exited(_) => "exited",
+                RunEnd::Crashed { .. } => "crashed",
+                RunEnd::TimedOut(_) => "was stopped by --timeout",
+                RunEnd::Snapshotted(_) => "stopped",
+            };
+            match after {
+                Some(a) => format!(
+                    "the guest {how} after {ran:.1} s, before --snapshot-after {a}: \
+                     no snapshot written"
+                ),
+                None => format!(
+                    "the guest {how} after {ran:.1} s without asking for a snapshot: \
+                     no snapshot written"
+                ),
+            }
+        });
+        Self {
+            requested_after_s: after,
+            written,
+            path: path.display().to_string(),
+            reason,
+        }
+    }
 }
 
 /// Turn a report's result records into rows, converting cycles with `tsc_khz`.
@@ -445,6 +538,8 @@ impl RunSummary {
                 setup: outcome.setup_time.as_secs_f64() * 1e3,
                 run: outcome.run_time.as_secs_f64() * 1e3,
             },
+            xfeatures_resolution: None,
+            snapshot: None,
             process_exit,
         }
     }
