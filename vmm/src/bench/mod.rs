@@ -37,8 +37,14 @@ pub enum BenchCommand {
         /// Policies to measure (default: all).
         #[arg(long, value_enum, value_delimiter = ',')]
         policy: Vec<SyncPolicy>,
-        /// Guest XCR0 values (default: x87,sse and x87,sse,avx).
-        #[arg(long, value_delimiter = ';')]
+        /// Guest XCR0 values, `;`-separated, each as for `vmm run`
+        /// (default: x87,sse and x87,sse,avx).
+        #[arg(
+            long,
+            value_name = "MASKS",
+            value_delimiter = ';',
+            allow_hyphen_values = true
+        )]
         xfeatures: Vec<String>,
         /// Print one JSON object instead of the table.
         #[arg(long)]
@@ -46,11 +52,13 @@ pub enum BenchCommand {
     },
     /// The same workloads with the initial XSTATE_BV = x87|SSE and = all of XCR0.
     InitXstate {
-        /// Workloads to run under both initial states.
-        #[arg(long, default_value = "aes,linpack")]
+        /// Workloads to run under both initial states, as for `vmm run`
+        /// (none, quick, aes, gemm, linpack, all; comma-separated).
+        #[arg(long, value_name = "LIST", default_value = "aes,linpack")]
         workload: String,
-        /// The policy, as for `vmm run`.
-        #[arg(long, value_name = "MASK")]
+        /// The policy, as for `vmm run` (`avx512`, `host,-avx`, ...).
+        /// Default: everything KVM supports.
+        #[arg(long, value_name = "MASK", allow_hyphen_values = true)]
         xfeatures: Option<String>,
         /// Print one JSON object instead of the table.
         #[arg(long)]
@@ -109,7 +117,7 @@ pub fn main(args: BenchArgs) -> Result<i32> {
             json,
         } => {
             guest::workloads::Selection::parse(&workload)
-                .map_err(|e| Error::Argument(format!("--workload {workload:?}: {e}")))?;
+                .map_err(|e| Error::Argument(format!("invalid --workload {workload:?}: {e}")))?;
             let b = init_xstate::run(&workload, xfeatures.as_deref(), timeout)?;
             print(json, &b, b.to_table())?;
         }
