@@ -209,6 +209,7 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
     let extras = Extras {
         resolution,
         snapshot: args.session.snapshot_view(&outcome),
+        resumed: None,
     };
     print_outcome(
         &outcome,
@@ -226,6 +227,38 @@ struct Extras {
     resolution: Option<vmm::report::ResolutionView>,
     /// What became of a requested snapshot.
     snapshot: Option<vmm::report::SnapshotView>,
+    /// After a restore: the snapshot's memory and times, to mark the row
+    /// timed across it.
+    resumed: Option<Resumed>,
+}
+
+/// What `vmm restore` keeps of the snapshot for
+/// [`vmm::report::summary::mark_rows_spanning_snapshot`].
+struct Resumed {
+    memory: Vec<(u64, Vec<u8>)>,
+    created_unix_s: u64,
+    restore_started_unix_s: f64,
+}
+
+impl Resumed {
+    /// Reads `file` again (the restore itself has its own copy).
+    fn load(file: &std::path::Path, restore_started_unix_s: f64) -> Option<Self> {
+        let snap = vmm::snapshot::restore::load(file).ok()?;
+        let mut memory: Vec<(u64, Vec<u8>)> = Vec::new();
+        let _ = snap.memory.apply(|gpa, bytes| -> Result<(), ()> {
+            // Merge adjacent runs so a record across a page boundary is found.
+            match memory.last_mut() {
+                Some((at, run)) if *at + run.len() as u64 == gpa => run.extend_from_slice(bytes),
+                _ => memory.push((gpa, bytes.to_vec())),
+            }
+            Ok(())
+        });
+        Some(Self {
+            memory,
+            created_unix_s: snap.meta.created_unix_s,
+            restore_started_unix_s,
+        })
+    }
 }
 
 /// Print a run's (or a restored run's) summary; returns the exit status.
@@ -242,6 +275,29 @@ fn print_outcome(
     }
     summary.xfeatures_resolution = extras.resolution;
     summary.snapshot = extras.snapshot;
+    if let (Some(r), Some(report)) = (&extras.resumed, outcome.report.as_deref()) {
+        let gap = vmm::report::summary::SnapshotGap {
+            memory: &r.memory,
+            created_unix_s: r.created_unix_s,
+            restore_started_unix_s: r.restore_started_unix_s,
+        };
+        let tsc_khz = summary.tsc_khz;
+        if let Some(i) = vmm::report::summary::mark_rows_spanning_snapshot(
+            &mut summary.results,
+            report,
+            &gap,
+            tsc_khz,
+        ) {
+            let row = &summary.results[i];
+            eprintln!(
+                "vmm: {} {} size {}: not a measurement, it {}",
+                row.name,
+                row.variant,
+                row.size,
+                row.invalid.as_deref().unwrap_or("spans a snapshot")
+            );
+        }
+    }
     if let Some(workload) = native.filter(|_| !summary.results.is_empty()) {
         let native = native::run_native(workload, summary.tsc_khz)?;
         native::attach_ratios(&mut summary.results, &native);
@@ -267,6 +323,10 @@ fn restore(args: RestoreArgs) -> Result<i32, vmm::Error> {
         snapshot_after: session.snapshot_after()?,
         snapshot_file: session.snapshot_file.clone(),
     };
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let resumed = Resumed::load(&args.file, started);
     let outcome = match vmm::snapshot::restore::restore(&args.file, opts) {
         Ok(o) => o,
         Err(e) => {
@@ -288,6 +348,7 @@ fn restore(args: RestoreArgs) -> Result<i32, vmm::Error> {
     let extras = Extras {
         resolution: None,
         snapshot: session.snapshot_view(&outcome),
+        resumed,
     };
     print_outcome(
         &outcome,

@@ -33,8 +33,11 @@ pub struct ResultRow {
     pub name: String,
     /// Implementation variant (`aesni`, `avx2`, `cpl3-dirty`, ...).
     pub variant: String,
-    /// Problem size the guest chose (bytes, matrix order, iterations).
+    /// Problem size the guest chose, in [`ResultRow::size_unit`]s.
     pub size: u64,
+    /// What `size` counts: `bytes` (AES message), `matrix order` (n of the
+    /// n x n DGEMM/Linpack matrices) or `events` (exits, switches).
+    pub size_unit: &'static str,
     /// Throughput of byte workloads.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mb_per_s: Option<f64>,
@@ -60,6 +63,15 @@ pub struct ResultRow {
     pub bytes_per_save: Option<u64>,
     /// Guest throughput / native throughput of the same code, when measured.
     pub native_ratio: Option<f64>,
+    /// TSC cycles per unit of work (per byte, flop or event).
+    pub cycles_per_unit: f64,
+    /// Nanoseconds per 16-byte AES block (byte workloads; null otherwise or
+    /// when the TSC rate is unknown).
+    pub ns_per_block: Option<f64>,
+    /// Why the row's timing is not a measurement (null when it is): e.g.
+    /// it was timed across a snapshot, so its cycles include the time the
+    /// VM was stopped. Such a row has no throughput and no native ratio.
+    pub invalid: Option<String>,
 }
 
 impl ResultRow {
@@ -354,6 +366,68 @@ impl SnapshotView {
     }
 }
 
+/// What a restore knows about the snapshot it resumed, to find the row
+/// whose timing spans it ([`mark_rows_spanning_snapshot`]).
+pub struct SnapshotGap<'a> {
+    /// The snapshot's guest memory: (guest-physical address, bytes) runs.
+    pub memory: &'a [(u64, Vec<u8>)],
+    /// When the snapshot was written (Unix seconds, truncated).
+    pub created_unix_s: u64,
+    /// When the restore began (Unix time, seconds).
+    pub restore_started_unix_s: f64,
+}
+
+/// Marks the row whose timed region spans the snapshot a restored run
+/// resumed from: its TSC cycles include the time the VM was stopped (on
+/// kvm_pvm the guest's TSC follows the host's), so its throughput would be
+/// fiction (a few MB/s with `check: pass`).
+///
+/// Rows whose exact records are already in the snapshot's memory were
+/// complete before it; the vCPU runs rows one after another, so at most one
+/// row, the first one missing from the snapshot, can have been running when
+/// it was taken. It is marked invalid (no throughput, no ratio) unless its
+/// cycles are shorter than the gap between snapshot and restore, which is at
+/// least `restore start - (created_unix_s + 1 s)` (the timestamp is
+/// truncated to seconds): a region that includes the gap lasts longer than
+/// it. Returns the index of the marked row.
+pub fn mark_rows_spanning_snapshot(
+    rows: &mut [ResultRow],
+    report: &Report,
+    gap: &SnapshotGap<'_>,
+    tsc_khz: u64,
+) -> Option<usize> {
+    use zerocopy::IntoBytes;
+    let in_snapshot = |rec: &[u8]| {
+        gap.memory.iter().any(|(_, run)| {
+            run.len() >= rec.len()
+                && (0..=run.len() - rec.len())
+                    .step_by(8)
+                    .any(|i| &run[i..i + rec.len()] == rec)
+        })
+    };
+    let first_after = report
+        .results()
+        .iter()
+        .position(|r| !in_snapshot(r.as_bytes()))?;
+    let row = rows.get_mut(first_after)?;
+    let min_gap_s = (gap.restore_started_unix_s - (gap.created_unix_s as f64 + 1.0)).max(0.0);
+    let min_gap_cycles = min_gap_s * tsc_khz as f64 * 1e3;
+    if (row.cycles as f64) < min_gap_cycles {
+        return None;
+    }
+    row.mb_per_s = None;
+    row.gflops = None;
+    row.events_per_s = None;
+    row.native_ratio = None;
+    row.ns_per_block = None;
+    row.invalid = Some(
+        "spans a snapshot: timed across snapshot and restore, so its cycles include \
+         the time the VM was stopped"
+            .to_string(),
+    );
+    Some(first_after)
+}
+
 /// Turn a report's result records into rows, converting cycles with `tsc_khz`.
 pub fn result_rows(report: &Report, tsc_khz: u64) -> Vec<ResultRow> {
     report
@@ -373,6 +447,11 @@ pub fn result_rows(report: &Report, tsc_khz: u64) -> Vec<ResultRow> {
                 name: field_str(&r.name).to_string(),
                 variant: field_str(&r.variant).to_string(),
                 size: r.size,
+                size_unit: match r.unit {
+                    u if u == WorkUnit::Bytes as u32 => "bytes",
+                    u if u == WorkUnit::Flops as u32 => "matrix order",
+                    _ => "events",
+                },
                 mb_per_s: mb,
                 gflops: gf,
                 events_per_s: ev,
@@ -384,6 +463,12 @@ pub fn result_rows(report: &Report, tsc_khz: u64) -> Vec<ResultRow> {
                     .then_some(r.residual),
                 bytes_per_save: (field_str(&r.name) == "ctxsw").then(|| report.aux(i)),
                 native_ratio: None,
+                cycles_per_unit: r.cycles as f64 / r.work.max(1) as f64,
+                ns_per_block: (r.unit == WorkUnit::Bytes as u32 && r.work >= 16)
+                    .then_some(seconds)
+                    .flatten()
+                    .map(|s| s * 1e9 / (r.work / 16) as f64),
+                invalid: None,
             }
         })
         .collect()
