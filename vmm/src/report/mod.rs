@@ -18,7 +18,7 @@
 //! | `init_xstate` | `minimal` or `all` |
 //! | `standard_size`, `compacted_size` | xsave sizes for the policy |
 //! | `guest_cpuid` | the guest's view of leaf 0xD: supported mask, sizes, per-component size/offset |
-//! | `results` | workload results: `name`, `variant`, `size`, `mb_per_s` or `gflops`, `check`, `cycles`, `seconds`, `native_ratio`; `residual` (linear algebra), `bytes_per_save` (`ctxsw`) |
+//! | `results` | workload results: `name`, `variant`, `size` and `size_unit` (`bytes`, `matrix order`, `events`), `mb_per_s` or `gflops`, `check`, `cycles`, `seconds`, `native_ratio`, `cycles_per_unit`, `ns_per_block` (AES); `residual` (linear algebra), `bytes_per_save` (`ctxsw`); `invalid`: why the row is not a measurement (after `vmm restore`: `spans a snapshot ...`, then it has no throughput), null otherwise |
 //! | `openssl_aes_128_cbc_mb_per_s` | the host's `openssl speed -evp aes-128-cbc` at 8192 B, when openssl is installed |
 //! | `switch_strategy`, `switch_cycles` | the context-switch strategy the guest chose at boot, and the cycles per switch it measured for each candidate |
 //! | `skipped` | workload variants not run: `name`, `variant`, `reason` |
