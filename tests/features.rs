@@ -193,7 +193,7 @@ fn every_recorded_cpu_has_exact_layouts() {
                 l.len()
             );
         }
-        assert!(t.contains("xtiledata AMX Tile data"), "{t}");
+        assert!(t.contains("xtiledata AMX tile data TMM0-7"), "{t}");
     }
 }
 
@@ -541,7 +541,7 @@ fn host_view_without_boot() {
         assert!(l.len() <= 100, "line of {} columns:\n{l}", l.len());
     }
     // Invalid policies are refused as `vmm run` refuses them.
-    for bad in ["sse", "bogus", "x87,sse,xtilecfg"] {
+    for bad in ["0x2", "bogus", "avx,-sse", "0x20007"] {
         let out = vmm(&["features", "--no-boot", "--xfeatures", bad]);
         assert_eq!(out.status.code(), Some(64), "--xfeatures {bad}");
         assert!(

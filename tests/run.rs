@@ -157,9 +157,11 @@ fn invalid_masks_fail_before_boot() {
         return;
     }
     for (mask, needle) in [
-        ("x87,avx", "sse"),
+        ("0x5", "sse"),
         ("x87,sse,bogus", "bogus"),
-        ("sse", "x87"),
+        ("0x2", "x87"),
+        ("avx512,-avx", "contradictory"),
+        ("-x87", "x87"),
     ] {
         let out = vmm(&["run", "--xfeatures", mask]);
         let err = stderr(&out);

@@ -54,9 +54,11 @@ struct RunArgs {
     /// Guest RAM in MiB.
     #[arg(long, value_name = "MiB", default_value_t = 64)]
     mem: u64,
-    /// xfeatures the guest may enable: `0x7`, `x87,sse`, `host,-avx`, `all`.
-    /// Default: everything KVM supports.
-    #[arg(long, value_name = "MASK")]
+    /// xfeatures the guest may enable: `0x7`, `x87,sse,avx`, `avx512`,
+    /// `host,-avx`, `-avx` (= host minus avx), `all`. Names imply their
+    /// prerequisites, removals drop what depends on them; the result is
+    /// printed on stderr. Default: everything KVM supports.
+    #[arg(long, value_name = "MASK", allow_hyphen_values = true)]
     xfeatures: Option<String>,
     /// Initial XSTATE_BV of the vCPU.
     #[arg(long, value_enum, default_value = "minimal")]
@@ -64,7 +66,9 @@ struct RunArgs {
     /// When the VMM moves the guest's xsave state across exits.
     #[arg(long, value_enum, default_value = "lazy")]
     xstate_sync: SyncPolicy,
-    /// Workloads the guest runs: none, quick, aes, gemm, linpack, all (comma-separated).
+    /// Workloads the guest runs, comma-separated: none, quick (every
+    /// workload at small sizes), aes, gemm, linpack, all (full sizes);
+    /// `aes,quick` runs one workload at small sizes.
     #[arg(long, value_name = "LIST", default_value = "quick")]
     workload: String,
     /// Extra words for the guest's command line.
@@ -116,6 +120,17 @@ impl SessionArgs {
     fn timeout(&self) -> Option<Duration> {
         (!self.timeout.is_zero()).then_some(self.timeout)
     }
+
+    /// What became of the snapshot these options asked for (`None`: none
+    /// asked for).
+    fn snapshot_view(&self, outcome: &vstate::RunOutcome) -> Option<vmm::report::SnapshotView> {
+        let path = self.snapshot_file.as_deref()?;
+        Some(vmm::report::SnapshotView::new(
+            outcome,
+            self.snapshot_after.map(|d| d.as_secs_f64()),
+            path,
+        ))
+    }
 }
 
 #[derive(clap::Args)]
@@ -142,9 +157,27 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
     if !args.serial {
         words.push("quiet".to_string());
     }
-    // Refuse a bad list before booting anything.
-    guest::workloads::Selection::parse(&args.workload)
-        .map_err(|e| vmm::Error::Argument(format!("--workload {:?}: {e}", args.workload)))?;
+    // Refuse a bad list before booting anything, naming the option (not as
+    // an xstate policy or a generic argument error).
+    if let Err(e) = guest::workloads::Selection::parse(&args.workload) {
+        eprintln!("vmm: invalid --workload {:?}: {e}", args.workload);
+        return Ok(EXIT_VMM_ERROR);
+    }
+    // Say how --xfeatures was understood (implied and dropped components)
+    // before booting; an invalid mask stops here, before any VM exists.
+    let resolution = match &args.xfeatures {
+        Some(spec) => {
+            let host = vmm::kvm::HostKvm::open()?;
+            let r = vmm::cpuid::validate_policy_resolution(
+                Some(spec),
+                &host.xstate,
+                &host.supported_cpuid,
+            )?;
+            eprintln!("{}", vmm::cpuid::describe_resolution(spec, &r));
+            Some(vmm::report::ResolutionView::new(spec, &r))
+        }
+        None => None,
+    };
     words.push(format!("workload={}", args.workload));
     if let Some(c) = &args.cmdline {
         words.push(c.clone());
@@ -166,12 +199,60 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
         snapshot_file: args.session.snapshot_file.clone(),
     };
     let outcome = vstate::run(config)?;
+    let extras = Extras {
+        resolution,
+        snapshot: args.session.snapshot_view(&outcome),
+        resumed: None,
+    };
     print_outcome(
         &outcome,
         (!args.session.no_native).then_some(args.workload.as_str()),
         args.session.json,
         args.plot.as_deref(),
+        extras,
     )
+}
+
+/// What `main` adds to a run's summary: facts about the options rather
+/// than the guest.
+#[derive(Default)]
+struct Extras {
+    /// How `--xfeatures` was understood.
+    resolution: Option<vmm::report::ResolutionView>,
+    /// What became of a requested snapshot.
+    snapshot: Option<vmm::report::SnapshotView>,
+    /// After a restore: the snapshot's memory and times, to mark the row
+    /// timed across it.
+    resumed: Option<Resumed>,
+}
+
+/// What `vmm restore` keeps of the snapshot for
+/// [`vmm::report::summary::mark_rows_spanning_snapshot`].
+struct Resumed {
+    memory: Vec<(u64, Vec<u8>)>,
+    created_unix_s: u64,
+    restore_started_unix_s: f64,
+}
+
+impl Resumed {
+    /// Reads `file` again (the restore itself has its own copy).
+    fn load(file: &std::path::Path, restore_started_unix_s: f64) -> Option<Self> {
+        let snap = vmm::snapshot::restore::load(file).ok()?;
+        let mut memory: Vec<(u64, Vec<u8>)> = Vec::new();
+        let _ = snap.memory.apply(|gpa, bytes| -> Result<(), ()> {
+            // Merge adjacent runs so a record across a page boundary is found.
+            match memory.last_mut() {
+                Some((at, run)) if *at + run.len() as u64 == gpa => run.extend_from_slice(bytes),
+                _ => memory.push((gpa, bytes.to_vec())),
+            }
+            Ok(())
+        });
+        Some(Self {
+            memory,
+            created_unix_s: snap.meta.created_unix_s,
+            restore_started_unix_s,
+        })
+    }
 }
 
 /// Print a run's (or a restored run's) summary; returns the exit status.
@@ -181,8 +262,37 @@ fn print_outcome(
     native: Option<&str>,
     json: bool,
     plot: Option<&std::path::Path>,
+    extras: Extras,
 ) -> Result<i32, vmm::Error> {
     let mut summary = RunSummary::new(outcome);
+    if let Some(reason) = extras.snapshot.as_ref().and_then(|s| s.reason.as_ref()) {
+        eprintln!("vmm: warning: {reason}");
+    }
+    summary.xfeatures_resolution = extras.resolution;
+    summary.snapshot = extras.snapshot;
+    if let (Some(r), Some(report)) = (&extras.resumed, outcome.report.as_deref()) {
+        let gap = vmm::report::summary::SnapshotGap {
+            memory: &r.memory,
+            created_unix_s: r.created_unix_s,
+            restore_started_unix_s: r.restore_started_unix_s,
+        };
+        let tsc_khz = summary.tsc_khz;
+        if let Some(i) = vmm::report::summary::mark_rows_spanning_snapshot(
+            &mut summary.results,
+            report,
+            &gap,
+            tsc_khz,
+        ) {
+            let row = &summary.results[i];
+            eprintln!(
+                "vmm: {} {} size {}: not a measurement, it {}",
+                row.name,
+                row.variant,
+                row.size,
+                row.invalid.as_deref().unwrap_or("spans a snapshot")
+            );
+        }
+    }
     if let Some(workload) = native.filter(|_| !summary.results.is_empty()) {
         let native = native::run_native(workload, summary.tsc_khz)?;
         native::attach_ratios(&mut summary.results, &native);
@@ -212,6 +322,10 @@ fn restore(args: RestoreArgs) -> Result<i32, vmm::Error> {
         snapshot_after: session.snapshot_after,
         snapshot_file: session.snapshot_file.clone(),
     };
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let resumed = Resumed::load(&args.file, started);
     let outcome = match vmm::snapshot::restore::restore(&args.file, opts) {
         Ok(o) => o,
         Err(e) => {
@@ -230,11 +344,17 @@ fn restore(args: RestoreArgs) -> Result<i32, vmm::Error> {
                 .find_map(|w| w.strip_prefix("workload=").map(str::to_string))
         })
         .unwrap_or_else(|| "quick".into());
+    let extras = Extras {
+        resolution: None,
+        snapshot: session.snapshot_view(&outcome),
+        resumed,
+    };
     print_outcome(
         &outcome,
         (!session.no_native).then_some(workload.as_str()),
         session.json,
         None,
+        extras,
     )
 }
 

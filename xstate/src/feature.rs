@@ -41,13 +41,13 @@ pub enum Xfeature {
     CetU = 11,
     /// CET supervisor shadow-stack pointers IA32_PL0-2_SSP (supervisor).
     CetS = 12,
-    /// Hardware Duty Cycling (supervisor).
+    /// Hardware Duty Cycling state: the IA32_PM_CTL1 MSR (supervisor).
     Hdc = 13,
     /// User interrupts (supervisor).
     Uintr = 14,
     /// Architectural last branch records (supervisor).
     Lbr = 15,
-    /// Hardware P-states (supervisor).
+    /// Hardware P-states state: the IA32_HWP_REQUEST MSR (supervisor).
     Hwp = 16,
     /// AMX tile configuration (TILECFG), 64 bytes.
     XtileCfg = 17,
@@ -123,30 +123,34 @@ impl Xfeature {
         }
     }
 
-    /// Descriptive name, worded the way Linux reports xstate features at boot
-    /// (so logs can be compared line by line).
+    /// What the component holds, in this project's words after the Intel
+    /// SDM (Vol. 1, 13.1 "XSAVE-Supported Features and State-Component
+    /// Bitmaps" and the per-component sections of 13.5; APX: the Intel APX
+    /// architecture specification). Every component 0..=19 has one, the
+    /// supervisor ones included (13: HDC state, the IA32_PM_CTL1 MSR; 16: HWP
+    /// state, the IA32_HWP_REQUEST MSR). Short enough for one table cell.
     pub fn long_name(self) -> &'static str {
         match self {
-            Xfeature::X87 => "x87 floating point registers",
-            Xfeature::Sse => "SSE registers",
-            Xfeature::Avx => "AVX registers",
-            Xfeature::BndRegs => "MPX bounds registers",
-            Xfeature::BndCsr => "MPX CSR",
-            Xfeature::Opmask => "AVX-512 opmask",
-            Xfeature::ZmmHi256 => "AVX-512 Hi256",
-            Xfeature::Hi16Zmm => "AVX-512 ZMM_Hi256",
-            Xfeature::Pt => "Processor Trace (unused)",
-            Xfeature::Pkru => "Protection Keys User registers",
-            Xfeature::Pasid => "PASID state",
-            Xfeature::CetU => "Control-flow User registers",
-            Xfeature::CetS => "Control-flow Kernel registers (KVM only)",
-            Xfeature::Hdc => "unknown xstate feature",
-            Xfeature::Uintr => "User Interrupts",
-            Xfeature::Lbr => "Last Branch Records",
-            Xfeature::Hwp => "unknown xstate feature",
-            Xfeature::XtileCfg => "AMX Tile config",
-            Xfeature::XtileData => "AMX Tile data",
-            Xfeature::Apx => "APX registers",
+            Xfeature::X87 => "x87 FPU: ST0-7 and control words",
+            Xfeature::Sse => "SSE registers XMM0-15 and MXCSR",
+            Xfeature::Avx => "AVX: upper halves of YMM0-15",
+            Xfeature::BndRegs => "MPX bound registers BND0-3",
+            Xfeature::BndCsr => "MPX BNDCFGU and BNDSTATUS",
+            Xfeature::Opmask => "AVX-512 opmask registers k0-7",
+            Xfeature::ZmmHi256 => "AVX-512: upper halves of ZMM0-15",
+            Xfeature::Hi16Zmm => "AVX-512 registers ZMM16-31",
+            Xfeature::Pt => "Processor Trace MSRs",
+            Xfeature::Pkru => "protection-key rights (PKRU)",
+            Xfeature::Pasid => "PASID MSR for ENQCMD",
+            Xfeature::CetU => "CET user state: U_CET, PL3_SSP",
+            Xfeature::CetS => "CET shadow-stack ptrs PL0-2_SSP",
+            Xfeature::Hdc => "HDC state (IA32_PM_CTL1)",
+            Xfeature::Uintr => "user-interrupt state (UINTR)",
+            Xfeature::Lbr => "architectural LBR MSRs",
+            Xfeature::Hwp => "HWP state (IA32_HWP_REQUEST)",
+            Xfeature::XtileCfg => "AMX tile configuration TILECFG",
+            Xfeature::XtileData => "AMX tile data TMM0-7",
+            Xfeature::Apx => "APX registers R16-R31",
         }
     }
 

@@ -8,11 +8,13 @@
 //!   supervisor.
 //! - [`mask`]: [`XfeatureMask`], a set of components (XCR0, IA32_XSS,
 //!   XSTATE_BV, XCOMP_BV): set algebra, the architectural groups, printing.
-//! - [`parse`]: the mask grammar (`0x2e7`, `x87,sse,avx`, `host,-avx512`),
-//!   [`XfeatureMask::parse`], [`MaskError`].
 //! - [`rules`]: the architectural rules of XCR0
-//!   ([`XfeatureMask::validate_xcr0`], one [`Xcr0Error`] variant per rule)
-//!   and the dependency closure ([`XfeatureMask::with_dependencies`]).
+//!   ([`XfeatureMask::validate_xcr0`], one [`Xcr0Error`] variant per rule),
+//!   the one table of component prerequisites ([`rules::DEPENDENCIES`]) and
+//!   its closures ([`XfeatureMask::with_dependencies`]).
+//! - [`parse`]: the mask grammar (`0x2e7`, `avx512`, `host,-avx`): the
+//!   `--xfeatures` request ([`XfeatureMask::resolve`], [`Resolution`]) and
+//!   the literal set ([`XfeatureMask::parse`]), [`MaskError`].
 //! - [`info`]: [`XsaveInfo`], CPUID leaf 0xD validated: supported XCR0/IA32_XSS,
 //!   per-component size, standard offset, 64-byte alignment and XFD flags,
 //!   XSAVEOPT/XSAVEC/XGETBV1/XSAVES/XFD support, and the names of the CPUID
@@ -104,7 +106,7 @@ pub use layout::{Format, Layout, LayoutError};
 pub use mask::XfeatureMask;
 #[cfg(all(feature = "native", target_arch = "x86_64"))]
 pub use native::{choose_save_strategy, xgetbv, NativeError, StrategyReport};
-pub use parse::{MaskError, Token};
+pub use parse::{MaskError, Resolution, Token};
 #[cfg(feature = "serde")]
 pub use profile::{CpuidEntry, CpuidProfile, Hex32, ProfileError};
 pub use rules::Xcr0Error;

@@ -1,7 +1,9 @@
 //! The architectural rules of XCR0: which component sets XSETBV accepts
 //! ([`XfeatureMask::validate_xcr0`], one [`Xcr0Error`] variant per rule) and
 //! the smallest rule-abiding superset of a request
-//! ([`XfeatureMask::with_dependencies`]).
+//! ([`XfeatureMask::with_dependencies`]), both from the one table of
+//! component prerequisites ([`DEPENDENCIES`]) that the `--xfeatures` grammar
+//! also uses.
 //!
 //! Kept apart from the set type so that the rules read as one list, in the
 //! order the Intel SDM gives them for XSETBV (Vol. 1, 13.3), and so that
@@ -15,22 +17,127 @@ use crate::mask::XfeatureMask;
 /// XCR0 bit 63: reserved for a future extension of XCR0 itself.
 const XCR0_RESERVED_BIT63: u64 = 1 << 63;
 
+/// THE dependency table of the project: each component's direct
+/// prerequisites. It drives both directions of the `--xfeatures` grammar
+/// ([`XfeatureMask::resolve`]): naming a component implies the closure of
+/// its prerequisites ([`XfeatureMask::prerequisites`]), removing one removes
+/// every component that depends on it ([`XfeatureMask::dependents`]); and
+/// [`XfeatureMask::with_dependencies`] is the same closure.
+///
+/// Where the entries come from:
+/// - SSE requires x87, and every extended user component (bit 2 and up)
+///   requires SSE: x87 is architecturally mandatory in XCR0 (SDM Vol. 1,
+///   13.3), and x87|SSE is the legacy base that every XSAVE-using OS enables
+///   (Linux refuses XSAVE without both); so `-sse` leaves x87 alone.
+/// - AVX-512 (opmask, ZMM_Hi256, Hi16_ZMM) requires AVX, and its three
+///   components require each other (XSETBV faults otherwise, SDM 13.3).
+/// - MPX's BNDREGS and BNDCSR, and AMX's XTILECFG and XTILEDATA, require
+///   their partner (AMX: XSETBV rule; MPX: what operating systems require).
+/// - Supervisor components (IA32_XSS) have no entry: they never belong in
+///   XCR0, and validation refuses them by name.
+///
+/// Unknown user components (`bitN`, N >= 20) require SSE like every other
+/// extended component; see [`direct_prerequisites`].
+pub const DEPENDENCIES: [(Xfeature, XfeatureMask); 11] = [
+    (Xfeature::Sse, XfeatureMask::from_bits(Xfeature::X87.bit())),
+    (Xfeature::Avx, XfeatureMask::from_bits(Xfeature::Sse.bit())),
+    (
+        Xfeature::BndRegs,
+        XfeatureMask::from_bits(Xfeature::Sse.bit() | Xfeature::BndCsr.bit()),
+    ),
+    (
+        Xfeature::BndCsr,
+        XfeatureMask::from_bits(Xfeature::Sse.bit() | Xfeature::BndRegs.bit()),
+    ),
+    (
+        Xfeature::Opmask,
+        XfeatureMask::from_bits(
+            Xfeature::Avx.bit() | Xfeature::ZmmHi256.bit() | Xfeature::Hi16Zmm.bit(),
+        ),
+    ),
+    (
+        Xfeature::ZmmHi256,
+        XfeatureMask::from_bits(
+            Xfeature::Avx.bit() | Xfeature::Opmask.bit() | Xfeature::Hi16Zmm.bit(),
+        ),
+    ),
+    (
+        Xfeature::Hi16Zmm,
+        XfeatureMask::from_bits(
+            Xfeature::Avx.bit() | Xfeature::Opmask.bit() | Xfeature::ZmmHi256.bit(),
+        ),
+    ),
+    (Xfeature::Pkru, XfeatureMask::from_bits(Xfeature::Sse.bit())),
+    (
+        Xfeature::XtileCfg,
+        XfeatureMask::from_bits(Xfeature::Sse.bit() | Xfeature::XtileData.bit()),
+    ),
+    (
+        Xfeature::XtileData,
+        XfeatureMask::from_bits(Xfeature::Sse.bit() | Xfeature::XtileCfg.bit()),
+    ),
+    (Xfeature::Apx, XfeatureMask::from_bits(Xfeature::Sse.bit())),
+];
+
+/// The direct prerequisites of bit `i`: its [`DEPENDENCIES`] entry; for a
+/// user bit this crate has no [`Xfeature`] for (20..63), SSE; for x87 and
+/// the supervisor components, nothing.
+pub fn direct_prerequisites(i: u32) -> XfeatureMask {
+    match Xfeature::from_index(i) {
+        Some(f) => DEPENDENCIES
+            .iter()
+            .find(|(g, _)| *g == f)
+            .map_or(XfeatureMask::EMPTY, |(_, deps)| *deps),
+        None if i < 63 => Xfeature::Sse.mask(),
+        None => XfeatureMask::EMPTY,
+    }
+}
+
 impl XfeatureMask {
-    /// Closes the set under the architectural dependencies, for users who ask
-    /// for e.g. `avx512` alone: x87 and SSE are always added; any AVX-512
-    /// component brings all three plus AVX; AVX brings SSE; MPX and AMX
-    /// components come in pairs. Supervisor bits are kept as they are.
-    pub fn with_dependencies(self) -> Self {
-        let mut m = self | Self::LEGACY;
-        for group in [Self::AVX512, Self::MPX, Self::AMX] {
-            if !m.intersection(group).is_empty() {
-                m |= group;
+    /// `self` plus everything its components need, transitively, by
+    /// [`DEPENDENCIES`] (`avx512` -> x87, sse, avx and all three AVX-512
+    /// components). Empty stays empty.
+    pub fn prerequisites(self) -> Self {
+        let mut m = self;
+        loop {
+            let mut next = m;
+            for i in m.iter_indices() {
+                next |= direct_prerequisites(i);
             }
+            if next == m {
+                return m;
+            }
+            m = next;
         }
-        if !m.intersection(Self::AVX512).is_empty() {
-            m = m.with(Xfeature::Avx);
+    }
+
+    /// `self` plus every component (of `within`) that needs one of its
+    /// components, transitively, by [`DEPENDENCIES`]: what removing `self`
+    /// from `within` has to remove too (`avx` within a Sapphire Rapids XCR0
+    /// -> avx, opmask, zmm_hi256, hi16_zmm).
+    pub fn dependents(self, within: Self) -> Self {
+        let mut m = self;
+        loop {
+            let mut next = m;
+            for i in within.iter_indices() {
+                if !direct_prerequisites(i).intersection(m).is_empty() {
+                    next |= Self::from_bits(1u64 << i);
+                }
+            }
+            if next == m {
+                return m;
+            }
+            m = next;
         }
-        m
+    }
+
+    /// Closes the set under the architectural dependencies, for users who ask
+    /// for e.g. `avx512` alone: x87 and SSE are always added, then everything
+    /// [`XfeatureMask::prerequisites`] adds by [`DEPENDENCIES`] (any AVX-512
+    /// component brings all three plus AVX; MPX and AMX components come in
+    /// pairs). Supervisor bits are kept as they are.
+    pub fn with_dependencies(self) -> Self {
+        (self | Self::LEGACY).prerequisites()
     }
 
     /// Checks `self` as a value for XCR0 by the rules XSETBV enforces (plus the

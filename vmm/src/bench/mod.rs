@@ -74,8 +74,14 @@ pub enum BenchCommand {
         /// Policies to measure (default: all).
         #[arg(long, value_enum, value_delimiter = ',')]
         policy: Vec<SyncPolicy>,
-        /// Guest XCR0 values (default: x87,sse and x87,sse,avx).
-        #[arg(long, value_delimiter = ';')]
+        /// Guest XCR0 values, `;`-separated, each as for `vmm run`
+        /// (default: x87,sse and x87,sse,avx).
+        #[arg(
+            long,
+            value_name = "MASKS",
+            value_delimiter = ';',
+            allow_hyphen_values = true
+        )]
         xfeatures: Vec<String>,
         /// Output options.
         #[command(flatten)]
@@ -86,11 +92,13 @@ pub enum BenchCommand {
     },
     /// The same workloads with the initial XSTATE_BV = x87|SSE and = all of XCR0.
     InitXstate {
-        /// Workloads to run under both initial states.
-        #[arg(long, default_value = "aes,linpack")]
+        /// Workloads to run under both initial states, as for `vmm run`
+        /// (none, quick, aes, gemm, linpack, all; comma-separated).
+        #[arg(long, value_name = "LIST", default_value = "aes,linpack")]
         workload: String,
-        /// The policy, as for `vmm run`.
-        #[arg(long, value_name = "MASK")]
+        /// The policy, as for `vmm run` (`avx512`, `host,-avx`, ...).
+        /// Default: everything KVM supports.
+        #[arg(long, value_name = "MASK", allow_hyphen_values = true)]
         xfeatures: Option<String>,
         /// Interleaved rounds; each row reports their median and spread.
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=MAX_ROUNDS as i64))]
@@ -256,7 +264,7 @@ pub fn main(args: BenchArgs) -> Result<i32> {
             out,
         } => {
             guest::workloads::Selection::parse(&workload)
-                .map_err(|e| Error::Argument(format!("--workload {workload:?}: {e}")))?;
+                .map_err(|e| Error::Argument(format!("invalid --workload {workload:?}: {e}")))?;
             if let Some(p) = &out.plot {
                 plot::check_target(p)?;
             }

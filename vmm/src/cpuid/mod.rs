@@ -18,4 +18,7 @@ pub use crate::kvm::KvmXstate;
 pub use flags::{flag_set, GatedFlag, GATED_FLAGS};
 pub use guest::{guest_cpuid, verify, CpuidCheck, GuestCpuid, TSC_FREQ_LEAF};
 pub use leaf::{entry, Reg};
-pub use policy::{parse_xfeatures, resolve_policy, validate_policy, Policy};
+pub use policy::{
+    describe_resolution, parse_xfeatures, resolve_policy, resolve_xfeatures, validate_policy,
+    validate_policy_resolution, Policy,
+};

@@ -4,7 +4,7 @@
 //! [`Policy`] a run records once KVM's CPUID has been shaped by it.
 
 use kvm_bindings::CpuId;
-use xstate::{InitMode, Xfeature, XfeatureMask};
+use xstate::{InitMode, Resolution, Xfeature, XfeatureMask};
 
 use super::guest::{guest_cpuid, CpuidCheck, GuestCpuid};
 use super::leaf::entry;
@@ -65,21 +65,48 @@ pub fn parse_xfeatures(
     host: XfeatureMask,
     what: &str,
 ) -> std::result::Result<XfeatureMask, PolicyError> {
-    let mask = match spec {
-        None => host,
-        Some(s) => XfeatureMask::parse(s, host).map_err(|source| PolicyError::Parse {
+    Ok(resolve_xfeatures(spec, host, what)?.result)
+}
+
+/// [`parse_xfeatures`] with how the value was understood: the
+/// `--xfeatures` grammar ([`XfeatureMask::resolve`]) implies prerequisites
+/// and drops dependents, and callers print that ([`describe_resolution`]).
+/// `None` resolves to all of `host`, nothing implied or dropped.
+pub fn resolve_xfeatures(
+    spec: Option<&str>,
+    host: XfeatureMask,
+    what: &str,
+) -> std::result::Result<Resolution, PolicyError> {
+    let resolution = match spec {
+        None => Resolution {
+            requested: XfeatureMask::EMPTY,
+            removed: XfeatureMask::EMPTY,
+            implied: XfeatureMask::EMPTY,
+            dropped: XfeatureMask::EMPTY,
+            result: host,
+        },
+        Some(s) => XfeatureMask::resolve(s, host).map_err(|source| PolicyError::Parse {
             spec: s.to_string(),
             source,
         })?,
     };
-    mask.validate_xcr0(host)
+    resolution
+        .result
+        .validate_xcr0(host)
         .map_err(|source| PolicyError::Unsupported {
             spec: spec.unwrap_or("host").to_string(),
             what: what.to_string(),
             host,
             source,
         })?;
-    Ok(mask)
+    Ok(resolution)
+}
+
+/// The line `vmm run` prints on stderr for an `--xfeatures` value:
+/// `vmm: --xfeatures avx512 = x87,sse,avx,opmask,zmm_hi256,hi16_zmm (0xe7);
+/// implied x87,sse,avx`.
+pub fn describe_resolution(spec: &str, r: &Resolution) -> String {
+    format!("vmm: --xfeatures {spec} = {r}")
 }
 
 /// Parse `--xfeatures` and check it against what KVM supports, before any VM
@@ -99,6 +126,19 @@ pub fn validate_policy(
         return Err(PolicyError::NoXsave.into());
     }
     Ok(parse_xfeatures(spec, host, "KVM")?)
+}
+
+/// [`validate_policy`] with the [`Resolution`], for `vmm run` to print what
+/// `--xfeatures` was understood as before any VM exists.
+pub fn validate_policy_resolution(
+    spec: Option<&str>,
+    kvm: &KvmXstate,
+    supported: &CpuId,
+) -> Result<Resolution> {
+    let xcr0 = validate_policy(spec, kvm, supported)?;
+    let r = resolve_xfeatures(spec, kvm.supported_xcr0(), "KVM")?;
+    debug_assert_eq!(r.result, xcr0);
+    Ok(r)
 }
 
 /// Validate `--xfeatures` against KVM and resolve the policy in one step
@@ -137,7 +177,12 @@ mod tests {
                 && e.contains("KVM supports 0x7"),
             "{e}"
         );
-        let e = parse_xfeatures(Some("sse"), host, "KVM")
+        // Names imply their prerequisites; numbers are exact.
+        assert_eq!(
+            parse_xfeatures(Some("sse"), host, "KVM").unwrap().bits(),
+            0x3
+        );
+        let e = parse_xfeatures(Some("0x2"), host, "KVM")
             .unwrap_err()
             .to_string();
         assert!(e.contains("x87"), "{e}");
@@ -148,5 +193,32 @@ mod tests {
             e.starts_with("--xfeatures \"bogus\": ") && e.contains("unknown xfeature `bogus`"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn resolution_is_reported() {
+        let spr = XfeatureMask::from_bits(0x602e7);
+        let r = resolve_xfeatures(Some("avx512"), spr, "KVM").unwrap();
+        assert_eq!(
+            describe_resolution("avx512", &r),
+            "vmm: --xfeatures avx512 = x87,sse,avx,opmask,zmm_hi256,hi16_zmm (0xe7); \
+             implied x87,sse,avx"
+        );
+        let r = resolve_xfeatures(Some("-avx"), spr, "KVM").unwrap();
+        assert_eq!(
+            describe_resolution("-avx", &r),
+            "vmm: --xfeatures -avx = x87,sse,pkru,xtilecfg,xtiledata (0x60203); dropped \
+             opmask,zmm_hi256,hi16_zmm (they depend on what was removed)"
+        );
+        let r = resolve_xfeatures(None, spr, "KVM").unwrap();
+        assert_eq!(
+            (r.result, r.implied, r.dropped),
+            (spr, XfeatureMask::EMPTY, XfeatureMask::EMPTY)
+        );
+        // The resolved value must still be supported.
+        let e = resolve_xfeatures(Some("amx"), XfeatureMask::from_bits(0xe7), "KVM")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not supported"), "{e}");
     }
 }

@@ -120,8 +120,13 @@ fn policy_for(
     host: XsaveInfo,
     what: &str,
 ) -> Result<XfeatureMask, FeaturesError> {
-    crate::cpuid::parse_xfeatures(spec, host.supported_xcr0(), what)
-        .map_err(|e| FeaturesError::Usage(format!("invalid xstate policy: {e}")))
+    let r = crate::cpuid::resolve_xfeatures(spec, host.supported_xcr0(), what)
+        .map_err(|e| FeaturesError::Usage(format!("invalid xstate policy: {e}")))?;
+    // Say how the value was understood, as `vmm run` does.
+    if let Some(spec) = spec {
+        eprintln!("{}", crate::cpuid::describe_resolution(spec, &r));
+    }
+    Ok(r.result)
 }
 
 /// What to gather: the options of `vmm features` that pick the inputs.
@@ -194,6 +199,15 @@ pub fn gather(args: &Request) -> Result<Inputs, FeaturesError> {
         }
     };
     let (policy, _) = resolve_policy(&kvm, args.xfeatures, xstate::InitMode::Minimal, 0)?;
+    if let Some(spec) = args.xfeatures {
+        // Say how the value was understood, as `vmm run` does (it was
+        // validated just above, so this resolves).
+        if let Ok(r) =
+            crate::cpuid::resolve_xfeatures(Some(spec), kvm.xstate.supported_xcr0(), "KVM")
+        {
+            eprintln!("{}", crate::cpuid::describe_resolution(spec, &r));
+        }
+    }
     inputs.kvm = Some(kvm.xstate.info);
     inputs.policy_xcr0 = policy.xcr0;
     inputs.hidden_flags = policy.hidden_flags.iter().map(|s| s.to_string()).collect();
@@ -264,7 +278,7 @@ mod tests {
                 && e.contains(what),
             "{e}"
         );
-        let e = policy_for(Some("sse"), host, what).unwrap_err().to_string();
+        let e = policy_for(Some("0x2"), host, what).unwrap_err().to_string();
         assert!(e.contains("x87"), "{e}");
         let e = policy_for(Some("bogus"), host, what)
             .unwrap_err()

@@ -56,7 +56,7 @@
 //!
 //! | field | meaning |
 //! |-------|---------|
-//! | `id`, `name`, `description` | bit number, short name (as `--xfeatures` takes), Linux's boot-log name |
+//! | `id`, `name`, `description` | bit number, short name (as `--xfeatures` takes), what it holds (after the Intel SDM, `Xfeature::long_name`) |
 //! | `supervisor` | IA32_XSS state rather than XCR0 state |
 //! | `size`, `standard_offset` | from CPUID 0xD.i; null when unsupported (`standard_offset` also for supervisor state) |
 //! | `compacted_offset` | offset in the compacted layout of `xcr0`; null when not in it |
@@ -123,13 +123,14 @@ pub struct FeaturesArgs {
 /// The table of `vmm features` without a subcommand.
 #[derive(clap::Args, Debug)]
 pub struct ShowArgs {
-    /// Show a recorded CPUID profile (xstate/tests/data/*.json format)
+    /// Show a recorded CPUID profile (a file written by `vmm features save`)
     /// instead of this host: no KVM and no boot.
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
-    /// The policy, as for `vmm run`: `0x7`, `x87,sse`, `host,-avx`, `all`.
-    /// Default: everything KVM (or the profile) supports.
-    #[arg(long, value_name = "MASK")]
+    /// The policy, as for `vmm run`: `0x7`, `x87,sse`, `avx512`,
+    /// `host,-avx`, `-avx`, `all`. Default: everything KVM (or the profile)
+    /// supports.
+    #[arg(long, value_name = "MASK", allow_hyphen_values = true)]
     pub xfeatures: Option<String>,
     /// Do not boot the guest (no guest column).
     #[arg(long)]
@@ -169,8 +170,7 @@ pub struct SaveArgs {
 /// `vmm features compare`.
 #[derive(clap::Args, Debug)]
 pub struct CompareArgs {
-    /// Profiles to compare (`vmm features save` output or
-    /// xstate/tests/data/*.json).
+    /// Profiles to compare (files written by `vmm features save`).
     #[arg(value_name = "PROFILE", required = true, num_args = 1..)]
     pub profiles: Vec<PathBuf>,
     /// Check on which hosts state with this XSTATE_BV can be restored.

@@ -126,7 +126,7 @@ pub struct ComponentRow {
     pub id: u32,
     /// Short name, as `--xfeatures` takes it.
     pub name: &'static str,
-    /// Linux's boot-log name.
+    /// What the component holds ([`Xfeature::long_name`], after the Intel SDM).
     pub description: &'static str,
     /// IA32_XSS state rather than XCR0 state.
     pub supervisor: bool,

@@ -18,7 +18,7 @@
 //! | `init_xstate` | `minimal` or `all` |
 //! | `standard_size`, `compacted_size` | xsave sizes for the policy |
 //! | `guest_cpuid` | the guest's view of leaf 0xD: supported mask, sizes, per-component size/offset |
-//! | `results` | workload results: `name`, `variant`, `size`, `mb_per_s` or `gflops`, `check`, `cycles`, `seconds`, `native_ratio`; `residual` (linear algebra), `bytes_per_save` (`ctxsw`) |
+//! | `results` | workload results: `name`, `variant`, `size` and `size_unit` (`bytes`, `matrix order`, `events`), `mb_per_s` or `gflops`, `check`, `cycles`, `seconds`, `native_ratio`, `cycles_per_unit`, `ns_per_block` (AES); `residual` (linear algebra), `bytes_per_save` (`ctxsw`); `invalid`: why the row is not a measurement (after `vmm restore`: `spans a snapshot ...`, then it has no throughput), null otherwise |
 //! | `openssl_aes_128_cbc_mb_per_s` | the host's `openssl speed -evp aes-128-cbc` at 8192 B, when openssl is installed |
 //! | `switch_strategy`, `switch_cycles` | the context-switch strategy the guest chose at boot, and the cycles per switch it measured for each candidate |
 //! | `skipped` | workload variants not run: `name`, `variant`, `reason` |
@@ -27,6 +27,8 @@
 //! | `exits` | exits to user space |
 //! | `xstate_sync`, `xstate_stats` | the xstate sync policy and its `fetches`, `writebacks`, `standard_bytes`, `compacted_bytes` |
 //! | `timing_ms` | `setup`, `run`: wall time of VM setup and of the guest's run |
+//! | `xfeatures_resolution` | how `--xfeatures` was understood: `spec`, `requested`, `removed`, `implied` (prerequisites added), `dropped` (dependents removed), `result` (hex strings), `result_names`; null without `--xfeatures` |
+//! | `snapshot` | with `--snapshot-file`: `requested_after_s`, `written`, `path`, and `reason` when nothing was written (e.g. the guest exited before `--snapshot-after`); null otherwise |
 
 //! - [`summary`]: the serialisable model ([`RunSummary`]) built from a run.
 //! - [`render`]: its human table.
@@ -44,6 +46,6 @@ pub mod table;
 
 pub use exit::{EXIT_GUEST_CRASH, EXIT_TIMEOUT, EXIT_VMM_ERROR};
 pub use summary::{
-    result_rows, ComponentRow, CrashView, FaultView, GuestCpuidView, ResultRow, RunSummary,
-    SkipRow, SwitchFigure, Timing,
+    result_rows, ComponentRow, CrashView, FaultView, GuestCpuidView, ResolutionView, ResultRow,
+    RunSummary, SkipRow, SnapshotView, SwitchFigure, Timing,
 };

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use xstate::XfeatureMask;
 
 use super::hex;
-use super::summary::RunSummary;
+use super::summary::{ResultRow, RunSummary};
 use super::table::{or_dash, Columns};
 
 impl RunSummary {
@@ -114,7 +114,7 @@ impl RunSummary {
             let t = Columns::new()
                 .left("  ", 14)
                 .left(" ", 26)
-                .right(" ", 7)
+                .right(" ", 9)
                 .right(" ", 12)
                 .left(" ", 6)
                 .left(" ", 5)
@@ -138,26 +138,41 @@ impl RunSummary {
                     (Some(v), _, _) => (format!("{v:.2}"), "MB/s"),
                     (_, Some(v), _) => (format!("{v:.2}"), "GFLOPS"),
                     (_, _, Some(v)) => (format!("{v:.0}"), "1/s"),
+                    _ if r.invalid.is_some() => ("invalid".to_string(), "-"),
                     _ => ("-".to_string(), "-"),
-                };
-                // Events (exits, switches): what one costs, in TSC cycles.
-                let per_op = match (r.events_per_s, r.bytes_per_save) {
-                    (Some(_), Some(b)) => format!("{:.0} cycles, {b} B/save", r.cycles_per_op()),
-                    (Some(_), None) => format!("{:.0} cycles", r.cycles_per_op()),
-                    _ => String::new(),
                 };
                 t.push(
                     &mut s,
                     &[
                         r.name.clone(),
                         r.variant.clone(),
-                        r.size.to_string(),
+                        size_cell(r),
                         v,
                         unit.to_string(),
                         r.check.to_string(),
                         or_dash(r.native_ratio.map(|x| format!("{x:.3}"))),
-                        per_op,
+                        per_op_cell(r),
                     ],
+                );
+            }
+            let _ = writeln!(
+                s,
+                "  size: B = message bytes, n = matrix order (n x n), ev = events timed"
+            );
+            if self.results.iter().any(|r| r.native_ratio.is_some()) {
+                let _ = writeln!(
+                    s,
+                    "  native = guest throughput / the same code on the host, same run"
+                );
+            }
+            for r in self.results.iter().filter(|r| r.invalid.is_some()) {
+                let _ = writeln!(
+                    s,
+                    "  invalid: {} {} {}: {}",
+                    r.name,
+                    r.variant,
+                    size_cell(r),
+                    r.invalid.as_deref().unwrap_or_default()
                 );
             }
         }
@@ -194,5 +209,33 @@ impl RunSummary {
             self.timing_ms.run
         );
         s
+    }
+}
+
+/// The size cell with its unit: `8192 B`, `n=256`, `100000 ev`.
+fn size_cell(r: &ResultRow) -> String {
+    match r.size_unit {
+        "bytes" => format!("{} B", r.size),
+        "matrix order" => format!("n={}", r.size),
+        _ => format!("{} ev", r.size),
+    }
+}
+
+/// What one operation costs, where that means something: ns per 16-byte
+/// AES block, TSC cycles per flop, TSC cycles per event (plus bytes per
+/// save for context switches); empty for invalid rows.
+fn per_op_cell(r: &ResultRow) -> String {
+    if r.invalid.is_some() {
+        return String::new();
+    }
+    match r.size_unit {
+        "bytes" => r
+            .ns_per_block
+            .map_or_else(String::new, |ns| format!("{ns:.1} ns/block")),
+        "matrix order" => format!("{:.2} cycles/flop", r.cycles_per_unit),
+        _ => match r.bytes_per_save {
+            Some(b) => format!("{:.0} cycles, {b} B/save", r.cycles_per_unit),
+            None => format!("{:.0} cycles", r.cycles_per_unit),
+        },
     }
 }

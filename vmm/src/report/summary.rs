@@ -7,7 +7,7 @@ use guest::protocol::{
 };
 use serde::Serialize;
 use xstate::info::leaf_d1_eax;
-use xstate::{InitMode, Xfeature, XfeatureMask};
+use xstate::{InitMode, Resolution, Xfeature, XfeatureMask};
 
 use super::exit::{EXIT_GUEST_CRASH, EXIT_TIMEOUT};
 use super::hex;
@@ -33,8 +33,11 @@ pub struct ResultRow {
     pub name: String,
     /// Implementation variant (`aesni`, `avx2`, `cpl3-dirty`, ...).
     pub variant: String,
-    /// Problem size the guest chose (bytes, matrix order, iterations).
+    /// Problem size the guest chose, in [`ResultRow::size_unit`]s.
     pub size: u64,
+    /// What `size` counts: `bytes` (AES message), `matrix order` (n of the
+    /// n x n DGEMM/Linpack matrices) or `events` (exits, switches).
+    pub size_unit: &'static str,
     /// Throughput of byte workloads.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mb_per_s: Option<f64>,
@@ -60,6 +63,15 @@ pub struct ResultRow {
     pub bytes_per_save: Option<u64>,
     /// Guest throughput / native throughput of the same code, when measured.
     pub native_ratio: Option<f64>,
+    /// TSC cycles per unit of work (per byte, flop or event).
+    pub cycles_per_unit: f64,
+    /// Nanoseconds per 16-byte AES block (byte workloads; null otherwise or
+    /// when the TSC rate is unknown).
+    pub ns_per_block: Option<f64>,
+    /// Why the row's timing is not a measurement (null when it is): e.g.
+    /// it was timed across a snapshot, so its cycles include the time the
+    /// VM was stopped. Such a row has no throughput and no native ratio.
+    pub invalid: Option<String>,
 }
 
 impl ResultRow {
@@ -256,9 +268,164 @@ pub struct RunSummary {
     pub xstate_stats: SyncStats,
     /// Wall time of setup and run.
     pub timing_ms: Timing,
+    /// How `--xfeatures` was understood (null without `--xfeatures`, and
+    /// after a restore).
+    pub xfeatures_resolution: Option<ResolutionView>,
+    /// What became of a requested snapshot (null when none was requested).
+    pub snapshot: Option<SnapshotView>,
     /// The process exit status `vmm run` ends with.
     #[serde(skip)]
     pub process_exit: i32,
+}
+
+/// An `--xfeatures` resolution as JSON (`xfeatures_resolution`): masks as
+/// hex strings, plus the result's names.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ResolutionView {
+    /// The value as given.
+    pub spec: String,
+    /// Components named to be added (groups expanded), hex.
+    #[serde(serialize_with = "hex::mask")]
+    pub requested: XfeatureMask,
+    /// Components named to be removed, hex.
+    #[serde(serialize_with = "hex::mask")]
+    pub removed: XfeatureMask,
+    /// Prerequisites added for the named components, hex.
+    #[serde(serialize_with = "hex::mask")]
+    pub implied: XfeatureMask,
+    /// Dependents removed along with the named removals, hex.
+    #[serde(serialize_with = "hex::mask")]
+    pub dropped: XfeatureMask,
+    /// The XCR0 policy, hex.
+    #[serde(serialize_with = "hex::mask")]
+    pub result: XfeatureMask,
+    /// The policy's component names (`x87,sse,avx`).
+    pub result_names: String,
+}
+
+impl ResolutionView {
+    /// The view of `r`, resolved from `spec`.
+    pub fn new(spec: &str, r: &Resolution) -> Self {
+        Self {
+            spec: spec.to_string(),
+            requested: r.requested,
+            removed: r.removed,
+            implied: r.implied,
+            dropped: r.dropped,
+            result: r.result,
+            result_names: r.result.to_string(),
+        }
+    }
+}
+
+/// What became of a requested snapshot (`snapshot` in the JSON): null when
+/// the run asked for none.
+#[derive(Clone, Debug, Serialize)]
+pub struct SnapshotView {
+    /// `--snapshot-after`, seconds (null when only the guest may ask).
+    pub requested_after_s: Option<f64>,
+    /// Whether a snapshot file was written.
+    pub written: bool,
+    /// The file (whether or not it was written).
+    pub path: String,
+    /// Why none was written (null when one was).
+    pub reason: Option<String>,
+}
+
+impl SnapshotView {
+    /// The view for a run of `outcome` that asked for a snapshot into
+    /// `path`, after `after` seconds if given. Also the line `vmm` warns
+    /// with on stderr when nothing was written.
+    pub fn new(outcome: &RunOutcome, after: Option<f64>, path: &std::path::Path) -> Self {
+        let written = matches!(outcome.end, RunEnd::Snapshotted(_));
+        let ran = outcome.run_time.as_secs_f64();
+        let reason = (!written).then(|| {
+            let how = match &outcome.end {
+                RunEnd::Exited(_) => "exited",
+                RunEnd::Crashed { .. } => "crashed",
+                RunEnd::TimedOut(_) => "was stopped by --timeout",
+                RunEnd::Snapshotted(_) => "stopped",
+            };
+            match after {
+                Some(a) => format!(
+                    "the guest {how} after {ran:.1} s, before --snapshot-after {a}: \
+                     no snapshot written"
+                ),
+                None => format!(
+                    "the guest {how} after {ran:.1} s without asking for a snapshot: \
+                     no snapshot written"
+                ),
+            }
+        });
+        Self {
+            requested_after_s: after,
+            written,
+            path: path.display().to_string(),
+            reason,
+        }
+    }
+}
+
+/// What a restore knows about the snapshot it resumed, to find the row
+/// whose timing spans it ([`mark_rows_spanning_snapshot`]).
+pub struct SnapshotGap<'a> {
+    /// The snapshot's guest memory: (guest-physical address, bytes) runs.
+    pub memory: &'a [(u64, Vec<u8>)],
+    /// When the snapshot was written (Unix seconds, truncated).
+    pub created_unix_s: u64,
+    /// When the restore began (Unix time, seconds).
+    pub restore_started_unix_s: f64,
+}
+
+/// Marks the row whose timed region spans the snapshot a restored run
+/// resumed from: its TSC cycles include the time the VM was stopped (on
+/// kvm_pvm the guest's TSC follows the host's), so its throughput would be
+/// fiction (a few MB/s with `check: pass`).
+///
+/// Rows whose exact records are already in the snapshot's memory were
+/// complete before it; the vCPU runs rows one after another, so at most one
+/// row, the first one missing from the snapshot, can have been running when
+/// it was taken. It is marked invalid (no throughput, no ratio) unless its
+/// cycles are shorter than the gap between snapshot and restore, which is at
+/// least `restore start - (created_unix_s + 1 s)` (the timestamp is
+/// truncated to seconds): a region that includes the gap lasts longer than
+/// it. Returns the index of the marked row.
+pub fn mark_rows_spanning_snapshot(
+    rows: &mut [ResultRow],
+    report: &Report,
+    gap: &SnapshotGap<'_>,
+    tsc_khz: u64,
+) -> Option<usize> {
+    use zerocopy::IntoBytes;
+    let in_snapshot = |rec: &[u8]| {
+        gap.memory.iter().any(|(_, run)| {
+            run.len() >= rec.len()
+                && (0..=run.len() - rec.len())
+                    .step_by(8)
+                    .any(|i| &run[i..i + rec.len()] == rec)
+        })
+    };
+    let first_after = report
+        .results()
+        .iter()
+        .position(|r| !in_snapshot(r.as_bytes()))?;
+    let row = rows.get_mut(first_after)?;
+    let min_gap_s = (gap.restore_started_unix_s - (gap.created_unix_s as f64 + 1.0)).max(0.0);
+    let min_gap_cycles = min_gap_s * tsc_khz as f64 * 1e3;
+    if (row.cycles as f64) < min_gap_cycles {
+        return None;
+    }
+    row.mb_per_s = None;
+    row.gflops = None;
+    row.events_per_s = None;
+    row.native_ratio = None;
+    row.ns_per_block = None;
+    row.invalid = Some(
+        "spans a snapshot: timed across snapshot and restore, so its cycles include \
+         the time the VM was stopped"
+            .to_string(),
+    );
+    Some(first_after)
 }
 
 /// Turn a report's result records into rows, converting cycles with `tsc_khz`.
@@ -280,6 +447,11 @@ pub fn result_rows(report: &Report, tsc_khz: u64) -> Vec<ResultRow> {
                 name: field_str(&r.name).to_string(),
                 variant: field_str(&r.variant).to_string(),
                 size: r.size,
+                size_unit: match r.unit {
+                    u if u == WorkUnit::Bytes as u32 => "bytes",
+                    u if u == WorkUnit::Flops as u32 => "matrix order",
+                    _ => "events",
+                },
                 mb_per_s: mb,
                 gflops: gf,
                 events_per_s: ev,
@@ -291,6 +463,12 @@ pub fn result_rows(report: &Report, tsc_khz: u64) -> Vec<ResultRow> {
                     .then_some(r.residual),
                 bytes_per_save: (field_str(&r.name) == "ctxsw").then(|| report.aux(i)),
                 native_ratio: None,
+                cycles_per_unit: r.cycles as f64 / r.work.max(1) as f64,
+                ns_per_block: (r.unit == WorkUnit::Bytes as u32 && r.work >= 16)
+                    .then_some(seconds)
+                    .flatten()
+                    .map(|s| s * 1e9 / (r.work / 16) as f64),
+                invalid: None,
             }
         })
         .collect()
@@ -445,6 +623,8 @@ impl RunSummary {
                 setup: outcome.setup_time.as_secs_f64() * 1e3,
                 run: outcome.run_time.as_secs_f64() * 1e3,
             },
+            xfeatures_resolution: None,
+            snapshot: None,
             process_exit,
         }
     }
