@@ -95,6 +95,11 @@ struct SessionArgs {
     /// asks for one (SNAPSHOT_PORT).
     #[arg(long, value_name = "PATH")]
     snapshot_file: Option<PathBuf>,
+    /// Let the snapshot replace a regular file already at --snapshot-file
+    /// (never a symlink, device, FIFO or directory; its permissions are
+    /// never widened).
+    #[arg(long, requires = "snapshot_file")]
+    force: bool,
 }
 
 impl SessionArgs {
@@ -171,6 +176,7 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
         raw_loop: false,
         snapshot_after: args.session.snapshot_after()?,
         snapshot_file: args.session.snapshot_file.clone(),
+        snapshot_force: args.session.force,
     };
     let outcome = vstate::run(config)?;
     print_outcome(
@@ -212,6 +218,7 @@ fn restore(args: RestoreArgs) -> Result<i32, vmm::Error> {
         xstate_sync: args.xstate_sync,
         snapshot_after: session.snapshot_after()?,
         snapshot_file: session.snapshot_file.clone(),
+        snapshot_force: session.force,
     };
     let outcome = match vmm::snapshot::restore::restore(&args.file, opts) {
         Ok(o) => o,
