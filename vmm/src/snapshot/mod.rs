@@ -16,7 +16,7 @@
 //! - [`state`]: the sections and their encodings.
 //! - [`save`]: capturing a running VM.
 //! - [`restore`]: checking a snapshot against this host and resuming it.
-//! - [`write`]: writing the file: private (0600), atomic, never through or
+//! - [`write`](mod@write): writing the file: private (0600), atomic, never through or
 //!   over anything but a regular file, no temporary left behind.
 //! - [`info`](mod@info): the `vmm snapshot info` view.
 

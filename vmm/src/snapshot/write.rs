@@ -654,7 +654,8 @@ extern "C" fn remove_temporaries_and_end(sig: libc::c_int) {
     }
 }
 
-/// Install [`remove_temporaries_and_end`] for [`CLEANUP_SIGNALS`], once.
+/// Install the handler that removes the temporary files being written
+/// before SIGINT, SIGTERM or SIGHUP end the process, once.
 /// A signal that is ignored (`nohup`, a background job's SIGINT) or already
 /// has a handler of someone else's keeps it.
 pub fn install_signal_cleanup() {
