@@ -336,10 +336,11 @@ fn a_missing_directory_is_refused_before_the_guest_runs() {
     );
 }
 
-/// Limit files this process writes to `bytes` and ignore SIGXFSZ, so a
-/// larger write fails with EFBIG.
+/// Limit files this process writes to `bytes`, as `ulimit -f` does: a
+/// larger write raises SIGXFSZ (which kills by default) and fails with
+/// EFBIG.
 fn limit_file_size(c: &mut Command, bytes: u64) {
-    // SAFETY: setrlimit and signal are async-signal-safe.
+    // SAFETY: setrlimit is async-signal-safe.
     unsafe {
         c.pre_exec(move || {
             let lim = libc::rlimit {
@@ -349,7 +350,6 @@ fn limit_file_size(c: &mut Command, bytes: u64) {
             if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
             Ok(())
         })
     };

@@ -658,9 +658,22 @@ extern "C" fn remove_temporaries_and_end(sig: libc::c_int) {
 /// before SIGINT, SIGTERM or SIGHUP end the process, once.
 /// A signal that is ignored (`nohup`, a background job's SIGINT) or already
 /// has a handler of someone else's keeps it.
+///
+/// SIGXFSZ (a write past `ulimit -f`), whose default action kills the
+/// process mid-write and leaves the temporary file, is ignored from then on
+/// unless someone else handles it: the write fails with `EFBIG` instead, and
+/// the failure is reported like any other.
 pub fn install_signal_cleanup() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
+        // SAFETY: an all-zero sigaction is a valid value to read into.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: reading the current action into a valid out-pointer.
+        let read = unsafe { libc::sigaction(libc::SIGXFSZ, std::ptr::null(), &mut old) };
+        if read == 0 && old.sa_sigaction == libc::SIG_DFL {
+            // SAFETY: ignoring a signal installs no code.
+            unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+        }
         for sig in CLEANUP_SIGNALS {
             // SAFETY: an all-zero sigaction is a valid value to read into.
             let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
