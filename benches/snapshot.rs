@@ -135,6 +135,7 @@ fn benches(c: &mut Criterion) {
                     },
                     serial: SerialSink::Null,
                     snapshot_file: Some(snap_file.clone()),
+                    snapshot_force: true,
                     ..RunConfig::default()
                 })
                 .expect("snapshot run");

@@ -59,14 +59,15 @@ pub enum Error {
     /// non-zero exit status, a failed workload check).
     #[error("guest error: {0}")]
     Guest(String),
-    /// The snapshot file could not be written.
+    /// The snapshot file could not be written (nothing at its path was
+    /// modified; see [`crate::snapshot::write`]).
     #[error("output: cannot write snapshot {}: {source}", path.display())]
     SnapshotWrite {
         /// The snapshot's final name.
         path: PathBuf,
-        /// What the file system said.
+        /// Why: the destination, its directory, or the file system.
         #[source]
-        source: std::io::Error,
+        source: crate::snapshot::write::WriteError,
     },
     /// Encoding JSON output failed.
     #[error("output: JSON: {0}")]

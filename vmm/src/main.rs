@@ -104,6 +104,11 @@ struct SessionArgs {
     /// asks for one (SNAPSHOT_PORT).
     #[arg(long, value_name = "PATH")]
     snapshot_file: Option<PathBuf>,
+    /// Let the snapshot replace a regular file already at --snapshot-file
+    /// (never a symlink, device, FIFO or directory; its permissions are
+    /// never widened).
+    #[arg(long, requires = "snapshot_file")]
+    force: bool,
 }
 
 impl SessionArgs {
@@ -197,6 +202,7 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
         raw_loop: false,
         snapshot_after: args.session.snapshot_after,
         snapshot_file: args.session.snapshot_file.clone(),
+        snapshot_force: args.session.force,
     };
     let outcome = vstate::run(config)?;
     let extras = Extras {
@@ -321,6 +327,7 @@ fn restore(args: RestoreArgs) -> Result<i32, vmm::Error> {
         xstate_sync: args.xstate_sync,
         snapshot_after: session.snapshot_after,
         snapshot_file: session.snapshot_file.clone(),
+        snapshot_force: session.force,
     };
     let started = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -24,6 +24,7 @@
 //! | `skipped` | workload variants not run: `name`, `variant`, `reason` |
 //! | `fault` | the CPU exception that ended the run, if any |
 //! | `crash` | reason and register dump when the guest crashed |
+//! | `snapshot_errors` | snapshots that could not be written (`--snapshot-file` refused, directory missing or read-only, disk full), each naming the file and the cause; the guest was resumed after each, so the run goes on |
 //! | `exits` | exits to user space |
 //! | `xstate_sync`, `xstate_stats` | the xstate sync policy and its `fetches`, `writebacks`, `standard_bytes`, `compacted_bytes` |
 //! | `timing_ms` | `setup`, `run`: wall time of VM setup and of the guest's run |

@@ -195,6 +195,9 @@ impl RunSummary {
         for e in &self.report_errors {
             let _ = writeln!(s, "report refused: {e}");
         }
+        for e in &self.snapshot_errors {
+            let _ = writeln!(s, "snapshot not written (the guest was resumed): {e}");
+        }
         if let Some(c) = &self.crash {
             let _ = writeln!(s, "guest crashed: {}", c.reason);
             let _ = write!(s, "{}", c.registers);

@@ -260,6 +260,9 @@ pub struct RunSummary {
     pub crash: Option<CrashView>,
     /// Why reports from the guest were refused.
     pub report_errors: Vec<String>,
+    /// Snapshots that could not be written, each naming the file and the
+    /// cause; the guest was resumed after each.
+    pub snapshot_errors: Vec<String>,
     /// Exits to user space.
     pub exits: u64,
     /// The xstate sync policy and what it cost: KVM_GET/SET_XSAVE calls and bytes.
@@ -616,6 +619,7 @@ impl RunSummary {
             fault,
             crash,
             report_errors: outcome.report_errors.clone(),
+            snapshot_errors: outcome.snapshot_errors.clone(),
             exits: outcome.exits.total,
             xstate_sync: outcome.xstate_sync,
             xstate_stats: outcome.xstate_stats,

@@ -16,6 +16,8 @@
 //! - [`state`]: the sections and their encodings.
 //! - [`save`]: capturing a running VM.
 //! - [`restore`]: checking a snapshot against this host and resuming it.
+//! - [`write`](mod@write): writing the file: private (0600), atomic, never through or
+//!   over anything but a regular file, no temporary left behind.
 //! - [`info`](mod@info): the `vmm snapshot info` view.
 
 pub mod compat;
@@ -26,6 +28,7 @@ pub mod restore;
 pub mod save;
 pub mod sparse;
 pub mod state;
+pub mod write;
 
 use std::path::PathBuf;
 

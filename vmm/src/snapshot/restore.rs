@@ -48,6 +48,8 @@ pub struct RestoreOptions {
     pub snapshot_after: Option<Duration>,
     /// Where that snapshot goes.
     pub snapshot_file: Option<PathBuf>,
+    /// Replace a regular file already at `snapshot_file` (`--force`).
+    pub snapshot_force: bool,
 }
 
 impl Default for RestoreOptions {
@@ -58,6 +60,7 @@ impl Default for RestoreOptions {
             xstate_sync: None,
             snapshot_after: None,
             snapshot_file: None,
+            snapshot_force: false,
         }
     }
 }
@@ -101,6 +104,9 @@ pub(crate) fn build(
     start: Instant,
 ) -> Result<Launch> {
     check_snapshot_options(opts.snapshot_after, opts.snapshot_file.as_deref())?;
+    if let Some(path) = &opts.snapshot_file {
+        super::save::check_destination(path, opts.snapshot_force)?;
+    }
     let meta = &snap.meta;
     let v = &snap.vcpus[0];
     let init = if meta.init_xstate == "all" {
@@ -137,16 +143,19 @@ pub(crate) fn build(
 
     let devices = restored_devices(opts.serial, meta)?;
     let snapshot = match &opts.snapshot_file {
-        Some(p) => Some(SaveContext::new(
-            host,
-            p.clone(),
-            meta.mem_mib,
-            meta.cmdline.clone(),
-            &policy,
-            sync,
-            tsc_khz,
-            v.cpuid.clone(),
-        )?),
+        Some(p) => Some(SaveContext {
+            force: opts.snapshot_force,
+            ..SaveContext::new(
+                host,
+                p.clone(),
+                meta.mem_mib,
+                meta.cmdline.clone(),
+                &policy,
+                sync,
+                tsc_khz,
+                v.cpuid.clone(),
+            )?
+        }),
         None => None,
     };
     Ok(Launch {

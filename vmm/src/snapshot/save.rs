@@ -6,12 +6,17 @@
 //! `OUT`, and returns `EINTR` without entering the guest), then read the
 //! vCPU (registers, special registers, XCRs, MSRs, events, MP state, debug
 //! registers, the xsave state compacted with only the components in use)
-//! and RAM, and write the file under a temporary name in the same directory
-//! renamed into place, so a crash never leaves a half-written snapshot under
-//! the final name.
+//! and RAM, and write the file through [`super::write`]: private (0600),
+//! under a temporary name in the same directory renamed into place, so a
+//! crash never leaves a half-written snapshot under the final name, and
+//! never through or over anything but a regular file.
+//!
+//! The destination is checked before the guest is stopped (directory
+//! present and writable, nothing but a regular file at the path, and that
+//! only with `force`); the free space is checked against the exact encoded
+//! size once RAM is encoded, before anything is written. Every failure is
+//! an [`Error::SnapshotWrite`], after which the run loop resumes the guest.
 
-use std::io::Write as _;
-use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -22,6 +27,7 @@ use xstate::{CpuidProfile, XsaveInfo};
 
 use super::sparse::SparseMemory;
 use super::state::{Meta, SerialRegs, Snapshot, VcpuState};
+use super::write;
 use crate::cpuid::Policy;
 use crate::devices::Devices;
 use crate::error::{Error, MemoryError, Result};
@@ -56,6 +62,9 @@ impl Trigger {
 pub struct SaveContext {
     /// Where the snapshot goes.
     pub path: PathBuf,
+    /// Replace a regular file already at `path` (`--force`); false after
+    /// [`SaveContext::new`].
+    pub force: bool,
     /// Guest RAM in MiB.
     pub mem_mib: u64,
     /// The guest's command line as booted.
@@ -104,6 +113,7 @@ impl SaveContext {
             .collect();
         Ok(Self {
             path,
+            force: false,
             mem_mib,
             cmdline,
             policy_xcr0: policy.xcr0.bits(),
@@ -235,41 +245,28 @@ fn encode_memory(mem: &GuestMemoryMmap) -> Result<SparseMemory> {
     Ok(sparse)
 }
 
-/// Capture the VM and write the snapshot file; returns its path.
-pub fn save(ctx: &SaveContext, trigger: Trigger, vm: Running<'_>) -> Result<PathBuf> {
-    let snap = capture(ctx, trigger, vm)?;
-    write_file(&ctx.path, &snap.to_bytes())?;
-    Ok(ctx.path.clone())
-}
-
-/// Write `bytes` to `path` atomically: a temporary file in the same
-/// directory (so the rename cannot cross file systems), fsynced, then
-/// renamed over `path`.
-fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
-    let fail = |source: std::io::Error| Error::SnapshotWrite {
+/// Check that a snapshot can go to `path` (see [`write::check`]): done
+/// before a run starts, so a wrong `--snapshot-file` is refused before any
+/// guest runs.
+pub fn check_destination(path: &Path, force: bool) -> Result<()> {
+    write::check(path, force).map_err(|source| Error::SnapshotWrite {
         path: path.to_path_buf(),
         source,
-    };
-    let name = path
-        .file_name()
-        .ok_or_else(|| fail(std::io::Error::other("the path names no file")))?;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let mut prefix = std::ffi::OsString::from(".");
-    prefix.push(name);
-    // The mode `File::create` gives (0o666 less the umask), not tempfile's
-    // private 0o600: a snapshot is an ordinary output file.
-    let mut tmp = tempfile::Builder::new()
-        .prefix(&prefix)
-        .suffix(".tmp")
-        .permissions(std::fs::Permissions::from_mode(0o666))
-        .tempfile_in(dir)
-        .map_err(fail)?;
-    tmp.write_all(bytes).map_err(fail)?;
-    tmp.as_file().sync_all().map_err(fail)?;
-    // A failed persist drops (and so deletes) the temporary file.
-    tmp.persist(path).map_err(|e| fail(e.error))?;
+    })?;
     Ok(())
+}
+
+/// Capture the VM and write the snapshot file; returns its path. The
+/// destination is checked again before the VM is read; an
+/// [`Error::SnapshotWrite`] leaves the VM able to resume.
+pub fn save(ctx: &SaveContext, trigger: Trigger, vm: Running<'_>) -> Result<PathBuf> {
+    check_destination(&ctx.path, ctx.force)?;
+    let snap = capture(ctx, trigger, vm)?;
+    write::write_atomic(&ctx.path, ctx.force, &snap.to_bytes()).map_err(|source| {
+        Error::SnapshotWrite {
+            path: ctx.path.clone(),
+            source,
+        }
+    })?;
+    Ok(ctx.path.clone())
 }

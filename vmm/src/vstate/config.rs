@@ -82,6 +82,9 @@ pub struct RunConfig {
     /// Where a snapshot goes, time-triggered or requested by the guest
     /// through `SNAPSHOT_PORT`. Without it the guest's requests are ignored.
     pub snapshot_file: Option<PathBuf>,
+    /// `--force`: a regular file already at `snapshot_file` may be replaced
+    /// (never anything else; see [`crate::snapshot::write`]).
+    pub snapshot_force: bool,
 }
 
 impl Default for RunConfig {
@@ -98,6 +101,7 @@ impl Default for RunConfig {
             raw_loop: false,
             snapshot_after: None,
             snapshot_file: None,
+            snapshot_force: false,
         }
     }
 }

@@ -19,7 +19,7 @@ use crate::cpuid::{validate_policy, Policy};
 use crate::devices::{Devices, ReportDelivery};
 use crate::error::{Error, MemoryError, Result};
 use crate::kvm::HostKvm;
-use crate::snapshot::save::SaveContext;
+use crate::snapshot::save::{self, SaveContext};
 use crate::xstate_manager::XstateManager;
 
 /// Boot a guest and run it to the end.
@@ -37,6 +37,9 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
         &host.supported_cpuid,
     )?;
     check_snapshot_options(config.snapshot_after, config.snapshot_file.as_deref())?;
+    if let Some(path) = &config.snapshot_file {
+        save::check_destination(path, config.snapshot_force)?;
+    }
     // The policy also travels on the command line: where KVM ignores the
     // CPUID table (kvm_pvm) our guest still limits XCR0 to it.
     let cmdline = with_xfeatures_hint(&config.cmdline, xcr0);
@@ -65,16 +68,19 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
     )?;
     policy.cpuid_check = Some(check);
     let snapshot = match &config.snapshot_file {
-        Some(path) => Some(SaveContext::new(
-            &host,
-            path.clone(),
-            config.mem_mib,
-            cmdline,
-            &policy,
-            config.xstate_sync,
-            tsc_khz,
-            guest_cpuid.cpuid.as_slice().to_vec(),
-        )?),
+        Some(path) => Some(SaveContext {
+            force: config.snapshot_force,
+            ..SaveContext::new(
+                &host,
+                path.clone(),
+                config.mem_mib,
+                cmdline,
+                &policy,
+                config.xstate_sync,
+                tsc_khz,
+                guest_cpuid.cpuid.as_slice().to_vec(),
+            )?
+        }),
         None => None,
     };
     let setup_time = start.elapsed();
@@ -171,6 +177,7 @@ pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
         snapshot_time: None,
         raw: l.raw,
         snapshot: l.snapshot,
+        snapshot_errors: Vec::new(),
     };
     let supervised = supervise(deadlines, move |stop| {
         let mut runner = runner;
@@ -212,6 +219,7 @@ pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
         run_time,
         first_exit: runner.first_exit,
         snapshot_time: runner.snapshot_time,
+        snapshot_errors: runner.snapshot_errors,
     })
 }
 

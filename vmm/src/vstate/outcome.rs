@@ -91,4 +91,7 @@ pub struct RunOutcome {
     /// How long writing the snapshot took (completing I/O, reading the
     /// vCPU and RAM, encoding, writing the file), when one was taken.
     pub snapshot_time: Option<Duration>,
+    /// Snapshots that could not be written, each naming the file and the
+    /// cause; the guest was resumed after each (at most 16 kept).
+    pub snapshot_errors: Vec<String>,
 }

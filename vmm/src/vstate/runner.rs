@@ -22,7 +22,7 @@ use super::dump::RegisterDump;
 use super::outcome::{ExitCounts, RunEnd};
 use super::stop::{StopFlag, StopReason};
 use crate::devices::{le_value, Devices, PortAction};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::snapshot::save::{self, Running, SaveContext, Trigger};
 use crate::xstate_manager::XstateManager;
 
@@ -45,7 +45,14 @@ pub(crate) struct VcpuRunner {
     pub raw: bool,
     /// Where and how to write a snapshot, when one may be taken.
     pub snapshot: Option<SaveContext>,
+    /// Snapshots that could not be written (the guest went on), at most
+    /// [`MAX_SNAPSHOT_ERRORS`] kept.
+    pub snapshot_errors: Vec<String>,
 }
+
+/// Failed snapshot messages kept for the report: a guest asking again and
+/// again must not grow the VMM's memory.
+pub(crate) const MAX_SNAPSHOT_ERRORS: usize = 16;
 
 /// An exit that ends the run, decoded as far as it can be without the vCPU.
 enum Fatal {
@@ -94,7 +101,11 @@ impl VcpuRunner {
             match stop.requested() {
                 None => {}
                 Some(StopReason::Snapshot) if self.snapshot.is_some() => {
-                    return self.snapshot(Trigger::Time)
+                    if let Some(end) = self.snapshot(Trigger::Time)? {
+                        return Ok(end);
+                    }
+                    // Not written: the guest goes on; the request is done.
+                    stop.snapshot_done();
                 }
                 // A snapshot request is only armed with a snapshot file:
                 // without one it can only be a plain stop.
@@ -151,19 +162,25 @@ impl VcpuRunner {
                 }
             }
             if snapshot_requested {
-                return self.snapshot(Trigger::Guest);
+                if let Some(end) = self.snapshot(Trigger::Guest)? {
+                    return Ok(end);
+                }
             }
         }
     }
 
     /// Write a snapshot and end the run. Called between exits only: the
-    /// save completes pending I/O first (`immediate_exit`).
-    fn snapshot(&mut self, trigger: Trigger) -> Result<RunEnd> {
+    /// save completes pending I/O first (`immediate_exit`). When the file
+    /// cannot be written (destination refused, directory missing or
+    /// read-only, disk full) nothing is lost: the failure is kept for the
+    /// report, said on stderr, and `None` lets the guest run on. Other
+    /// errors (KVM refusing to hand over the state) still end the run.
+    fn snapshot(&mut self, trigger: Trigger) -> Result<Option<RunEnd>> {
         let Some(ctx) = self.snapshot.as_ref() else {
-            return Ok(RunEnd::TimedOut(Duration::ZERO));
+            return Ok(Some(RunEnd::TimedOut(Duration::ZERO)));
         };
         let began = Instant::now();
-        let path = save::save(
+        let saved = save::save(
             ctx,
             trigger,
             Running {
@@ -174,9 +191,23 @@ impl VcpuRunner {
                 exits: self.exits.total,
                 ran: self.start.elapsed(),
             },
-        )?;
-        self.snapshot_time = Some(began.elapsed());
-        Ok(RunEnd::Snapshotted(path))
+        );
+        match saved {
+            Ok(path) => {
+                self.snapshot_time = Some(began.elapsed());
+                Ok(Some(RunEnd::Snapshotted(path)))
+            }
+            Err(e @ Error::SnapshotWrite { .. }) => {
+                // Said and kept up to a bound: a guest asking in a loop
+                // must not flood stderr or grow memory.
+                if self.snapshot_errors.len() < MAX_SNAPSHOT_ERRORS {
+                    eprintln!("vmm: {e}; the guest was resumed");
+                    self.snapshot_errors.push(e.to_string());
+                }
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// The raw limit: re-enter at once on every exit. Only the exit port

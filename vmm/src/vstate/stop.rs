@@ -42,6 +42,18 @@ impl StopFlag {
         self.0.store(why as u8, Ordering::SeqCst);
     }
 
+    /// The vCPU thread dealt with a snapshot request without ending the run
+    /// (the file could not be written and the guest went on): clear it,
+    /// unless a timeout replaced it meanwhile.
+    pub fn snapshot_done(&self) {
+        let _ = self.0.compare_exchange(
+            StopReason::Snapshot as u8,
+            0,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+    }
+
     /// The pending request, if any.
     pub fn requested(&self) -> Option<StopReason> {
         match self.0.load(Ordering::Relaxed) {
@@ -131,6 +143,22 @@ pub fn supervise<R: Send + 'static>(
                 Err(_) => {}
             }
             if why == StopReason::Snapshot && limit.is_some_and(|l| Instant::now() >= l) {
+                timed_out = true;
+                stop.request(StopReason::Timeout);
+            }
+            if stop.requested().is_none() {
+                // The snapshot was not written and the guest runs on: stop
+                // kicking; only the time limit (if any) still applies.
+                // Either wait returns when the thread sent its end or
+                // dropped the sender (it finished, or panicked).
+                let Some(l) = limit else {
+                    let _ = rx.recv();
+                    break;
+                };
+                let left = l.saturating_duration_since(Instant::now());
+                if !matches!(rx.recv_timeout(left), Err(mpsc::RecvTimeoutError::Timeout)) {
+                    break;
+                }
                 timed_out = true;
                 stop.request(StopReason::Timeout);
             }
