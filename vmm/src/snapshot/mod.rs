@@ -26,6 +26,7 @@ pub mod restore;
 pub mod save;
 pub mod sparse;
 pub mod state;
+pub mod verify;
 
 use std::path::PathBuf;
 
