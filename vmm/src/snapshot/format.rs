@@ -552,6 +552,24 @@ fn gaps(header: &Header, entries: &[SectionInfo]) -> Vec<std::ops::Range<u64>> {
     out
 }
 
+/// Recompute the section table's and the header's CRC32 of a file in
+/// memory after its header or table was edited (tests and fuzzers craft
+/// files so; sections' own CRCs are left as they are). Does nothing to a
+/// buffer shorter than its header and table.
+pub fn reseal(bytes: &mut [u8]) {
+    if bytes.len() < HEADER_SIZE {
+        return;
+    }
+    let count = le_u32(bytes, 16) as usize;
+    let end = HEADER_SIZE.saturating_add(count.saturating_mul(ENTRY_SIZE));
+    if let Some(table) = bytes.get(HEADER_SIZE..end) {
+        let crc = crc32fast::hash(table);
+        bytes[40..44].copy_from_slice(&crc.to_le_bytes());
+    }
+    let crc = crc32fast::hash(&bytes[..44]);
+    bytes[44..48].copy_from_slice(&crc.to_le_bytes());
+}
+
 /// Read and verify the header and section table of a file in memory (not
 /// the sections' checksums). A pure function over bytes.
 pub fn read_table(bytes: &[u8]) -> Result<Vec<SectionInfo>, FormatError> {
