@@ -426,3 +426,59 @@ fn unreadable_inputs_are_refused_before_reading() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The guest's own check of its general registers across a snapshot: a
+/// restore that changes one of them (here the file is edited so R9 loses
+/// bit 0, then RFLAGS loses DF) is caught by the guest, naming it.
+#[test]
+fn guest_sees_a_general_register_changed_by_the_restore() {
+    if !kvm_or_skip("guest_sees_a_general_register_changed_by_the_restore") {
+        return;
+    }
+    // Run on the unmodified file first: all 16 GPRs and RFLAGS survive.
+    let cases: &[(&str, Edit, Option<&str>)] = &[
+        ("gpr-intact", |_| {}, None),
+        ("gpr-r9", |s| s.vcpus[0].regs.r9 ^= 1, Some("r9 ")),
+        (
+            "gpr-df",
+            |s| s.vcpus[0].regs.rflags &= !0x400,
+            Some("rflags 0x0000000000040"),
+        ),
+        ("gpr-r15", |s| s.vcpus[0].regs.r15 ^= 1 << 63, Some("r15 ")),
+    ];
+    for (name, edit, want) in cases {
+        let mut s = decoded();
+        edit(&mut s);
+        let p = temp(name);
+        std::fs::write(&p, s.to_bytes()).unwrap();
+        let (out, v) = common::vmm_json(&["restore", p.to_str().unwrap(), "--no-native"]);
+        let _ = std::fs::remove_file(&p);
+        let row = v["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == "snapshot-check")
+            .cloned()
+            .unwrap_or_else(|| panic!("{name}: no snapshot-check row: {v:#}"));
+        match want {
+            None => {
+                assert!(out.status.success(), "{name}: {v:#}");
+                assert_eq!(row["check"], "pass", "{name}: {v:#}");
+            }
+            Some(reg) => {
+                assert_eq!(row["check"], "fail", "{name}: {v:#}");
+                let reason = v["skipped"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|r| r["name"] == "snapshot-check")
+                    .map(|r| r["reason"].as_str().unwrap().to_string())
+                    .unwrap_or_default();
+                assert!(
+                    reason.starts_with(reg) && reason.contains("after 1 snapshot"),
+                    "{name}: expected the guest to name {reg:?}: {reason:?}\n{v:#}"
+                );
+            }
+        }
+    }
+}
