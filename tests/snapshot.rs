@@ -259,7 +259,7 @@ fn corrupted_truncated_and_versioned_files_are_refused() {
     let out = vmm(&["restore", missing.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(64));
     assert!(
-        text(&out.stderr).contains("cannot read snapshot"),
+        text(&out.stderr).contains("cannot open snapshot"),
         "{}",
         text(&out.stderr)
     );
@@ -304,6 +304,16 @@ fn amx_snapshot(good: &[u8]) -> Vec<u8> {
     for x in &mut snap.vcpus[0].xcrs {
         if x.0 == 0 {
             x.1 = xcr0.bits();
+        }
+    }
+    // A consistent state on the source: CR4.OSXSAVE set and the guest's
+    // CPUID offering XSAVE and the components XCR0 enables.
+    snap.vcpus[0].sregs.cr4 |= 1 << 18;
+    for e in &mut snap.vcpus[0].cpuid {
+        match (e.function, e.index) {
+            (1, 0) => e.ecx |= 1 << 26,
+            (0xd, 0) => e.eax |= xcr0.bits() as u32,
+            _ => {}
         }
     }
     snap.meta.kvm_leaf_0xd = CpuidProfile::entries_of(&spr);

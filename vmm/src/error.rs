@@ -359,6 +359,24 @@ pub enum VcpuError {
     /// The saved 8250 registers are inconsistent.
     #[error("the saved UART state is invalid: {0}")]
     UartState(String),
+    /// KVM refused a restored vCPU state: names the ioctl, the vCPU, the
+    /// snapshot section and the fields that commonly cause the refusal.
+    #[error("{ioctl} refused vCPU {vcpu}'s {what} (section \"{section}\"): {source}; {likely}")]
+    StateRefused {
+        /// The ioctl.
+        ioctl: &'static str,
+        /// The vCPU.
+        vcpu: u32,
+        /// The state, for people ("segment/control registers", ...).
+        what: &'static str,
+        /// The snapshot section the state came from.
+        section: String,
+        /// The fields that commonly cause this refusal, with their values.
+        likely: String,
+        /// KVM's error.
+        #[source]
+        source: kvm_ioctls::Error,
+    },
 }
 
 /// Why a `vmm bench` baseline (`--save-baseline`, `--baseline`, `--compare`)

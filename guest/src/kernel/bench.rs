@@ -11,7 +11,7 @@
 //! |------|----------|------------|--------|-----|
 //! | `exit-pio`, `exit-mmio`, `exit-cpuid` | `cpl3-clean`, `cpl3-dirty`, `cpl0` | exits | TSC cycles of the loop | 0 |
 //! | `xstate-check` | `pio`, `mmio`, `cpuid`, `edit` | exits (1 for `edit`) | between the saves | 0 |
-//! | `snapshot-check` | `snapshot` | 1 | between the saves (a snapshot and restore in between) | 0 |
+//! | `snapshot-check` | `snapshot` | 1 | between the saves (a snapshot and restore in between; all 16 GPRs and RFLAGS checked too) | 0 |
 //! | `ctxsw` | `STRATEGY-sse`, `STRATEGY-avx`, each also `-initall` | contexts, switches | all switches (fastest of 3 trials) | bytes per save |
 //!
 //! Every `exit-*` row is bracketed by [`MARK_PORT`] writes of its index
@@ -361,6 +361,8 @@ fn register_checks(
             );
         } else if let Some(m) = outcome.after {
             let _ = write!(reason, "{m} after {n} {variant}");
+        } else if let Some(g) = outcome.gpr {
+            let _ = write!(reason, "{g} after {n} {variant}");
         }
         if !pass {
             report.push_skipped(SkipRecord {

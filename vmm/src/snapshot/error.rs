@@ -3,8 +3,9 @@
 
 use std::path::PathBuf;
 
-use super::format::FormatError;
+use super::format::{FormatError, ReadError};
 use crate::error::Error;
+use crate::input::InputError;
 
 /// Why a snapshot was not restored (or inspected).
 #[derive(Debug, thiserror::Error)]
@@ -17,6 +18,25 @@ pub enum SnapshotError {
         /// What the file system said.
         #[source]
         source: std::io::Error,
+    },
+    /// The file cannot be used as input at all: missing, not a regular file
+    /// (a FIFO, a device), larger than any snapshot, or unreadable.
+    #[error("{source}")]
+    Input {
+        /// What the input layer found.
+        #[source]
+        source: InputError,
+    },
+    /// The file decodes but its state is invalid or inconsistent: one
+    /// field, named as `section: field`, breaks a rule no host can accept.
+    #[error("snapshot {} is invalid: {field}: {problem}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// The offending field (`meta.mem_mib`, `vcpu0.sregs.cr4`, ...).
+        field: String,
+        /// What is wrong with it.
+        problem: String,
     },
     /// The file is not a valid snapshot: truncated, corrupted, another
     /// format version, or malformed sections.
@@ -45,4 +65,17 @@ pub enum SnapshotError {
         #[source]
         source: Error,
     },
+}
+
+impl SnapshotError {
+    /// A [`ReadError`] of `path` as a snapshot error.
+    pub fn from_read(path: &std::path::Path, e: ReadError) -> Self {
+        match e {
+            ReadError::Input(source) => SnapshotError::Input { source },
+            ReadError::Format(source) => SnapshotError::Format {
+                path: path.to_path_buf(),
+                source,
+            },
+        }
+    }
 }

@@ -11,7 +11,6 @@ use xstate::{Format, XfeatureMask};
 
 use super::format::{self, SectionInfo};
 use super::restore::{self, SnapshotError};
-use super::state::Snapshot;
 use crate::kvm::HostKvm;
 use crate::report::hex;
 use crate::report::table::Columns;
@@ -121,17 +120,11 @@ fn reg(v: u64) -> String {
 
 /// Builds the `info` view of a file.
 pub fn info(path: &Path) -> Result<SnapshotInfo, SnapshotError> {
-    let bytes = std::fs::read(path).map_err(|source| SnapshotError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let fmt_err = |source| SnapshotError::Format {
-        path: path.to_path_buf(),
-        source,
-    };
-    let sections = format::read_table(&bytes).map_err(fmt_err)?;
-    let snap = Snapshot::from_bytes(&bytes).map_err(fmt_err)?;
-    let source = snap.meta.source_info().map_err(fmt_err)?;
+    let (sections, file_bytes, container) = restore::read_container(path)?;
+    let snap = restore::decode(path, &container)?;
+    // Sizes are shown from the source's leaf 0xD when it is consistent;
+    // when it is not, the validation below says so.
+    let source = snap.meta.source_info().ok();
     let vcpus = snap
         .vcpus
         .iter()
@@ -154,7 +147,7 @@ pub fn info(path: &Path) -> Result<SnapshotInfo, SnapshotError> {
                 components_in_use: bv.describe().to_string(),
                 xstate_compacted_bytes: v.xstate.len(),
                 xstate_standard_bytes: source
-                    .layout(xcr0, Format::Standard)
+                    .and_then(|s| s.layout(xcr0, Format::Standard).ok())
                     .map(|l| l.total_size())
                     .unwrap_or(0),
                 kvm_xsave_bytes: xstate::kvm::KVM_XSAVE_REGION_SIZE,
@@ -165,7 +158,8 @@ pub fn info(path: &Path) -> Result<SnapshotInfo, SnapshotError> {
         })
         .collect();
     let (restorable_here, restore_refusal) = match HostKvm::open() {
-        Ok(host) => match restore::check(path, &snap, &host.xstate.info) {
+        // Exactly what `vmm restore` runs before it creates a VM.
+        Ok(host) => match restore::validate(path, &snap, &host) {
             Ok(_) => (Some(true), None),
             Err(e) => (Some(false), Some(e.to_string())),
         },
@@ -174,7 +168,7 @@ pub fn info(path: &Path) -> Result<SnapshotInfo, SnapshotError> {
     let m = &snap.meta;
     Ok(SnapshotInfo {
         file: path.display().to_string(),
-        file_bytes: bytes.len() as u64,
+        file_bytes,
         format_version: format::FORMAT_VERSION,
         sections,
         trigger: m.trigger.clone(),

@@ -11,11 +11,17 @@
 //! out and a target lacking a component in use refuses by name before any
 //! VM exists.
 //!
-//! - [`format`](mod@format): the container (header, section table, CRC32 per section)
-//!   and the sparse memory encoding.
+//! - [`format`](mod@format): the container (header, section table, CRC32 per
+//!   section), read bounded and table first.
+//! - [`sparse`]: guest RAM without its all-zero pages.
 //! - [`state`]: the sections and their encodings.
 //! - [`save`]: capturing a running VM.
-//! - [`restore`]: checking a snapshot against this host and resuming it.
+//! - [`compat`]: the one validation `restore` and `info` share, against this
+//!   host, before any VM exists.
+//! - [`restore`]: resuming a validated snapshot in a new VM.
+//! - [`verify`]: reading the state back from KVM after a restore and
+//!   comparing it, field by field, with the file.
+//! - [`error`]: what can go wrong, naming the file and the field.
 //! - [`write`](mod@write): writing the file: private (0600), atomic, never through or
 //!   over anything but a regular file, no temporary left behind.
 //! - [`info`](mod@info): the `vmm snapshot info` view.
@@ -28,6 +34,7 @@ pub mod restore;
 pub mod save;
 pub mod sparse;
 pub mod state;
+pub mod verify;
 pub mod write;
 
 use std::path::PathBuf;

@@ -1,10 +1,14 @@
 //! Restoring a snapshot in a fresh VM.
 //!
-//! Everything that can be checked is checked before a VM exists: the
-//! container (magic, version, checksums, bounds), the decoded sections, and
-//! whether this host can hold the state ([`check`], see [`super::compat`]).
-//! Only then is the VM built, and handed to [`crate::vstate`] to run as a
-//! booted one would be.
+//! Everything that can be checked is checked before a VM exists: the file
+//! is opened as a regular file of bounded size ([`crate::input`]), its
+//! header and section table are checked before any section is read, then
+//! the sections (memory last) and their decoding ([`load`]); then THE
+//! validation `vmm snapshot info` also reports ([`validate`], see
+//! [`super::compat`]). Only then is the VM built from the [`Validated`]
+//! state, and handed to [`crate::vstate`] to run as a booted one would be.
+//! Should KVM still refuse a state, the error names the ioctl, the vCPU,
+//! the section and the fields that commonly cause it.
 //!
 //! The vCPU is loaded in the order KVM needs: CPUID (KVM sizes the guest's
 //! xsave state from it), special registers (mode, paging, EFER) before the
@@ -22,11 +26,13 @@ use kvm_bindings::{kvm_mp_state, CpuId};
 use vm_memory::{Bytes, GuestAddress};
 use vm_superio::Serial;
 
-pub use super::compat::{check, Checked};
+pub use super::compat::{check, validate, Checked, Validated};
 pub use super::error::SnapshotError;
+use super::format::{Container, FormatError, SectionInfo};
 use super::save::SaveContext;
-use super::state::{Meta, Snapshot, VcpuState};
-use crate::cpuid::{resolve_policy, GuestCpuid, Policy};
+use super::state::{check_section_names, Meta, Snapshot, VcpuState};
+use crate::arch::layout::MAX_MEM_MIB;
+use crate::cpuid::{GuestCpuid, Policy};
 use crate::devices::{Devices, NoInterrupt, SerialSink};
 use crate::error::{Error, MemoryError, Result, VcpuError};
 use crate::kvm::HostKvm;
@@ -65,19 +71,45 @@ impl Default for RestoreOptions {
     }
 }
 
-/// Read, verify and decode a snapshot file. The file is only read.
+/// The largest snapshot file this vmm reads: the largest guest RAM stored
+/// page by page, plus 64 MiB for everything else (run list, vCPU state,
+/// serial output). A larger file is refused from its size alone.
+pub const MAX_SNAPSHOT_BYTES: u64 = (MAX_MEM_MIB << 20) + (64 << 20);
+
+/// Open, verify and read a snapshot file: a regular file of at most
+/// [`MAX_SNAPSHOT_BYTES`]; header and section table checked (and the
+/// section names known) before any section's bytes are read; sections read
+/// by seeking to each, memory last. Returns the table and the verified
+/// container. The file is only read.
+pub fn read_container(
+    path: &Path,
+) -> std::result::Result<(Vec<SectionInfo>, u64, Container), SnapshotError> {
+    let mut file = crate::input::open_regular(path, "snapshot", MAX_SNAPSHOT_BYTES)
+        .map_err(|source| SnapshotError::Input { source })?;
+    let len = file.len();
+    let (table, container) = Container::read_from(&mut file, |t: &[SectionInfo]| {
+        check_section_names(t.iter().map(|e| e.name.as_str()))
+    })
+    .map_err(|e| SnapshotError::from_read(path, e))?;
+    Ok((table, len, container))
+}
+
+/// Read, verify and decode a snapshot file (see [`read_container`]). The
+/// file is only read.
 pub fn load(path: &Path) -> std::result::Result<Snapshot, SnapshotError> {
-    let bytes = std::fs::read(path).map_err(|source| SnapshotError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    Snapshot::from_bytes(&bytes).map_err(|source| SnapshotError::Format {
+    let (_, _, c) = read_container(path)?;
+    decode(path, &c)
+}
+
+/// Decode a verified container of `path`.
+pub(crate) fn decode(path: &Path, c: &Container) -> std::result::Result<Snapshot, SnapshotError> {
+    Snapshot::from_container(c).map_err(|source: FormatError| SnapshotError::Format {
         path: path.to_path_buf(),
         source,
     })
 }
 
-/// Load, check and run a snapshot in a new VM.
+/// Load, validate and run a snapshot in a new VM.
 pub fn restore(
     path: &Path,
     opts: RestoreOptions,
@@ -90,15 +122,15 @@ pub fn restore(
     };
     // System ioctls only (KVM_GET_SUPPORTED_CPUID, ...): no VM yet.
     let host = HostKvm::open().map_err(vmm_err)?;
-    let checked = check(path, &snap, &host.xstate.info)?;
-    let launch = build(&snap, &checked, &host, &opts, start).map_err(vmm_err)?;
+    let validated = validate(path, &snap, &host)?;
+    let launch = build(&snap, validated, &host, &opts, start).map_err(vmm_err)?;
     execute(launch).map_err(vmm_err)
 }
 
-/// Build the VM of a checked snapshot, ready to run.
+/// Build the VM of a validated snapshot, ready to run.
 pub(crate) fn build(
     snap: &Snapshot,
-    checked: &Checked,
+    validated: Validated,
     host: &HostKvm,
     opts: &RestoreOptions,
     start: Instant,
@@ -109,13 +141,11 @@ pub(crate) fn build(
     }
     let meta = &snap.meta;
     let v = &snap.vcpus[0];
-    let init = if meta.init_xstate == "all" {
-        xstate::InitMode::AllOfXcr0
-    } else {
-        xstate::InitMode::Minimal
-    };
-    let policy_spec = format!("{:#x}", meta.policy_xcr0);
-    let (mut policy, resolved) = resolve_policy(host, Some(&policy_spec), init, meta.tsc_khz)?;
+    let Validated {
+        checked,
+        mut policy,
+        guest: resolved,
+    } = validated;
 
     let machine = Machine::create(host, meta.mem_mib)?;
     snap.memory.apply(|addr, data| {
@@ -132,11 +162,7 @@ pub(crate) fn build(
     let tsc_khz = load_vcpu(&machine, v, meta.tsc_khz, &resolved, &mut policy)?;
 
     // The xsave image last, through the manager's validation.
-    let sync = opts.xstate_sync.unwrap_or(match meta.xstate_sync.as_str() {
-        "eager" => SyncPolicy::Eager,
-        "eager-compact" => SyncPolicy::EagerCompact,
-        _ => SyncPolicy::Lazy,
-    });
+    let sync = opts.xstate_sync.unwrap_or(checked.sync);
     let mut xstate = XstateManager::new(sync, host.xstate.info, policy.xcr0, host.xsave2_size);
     xstate.replace_standard(&checked.standard)?;
     xstate.before_run(&machine.vcpu)?;
@@ -189,7 +215,19 @@ fn load_vcpu(
         cpuid: CpuId::from_entries(&v.cpuid).map_err(VcpuError::CpuidTable)?,
         ..resolved.clone()
     };
-    policy.cpuid_check = Some(vcpu::set_cpuid(vcpu, &saved)?);
+    policy.cpuid_check = Some(vcpu::set_cpuid(vcpu, &saved).map_err(|e| match e {
+        Error::Kvm { what, source } if what == "KVM_SET_CPUID2" => refused(
+            what,
+            v,
+            "cpuid",
+            "CPUID table",
+            format!(
+                "likely: a leaf this KVM cannot offer ({} entries; leaf 0xD sizes or feature bits beyond KVM_GET_SUPPORTED_CPUID)",
+                v.cpuid.len()
+            ),
+        )(source),
+        e => e,
+    })?);
 
     // The guest converts cycles with the rate it was told: keep it.
     let mut tsc_khz = vcpu.get_tsc_khz().unwrap_or(0);
@@ -203,24 +241,107 @@ fn load_vcpu(
         }
     }
 
-    vcpu.set_sregs(&v.sregs)
-        .map_err(Error::kvm("KVM_SET_SREGS"))?;
-    vcpu.set_regs(&v.regs).map_err(Error::kvm("KVM_SET_REGS"))?;
-    vcpu::set_xcrs(vcpu, &v.xcrs)?;
+    let s = &v.sregs;
+    vcpu.set_sregs(s).map_err(refused(
+        "KVM_SET_SREGS",
+        v,
+        "sregs",
+        "segment/control registers",
+        format!(
+            "likely: CR0 {:#x}, CR4 {:#x} or EFER {:#x} has bits this host's KVM does not allow \
+             (CR4 features the vCPU's CPUID lacks, EFER.LMA without CR0.PG) or CS/SS \
+             (selector {:#x}/{:#x}, type {}/{}, DPL {}/{}) are inconsistent",
+            s.cr0,
+            s.cr4,
+            s.efer,
+            s.cs.selector,
+            s.ss.selector,
+            s.cs.type_,
+            s.ss.type_,
+            s.cs.dpl,
+            s.ss.dpl
+        ),
+    ))?;
+    vcpu.set_regs(&v.regs).map_err(refused(
+        "KVM_SET_REGS",
+        v,
+        "regs",
+        "general registers",
+        format!("likely: RFLAGS {:#x}", v.regs.rflags),
+    ))?;
+    vcpu::set_xcrs(vcpu, &v.xcrs).map_err(|e| match e {
+        Error::Kvm { what, source } if what == "KVM_SET_XCRS" => refused(
+            what,
+            v,
+            "xcrs",
+            "extended control registers",
+            format!(
+                "likely: XCR0 {:#x} enables state the vCPU's CPUID leaf 0xD does not offer",
+                v.xcr0().unwrap_or(0)
+            ),
+        )(source),
+        e => e,
+    })?;
     vcpu::set_msrs(vcpu, &v.msrs)?;
     if let Some(events) = &v.events {
-        vcpu.set_vcpu_events(events)
-            .map_err(Error::kvm("KVM_SET_VCPU_EVENTS"))?;
+        vcpu.set_vcpu_events(events).map_err(refused(
+            "KVM_SET_VCPU_EVENTS",
+            v,
+            "events",
+            "pending events",
+            format!(
+                "likely: exception injected {} vector {} / NMI {} / flags {:#x}",
+                events.exception.injected, events.exception.nr, events.nmi.injected, events.flags
+            ),
+        ))?;
     }
     if let Some(mp_state) = v.mp_state {
         vcpu.set_mp_state(kvm_mp_state { mp_state })
-            .map_err(Error::kvm("KVM_SET_MP_STATE"))?;
+            .map_err(refused(
+                "KVM_SET_MP_STATE",
+                v,
+                "mp_state",
+                "multiprocessing state",
+                format!("likely: mp_state {mp_state} is not one this KVM accepts here"),
+            ))?;
     }
     if let Some(d) = &v.debugregs {
-        vcpu.set_debug_regs(d)
-            .map_err(Error::kvm("KVM_SET_DEBUGREGS"))?;
+        vcpu.set_debug_regs(d).map_err(refused(
+            "KVM_SET_DEBUGREGS",
+            v,
+            "debugregs",
+            "debug registers",
+            format!(
+                "likely: DR6 {:#x} or DR7 {:#x} has bits set above bit 31",
+                d.dr6, d.dr7
+            ),
+        ))?;
     }
     Ok(tsc_khz)
+}
+
+/// The error for a state KVM refused: the ioctl, the vCPU, the section it
+/// came from and the fields that commonly cause the refusal.
+fn refused(
+    ioctl: &'static str,
+    v: &VcpuState,
+    section: &str,
+    what: &'static str,
+    likely: String,
+) -> impl FnOnce(kvm_ioctls::Error) -> Error {
+    let section = format!("vcpu{}.{section}", v.id);
+    let vcpu = v.id;
+    move |source| {
+        VcpuError::StateRefused {
+            ioctl,
+            vcpu,
+            what,
+            section,
+            likely,
+            source,
+        }
+        .into()
+    }
 }
 
 /// The port bus with COM1 in its saved state.
@@ -240,6 +361,7 @@ fn restored_devices(sink: SerialSink, meta: &Meta) -> Result<Devices> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpuid::resolve_policy;
     use crate::snapshot::compat::tests::pattern_image;
     use crate::snapshot::save::{self, Trigger};
     use xstate::{Xfeature, XfeatureMask};
@@ -267,6 +389,12 @@ mod tests {
         .unwrap();
         let mut m = Machine::create(&host, 8).unwrap();
         m.vcpu.set_cpuid2(&guest.cpuid).unwrap();
+        // A consistent state: XCR0 beyond x87 needs CR4.OSXSAVE.
+        let mut sregs = m.vcpu.get_sregs().unwrap();
+        sregs.cr4 |= crate::snapshot::compat::CR4_OSXSAVE;
+        sregs.fs.base = 0x1234_5678_9abc_d000;
+        sregs.gs.base = 0x0fed_cba9_8765_4000;
+        m.vcpu.set_sregs(&sregs).unwrap();
         vcpu::set_xcr0(&m.vcpu, xcr0.bits()).unwrap();
         let img = pattern_image(&host.xstate.info, xcr0);
         vcpu::set_xsave(&m.vcpu, &img, host.xsave2_size).unwrap();
@@ -274,6 +402,19 @@ mod tests {
         // KVM_RUN (the CPU's own MXCSR_MASK then appears in the image).
         vcpu::complete_pending_io(&mut m.vcpu).unwrap();
         let reference = vcpu::get_xsave(&m.vcpu, host.xsave2_size).unwrap();
+        // Every general register a distinct full-width pattern.
+        let mut regs = m.vcpu.get_regs().unwrap();
+        let p = |i: u64| {
+            0x0123_4567_89ab_cdefu64.rotate_left(4 * i as u32) ^ (i * 0x1111_1111_1111_1111)
+        };
+        (
+            regs.rax, regs.rbx, regs.rcx, regs.rdx, regs.rsi, regs.rdi, regs.rsp, regs.rbp,
+        ) = (p(0), p(1), p(2), p(3), p(4), p(5), p(6), p(7));
+        (
+            regs.r8, regs.r9, regs.r10, regs.r11, regs.r12, regs.r13, regs.r14, regs.r15,
+        ) = (p(8), p(9), p(10), p(11), p(12), p(13), p(14), p(15));
+        regs.rflags = 0x2 | 0x1 | 0x4 | 0x10 | 0x40 | 0x80 | 0x400 | 0x800;
+        m.vcpu.set_regs(&regs).unwrap();
         let n = host.xstate.info.standard_size(xcr0).unwrap() as usize;
         assert_eq!(
             reference.xstate_bv(),
@@ -316,11 +457,13 @@ mod tests {
         );
         let bytes = snap.to_bytes();
         let back = Snapshot::from_bytes(&bytes).unwrap();
-        let checked = check(&path, &back, &host.xstate.info).unwrap();
-        assert_eq!(checked.xstate_bv, xcr0);
+        let validated = validate(&path, &back, &host).unwrap();
+        assert_eq!(validated.checked.xstate_bv, xcr0);
+        assert_eq!(back.vcpus[0].regs, regs, "the file holds the patterns");
+        let standard = validated.checked.standard.clone();
         let launch = build(
             &back,
-            &checked,
+            validated,
             &host,
             &RestoreOptions::default(),
             Instant::now(),
@@ -336,5 +479,28 @@ mod tests {
                 a[i], b[i]
             );
         }
+        // Every state, read back from KVM, bit for bit against the file.
+        let report = crate::snapshot::verify::verify_loaded(
+            vcpu,
+            &back.vcpus[0],
+            &standard,
+            host.xsave2_size,
+        )
+        .unwrap();
+        assert!(report.compared > 100, "{report:?}");
+        assert!(
+            report.mismatches.is_empty(),
+            "state changed across snapshot/restore: {}",
+            report
+                .mismatches
+                .iter()
+                .map(|m| m.to_string())
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+        eprintln!(
+            "host-owned differences (documented): {:?}",
+            report.host_owned
+        );
     }
 }

@@ -129,9 +129,17 @@ impl SparseMemory {
         for k in 0..nruns {
             let first = le_u64(b, 16 + 16 * k);
             let n = le_u64(b, 24 + 16 * k);
-            if n == 0 || first < next_free || first.checked_add(n).is_none_or(|e| e > pages) {
+            if n == 0 {
+                return Err(bad(format!("run {k} (at page {first}) is empty")));
+            }
+            if first < next_free {
                 return Err(bad(format!(
-                    "run {k} (pages {first}+{n}) is empty, overlaps or lies outside the {pages} pages"
+                    "run {k} (pages {first}+{n}) stores page {first} again or out of order (the runs so far end at page {next_free})"
+                )));
+            }
+            if first.checked_add(n).is_none_or(|e| e > pages) {
+                return Err(bad(format!(
+                    "run {k} (pages {first}+{n}) lies past the end of the {pages} pages of RAM"
                 )));
             }
             next_free = first + n;

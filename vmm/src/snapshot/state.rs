@@ -216,14 +216,23 @@ fn pairs_from(name: &str, b: &[u8]) -> Result<Vec<(u32, u64)>, FormatError> {
             b.len()
         )));
     }
-    Ok(b.chunks_exact(16)
-        .map(|c| {
-            (
-                u32::from_le_bytes(c[0..4].try_into().expect("4")),
-                u64::from_le_bytes(c[8..16].try_into().expect("8")),
-            )
-        })
-        .collect())
+    let mut out: Vec<(u32, u64)> = Vec::with_capacity(b.len() / 16);
+    for (i, c) in b.chunks_exact(16).enumerate() {
+        let key = u32::from_le_bytes(c[0..4].try_into().expect("4"));
+        let pad = u32::from_le_bytes(c[4..8].try_into().expect("4"));
+        if pad != 0 {
+            return Err(FormatError::Malformed(format!(
+                "section \"{name}\" entry {i} ({key:#x}): reserved padding {pad:#x} is not zero"
+            )));
+        }
+        if out.iter().any(|&(k, _)| k == key) {
+            return Err(FormatError::Malformed(format!(
+                "section \"{name}\" holds {key:#x} twice"
+            )));
+        }
+        out.push((key, u64::from_le_bytes(c[8..16].try_into().expect("8"))));
+    }
+    Ok(out)
 }
 
 fn cpuid_to_bytes(entries: &[kvm_cpuid_entry2]) -> Vec<u8> {
@@ -245,21 +254,94 @@ fn cpuid_from(name: &str, b: &[u8]) -> Result<Vec<kvm_cpuid_entry2>, FormatError
             b.len()
         )));
     }
-    Ok(b.chunks_exact(40)
-        .map(|c| {
-            let w = |i: usize| u32::from_le_bytes(c[4 * i..4 * i + 4].try_into().expect("4"));
-            kvm_cpuid_entry2 {
-                function: w(0),
-                index: w(1),
-                flags: w(2),
-                eax: w(3),
-                ebx: w(4),
-                ecx: w(5),
-                edx: w(6),
-                padding: [0; 3],
+    let mut out: Vec<kvm_cpuid_entry2> = Vec::with_capacity(b.len() / 40);
+    for c in b.chunks_exact(40) {
+        let w = |i: usize| u32::from_le_bytes(c[4 * i..4 * i + 4].try_into().expect("4"));
+        let e = kvm_cpuid_entry2 {
+            function: w(0),
+            index: w(1),
+            flags: w(2),
+            eax: w(3),
+            ebx: w(4),
+            ecx: w(5),
+            edx: w(6),
+            padding: [0; 3],
+        };
+        if (7..10).any(|i| w(i) != 0) {
+            return Err(FormatError::Malformed(format!(
+                "section \"{name}\" leaf {:#x}.{}: reserved padding is not zero",
+                e.function, e.index
+            )));
+        }
+        if out
+            .iter()
+            .any(|o| o.function == e.function && o.index == e.index)
+        {
+            return Err(FormatError::Malformed(format!(
+                "section \"{name}\" holds leaf {:#x}.{} twice",
+                e.function, e.index
+            )));
+        }
+        out.push(e);
+    }
+    Ok(out)
+}
+
+/// The per-vCPU sections a snapshot may hold.
+pub const VCPU_SECTIONS: &[&str] = &[
+    "cpuid",
+    "regs",
+    "sregs",
+    "xcrs",
+    "msrs",
+    "events",
+    "mp_state",
+    "debugregs",
+    "xstate",
+];
+
+/// The sections outside any vCPU.
+pub const GLOBAL_SECTIONS: &[&str] = &["meta", "memory", "serial"];
+
+/// Every section name is one this format defines, and every `vcpuN.*`
+/// section belongs to a vCPU that exists (`vcpu0.regs` .. `vcpuM.regs`,
+/// contiguous). Checked on the section table alone, before any section's
+/// bytes are read: an unknown section would otherwise be silently ignored.
+/// A pure function over names.
+pub fn check_section_names<'a>(
+    names: impl IntoIterator<Item = &'a str> + Clone,
+) -> Result<(), FormatError> {
+    let bad = |m: String| Err(FormatError::Malformed(m));
+    let vcpu_of = |n: &str| -> Option<(u32, String)> {
+        let rest = n.strip_prefix("vcpu")?;
+        let (id, kind) = rest.split_once('.')?;
+        let parsed: u32 = id.parse().ok()?;
+        (parsed.to_string() == id && VCPU_SECTIONS.contains(&kind))
+            .then(|| (parsed, kind.to_string()))
+    };
+    let mut with_regs = Vec::new();
+    for n in names.clone() {
+        if GLOBAL_SECTIONS.contains(&n) {
+            continue;
+        }
+        match vcpu_of(n) {
+            Some((id, kind)) if kind == "regs" => with_regs.push(id),
+            Some(_) => {}
+            None => return bad(format!("unknown section \"{n}\"")),
+        }
+    }
+    with_regs.sort_unstable();
+    for n in names {
+        if let Some((id, _)) = vcpu_of(n) {
+            if with_regs.binary_search(&id).is_err() || id as usize >= with_regs.len() {
+                return bad(format!(
+                    "section \"{n}\" belongs to no vCPU (vcpu{id}.regs is missing or the vCPU numbers are not 0..{})",
+                    with_regs.len()
+                ));
             }
-        })
-        .collect())
+        }
+    }
+    Ok(())
 }
 
 fn required<'a>(c: &'a Container, name: &str) -> Result<&'a [u8], FormatError> {
@@ -332,19 +414,16 @@ impl Snapshot {
         self.to_container().to_bytes()
     }
 
-    /// Decode verified sections. Structural problems (a missing section, a
-    /// wrong size) are errors; whether the state fits a host is checked
-    /// elsewhere.
+    /// Decode verified sections. Structural problems (an unknown or orphan
+    /// section, a missing one, a wrong size, non-zero padding, a duplicate
+    /// XCR, MSR or CPUID leaf) are errors; whether the state is consistent
+    /// and fits a host is [`super::compat::validate`]'s business. A pure
+    /// function over bytes.
     pub fn from_container(c: &Container) -> Result<Self, FormatError> {
+        check_section_names(c.sections.iter().map(|s| s.name.as_str()))?;
         let meta: Meta = serde_json::from_slice(required(c, "meta")?)
             .map_err(|e| FormatError::Malformed(format!("section \"meta\": {e}")))?;
         let memory = SparseMemory::from_bytes(required(c, "memory")?)?;
-        if memory.size != meta.mem_mib << 20 {
-            return Err(FormatError::Malformed(format!(
-                "memory section holds {} bytes of RAM, meta says {} MiB",
-                memory.size, meta.mem_mib
-            )));
-        }
         let mut vcpus = Vec::new();
         for id in 0u32.. {
             let n = |s: &str| format!("vcpu{id}.{s}");
@@ -442,9 +521,24 @@ mod tests {
             edx: 0,
             padding: [0; 3],
         };
-        let b = cpuid_to_bytes(&[e, e]);
+        let f = kvm_cpuid_entry2 { index: 2, ..e };
+        let b = cpuid_to_bytes(&[e, f]);
         assert_eq!(b.len(), 80);
-        assert_eq!(cpuid_from("c", &b).unwrap(), vec![e, e]);
+        assert_eq!(cpuid_from("c", &b).unwrap(), vec![e, f]);
         assert!(cpuid_from("c", &b[..79]).is_err());
+        let dup = cpuid_to_bytes(&[e, e]);
+        let err = cpuid_from("vcpu0.cpuid", &dup).unwrap_err().to_string();
+        assert!(err.contains("leaf 0xd.1 twice"), "{err}");
+        let mut padded = b.clone();
+        padded[30] = 1;
+        let err = cpuid_from("vcpu0.cpuid", &padded).unwrap_err().to_string();
+        assert!(err.contains("reserved padding"), "{err}");
+        let p = pairs_to_bytes(&[(0, 7), (0, 7)]);
+        let err = pairs_from("vcpu0.xcrs", &p).unwrap_err().to_string();
+        assert!(err.contains("holds 0x0 twice"), "{err}");
+        let mut p = pairs_to_bytes(&[(0, 7)]);
+        p[5] = 1;
+        let err = pairs_from("vcpu0.xcrs", &p).unwrap_err().to_string();
+        assert!(err.contains("reserved padding"), "{err}");
     }
 }

@@ -101,6 +101,54 @@ impl fmt::Display for CheckError {
     }
 }
 
+/// The general registers in `kvm_regs` order, then RFLAGS: the names
+/// [`GprMismatch`] reports.
+pub const GPR_NAMES: [&str; 17] = [
+    "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rsp", "rbp", "r8", "r9", "r10", "r11", "r12", "r13",
+    "r14", "r15", "rflags",
+];
+
+/// The distinct full-width pattern general register `i` holds across a
+/// snapshot (RDX keeps the port in its low 16 bits for the `out`; RSP is
+/// derived from the stack pointer, see [`run`]).
+pub const fn gpr_pattern(i: usize) -> u64 {
+    let p = 0x9e37_79b9_7f4a_7c15u64
+        .wrapping_mul(i as u64 + 1)
+        .rotate_left(i as u32 * 5)
+        ^ 0x8000_0000_0000_0001;
+    if i == 3 {
+        (p & !0xffff) | SNAPSHOT_PORT as u64
+    } else {
+        p
+    }
+}
+
+/// RFLAGS bits CPL3 code can set with POPF and that the snapshot check
+/// loads: CF, PF, AF, ZF, SF, DF, OF and AC (bit 1 is always 1). TF
+/// (single-step) and IF/IOPL (not CPL3's) are left alone.
+pub const RFLAGS_PATTERN: u64 = 0x1 | 0x4 | 0x10 | 0x40 | 0x80 | 0x400 | 0x800 | 0x4_0000 | 0x2;
+
+/// A general register (or RFLAGS) that changed across a snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GprMismatch {
+    /// The register's name.
+    pub reg: &'static str,
+    /// What it held when the guest requested the snapshot.
+    pub expected: u64,
+    /// What it held after the restore.
+    pub got: u64,
+}
+
+impl fmt::Display for GprMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {:#018x} != {:#018x}",
+            self.reg, self.got, self.expected
+        )
+    }
+}
+
 /// What one check found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Outcome {
@@ -117,12 +165,16 @@ pub struct Outcome {
     pub edit_ignored: bool,
     /// TSC cycles between the two saves.
     pub cycles: u64,
+    /// For [`CheckExit::Snapshot`]: the first general register (or
+    /// RFLAGS) that differs after the restore from what it held at the
+    /// snapshot request.
+    pub gpr: Option<GprMismatch>,
 }
 
 impl Outcome {
     /// True when the patterns loaded and came back unchanged.
     pub fn passed(&self) -> bool {
-        self.load.is_none() && self.after.is_none()
+        self.load.is_none() && self.after.is_none() && self.gpr.is_none()
     }
 }
 
@@ -136,6 +188,14 @@ struct Params {
     count: u64,
     kind: u32,
     edit: u32,
+    /// The stack pointer S the snapshot path anchors to.
+    saved_sp: u64,
+    /// RSP's pattern: S - the pattern of R13 (see [`run`]).
+    sp_pattern: u64,
+    /// RFLAGS as the CPU held it right before the snapshot request.
+    flags_before: u64,
+    /// The 16 general registers and RFLAGS right after the restore.
+    regs_after: [u64; 17],
 }
 
 /// Runs one check.
@@ -179,7 +239,7 @@ pub unsafe fn run(
         }
         _ => 0,
     };
-    let p = Params {
+    let mut p = Params {
         image: image.as_ptr() as u64,
         before: before.as_mut_ptr() as u64,
         after: after.as_mut_ptr() as u64,
@@ -188,6 +248,10 @@ pub unsafe fn run(
         count: count.max(1),
         kind: exit.code(),
         edit,
+        saved_sp: 0,
+        sp_pattern: 0,
+        flags_before: 0,
+        regs_after: [0; 17],
     };
     let cycles: u64;
     // SAFETY: the caller grants ports/MMIO and the XCR0 components. Every
@@ -198,7 +262,17 @@ pub unsafe fn run(
     // integer instructions run, and the block ends with the architectural
     // initial state (empty x87 stack, default FCW/MXCSR, zeroed vector
     // registers) for `mask`; every vector register is declared clobbered.
-    // RBX (CPUID) is kept in R9; R12 is only read.
+    // RBX (CPUID) is kept in R9; R12 is only read except on the snapshot
+    // path, which saves every callee-saved register, RFLAGS and R10 on the
+    // stack first and restores them before leaving.
+    //
+    // The snapshot path fills all 16 general registers with distinct
+    // 64-bit patterns and RFLAGS with RFLAGS_PATTERN right before its
+    // `out`, and reads them right after it, before anything else runs. RSP
+    // cannot be restored from memory without a register, so its pattern
+    // is S - P13 (S: the stack pointer, P13: R13's pattern); after the
+    // `out`, `lea rsp, [rsp + r13]` (which changes no flag) gives S back
+    // if both survived, and the stack then holds everything else.
     unsafe {
         asm!(
             "mov rax, [r12 + {rfbm}]",
@@ -225,9 +299,78 @@ pub unsafe fn run(
             exit_loops_asm!(),
             "jmp 29f",
             "25:",
-            "xor eax, eax",
-            "mov edx, {snap_port}",
+            "push rbx",
+            "push rbp",
+            "push r12",
+            "push r13",
+            "push r14",
+            "push r15",
+            "push r10",
+            "pushfq",
+            "mov [r12 + {saved_sp}], rsp",
+            "mov rax, rsp",
+            "mov rcx, {p13}",
+            "sub rax, rcx",
+            "mov [r12 + {sp_pattern}], rax",
+            "push {flags_pat}",
+            "popfq",
+            // From here to the end of the read-back, no instruction changes
+            // a flag until RFLAGS is saved again.
+            "pushfq",
+            "pop qword ptr [r12 + {flags_before}]",
+            "mov rax, {p0}",
+            "mov rbx, {p1}",
+            "mov rcx, {p2}",
+            "mov rdx, {p3}",
+            "mov rsi, {p4}",
+            "mov rdi, {p5}",
+            "mov rbp, {p7}",
+            "mov r8, {p8}",
+            "mov r9, {p9}",
+            "mov r10, {p10}",
+            "mov r11, {p11}",
+            "mov r13, {p13}",
+            "mov r14, {p14}",
+            "mov r15, {p15}",
+            "mov rsp, [r12 + {sp_pattern}]",
+            "mov r12, {p12}",
             "out dx, eax",
+            "lea rsp, [rsp + r13]",
+            "pushfq",
+            "push r12",
+            // [rsp]: R12, [rsp + 8]: RFLAGS, [rsp + 16]: the original
+            // RFLAGS, then R10, R15, R14, R13, R12 (the Params pointer).
+            "mov r12, [rsp + 56]",
+            "mov [r12 + {regs} + 0], rax",
+            "mov [r12 + {regs} + 8], rbx",
+            "mov [r12 + {regs} + 16], rcx",
+            "mov [r12 + {regs} + 24], rdx",
+            "mov [r12 + {regs} + 32], rsi",
+            "mov [r12 + {regs} + 40], rdi",
+            "mov rax, rsp",
+            "add rax, 16",
+            "sub rax, r13",
+            "mov [r12 + {regs} + 48], rax",
+            "mov [r12 + {regs} + 56], rbp",
+            "mov [r12 + {regs} + 64], r8",
+            "mov [r12 + {regs} + 72], r9",
+            "mov [r12 + {regs} + 80], r10",
+            "mov [r12 + {regs} + 88], r11",
+            "mov [r12 + {regs} + 104], r13",
+            "mov [r12 + {regs} + 112], r14",
+            "mov [r12 + {regs} + 120], r15",
+            "pop rax",
+            "mov [r12 + {regs} + 96], rax",
+            "pop rax",
+            "mov [r12 + {regs} + 128], rax",
+            "popfq",
+            "pop r10",
+            "pop r15",
+            "pop r14",
+            "pop r13",
+            "pop r12",
+            "pop rbp",
+            "pop rbx",
             "jmp 29f",
             "23:",
             "mov eax, [r12 + {edit}]",
@@ -256,11 +399,29 @@ pub unsafe fn run(
             pio = const BENCH_PIO_PORT,
             mmio = const BENCH_MMIO_ADDR,
             edit_port = const XSTATE_EDIT_PORT,
-            snap_port = const SNAPSHOT_PORT,
-            in("r12") &p,
+            saved_sp = const offset_of!(Params, saved_sp),
+            sp_pattern = const offset_of!(Params, sp_pattern),
+            flags_before = const offset_of!(Params, flags_before),
+            regs = const offset_of!(Params, regs_after),
+            flags_pat = const RFLAGS_PATTERN,
+            p0 = const gpr_pattern(0),
+            p1 = const gpr_pattern(1),
+            p2 = const gpr_pattern(2),
+            p3 = const gpr_pattern(3),
+            p4 = const gpr_pattern(4),
+            p5 = const gpr_pattern(5),
+            p7 = const gpr_pattern(7),
+            p8 = const gpr_pattern(8),
+            p9 = const gpr_pattern(9),
+            p10 = const gpr_pattern(10),
+            p11 = const gpr_pattern(11),
+            p12 = const gpr_pattern(12),
+            p13 = const gpr_pattern(13),
+            p14 = const gpr_pattern(14),
+            p15 = const gpr_pattern(15),
+            in("r12") &raw mut p,
             lateout("rax") cycles,
             clobber_abi("C"),
-            options(nostack),
         );
     }
     core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
@@ -273,11 +434,40 @@ pub unsafe fn run(
         }
         _ => false,
     };
+    let gpr = match exit {
+        CheckExit::Snapshot => snapshot_gpr_mismatch(&p),
+        _ => None,
+    };
     Ok(Outcome {
         mask,
         load,
         after: after_m,
         edit_ignored,
         cycles,
+        gpr,
+    })
+}
+
+/// The first general register (or RFLAGS) whose value after the restore
+/// is not what the snapshot path loaded.
+fn snapshot_gpr_mismatch(p: &Params) -> Option<GprMismatch> {
+    let expected = |i: usize| match i {
+        6 => p.sp_pattern,
+        16 => p.flags_before,
+        _ => gpr_pattern(i),
+    };
+    if p.flags_before & RFLAGS_PATTERN != RFLAGS_PATTERN {
+        return Some(GprMismatch {
+            reg: "rflags (as loaded)",
+            expected: RFLAGS_PATTERN,
+            got: p.flags_before,
+        });
+    }
+    (0..17).find_map(|i| {
+        (p.regs_after[i] != expected(i)).then(|| GprMismatch {
+            reg: GPR_NAMES[i],
+            expected: expected(i),
+            got: p.regs_after[i],
+        })
     })
 }
