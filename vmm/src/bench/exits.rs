@@ -25,7 +25,7 @@ use crate::vstate::{self, RunConfig, RunOutcome};
 use crate::xstate_manager::SyncPolicy;
 
 /// One row of the matrix.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct ExitRow {
     /// `pio`, `mmio` or `cpuid`.
     pub exit: String,
@@ -37,6 +37,7 @@ pub struct ExitRow {
     pub policy: String,
     /// The guest's XCR0 for the row.
     #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
     pub guest_xcr0: XfeatureMask,
     /// Exits in the timed loop.
     pub count: u64,
@@ -51,7 +52,7 @@ pub struct ExitRow {
 }
 
 /// The whole benchmark.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct ExitBench {
     /// The headline limit: raw PIO exit from CPL3, clean YMM, full XCR0.
     pub raw_ns_per_exit: Option<f64>,

@@ -12,6 +12,7 @@ use clap::{Args, Subcommand};
 
 use crate::error::{Error, Result};
 use crate::kvm::HostKvm;
+use crate::schema::Document;
 use crate::xstate_manager::SyncPolicy;
 
 /// `vmm bench`.
@@ -58,9 +59,9 @@ pub enum BenchCommand {
     },
 }
 
-fn print<T: serde::Serialize>(json: bool, value: &T, table: String) -> Result<()> {
-    if json {
-        let text = serde_json::to_string_pretty(value).map_err(|e| Error::Guest(e.to_string()))?;
+fn print<T: serde::Serialize>(json: Option<Document>, value: &T, table: String) -> Result<()> {
+    if let Some(doc) = json {
+        let text = crate::schema::to_json(doc, value)?;
         println!("{text}");
     } else {
         print!("{table}");
@@ -101,7 +102,7 @@ pub fn main(args: BenchArgs) -> Result<i32> {
             };
             drop(host);
             let b = exits::run(count, rounds, &masks, &policies, timeout)?;
-            print(json, &b, b.to_table())?;
+            print(json.then_some(Document::BenchExits), &b, b.to_table())?;
         }
         BenchCommand::InitXstate {
             workload,
@@ -111,7 +112,7 @@ pub fn main(args: BenchArgs) -> Result<i32> {
             guest::workloads::Selection::parse(&workload)
                 .map_err(|e| Error::Argument(format!("--workload {workload:?}: {e}")))?;
             let b = init_xstate::run(&workload, xfeatures.as_deref(), timeout)?;
-            print(json, &b, b.to_table())?;
+            print(json.then_some(Document::BenchInitXstate), &b, b.to_table())?;
         }
     }
     Ok(0)

@@ -12,7 +12,7 @@ use xstate::info::leaf_d1_eax;
 use xstate::{XfeatureMask, XsaveInfo};
 
 use super::error::FeaturesError;
-use super::profile::{self, HostProfile};
+use super::profile;
 use crate::cpuid::resolve_policy;
 use crate::devices::SerialSink;
 use crate::vstate::{self, KernelImage, RunConfig};
@@ -140,7 +140,7 @@ pub struct Request<'a> {
 /// Collects the inputs of the view for a profile or this host.
 pub fn gather(args: &Request) -> Result<Inputs, FeaturesError> {
     if let Some(path) = args.profile {
-        let p = HostProfile::load(path)?;
+        let p = super::bundled::load(path)?;
         let (host, what) = match &p.kvm {
             Some(k) => (*k, "the profile's KVM"),
             None => (p.cpu, "the profile's CPU"),
@@ -239,6 +239,7 @@ fn boot_guest(args: &Request) -> Result<GuestState, FeaturesError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::features::profile::HostProfile;
     use std::path::PathBuf;
 
     /// The profile path validates as `vmm run` does, through its parser.

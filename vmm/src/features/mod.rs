@@ -11,9 +11,10 @@
 //!   enabled in XCR0, what XINUSE held at the end). Every disagreement
 //!   between the columns, and between the guest's CPUID and the xstate
 //!   crate's layouts, is spelled out.
-//! - `--profile FILE`: the same for a recorded CPUID profile
-//!   (`xstate/tests/data/*.json` format, see [`profile`]) instead of this
-//!   host; no KVM and no boot needed.
+//! - `--profile NAME|FILE`: the same for a recorded CPUID profile instead
+//!   of this host, no KVM and no boot needed: a profile bundled with the
+//!   binary by name ([`bundled`], `--list-profiles`) or a file in the
+//!   profile format ([`profile`]).
 //! - `vmm features save FILE`: record this host's profile (leaf 0xD, leaves
 //!   1 and 7, XGETBV(0), KVM's supported leaves) for collection from a fleet.
 //! - `vmm features compare A.json B.json ...`: per component which hosts
@@ -89,6 +90,7 @@
 //! format; [`error`] the command's errors. This module holds the command
 //! line and dispatches.
 
+pub mod bundled;
 pub mod compare;
 pub mod diff;
 pub mod error;
@@ -104,6 +106,7 @@ use clap::Subcommand;
 use xstate::XfeatureMask;
 
 use crate::report::EXIT_VMM_ERROR;
+use crate::schema::Document;
 pub use error::FeaturesError;
 pub use inputs::{GuestSeen, GuestState, Inputs, Request};
 pub use view::FeaturesView;
@@ -123,10 +126,15 @@ pub struct FeaturesArgs {
 /// The table of `vmm features` without a subcommand.
 #[derive(clap::Args, Debug)]
 pub struct ShowArgs {
-    /// Show a recorded CPUID profile (xstate/tests/data/*.json format)
-    /// instead of this host: no KVM and no boot.
-    #[arg(long, value_name = "FILE")]
+    /// Show a recorded CPU instead of this host (no KVM, no boot): the name
+    /// of a bundled profile (see --list-profiles) or a profile file
+    /// (`vmm features save` output). A bundled name wins over a file of the
+    /// same name; write ./NAME for the file.
+    #[arg(long, value_name = "NAME|FILE")]
     pub profile: Option<PathBuf>,
+    /// List the CPU profiles bundled with vmm (name, CPU, XCR0, source).
+    #[arg(long, conflicts_with_all = ["profile", "xfeatures", "no_boot"])]
+    pub list_profiles: bool,
     /// The policy, as for `vmm run`: `0x7`, `x87,sse`, `host,-avx`, `all`.
     /// Default: everything KVM (or the profile) supports.
     #[arg(long, value_name = "MASK")]
@@ -168,9 +176,10 @@ pub struct SaveArgs {
 /// `vmm features compare`.
 #[derive(clap::Args, Debug)]
 pub struct CompareArgs {
-    /// Profiles to compare (`vmm features save` output or
-    /// xstate/tests/data/*.json).
-    #[arg(value_name = "PROFILE", required = true, num_args = 1..)]
+    /// Profiles to compare: bundled profile names (see
+    /// `vmm features --list-profiles`) or profile files (`vmm features save`
+    /// output); a bundled name wins over a file of the same name.
+    #[arg(value_name = "NAME|FILE", required = true, num_args = 1..)]
     pub profiles: Vec<PathBuf>,
     /// Check on which hosts state with this XSTATE_BV can be restored.
     #[arg(long, value_name = "MASK")]
@@ -209,9 +218,8 @@ pub fn run(args: FeaturesArgs) -> Result<i32, FeaturesError> {
     }
 }
 
-fn print_json(v: &impl serde::Serialize) -> Result<(), FeaturesError> {
-    let s =
-        serde_json::to_string_pretty(v).map_err(|e| FeaturesError::Host(format!("JSON: {e}")))?;
+fn print_json(doc: Document, v: &impl serde::Serialize) -> Result<(), FeaturesError> {
+    let s = crate::schema::to_json(doc, v).map_err(|e| FeaturesError::Host(format!("JSON: {e}")))?;
     println!("{s}");
     Ok(())
 }
@@ -234,10 +242,19 @@ pub fn gather(args: &ShowArgs) -> Result<Inputs, FeaturesError> {
 }
 
 fn show(args: &ShowArgs) -> Result<i32, FeaturesError> {
+    if args.list_profiles {
+        let list = bundled::list()?;
+        if args.json {
+            print_json(Document::ProfileList, &list)?;
+        } else {
+            print!("{}", list.to_table());
+        }
+        return Ok(0);
+    }
     let inputs = gather(args)?;
     let view = view::build(&inputs);
     if args.json {
-        print_json(&view)?;
+        print_json(Document::Features, &view)?;
     } else {
         print!("{}", view.to_table());
     }
@@ -284,7 +301,7 @@ fn compare_cmd(args: &CompareArgs) -> Result<i32, FeaturesError> {
     let hosts = args
         .profiles
         .iter()
-        .map(|p| profile::HostProfile::load(p))
+        .map(|p| bundled::load(p))
         .collect::<Result<Vec<_>, _>>()?;
     let restore = match &args.xstate_bv {
         None => None,
@@ -299,7 +316,7 @@ fn compare_cmd(args: &CompareArgs) -> Result<i32, FeaturesError> {
     };
     let c = compare::compare(&hosts, restore);
     if args.json {
-        print_json(&c)?;
+        print_json(Document::FeaturesCompare, &c)?;
     } else {
         print!("{}", c.to_table());
     }
