@@ -91,7 +91,10 @@ fn check_document(doc: Document, v: &serde_json::Value) {
     }
     assert_eq!(v["schema_version"], serde_json::json!(doc.version()));
     // schema_version comes first, for readers that peek.
-    assert_eq!(obj.keys().next().map(String::as_str), Some("schema_version"));
+    assert_eq!(
+        obj.keys().next().map(String::as_str),
+        Some("schema_version")
+    );
 }
 
 #[test]
@@ -113,7 +116,14 @@ fn run_json_matches_its_schema() {
     if !kvm_or_skip("run_json_matches_its_schema") {
         return;
     }
-    let (out, v) = vmm_json(&["run", "--workload", "none", "--no-native", "--timeout", "120"]);
+    let (out, v) = vmm_json(&[
+        "run",
+        "--workload",
+        "none",
+        "--no-native",
+        "--timeout",
+        "120",
+    ]);
     assert!(out.status.success(), "{out:?}");
     check_document(Document::Run, &v);
 }

@@ -46,7 +46,9 @@ enum Command {
 
 /// `vmm completions`.
 #[derive(clap::Args)]
-#[command(after_help = "Install, e.g.: vmm completions bash > ~/.local/share/bash-completion/completions/vmm")]
+#[command(
+    after_help = "Install, e.g.: vmm completions bash > ~/.local/share/bash-completion/completions/vmm"
+)]
 struct CompletionsArgs {
     /// The shell to complete for.
     #[arg(value_enum)]
@@ -251,7 +253,7 @@ fn restore(args: RestoreArgs) -> Result<i32, vmm::Error> {
     let outcome = match vmm::snapshot::restore::restore(&args.file, opts) {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("vmm: {e}");
+            vmm::error::eprint(&e, e.hint());
             return Ok(EXIT_VMM_ERROR);
         }
     };
@@ -320,7 +322,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
-            eprintln!("vmm: {e}");
+            vmm::error::eprint(&e, e.hint());
             ExitCode::from(EXIT_VMM_ERROR as u8)
         }
     }

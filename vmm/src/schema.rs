@@ -120,10 +120,7 @@ impl Document {
         };
         let defs = gen.take_definitions(true);
         let version = self.version();
-        if let Some(props) = schema
-            .get_mut("properties")
-            .and_then(|p| p.as_object_mut())
-        {
+        if let Some(props) = schema.get_mut("properties").and_then(|p| p.as_object_mut()) {
             props.insert(
                 "schema_version".into(),
                 serde_json::json!({
@@ -164,8 +161,8 @@ impl Document {
 
     /// The schema as the committed file holds it: pretty JSON, one newline at the end.
     pub fn schema_text(self) -> String {
-        let mut s = serde_json::to_string_pretty(&self.schema())
-            .expect("a schema is always serialisable");
+        let mut s =
+            serde_json::to_string_pretty(&self.schema()).expect("a schema is always serialisable");
         s.push('\n');
         s
     }

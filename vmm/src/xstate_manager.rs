@@ -29,7 +29,17 @@ use crate::error::{Result, XstateError};
 use crate::vstate::vcpu;
 
 /// When the manager moves the guest's xsave state.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize, schemars::JsonSchema)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    clap::ValueEnum,
+    serde::Serialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum SyncPolicy {
     /// Only on demand; written back only if modified.

@@ -9,8 +9,8 @@
 use std::path::Path;
 
 use super::error::FeaturesError;
-use crate::report::table::Columns;
 use super::profile::HostProfile;
+use crate::report::table::Columns;
 
 /// One profile compiled into the binary.
 #[derive(Clone, Copy, Debug)]
@@ -165,7 +165,9 @@ impl ProfileList {
         for r in &rows {
             t.push(&mut out, r);
         }
-        out.push_str("Use one with `vmm features --profile NAME` or `vmm features compare NAME...`.\n");
+        out.push_str(
+            "Use one with `vmm features --profile NAME` or `vmm features compare NAME...`.\n",
+        );
         out
     }
 }

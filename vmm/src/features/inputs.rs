@@ -121,7 +121,7 @@ fn policy_for(
     what: &str,
 ) -> Result<XfeatureMask, FeaturesError> {
     crate::cpuid::parse_xfeatures(spec, host.supported_xcr0(), what)
-        .map_err(|e| FeaturesError::Usage(format!("invalid xstate policy: {e}")))
+        .map_err(|e| FeaturesError::Vmm(crate::Error::Policy(e)))
 }
 
 /// What to gather: the options of `vmm features` that pick the inputs.

@@ -203,7 +203,7 @@ pub fn main(args: FeaturesArgs) -> crate::Result<i32> {
         Ok(code) => Ok(code),
         Err(FeaturesError::Vmm(e)) => Err(e),
         Err(e) => {
-            eprintln!("vmm: {e}");
+            crate::error::eprint(&e, e.hint());
             Ok(EXIT_VMM_ERROR)
         }
     }
@@ -219,7 +219,8 @@ pub fn run(args: FeaturesArgs) -> Result<i32, FeaturesError> {
 }
 
 fn print_json(doc: Document, v: &impl serde::Serialize) -> Result<(), FeaturesError> {
-    let s = crate::schema::to_json(doc, v).map_err(|e| FeaturesError::Host(format!("JSON: {e}")))?;
+    let s =
+        crate::schema::to_json(doc, v).map_err(|e| FeaturesError::Host(format!("JSON: {e}")))?;
     println!("{s}");
     Ok(())
 }

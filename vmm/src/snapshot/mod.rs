@@ -77,7 +77,7 @@ pub fn main(args: SnapshotArgs) -> i32 {
                 0
             }
             Err(e) => {
-                eprintln!("vmm: {e}");
+                crate::error::eprint(&e, e.hint());
                 crate::report::EXIT_VMM_ERROR
             }
         },
