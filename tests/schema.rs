@@ -69,7 +69,7 @@ fn schemas_pin_their_version() {
 
 /// The top-level fields of a printed document are exactly those its schema
 /// allows, every required one present, and `schema_version` is the constant.
-fn check_document(doc: Document, v: &serde_json::Value) {
+fn check_document(doc: Document, out: &std::process::Output, v: &serde_json::Value) {
     let s: serde_json::Value = serde_json::to_value(doc.schema()).unwrap();
     let props: BTreeSet<&str> = s["properties"]
         .as_object()
@@ -91,9 +91,11 @@ fn check_document(doc: Document, v: &serde_json::Value) {
     }
     assert_eq!(v["schema_version"], serde_json::json!(doc.version()));
     // schema_version comes first, for readers that peek.
-    assert_eq!(
-        obj.keys().next().map(String::as_str),
-        Some("schema_version")
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("{\n  \"schema_version\": "),
+        "{}: schema_version is not the first field",
+        doc.name()
     );
 }
 
@@ -101,14 +103,21 @@ fn check_document(doc: Document, v: &serde_json::Value) {
 fn features_profile_json_matches_its_schema() {
     let (out, v) = vmm_json(&["features", "--profile", "sapphire-rapids"]);
     assert!(out.status.success(), "{out:?}");
-    check_document(Document::Features, &v);
+    check_document(Document::Features, &out, &v);
 }
 
 #[test]
 fn features_compare_json_matches_its_schema() {
     let (out, v) = vmm_json(&["features", "compare", "zen3-milan", "ice-lake-client"]);
     assert!(out.status.success(), "{out:?}");
-    check_document(Document::FeaturesCompare, &v);
+    check_document(Document::FeaturesCompare, &out, &v);
+}
+
+#[test]
+fn profile_list_json_matches_its_schema() {
+    let (out, v) = vmm_json(&["features", "--list-profiles"]);
+    assert!(out.status.success(), "{out:?}");
+    check_document(Document::ProfileList, &out, &v);
 }
 
 #[test]
@@ -125,5 +134,5 @@ fn run_json_matches_its_schema() {
         "120",
     ]);
     assert!(out.status.success(), "{out:?}");
-    check_document(Document::Run, &v);
+    check_document(Document::Run, &out, &v);
 }
