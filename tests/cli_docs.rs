@@ -39,7 +39,10 @@ fn bash_completion_names_every_subcommand() {
     let out = vmm(&["completions", "bash"]);
     assert!(out.status.success(), "{out:?}");
     let text = stdout(&out);
-    assert!(text.contains("complete -F _vmm"), "not a bash completion script");
+    assert!(
+        text.contains("complete -F _vmm"),
+        "not a bash completion script"
+    );
     for sub in SUBCOMMANDS {
         assert!(text.contains(sub), "bash completion lacks {sub}");
     }
@@ -57,7 +60,11 @@ fn every_shell_gets_a_script() {
         assert!(stdout(&out).contains("features"), "{shell}");
     }
     let out = vmm(&["completions", "tcsh"]);
-    assert_eq!(out.status.code(), Some(2), "an unknown shell is a usage error");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an unknown shell is a usage error"
+    );
 }
 
 #[test]
@@ -65,7 +72,10 @@ fn man_page_lists_every_top_level_subcommand() {
     let out = vmm(&["man"]);
     assert!(out.status.success(), "{out:?}");
     let text = stdout(&out);
-    assert!(text.starts_with(".ie") || text.contains("\n.TH vmm 1"), "{text}");
+    assert!(
+        text.starts_with(".ie") || text.contains("\n.TH vmm 1"),
+        "{text}"
+    );
     assert!(text.contains(".TH vmm 1"), "no .TH line");
     for sub in [
         "run",
@@ -162,7 +172,10 @@ fn list_profiles_names_cpu_xcr0_and_source() {
         // the xstate crate's test data.
         let bundled = std::fs::read(root().join("profiles").join(format!("{name}.json"))).unwrap();
         let original = std::fs::read(root().join("xstate/tests/data").join(data)).unwrap();
-        assert_eq!(bundled, original, "profiles/{name}.json differs from {data}");
+        assert_eq!(
+            bundled, original,
+            "profiles/{name}.json differs from {data}"
+        );
         assert!(!row["source"].as_str().unwrap().is_empty());
     }
     let out = vmm(&["features", "--list-profiles"]);
@@ -173,7 +186,10 @@ fn list_profiles_names_cpu_xcr0_and_source() {
             .lines()
             .find(|l| l.starts_with(name))
             .unwrap_or_else(|| panic!("{name} not listed"));
-        assert!(line.contains(cpu) && line.contains(&format!("{xcr0:#x}")), "{line}");
+        assert!(
+            line.contains(cpu) && line.contains(&format!("{xcr0:#x}")),
+            "{line}"
+        );
     }
 }
 
@@ -237,7 +253,10 @@ fn help_names_bundled_profiles_not_the_source_tree() {
         &["features", "compare", "--help"][..],
     ] {
         let text = stdout(&vmm(args));
-        assert!(!text.contains("tests/data"), "{args:?} points into the source tree");
+        assert!(
+            !text.contains("tests/data"),
+            "{args:?} points into the source tree"
+        );
         assert!(text.contains("bundled"), "{args:?}: {text}");
     }
 }
@@ -254,7 +273,10 @@ fn assert_error(args: &[&str], names: &[&str], hint: &str) {
     for n in names {
         assert!(lines[0].contains(n), "{args:?}: {n} not named in {err}");
     }
-    assert!(lines[1].starts_with("hint: ") && lines[1].contains(hint), "{err}");
+    assert!(
+        lines[1].starts_with("hint: ") && lines[1].contains(hint),
+        "{err}"
+    );
 }
 
 #[test]
@@ -272,7 +294,13 @@ fn errors_are_one_line_with_a_hint() {
         "vmm run --snapshot-after",
     );
     assert_error(
-        &["features", "--profile", "zen3-milan", "--xfeatures", "x87,sse,bogus"],
+        &[
+            "features",
+            "--profile",
+            "zen3-milan",
+            "--xfeatures",
+            "x87,sse,bogus",
+        ],
         &["--xfeatures", "bogus"],
         "zmm_hi256",
     );
