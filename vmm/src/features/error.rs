@@ -38,21 +38,3 @@ pub enum FeaturesError {
     #[error(transparent)]
     Vmm(#[from] crate::Error),
 }
-
-impl FeaturesError {
-    /// A suggestion for the user where one helps.
-    pub fn hint(&self) -> Option<String> {
-        match self {
-            FeaturesError::UnknownProfile(_) | FeaturesError::Profile { .. } => Some(format!(
-                "bundled profiles: {} (`vmm features --list-profiles`); \
-                 a file must be a CPU profile as `vmm features save FILE` writes it",
-                super::bundled::names()
-            )),
-            FeaturesError::Usage(m) if m.contains("--xfeatures") => {
-                Some(crate::error::xfeatures_hint())
-            }
-            FeaturesError::Vmm(e) => e.hint(),
-            _ => None,
-        }
-    }
-}

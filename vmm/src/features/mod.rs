@@ -196,6 +196,26 @@ pub struct CompareArgs {
     pub json: bool,
 }
 
+/// Hints live with the command (not in [`error`]) because they name the
+/// bundled profiles, which load through the error type.
+impl FeaturesError {
+    /// A suggestion for the user where one helps.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            FeaturesError::UnknownProfile(_) | FeaturesError::Profile { .. } => Some(format!(
+                "bundled profiles: {} (`vmm features --list-profiles`); \
+                 a file must be a CPU profile as `vmm features save FILE` writes it",
+                bundled::names()
+            )),
+            FeaturesError::Usage(m) if m.contains("--xfeatures") => {
+                Some(crate::error::xfeatures_hint())
+            }
+            FeaturesError::Vmm(e) => e.hint(),
+            _ => None,
+        }
+    }
+}
+
 /// `vmm features`: prints errors other than VMM errors itself (as `vmm: ...`)
 /// and returns the exit status.
 pub fn main(args: FeaturesArgs) -> crate::Result<i32> {
