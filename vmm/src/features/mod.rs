@@ -37,7 +37,8 @@
 //!
 //! | field | meaning |
 //! |-------|---------|
-//! | `source` | `this host` or the profile file |
+//! | `schema_version` | 1 ([`crate::schema`]; `docs/schema/features.schema.json`) |
+//! | `source` | `this host`, the profile file, or the bundled profile's name |
 //! | `cpu_name` | the CPU's brand string (and microarchitecture, from profiles) |
 //! | `layout_from` | `kvm` or `cpu`: whose leaf 0xD the sizes and offsets come from |
 //! | `xcr0`, `xcr0_names` | the policy's XCR0, as hex and as component names |
@@ -70,7 +71,8 @@
 //!
 //! | field | meaning |
 //! |-------|---------|
-//! | `hosts` | per profile: `label` (A, B, ...), `file`, `name`, `xcr0_source` (`kvm` when the profile recorded KVM's leaf 0xD, else `cpu`), `xcr0`, `xss`, `standard_size`, `baseline_standard_size`, `baseline_compacted_size` |
+//! | `schema_version` | 1 ([`crate::schema`]; `docs/schema/features-compare.schema.json`) |
+//! | `hosts` | per profile: `label` (A, B, ...), `file` (or bundled name), `name`, `xcr0_source` (`kvm` when the profile recorded KVM's leaf 0xD, else `cpu`), `xcr0`, `xss`, `standard_size`, `baseline_standard_size`, `baseline_compacted_size` |
 //! | `common_xcr0` | intersection of the hosts' XCR0 masks |
 //! | `baseline_xcr0` | the largest valid XCR0 every host supports |
 //! | `baseline_xfeatures` | the same as a `--xfeatures` value |
