@@ -477,3 +477,157 @@ pub enum PlotError {
         source: std::io::Error,
     },
 }
+
+/// An error as one line: its message, then each source in its chain that
+/// the message does not already spell out, joined by `": "`. (Most messages
+/// here embed their source, as users have always seen them; the chain adds
+/// what they leave out, never the same text twice.) Line breaks inside a
+/// message become `"; "` so the line stays one line.
+pub fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !text.is_empty() && !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = s.source();
+    }
+    line.split('\n')
+        .map(str::trim_end)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Print `vmm: <error>` on one line to stderr, and `hint: <hint>` on a
+/// second line when there is one: what every command prints on failure.
+pub fn eprint(e: &(dyn std::error::Error + 'static), hint: Option<String>) {
+    eprintln!("vmm: {}", one_line(e));
+    if let Some(h) = hint {
+        eprintln!("hint: {h}");
+    }
+}
+
+/// What `--xfeatures` takes, with every component name: the hint of a mask
+/// that does not parse.
+pub fn xfeatures_hint() -> String {
+    format!(
+        "--xfeatures takes a hex mask (0x7), `all`, `host`, or component and group names joined \
+         by commas, with -NAME to remove one (`host,-avx`); groups: avx512, amx, mpx, cet; \
+         components: {}",
+        XfeatureMask::ALL_KNOWN
+    )
+}
+
+impl Error {
+    /// A suggestion for the user where one helps: what to check or run next.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            Error::KvmUnavailable(e) => Some(match e.errno() {
+                libc::EACCES | libc::EPERM => {
+                    "this user cannot open /dev/kvm: add it to the kvm group \
+                     (`sudo usermod -aG kvm $USER`, then log in again)"
+                        .into()
+                }
+                libc::ENOENT => {
+                    "/dev/kvm does not exist: load the KVM module (`modprobe kvm_intel` or \
+                     `modprobe kvm_amd`), enable virtualisation in the firmware, or inside a VM \
+                     enable nested virtualisation"
+                        .into()
+                }
+                _ => "`ls -l /dev/kvm` and `dmesg | grep -i kvm` show what is wrong".into(),
+            }),
+            Error::Policy(p) => p.hint(),
+            Error::Boot(BootError::NotElf { .. } | BootError::Image { .. }) => Some(
+                "--kernel takes a PVH ELF kernel (one with a XEN_ELFNOTE_PHYS32_ENTRY note); \
+                 without --kernel the embedded guest boots"
+                    .into(),
+            ),
+            Error::Memory(MemoryError::SizeOutOfRange(_)) => Some(format!(
+                "--mem takes MiB from {MIN_MEM_MIB} to {MAX_MEM_MIB}"
+            )),
+            _ => None,
+        }
+    }
+}
+
+impl PolicyError {
+    /// A suggestion for the user where one helps.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            PolicyError::Parse { .. } => Some(xfeatures_hint()),
+            PolicyError::Unsupported { .. } => Some(
+                "`vmm features --no-boot` shows which components the host, KVM and the policy offer"
+                    .into(),
+            ),
+            PolicyError::NoXsave => Some(
+                "this KVM offers no XSAVE to guests; `vmm features --no-boot` shows what it offers"
+                    .into(),
+            ),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A source the message already spells out is not repeated; one the
+    /// message leaves out is appended; the result is one line.
+    #[test]
+    fn one_line_joins_the_chain_once() {
+        let e = Error::SnapshotWrite {
+            path: "/x/y.snap".into(),
+            source: crate::snapshot::write::WriteError::Io {
+                what: "writing",
+                path: "/x/.y.snap.tmp".into(),
+                source: std::io::Error::other("disk full"),
+            },
+        };
+        assert_eq!(
+            one_line(&e),
+            "output: cannot write snapshot /x/y.snap: writing /x/.y.snap.tmp: disk full"
+        );
+        let e = VcpuError::UartState("line one\nline two".into());
+        assert_eq!(
+            one_line(&e),
+            "the saved UART state is invalid: line one; line two"
+        );
+        let e = Error::Vcpu(VcpuError::Spawn(std::io::Error::other("EAGAIN")));
+        assert_eq!(one_line(&e), "cannot start the vCPU thread: EAGAIN");
+        #[derive(Debug, thiserror::Error)]
+        #[error("reading {0}")]
+        struct Terse(&'static str, #[source] std::io::Error);
+        let e = Terse("kernel.elf", std::io::Error::other("EIO"));
+        assert_eq!(one_line(&e), "reading kernel.elf: EIO");
+    }
+
+    #[test]
+    fn kvm_hints_follow_the_errno() {
+        let hint = |errno| {
+            Error::KvmUnavailable(kvm_ioctls::Error::new(errno))
+                .hint()
+                .unwrap()
+        };
+        assert!(hint(libc::EACCES).contains("kvm group"));
+        assert!(hint(libc::ENOENT).contains("modprobe kvm_intel"));
+        assert!(hint(libc::EIO).contains("dmesg"));
+        assert!(Error::Argument("x".into()).hint().is_none());
+    }
+
+    #[test]
+    fn xfeatures_hint_lists_every_user_component() {
+        let h = xfeatures_hint();
+        for name in ["x87", "sse", "avx", "zmm_hi256", "pkru", "xtiledata", "apx"] {
+            assert!(h.contains(name), "{h}");
+        }
+        let e = Error::Policy(PolicyError::Parse {
+            spec: "bogus".into(),
+            source: XfeatureMask::parse("bogus", XfeatureMask::ALL_KNOWN).unwrap_err(),
+        });
+        assert_eq!(e.hint(), Some(h));
+    }
+}

@@ -14,6 +14,7 @@
 //! - [`features`]: `vmm features`: host, KVM, policy and guest xstate compared; profiles.
 //! - [`error`]: the error types.
 //! - [`input`]: opening files the user names: regular files only, bounded, magic first.
+//! - [`schema`]: the `--json` documents, versioned, and their JSON Schemas.
 
 pub mod arch;
 pub mod bench;
@@ -25,6 +26,7 @@ pub mod input;
 pub mod kvm;
 pub mod native;
 pub mod report;
+pub mod schema;
 pub mod snapshot;
 pub mod vstate;
 pub mod xstate_manager;

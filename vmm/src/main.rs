@@ -4,11 +4,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use vmm::devices::SerialSink;
 use vmm::input::parse_seconds;
 use vmm::native;
 use vmm::report::{RunSummary, EXIT_VMM_ERROR};
+use vmm::schema::Document;
 use vmm::vstate::{self, KernelImage, RunConfig};
 use vmm::xstate_manager::SyncPolicy;
 use xstate::InitMode;
@@ -36,6 +37,41 @@ enum Command {
     Restore(RestoreArgs),
     /// Inspect snapshot files.
     Snapshot(vmm::snapshot::SnapshotArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(CompletionsArgs),
+    /// Print the manual page (roff), or write one page per subcommand.
+    Man(ManArgs),
+    /// Write the JSON Schema of every `--json` document into a directory.
+    Schema(SchemaArgs),
+}
+
+/// `vmm completions`.
+#[derive(clap::Args)]
+#[command(
+    after_help = "Install, e.g.: vmm completions bash > ~/.local/share/bash-completion/completions/vmm"
+)]
+struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    shell: clap_complete::Shell,
+}
+
+/// `vmm man`.
+#[derive(clap::Args)]
+#[command(after_help = "Read it with: vmm man | man -l -")]
+struct ManArgs {
+    /// Write vmm.1 and one page per subcommand (vmm-run.1, ...) into DIR
+    /// instead of printing the top page.
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+}
+
+/// `vmm schema`.
+#[derive(clap::Args)]
+struct SchemaArgs {
+    /// Directory to write `<document>.schema.json` files into (created if missing).
+    #[arg(value_name = "DIR")]
+    dir: PathBuf,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -213,7 +249,7 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
     print_outcome(
         &outcome,
         (!args.session.no_native).then_some(args.workload.as_str()),
-        args.session.json,
+        args.session.json.then_some(Document::Run),
         args.plot.as_deref(),
         extras,
     )
@@ -262,11 +298,12 @@ impl Resumed {
 }
 
 /// Print a run's (or a restored run's) summary; returns the exit status.
-/// `native`: the workload list to run natively for guest/native ratios.
+/// `native`: the workload list to run natively for guest/native ratios;
+/// `json`: the JSON document to print instead of the table.
 fn print_outcome(
     outcome: &vstate::RunOutcome,
     native: Option<&str>,
-    json: bool,
+    json: Option<Document>,
     plot: Option<&std::path::Path>,
     extras: Extras,
 ) -> Result<i32, vmm::Error> {
@@ -306,8 +343,8 @@ fn print_outcome(
             summary.openssl_aes_128_cbc_mb_per_s = native::openssl_aes_128_cbc_8192(1);
         }
     }
-    if json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
+    if let Some(doc) = json {
+        println!("{}", vmm::schema::to_json(doc, &summary)?);
     } else {
         print!("{}", summary.to_table());
     }
@@ -336,7 +373,7 @@ fn restore(args: RestoreArgs) -> Result<i32, vmm::Error> {
     let outcome = match vmm::snapshot::restore::restore(&args.file, opts) {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("vmm: {e}");
+            vmm::error::eprint(&e, e.hint());
             return Ok(EXIT_VMM_ERROR);
         }
     };
@@ -359,10 +396,42 @@ fn restore(args: RestoreArgs) -> Result<i32, vmm::Error> {
     print_outcome(
         &outcome,
         (!session.no_native).then_some(workload.as_str()),
-        session.json,
+        session.json.then_some(Document::Restore),
         None,
         extras,
     )
+}
+
+/// `vmm completions SHELL`: the script on stdout.
+fn completions(args: CompletionsArgs) -> Result<i32, vmm::Error> {
+    let mut cmd = Cli::command();
+    clap_complete::generate(args.shell, &mut cmd, "vmm", &mut std::io::stdout());
+    Ok(0)
+}
+
+/// `vmm man [--dir DIR]`.
+fn man(args: ManArgs) -> Result<i32, vmm::Error> {
+    let cmd = Cli::command();
+    match args.dir {
+        Some(dir) => {
+            std::fs::create_dir_all(&dir)?;
+            clap_mangen::generate_to(cmd, &dir)?;
+            eprintln!("vmm: manual pages written to {}", dir.display());
+        }
+        None => clap_mangen::Man::new(cmd).render(&mut std::io::stdout())?,
+    }
+    Ok(0)
+}
+
+/// `vmm schema DIR`.
+fn schema(args: SchemaArgs) -> Result<i32, vmm::Error> {
+    let written = vmm::schema::write_all(&args.dir)?;
+    eprintln!(
+        "vmm: {} schemas written to {}",
+        written.len(),
+        args.dir.display()
+    );
+    Ok(0)
 }
 
 fn main() -> ExitCode {
@@ -373,11 +442,14 @@ fn main() -> ExitCode {
         Command::Features(args) => vmm::features::main(args),
         Command::Restore(args) => restore(args),
         Command::Snapshot(args) => Ok(vmm::snapshot::main(args)),
+        Command::Completions(args) => completions(args),
+        Command::Man(args) => man(args),
+        Command::Schema(args) => schema(args),
     };
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
-            eprintln!("vmm: {e}");
+            vmm::error::eprint(&e, e.hint());
             ExitCode::from(EXIT_VMM_ERROR as u8)
         }
     }

@@ -29,7 +29,17 @@ use crate::error::{Result, XstateError};
 use crate::vstate::vcpu;
 
 /// When the manager moves the guest's xsave state.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    clap::ValueEnum,
+    serde::Serialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum SyncPolicy {
     /// Only on demand; written back only if modified.
@@ -53,7 +63,7 @@ impl SyncPolicy {
 }
 
 /// What the manager did, for reports and benchmarks.
-#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, schemars::JsonSchema)]
 pub struct SyncStats {
     /// `KVM_GET_XSAVE[2]` calls.
     pub fetches: u64,

@@ -9,7 +9,7 @@ use super::stats::Change;
 use crate::report::table::{or_dash, Columns};
 
 /// One row of this run against the baseline.
-#[derive(Clone, Debug, Serialize)]
+#[derive(schemars::JsonSchema, Clone, Debug, Serialize)]
 pub struct CompareRow {
     /// Exit kind.
     pub exit: String,
@@ -33,7 +33,7 @@ pub struct CompareRow {
 }
 
 /// This run against a baseline.
-#[derive(Clone, Debug, Serialize)]
+#[derive(schemars::JsonSchema, Clone, Debug, Serialize)]
 pub struct Comparison {
     /// The baseline's name or file.
     pub baseline: String,

@@ -81,7 +81,7 @@ impl Plan {
 }
 
 /// One row of the matrix.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct ExitRow {
     /// `pio`, `mmio` or `cpuid`.
     pub exit: String,
@@ -93,6 +93,7 @@ pub struct ExitRow {
     pub policy: String,
     /// The guest's XCR0 for the row.
     #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
     pub guest_xcr0: XfeatureMask,
     /// Exits in the timed loop.
     pub count: u64,
@@ -155,7 +156,7 @@ impl ExitRow {
 }
 
 /// The whole benchmark.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct ExitBench {
     /// `exits`: which `vmm bench` made this (baselines are checked by it).
     pub bench: &'static str,

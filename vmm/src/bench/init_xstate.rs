@@ -20,7 +20,7 @@ use crate::report::{ResultRow, RunSummary};
 use crate::vstate::{self, RunConfig};
 
 /// One workload row under both initial states.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct InitRow {
     /// Workload name.
     pub name: String,
@@ -49,18 +49,21 @@ pub struct InitRow {
 }
 
 /// The whole experiment.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct InitBench {
     /// The `workload=` selection run under both initial states.
     pub workload: String,
     /// The XCR0 the guest set.
     #[serde(serialize_with = "hex::opt_mask")]
+    #[schemars(with = "Option<crate::schema::Hex>")]
     pub guest_xcr0: Option<XfeatureMask>,
     /// XINUSE at the end of each run: what the CPU considered live.
     #[serde(serialize_with = "hex::opt_mask")]
+    #[schemars(with = "Option<crate::schema::Hex>")]
     pub xinuse_minimal: Option<XfeatureMask>,
     /// The same with all of XCR0 initially marked in use.
     #[serde(serialize_with = "hex::opt_mask")]
+    #[schemars(with = "Option<crate::schema::Hex>")]
     pub xinuse_all: Option<XfeatureMask>,
     /// Runs under each initial state, interleaved.
     pub rounds: u32,

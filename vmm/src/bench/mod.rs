@@ -23,6 +23,7 @@ use clap::{Args, Subcommand};
 use crate::error::{Error, Result};
 use crate::kvm::HostKvm;
 use crate::report::plot;
+use crate::schema::Document;
 use crate::xstate_manager::SyncPolicy;
 use exits::{Count, MAX_EXITS_PER_ROW, MAX_ROUNDS};
 use progress::Progress;
@@ -141,9 +142,10 @@ pub struct BaselineArgs {
     pub baseline_dir: Option<PathBuf>,
 }
 
-fn print<T: serde::Serialize>(json: bool, value: &T, table: String) -> Result<()> {
-    if json {
-        println!("{}", serde_json::to_string_pretty(value)?);
+fn print<T: serde::Serialize>(json: Option<Document>, value: &T, table: String) -> Result<()> {
+    if let Some(doc) = json {
+        let text = crate::schema::to_json(doc, value)?;
+        println!("{text}");
     } else {
         print!("{table}");
     }
@@ -250,7 +252,7 @@ pub fn main(args: BenchArgs) -> Result<i32> {
             if let Some((then, name)) = &against {
                 b.comparison = Some(baseline::compare(&b, then, name.clone()));
             }
-            print(out.json, &b, b.to_table())?;
+            print(out.json.then_some(Document::BenchExits), &b, b.to_table())?;
             if let Some(path) = &save_to {
                 baseline::save(path, &b)?;
                 eprintln!("vmm: baseline saved to {}", path.display());
@@ -273,7 +275,11 @@ pub fn main(args: BenchArgs) -> Result<i32> {
                 init_xstate::run(&workload, xfeatures.as_deref(), rounds, timeout, &progress);
             drop(progress);
             let b = measured?;
-            print(out.json, &b, b.to_table())?;
+            print(
+                out.json.then_some(Document::BenchInitXstate),
+                &b,
+                b.to_table(),
+            )?;
             write_plot(out.plot.as_deref(), || b.charts())?;
         }
     }

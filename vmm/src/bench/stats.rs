@@ -11,7 +11,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Min / median / p90 of a row's rounds.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(schemars::JsonSchema, Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Spread {
     /// The fastest round.
     pub min: f64,
@@ -73,7 +73,7 @@ fn quantile(s: &[f64], q: f64) -> f64 {
 }
 
 /// A cost (lower is better) against a reference cost: what the table says.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(schemars::JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Verdict {
     /// Costlier than the reference, outside both spreads.
@@ -107,7 +107,7 @@ impl Verdict {
 }
 
 /// A row of this run against the same row of a baseline, criterion-style.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(schemars::JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Change {
     /// Cheaper than the baseline, outside both runs' spreads.
     #[serde(rename = "improved")]

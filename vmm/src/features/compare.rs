@@ -14,7 +14,7 @@ use crate::cpuid::GATED_FLAGS;
 use crate::report::hex;
 
 /// One host as compared.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct HostColumn {
     /// Short label used in the table (`A`, `B`, ...).
     pub label: String,
@@ -27,9 +27,11 @@ pub struct HostColumn {
     pub xcr0_source: &'static str,
     /// The XCR0 a guest can get there.
     #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
     pub xcr0: XfeatureMask,
     /// The supervisor state a guest can get there.
     #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
     pub xss: XfeatureMask,
     /// Standard size of all of `xcr0` on this host.
     pub standard_size: u32,
@@ -40,7 +42,7 @@ pub struct HostColumn {
 }
 
 /// One component across the hosts.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct ComponentAcross {
     /// Xfeature number.
     pub id: u32,
@@ -68,7 +70,7 @@ pub struct ComponentAcross {
 
 /// A CPUID feature flag (leaf 1/7) that gates extended state and differs
 /// between hosts that recorded those leaves.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct FlagDifference {
     /// The flag's name.
     pub flag: &'static str,
@@ -79,7 +81,7 @@ pub struct FlagDifference {
 }
 
 /// The restore check of one host.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct RestoreOn {
     /// The host's label.
     pub label: String,
@@ -92,37 +94,43 @@ pub struct RestoreOn {
 }
 
 /// Where a given saved state can be restored.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct RestoreCheck {
     /// The saved XSTATE_BV.
     #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
     pub xstate_bv: XfeatureMask,
     /// The saved XCR0.
     #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
     pub xcr0: XfeatureMask,
     /// Per host, in `hosts` order.
     pub hosts: Vec<RestoreOn>,
 }
 
 /// The result of comparing host profiles.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct Comparison {
     /// The hosts, labelled A, B, ...
     pub hosts: Vec<HostColumn>,
     /// The intersection of every host's supported XCR0, before reduction.
     #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
     pub common_xcr0: XfeatureMask,
     /// The largest valid XCR0 every host supports.
     #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
     pub baseline_xcr0: XfeatureMask,
     /// The same, as a ready `--xfeatures` value (component names).
     pub baseline_xfeatures: String,
     /// Components every host has but that the baseline drops to keep XCR0
     /// valid.
     #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
     pub baseline_dropped: XfeatureMask,
     /// Supervisor state every host supports (IA32_XSS).
     #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
     pub baseline_xss: XfeatureMask,
     /// One row per known component.
     pub components: Vec<ComponentAcross>,

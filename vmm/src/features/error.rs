@@ -19,6 +19,10 @@ pub enum FeaturesError {
     /// be read.
     #[error(transparent)]
     Input(#[from] crate::input::InputError),
+    /// A `--profile` / `compare` argument that is neither a bundled
+    /// profile's name nor an existing file.
+    #[error("profile {0:?}: no bundled profile has this name and no such file exists")]
+    UnknownProfile(String),
     /// A command-line value is invalid.
     #[error("{0}")]
     Usage(String),

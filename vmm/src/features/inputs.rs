@@ -12,7 +12,7 @@ use xstate::info::leaf_d1_eax;
 use xstate::{XfeatureMask, XsaveInfo};
 
 use super::error::FeaturesError;
-use super::profile::{self, HostProfile};
+use super::profile;
 use crate::cpuid::resolve_policy;
 use crate::devices::SerialSink;
 use crate::vstate::{self, KernelImage, RunConfig};
@@ -121,7 +121,7 @@ fn policy_for(
     what: &str,
 ) -> Result<XfeatureMask, FeaturesError> {
     let r = crate::cpuid::resolve_xfeatures(spec, host.supported_xcr0(), what)
-        .map_err(|e| FeaturesError::Usage(format!("invalid xstate policy: {e}")))?;
+        .map_err(|e| FeaturesError::Vmm(crate::Error::Policy(e)))?;
     // Say how the value was understood, as `vmm run` does.
     if let Some(spec) = spec {
         eprintln!("{}", crate::cpuid::describe_resolution(spec, &r));
@@ -145,7 +145,7 @@ pub struct Request<'a> {
 /// Collects the inputs of the view for a profile or this host.
 pub fn gather(args: &Request) -> Result<Inputs, FeaturesError> {
     if let Some(path) = args.profile {
-        let p = HostProfile::load(path)?;
+        let p = super::bundled::load(path)?;
         let (host, what) = match &p.kvm {
             Some(k) => (*k, "the profile's KVM"),
             None => (p.cpu, "the profile's CPU"),
@@ -253,6 +253,7 @@ fn boot_guest(args: &Request) -> Result<GuestState, FeaturesError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::features::profile::HostProfile;
     use std::path::PathBuf;
 
     /// The profile path validates as `vmm run` does, through its parser.

@@ -11,9 +11,10 @@
 //!   enabled in XCR0, what XINUSE held at the end). Every disagreement
 //!   between the columns, and between the guest's CPUID and the xstate
 //!   crate's layouts, is spelled out.
-//! - `--profile FILE`: the same for a recorded CPUID profile
-//!   (`xstate/tests/data/*.json` format, see [`profile`]) instead of this
-//!   host; no KVM and no boot needed.
+//! - `--profile NAME|FILE`: the same for a recorded CPUID profile instead
+//!   of this host, no KVM and no boot needed: a profile bundled with the
+//!   binary by name ([`bundled`], `--list-profiles`) or a file in the
+//!   profile format ([`profile`]).
 //! - `vmm features save FILE`: record this host's profile (leaf 0xD, leaves
 //!   1 and 7, XGETBV(0), KVM's supported leaves) for collection from a fleet.
 //! - `vmm features compare A.json B.json ...`: per component which hosts
@@ -36,7 +37,8 @@
 //!
 //! | field | meaning |
 //! |-------|---------|
-//! | `source` | `this host` or the profile file |
+//! | `schema_version` | 1 ([`crate::schema`]; `docs/schema/features.schema.json`) |
+//! | `source` | `this host`, the profile file, or the bundled profile's name |
 //! | `cpu_name` | the CPU's brand string (and microarchitecture, from profiles) |
 //! | `layout_from` | `kvm` or `cpu`: whose leaf 0xD the sizes and offsets come from |
 //! | `xcr0`, `xcr0_names` | the policy's XCR0, as hex and as component names |
@@ -69,7 +71,8 @@
 //!
 //! | field | meaning |
 //! |-------|---------|
-//! | `hosts` | per profile: `label` (A, B, ...), `file`, `name`, `xcr0_source` (`kvm` when the profile recorded KVM's leaf 0xD, else `cpu`), `xcr0`, `xss`, `standard_size`, `baseline_standard_size`, `baseline_compacted_size` |
+//! | `schema_version` | 1 ([`crate::schema`]; `docs/schema/features-compare.schema.json`) |
+//! | `hosts` | per profile: `label` (A, B, ...), `file` (or bundled name), `name`, `xcr0_source` (`kvm` when the profile recorded KVM's leaf 0xD, else `cpu`), `xcr0`, `xss`, `standard_size`, `baseline_standard_size`, `baseline_compacted_size` |
 //! | `common_xcr0` | intersection of the hosts' XCR0 masks |
 //! | `baseline_xcr0` | the largest valid XCR0 every host supports |
 //! | `baseline_xfeatures` | the same as a `--xfeatures` value |
@@ -89,6 +92,7 @@
 //! format; [`error`] the command's errors. This module holds the command
 //! line and dispatches.
 
+pub mod bundled;
 pub mod compare;
 pub mod diff;
 pub mod error;
@@ -104,6 +108,7 @@ use clap::Subcommand;
 use xstate::XfeatureMask;
 
 use crate::report::EXIT_VMM_ERROR;
+use crate::schema::Document;
 pub use error::FeaturesError;
 pub use inputs::{GuestSeen, GuestState, Inputs, Request};
 pub use view::FeaturesView;
@@ -123,10 +128,15 @@ pub struct FeaturesArgs {
 /// The table of `vmm features` without a subcommand.
 #[derive(clap::Args, Debug)]
 pub struct ShowArgs {
-    /// Show a recorded CPUID profile (a file written by `vmm features save`)
-    /// instead of this host: no KVM and no boot.
-    #[arg(long, value_name = "FILE")]
+    /// Show a recorded CPU instead of this host (no KVM, no boot): the name
+    /// of a bundled profile (see --list-profiles) or a profile file
+    /// (`vmm features save` output). A bundled name wins over a file of the
+    /// same name; write ./NAME for the file.
+    #[arg(long, value_name = "NAME|FILE")]
     pub profile: Option<PathBuf>,
+    /// List the CPU profiles bundled with vmm (name, CPU, XCR0, source).
+    #[arg(long, conflicts_with_all = ["profile", "xfeatures", "no_boot"])]
+    pub list_profiles: bool,
     /// The policy, as for `vmm run`: `0x7`, `x87,sse`, `avx512`,
     /// `host,-avx`, `-avx`, `all`. Default: everything KVM (or the profile)
     /// supports.
@@ -170,8 +180,10 @@ pub struct SaveArgs {
 /// `vmm features compare`.
 #[derive(clap::Args, Debug)]
 pub struct CompareArgs {
-    /// Profiles to compare (files written by `vmm features save`).
-    #[arg(value_name = "PROFILE", required = true, num_args = 1..)]
+    /// Profiles to compare: bundled profile names (see
+    /// `vmm features --list-profiles`) or profile files (`vmm features save`
+    /// output); a bundled name wins over a file of the same name.
+    #[arg(value_name = "NAME|FILE", required = true, num_args = 1..)]
     pub profiles: Vec<PathBuf>,
     /// Check on which hosts state with this XSTATE_BV can be restored.
     #[arg(long, value_name = "MASK")]
@@ -188,6 +200,26 @@ pub struct CompareArgs {
     pub json: bool,
 }
 
+/// Hints live with the command (not in [`error`]) because they name the
+/// bundled profiles, which load through the error type.
+impl FeaturesError {
+    /// A suggestion for the user where one helps.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            FeaturesError::UnknownProfile(_) | FeaturesError::Profile { .. } => Some(format!(
+                "bundled profiles: {} (`vmm features --list-profiles`); \
+                 a file must be a CPU profile as `vmm features save FILE` writes it",
+                bundled::names()
+            )),
+            FeaturesError::Usage(m) if m.contains("--xfeatures") => {
+                Some(crate::error::xfeatures_hint())
+            }
+            FeaturesError::Vmm(e) => e.hint(),
+            _ => None,
+        }
+    }
+}
+
 /// `vmm features`: prints errors other than VMM errors itself (as `vmm: ...`)
 /// and returns the exit status.
 pub fn main(args: FeaturesArgs) -> crate::Result<i32> {
@@ -195,7 +227,7 @@ pub fn main(args: FeaturesArgs) -> crate::Result<i32> {
         Ok(code) => Ok(code),
         Err(FeaturesError::Vmm(e)) => Err(e),
         Err(e) => {
-            eprintln!("vmm: {e}");
+            crate::error::eprint(&e, e.hint());
             Ok(EXIT_VMM_ERROR)
         }
     }
@@ -210,9 +242,9 @@ pub fn run(args: FeaturesArgs) -> Result<i32, FeaturesError> {
     }
 }
 
-fn print_json(v: &impl serde::Serialize) -> Result<(), FeaturesError> {
+fn print_json(doc: Document, v: &impl serde::Serialize) -> Result<(), FeaturesError> {
     let s =
-        serde_json::to_string_pretty(v).map_err(|e| FeaturesError::Host(format!("JSON: {e}")))?;
+        crate::schema::to_json(doc, v).map_err(|e| FeaturesError::Host(format!("JSON: {e}")))?;
     println!("{s}");
     Ok(())
 }
@@ -235,10 +267,19 @@ pub fn gather(args: &ShowArgs) -> Result<Inputs, FeaturesError> {
 }
 
 fn show(args: &ShowArgs) -> Result<i32, FeaturesError> {
+    if args.list_profiles {
+        let list = bundled::list()?;
+        if args.json {
+            print_json(Document::ProfileList, &list)?;
+        } else {
+            print!("{}", list.to_table());
+        }
+        return Ok(0);
+    }
     let inputs = gather(args)?;
     let view = view::build(&inputs);
     if args.json {
-        print_json(&view)?;
+        print_json(Document::Features, &view)?;
     } else {
         print!("{}", view.to_table());
     }
@@ -285,7 +326,7 @@ fn compare_cmd(args: &CompareArgs) -> Result<i32, FeaturesError> {
     let hosts = args
         .profiles
         .iter()
-        .map(|p| profile::HostProfile::load(p))
+        .map(|p| bundled::load(p))
         .collect::<Result<Vec<_>, _>>()?;
     let restore = match &args.xstate_bv {
         None => None,
@@ -300,7 +341,7 @@ fn compare_cmd(args: &CompareArgs) -> Result<i32, FeaturesError> {
     };
     let c = compare::compare(&hosts, restore);
     if args.json {
-        print_json(&c)?;
+        print_json(Document::FeaturesCompare, &c)?;
     } else {
         print!("{}", c.to_table());
     }

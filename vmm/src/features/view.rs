@@ -11,15 +11,17 @@ use super::inputs::{GuestState, Inputs};
 use crate::report::hex;
 
 /// Masks and sizes of one column.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct MaskColumn {
     /// The column's XCR0 (user state).
     #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
     pub xcr0: XfeatureMask,
     /// The same as component names.
     pub xcr0_names: String,
     /// The supervisor state (IA32_XSS) offered with it.
     #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
     pub xss: XfeatureMask,
     /// Standard size of `xcr0`.
     pub standard_size: u32,
@@ -43,7 +45,7 @@ impl MaskColumn {
 }
 
 /// The host CPU column.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct CpuColumn {
     /// Its whole supported mask and sizes.
     #[serde(flatten)]
@@ -52,11 +54,12 @@ pub struct CpuColumn {
     pub max_standard_size: u32,
     /// XGETBV(0), null where unknown (profiles from other tools).
     #[serde(serialize_with = "hex::opt_mask")]
+    #[schemars(with = "Option<crate::schema::Hex>")]
     pub os_xcr0: Option<XfeatureMask>,
 }
 
 /// The KVM column (`KVM_GET_SUPPORTED_CPUID` leaf 0xD).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct KvmColumn {
     /// Its whole supported mask and sizes.
     #[serde(flatten)]
@@ -66,7 +69,7 @@ pub struct KvmColumn {
 }
 
 /// The policy column.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct PolicyColumn {
     /// The policy's XCR0, the supervisor state offered with it, and sizes.
     #[serde(flatten)]
@@ -76,19 +79,23 @@ pub struct PolicyColumn {
 }
 
 /// The guest column: what the booted guest reported.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct GuestColumn {
     /// Its CPUID 0xD.0 EDX:EAX.
     #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
     pub xcr0_supported: XfeatureMask,
     /// Its CPUID 0xD.1 EDX:ECX.
     #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
     pub xss_supported: XfeatureMask,
     /// The XCR0 it set.
     #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
     pub xcr0: XfeatureMask,
     /// XGETBV(1) at the end (null without XGETBV1).
     #[serde(serialize_with = "hex::opt_mask")]
+    #[schemars(with = "Option<crate::schema::Hex>")]
     pub xinuse: Option<XfeatureMask>,
     /// Its CPUID 0xD.0 ECX.
     pub standard_size_max: u32,
@@ -107,7 +114,7 @@ pub struct GuestColumn {
 }
 
 /// The columns of the view (`columns` in the JSON).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct Columns {
     /// The host CPU (or the profile's CPU).
     pub cpu: CpuColumn,
@@ -120,7 +127,7 @@ pub struct Columns {
 }
 
 /// One component's row.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct ComponentRow {
     /// Xfeature number.
     pub id: u32,
@@ -159,7 +166,7 @@ pub struct ComponentRow {
 }
 
 /// The whole view; its JSON is documented in [`super`].
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct FeaturesView {
     /// `this host` or the profile file.
     pub source: String,

@@ -27,7 +27,7 @@ fn init_name(m: InitMode) -> &'static str {
 }
 
 /// One workload result as printed.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct ResultRow {
     /// Workload name (`aes-128-cbc`, `linpack`, `ctxsw`, `exit-pio`, ...).
     pub name: String,
@@ -98,7 +98,7 @@ impl ResultRow {
 }
 
 /// A workload variant the guest did not run.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct SkipRow {
     /// Workload name.
     pub name: String,
@@ -109,7 +109,7 @@ pub struct SkipRow {
 }
 
 /// One candidate of the guest's boot-time switch-strategy calibration.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct SwitchFigure {
     /// Strategy name (`SWITCH_STRATEGIES`).
     pub strategy: &'static str,
@@ -118,7 +118,7 @@ pub struct SwitchFigure {
 }
 
 /// One component of the guest's CPUID leaf 0xD.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct ComponentRow {
     /// Xfeature number.
     pub id: u32,
@@ -134,13 +134,15 @@ pub struct ComponentRow {
 }
 
 /// The guest's view of leaf 0xD, as it reported it.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct GuestCpuidView {
     /// CPUID 0xD.0 EDX:EAX.
     #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
     pub xcr0_supported: XfeatureMask,
     /// CPUID 0xD.1 EDX:ECX.
     #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
     pub xss_supported: XfeatureMask,
     /// CPUID 0xD.0 ECX.
     pub standard_size_max: u32,
@@ -159,7 +161,7 @@ pub struct GuestCpuidView {
 }
 
 /// The CPU exception that ended the guest's run.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct FaultView {
     /// Exception vector.
     pub vector: u32,
@@ -176,7 +178,7 @@ pub struct FaultView {
 }
 
 /// Why and in what state the guest crashed.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct CrashView {
     /// KVM's exit reason or the VMM's diagnosis.
     pub reason: String,
@@ -185,7 +187,7 @@ pub struct CrashView {
 }
 
 /// Wall time of the run's phases, in milliseconds.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct Timing {
     /// Building the VM.
     pub setup: f64,
@@ -194,7 +196,7 @@ pub struct Timing {
 }
 
 /// Everything `vmm run` prints, in one serialisable value.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct RunSummary {
     /// The guest's debug-exit value (null when it crashed or timed out).
     pub exit_status: Option<u32>,
@@ -204,21 +206,26 @@ pub struct RunSummary {
     pub exit_description: String,
     /// XCR0 the guest reported it set.
     #[serde(serialize_with = "hex::opt_mask")]
+    #[schemars(with = "Option<crate::schema::Hex>")]
     pub guest_xcr0: Option<XfeatureMask>,
     /// XGETBV(1) at the end (null without XGETBV1).
     #[serde(serialize_with = "hex::opt_mask")]
+    #[schemars(with = "Option<crate::schema::Hex>")]
     pub guest_xinuse: Option<XfeatureMask>,
     /// XGETBV(0) at CPL3 in the guest: differs from `guest_xcr0` where the
     /// hypervisor runs guest user code on the host's XCR0 (kvm_pvm).
     #[serde(serialize_with = "hex::opt_mask")]
+    #[schemars(with = "Option<crate::schema::Hex>")]
     pub guest_xcr0_hardware: Option<XfeatureMask>,
     /// The mask the guest's CPUID offered.
     #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
     pub policy_xfeatures: XfeatureMask,
     /// The same as component names.
     pub policy_xfeatures_names: String,
     /// What KVM supports.
     #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
     pub kvm_xfeatures: XfeatureMask,
     /// `minimal` or `all`.
     pub init_xstate: &'static str,
@@ -232,6 +239,7 @@ pub struct RunSummary {
     pub kvm_cpuid_honored: Option<bool>,
     /// Leaf 0xD.0 EDX:EAX as KVM holds it after KVM_SET_CPUID2.
     #[serde(serialize_with = "hex::opt_mask")]
+    #[schemars(with = "Option<crate::schema::Hex>")]
     pub kvm_cpuid_xfeatures: Option<XfeatureMask>,
     /// Leaf 0xD.0 ECX as KVM holds it after KVM_SET_CPUID2.
     pub kvm_cpuid_standard_size: Option<u32>,
@@ -239,6 +247,7 @@ pub struct RunSummary {
     pub exposed_despite_policy: Vec<&'static str>,
     /// XCR0 as KVM holds it at the end of the run (`KVM_GET_XCRS`).
     #[serde(serialize_with = "hex::opt_mask")]
+    #[schemars(with = "Option<crate::schema::Hex>")]
     pub final_xcr0: Option<XfeatureMask>,
     /// The guest's view of leaf 0xD (null without a report).
     pub guest_cpuid: Option<GuestCpuidView>,
@@ -283,24 +292,29 @@ pub struct RunSummary {
 
 /// An `--xfeatures` resolution as JSON (`xfeatures_resolution`): masks as
 /// hex strings, plus the result's names.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(schemars::JsonSchema, Clone, Debug, serde::Serialize)]
 pub struct ResolutionView {
     /// The value as given.
     pub spec: String,
     /// Components named to be added (groups expanded), hex.
     #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
     pub requested: XfeatureMask,
     /// Components named to be removed, hex.
     #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
     pub removed: XfeatureMask,
     /// Prerequisites added for the named components, hex.
     #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
     pub implied: XfeatureMask,
     /// Dependents removed along with the named removals, hex.
     #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
     pub dropped: XfeatureMask,
     /// The XCR0 policy, hex.
     #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
     pub result: XfeatureMask,
     /// The policy's component names (`x87,sse,avx`).
     pub result_names: String,
@@ -323,7 +337,7 @@ impl ResolutionView {
 
 /// What became of a requested snapshot (`snapshot` in the JSON): null when
 /// the run asked for none.
-#[derive(Clone, Debug, Serialize)]
+#[derive(schemars::JsonSchema, Clone, Debug, Serialize)]
 pub struct SnapshotView {
     /// `--snapshot-after`, seconds (null when only the guest may ask).
     pub requested_after_s: Option<f64>,

@@ -78,4 +78,29 @@ impl SnapshotError {
             },
         }
     }
+
+    /// A suggestion for the user where one helps.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            SnapshotError::Format {
+                source: FormatError::BadMagic { .. } | FormatError::Truncated { .. },
+                ..
+            } => Some(
+                "this is not a complete vmm snapshot; snapshots are written by \
+                 `vmm run --snapshot-after SECONDS --snapshot-file FILE`"
+                    .into(),
+            ),
+            SnapshotError::Format {
+                source: FormatError::Version { .. },
+                ..
+            } => Some("restore it with the vmm version that wrote it (`vmm snapshot info` needs the same format)".into()),
+            SnapshotError::Incompatible { .. } => Some(
+                "`vmm snapshot info FILE` shows what the snapshot needs; \
+                 `vmm features --no-boot` what this host offers"
+                    .into(),
+            ),
+            SnapshotError::Vmm { source, .. } => source.hint(),
+            _ => None,
+        }
+    }
 }

@@ -105,7 +105,7 @@ pub struct Section {
 }
 
 /// Where a section sits in a file, as the section table says.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct SectionInfo {
     /// The section's name.
     pub name: String,

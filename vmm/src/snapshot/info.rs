@@ -17,7 +17,7 @@ use crate::report::table::Columns;
 use crate::vstate::vcpu::MSR_IA32_XSS;
 
 /// `vmm snapshot info` as printed.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct SnapshotInfo {
     /// The snapshot file.
     pub file: String,
@@ -51,14 +51,17 @@ pub struct SnapshotInfo {
     pub vcpus: Vec<VcpuInfo>,
     /// The guest's CPUID xfeature policy.
     #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
     pub policy_xcr0: XfeatureMask,
     /// The same as component names.
     pub policy_xcr0_names: String,
     /// What the source KVM could give a guest (XCR0).
     #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
     pub source_kvm_xcr0: XfeatureMask,
     /// What the source KVM could give a guest (IA32_XSS).
     #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
     pub source_kvm_xss: XfeatureMask,
     /// The guest's TSC rate (0: unknown).
     pub tsc_khz: u32,
@@ -69,7 +72,7 @@ pub struct SnapshotInfo {
 }
 
 /// One vCPU of `vmm snapshot info`.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct VcpuInfo {
     /// vCPU number.
     pub id: u32,
@@ -85,11 +88,13 @@ pub struct VcpuInfo {
     pub cpl: u8,
     /// XCR0 as saved.
     #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
     pub xcr0: XfeatureMask,
     /// The same as component names.
     pub xcr0_names: String,
     /// IA32_XSS as saved (null when not saved).
     #[serde(serialize_with = "hex::opt_mask")]
+    #[schemars(with = "Option<crate::schema::Hex>")]
     pub ia32_xss: Option<XfeatureMask>,
     /// MSRs saved.
     pub msrs: usize,
@@ -97,6 +102,7 @@ pub struct VcpuInfo {
     pub cpuid_entries: usize,
     /// XSTATE_BV of the stored image: the components in use.
     #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
     pub xstate_bv: XfeatureMask,
     /// The same described by name.
     pub components_in_use: String,

@@ -74,7 +74,7 @@ pub fn main(args: SnapshotArgs) -> i32 {
         SnapshotCommand::Info(a) => match info(&a.file) {
             Ok(i) => {
                 if a.json {
-                    match serde_json::to_string_pretty(&i) {
+                    match crate::schema::to_json(crate::schema::Document::SnapshotInfo, &i) {
                         Ok(j) => println!("{j}"),
                         Err(e) => {
                             eprintln!("vmm: JSON: {e}");
@@ -87,7 +87,7 @@ pub fn main(args: SnapshotArgs) -> i32 {
                 0
             }
             Err(e) => {
-                eprintln!("vmm: {e}");
+                crate::error::eprint(&e, e.hint());
                 crate::report::EXIT_VMM_ERROR
             }
         },

@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::vcpu::get_xcr0;
 
 /// General-purpose, control and segment registers at the moment of a crash.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct RegisterDump {
     /// `KVM_GET_REGS`, when it worked.
     pub regs: Option<Gprs>,
@@ -24,7 +24,7 @@ pub struct RegisterDump {
 
 /// The general-purpose registers, RIP and RFLAGS.
 #[allow(missing_docs)] // register names
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct Gprs {
     pub rax: u64,
     pub rbx: u64,
@@ -49,7 +49,7 @@ pub struct Gprs {
 /// The segment, control and descriptor-table registers that say what mode
 /// the vCPU was in.
 #[allow(missing_docs)] // register names
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct Sregs {
     pub cs: Segment,
     pub ss: Segment,
@@ -67,7 +67,7 @@ pub struct Sregs {
 }
 
 /// One segment register, as the hidden descriptor cache holds it.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct Segment {
     /// The selector.
     pub selector: u16,

@@ -1,0 +1,223 @@
+//! The JSON documents `--json` prints, versioned, and their JSON Schemas.
+//!
+//! Every document carries a top-level `schema_version`: a number per kind of
+//! document, raised only when a field changes meaning or goes away (fields
+//! are only ever added, and adding one does not change the version). The
+//! schemas are generated from the Rust types that are serialised
+//! (`schemars` derives on them), so they cannot drift from the output;
+//! `docs/schema/*.schema.json` holds the generated files, and the test
+//! `tests/schema.rs` fails when they differ from what the types give.
+//! Regenerate them with `cargo run -p vmm -- schema docs/schema`.
+//!
+//! Saved CPU profiles (`vmm features save`) are not in this list: they are
+//! the xstate crate's profile format, versioned by their own fields.
+
+use std::path::{Path, PathBuf};
+
+use schemars::{JsonSchema, Schema, SchemaGenerator};
+use serde::Serialize;
+
+/// A kind of JSON document the `vmm` commands print with `--json`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Document {
+    /// `vmm run --json`: [`crate::report::RunSummary`].
+    Run,
+    /// `vmm restore --json`: the same summary, for the resumed run.
+    Restore,
+    /// `vmm features --json`: [`crate::features::FeaturesView`].
+    Features,
+    /// `vmm features compare --json`: [`crate::features::compare::Comparison`].
+    FeaturesCompare,
+    /// `vmm bench exits --json`: [`crate::bench::exits::ExitBench`].
+    BenchExits,
+    /// `vmm bench init-xstate --json`: [`crate::bench::init_xstate::InitBench`].
+    BenchInitXstate,
+    /// `vmm snapshot info --json`: [`crate::snapshot::info::SnapshotInfo`].
+    SnapshotInfo,
+    /// `vmm features --list-profiles --json`: [`crate::features::bundled::ProfileList`].
+    ProfileList,
+}
+
+impl Document {
+    /// Every document, in the order the schemas are listed.
+    pub const ALL: [Document; 8] = [
+        Document::Run,
+        Document::Restore,
+        Document::Features,
+        Document::FeaturesCompare,
+        Document::BenchExits,
+        Document::BenchInitXstate,
+        Document::SnapshotInfo,
+        Document::ProfileList,
+    ];
+
+    /// The document's name: the schema file is `<name>.schema.json`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Document::Run => "run",
+            Document::Restore => "restore",
+            Document::Features => "features",
+            Document::FeaturesCompare => "features-compare",
+            Document::BenchExits => "bench-exits",
+            Document::BenchInitXstate => "bench-init-xstate",
+            Document::SnapshotInfo => "snapshot-info",
+            Document::ProfileList => "profile-list",
+        }
+    }
+
+    /// The command that prints it.
+    pub const fn command(self) -> &'static str {
+        match self {
+            Document::Run => "vmm run --json",
+            Document::Restore => "vmm restore FILE --json",
+            Document::Features => "vmm features --json",
+            Document::FeaturesCompare => "vmm features compare PROFILE... --json",
+            Document::BenchExits => "vmm bench exits --json",
+            Document::BenchInitXstate => "vmm bench init-xstate --json",
+            Document::SnapshotInfo => "vmm snapshot info FILE --json",
+            Document::ProfileList => "vmm features --list-profiles --json",
+        }
+    }
+
+    /// The value of its `schema_version` field.
+    pub const fn version(self) -> u32 {
+        match self {
+            Document::Run
+            | Document::Restore
+            | Document::Features
+            | Document::FeaturesCompare
+            | Document::BenchExits
+            | Document::BenchInitXstate
+            | Document::SnapshotInfo
+            | Document::ProfileList => 1,
+        }
+    }
+
+    /// Its JSON Schema (draft 2020-12), with `schema_version` pinned to
+    /// [`Document::version`].
+    pub fn schema(self) -> Schema {
+        let mut gen = SchemaGenerator::default();
+        let mut schema = match self {
+            Document::Run | Document::Restore => {
+                Versioned::<crate::report::RunSummary>::json_schema(&mut gen)
+            }
+            Document::Features => Versioned::<crate::features::FeaturesView>::json_schema(&mut gen),
+            Document::FeaturesCompare => {
+                Versioned::<crate::features::compare::Comparison>::json_schema(&mut gen)
+            }
+            Document::BenchExits => {
+                Versioned::<crate::bench::exits::ExitBench>::json_schema(&mut gen)
+            }
+            Document::BenchInitXstate => {
+                Versioned::<crate::bench::init_xstate::InitBench>::json_schema(&mut gen)
+            }
+            Document::SnapshotInfo => {
+                Versioned::<crate::snapshot::info::SnapshotInfo>::json_schema(&mut gen)
+            }
+            Document::ProfileList => {
+                Versioned::<crate::features::bundled::ProfileList>::json_schema(&mut gen)
+            }
+        };
+        let defs = gen.take_definitions(true);
+        let version = self.version();
+        if let Some(props) = schema.get_mut("properties").and_then(|p| p.as_object_mut()) {
+            props.insert(
+                "schema_version".into(),
+                serde_json::json!({
+                    "description": "The version of this document's format; fields are only ever added within one version.",
+                    "const": version,
+                }),
+            );
+        }
+        let mut root = serde_json::Map::new();
+        root.insert(
+            "$schema".into(),
+            "https://json-schema.org/draft/2020-12/schema".into(),
+        );
+        root.insert(
+            "title".into(),
+            format!("{} (schema_version {version})", self.command()).into(),
+        );
+        root.insert(
+            "description".into(),
+            format!(
+                "The JSON object `{}` prints. Within one schema_version fields are only ever added.",
+                self.command()
+            )
+            .into(),
+        );
+        if let Some(obj) = schema.as_object() {
+            for (k, v) in obj {
+                if !["title", "$schema", "description"].contains(&k.as_str()) {
+                    root.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        if !defs.is_empty() {
+            root.insert("$defs".into(), serde_json::Value::Object(defs));
+        }
+        Schema::from(root)
+    }
+
+    /// The schema as the committed file holds it: pretty JSON, one newline at the end.
+    pub fn schema_text(self) -> String {
+        let mut s =
+            serde_json::to_string_pretty(&self.schema()).expect("a schema is always serialisable");
+        s.push('\n');
+        s
+    }
+
+    /// The schema's file name.
+    pub fn file_name(self) -> String {
+        format!("{}.schema.json", self.name())
+    }
+}
+
+/// A document as printed: `schema_version` first, then the body's fields.
+#[derive(Serialize, JsonSchema)]
+pub struct Versioned<T> {
+    /// The version of this document's format.
+    pub schema_version: u32,
+    /// The document's own fields.
+    #[serde(flatten)]
+    pub body: T,
+}
+
+/// `body` as the pretty-printed JSON document `doc`, with its `schema_version`.
+pub fn to_json<T: Serialize>(doc: Document, body: &T) -> serde_json::Result<String> {
+    serde_json::to_string_pretty(&Versioned {
+        schema_version: doc.version(),
+        body,
+    })
+}
+
+/// Write every schema into `dir` (created if missing); returns the files.
+pub fn write_all(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir)?;
+    Document::ALL
+        .iter()
+        .map(|d| {
+            let path = dir.join(d.file_name());
+            std::fs::write(&path, d.schema_text())?;
+            Ok(path)
+        })
+        .collect()
+}
+
+/// The schema of a mask serialised as a `0x`-prefixed hex string
+/// (`report::hex`); named in `#[schemars(with = ...)]` on those fields.
+pub struct Hex;
+
+impl JsonSchema for Hex {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Hex".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        schemars::json_schema!({
+            "description": "A 64-bit mask as a 0x-prefixed hex string, e.g. \"0x2e7\".",
+            "type": "string",
+            "pattern": "^0x[0-9a-fA-F]+$",
+        })
+    }
+}
