@@ -109,8 +109,20 @@ fn cpuid_entries() -> impl Strategy<Value = Vec<CpuidEntry>> {
 fn meta(mem_mib: u64) -> impl Strategy<Value = Meta> {
     (
         (".*", any::<u64>(), ".*", ".*", any::<u64>(), ".*", ".*"),
-        (any::<u64>(), any::<u64>(), cpuid_entries(), any::<u64>(), any::<u32>()),
-        (".*", serial_regs(), any::<u64>(), -1e12f64..1e12, vec(any::<u32>(), 0..8)),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            cpuid_entries(),
+            any::<u64>(),
+            any::<u32>(),
+        ),
+        (
+            ".*",
+            serial_regs(),
+            any::<u64>(),
+            -1e12f64..1e12,
+            vec(any::<u32>(), 0..8),
+        ),
     )
         .prop_map(move |(a, b, c)| Meta {
             vmm_version: a.0,
@@ -180,7 +192,12 @@ fn assert_vcpu_eq(a: &VcpuState, b: &VcpuState) {
     assert_eq!(a.events, b.events, "vcpu{}.events", a.id);
     assert_eq!(a.mp_state, b.mp_state, "vcpu{}.mp_state", a.id);
     assert_eq!(a.debugregs, b.debugregs, "vcpu{}.debugregs", a.id);
-    assert_eq!(a.xstate.as_bytes(), b.xstate.as_bytes(), "vcpu{}.xstate", a.id);
+    assert_eq!(
+        a.xstate.as_bytes(),
+        b.xstate.as_bytes(),
+        "vcpu{}.xstate",
+        a.id
+    );
 }
 
 proptest! {
@@ -264,8 +281,16 @@ fn name() -> impl Strategy<Value = [u8; NAME_LEN]> {
 }
 
 fn result_record() -> impl Strategy<Value = (ResultRecord, u64)> {
-    (name(), name(), any::<[u64; 3]>(), 0u32..3, 0u32..2, -1e3f64..1e3, any::<u64>()).prop_map(
-        |(name, variant, n, unit, check, residual, aux)| {
+    (
+        name(),
+        name(),
+        any::<[u64; 3]>(),
+        0u32..3,
+        0u32..2,
+        -1e3f64..1e3,
+        any::<u64>(),
+    )
+        .prop_map(|(name, variant, n, unit, check, residual, aux)| {
             (
                 ResultRecord {
                     name,
@@ -279,8 +304,7 @@ fn result_record() -> impl Strategy<Value = (ResultRecord, u64)> {
                 },
                 aux,
             )
-        },
-    )
+        })
 }
 
 fn skip_record() -> impl Strategy<Value = SkipRecord> {
@@ -301,52 +325,54 @@ fn report() -> impl Strategy<Value = Report> {
         vec(skip_record(), 0..=MAX_SKIPPED),
         (name(), any::<[u64; 4]>(), any::<u64>()),
     )
-        .prop_map(|(w, q, comps, (fw, fq), results, skipped, (strategy, cycles, cal))| {
-            let mut r = Report::new();
-            r.cpuid1_ecx = w[0];
-            r.cpuid1_edx = w[1];
-            r.cpuid7_ebx = w[2];
-            r.cpuid7_ecx = w[3];
-            r.cpuid7_edx = w[4];
-            r.cpuid7_1_eax = w[5];
-            r.cpuid_size_enabled = w[6];
-            r.cpuid_size_max = w[7];
-            r.cpuid_xsave_features = w[8];
-            r.cpuid_size_compacted = w[9];
-            r.cpuid_xcr0_supported = q[0];
-            r.cpuid_xss_supported = q[1];
-            r.xcr0 = q[2];
-            r.xinuse = q[3];
-            r.xcr0_hardware = q[4];
-            r.tsc_khz = q[5];
-            r.computed_standard_size = w[6] ^ w[9];
-            r.computed_compacted_size = w[7] ^ w[8];
-            for (c, v) in r.components.iter_mut().zip(comps) {
-                *c = ComponentReport {
-                    size: v[0],
-                    offset: v[1],
-                    flags: v[2],
-                    compacted_offset: v[3],
+        .prop_map(
+            |(w, q, comps, (fw, fq), results, skipped, (strategy, cycles, cal))| {
+                let mut r = Report::new();
+                r.cpuid1_ecx = w[0];
+                r.cpuid1_edx = w[1];
+                r.cpuid7_ebx = w[2];
+                r.cpuid7_ecx = w[3];
+                r.cpuid7_edx = w[4];
+                r.cpuid7_1_eax = w[5];
+                r.cpuid_size_enabled = w[6];
+                r.cpuid_size_max = w[7];
+                r.cpuid_xsave_features = w[8];
+                r.cpuid_size_compacted = w[9];
+                r.cpuid_xcr0_supported = q[0];
+                r.cpuid_xss_supported = q[1];
+                r.xcr0 = q[2];
+                r.xinuse = q[3];
+                r.xcr0_hardware = q[4];
+                r.tsc_khz = q[5];
+                r.computed_standard_size = w[6] ^ w[9];
+                r.computed_compacted_size = w[7] ^ w[8];
+                for (c, v) in r.components.iter_mut().zip(comps) {
+                    *c = ComponentReport {
+                        size: v[0],
+                        offset: v[1],
+                        flags: v[2],
+                        compacted_offset: v[3],
+                    };
+                }
+                r.fault = FaultRecord {
+                    valid: fw[0] & 1,
+                    vector: fw[1],
+                    error_code: fq[0],
+                    rip: fq[1],
+                    cr2: fq[2],
+                    cpl: fw[2] & 3,
+                    _pad: 0,
                 };
-            }
-            r.fault = FaultRecord {
-                valid: fw[0] & 1,
-                vector: fw[1],
-                error_code: fq[0],
-                rip: fq[1],
-                cr2: fq[2],
-                cpl: fw[2] & 3,
-                _pad: 0,
-            };
-            for (rec, aux) in results {
-                assert!(r.push_result_aux(rec, aux));
-            }
-            for s in skipped {
-                assert!(r.push_skipped(s));
-            }
-            r.switch_strategy = strategy;
-            r.switch_cycles = cycles;
-            r.switch_calibration_cycles = cal;
-            r
-        })
+                for (rec, aux) in results {
+                    assert!(r.push_result_aux(rec, aux));
+                }
+                for s in skipped {
+                    assert!(r.push_skipped(s));
+                }
+                r.switch_strategy = strategy;
+                r.switch_cycles = cycles;
+                r.switch_calibration_cycles = cal;
+                r
+            },
+        )
 }

@@ -49,7 +49,10 @@ fn every_seed_replays_without_panic() {
     let counts = replay("corpus");
     for (name, n) in counts {
         // Every target has seeds: an empty directory means a missing corpus.
-        assert!(n >= 3, "fuzz/corpus/{name} has {n} seeds, expected at least 3");
+        assert!(
+            n >= 3,
+            "fuzz/corpus/{name} has {n} seeds, expected at least 3"
+        );
     }
 }
 
@@ -136,9 +139,18 @@ fn write_seed_corpus() {
     flipped[last] ^= 1;
     write("snapshot_container", "section-checksum", &flipped);
 
-    write("snapshot_sections", "real-tiny-guest", &fuzz_bodies::frames_of(&c));
+    write(
+        "snapshot_sections",
+        "real-tiny-guest",
+        &fuzz_bodies::frames_of(&c),
+    );
     let without = |name: &str| Container {
-        sections: c.sections.iter().filter(|s| s.name != name).cloned().collect(),
+        sections: c
+            .sections
+            .iter()
+            .filter(|s| s.name != name)
+            .cloned()
+            .collect(),
     };
     write(
         "snapshot_sections",
@@ -147,7 +159,11 @@ fn write_seed_corpus() {
     );
     let mut short = c.clone();
     short.get_mut("vcpu0.regs").expect("regs").truncate(100);
-    write("snapshot_sections", "short-regs", &fuzz_bodies::frames_of(&short));
+    write(
+        "snapshot_sections",
+        "short-regs",
+        &fuzz_bodies::frames_of(&short),
+    );
 
     let meta = c.get("meta").expect("meta");
     write("snapshot_meta", "real-tiny-guest.json", meta);
@@ -212,7 +228,10 @@ fn write_seed_corpus() {
     });
     write("report_record", "empty", Report::new().as_bytes());
     write("report_record", "two-results", r.as_bytes());
-    let mut bad = *r.as_bytes().first_chunk::<{ Report::SIZE }>().expect("size");
+    let mut bad = *r
+        .as_bytes()
+        .first_chunk::<{ Report::SIZE }>()
+        .expect("size");
     bad[0] ^= 0xff;
     write("report_record", "bad-magic", &bad);
     let mut too_many = r;
@@ -236,12 +255,23 @@ fn write_seed_corpus() {
 
     // CPUID profiles: the recorded ones, and two broken ones.
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("xstate/tests/data");
-    for f in files_in(&data).into_iter().filter(|f| f.extension().is_some_and(|e| e == "json")) {
+    for f in files_in(&data)
+        .into_iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "json"))
+    {
         let text = std::fs::read(&f).expect("profile");
-        write("cpuid_profile", &f.file_name().expect("name").to_string_lossy(), &text);
+        write(
+            "cpuid_profile",
+            &f.file_name().expect("name").to_string_lossy(),
+            &text,
+        );
     }
     let spr = std::fs::read_to_string(data.join("intel-sapphire-rapids.json")).expect("spr");
-    write("cpuid_profile", "truncated.json", &spr.as_bytes()[..spr.len() / 2]);
+    write(
+        "cpuid_profile",
+        "truncated.json",
+        &spr.as_bytes()[..spr.len() / 2],
+    );
     let mut p: serde_json::Value = serde_json::from_str(&spr).expect("JSON");
     let first = p["leaf_0xd"][0].clone();
     p["leaf_0xd"].as_array_mut().expect("array").push(first);
@@ -252,9 +282,21 @@ fn write_seed_corpus() {
     );
 
     // ELF images.
-    write("elf_loader", "tiny-pvh.elf", &common::tiny_pvh_elf(&[0xf4], true));
-    write("elf_loader", "tiny-no-note.elf", &common::tiny_pvh_elf(&[0xf4], false));
-    write("elf_loader", "guest-header-region.elf", &vmm::GUEST_KERNEL[..4096]);
+    write(
+        "elf_loader",
+        "tiny-pvh.elf",
+        &common::tiny_pvh_elf(&[0xf4], true),
+    );
+    write(
+        "elf_loader",
+        "tiny-no-note.elf",
+        &common::tiny_pvh_elf(&[0xf4], false),
+    );
+    write(
+        "elf_loader",
+        "guest-header-region.elf",
+        &vmm::GUEST_KERNEL[..4096],
+    );
     write("elf_loader", "not-elf", b"MZ\x90\x00not an ELF");
 
     // Command lines.
@@ -291,11 +333,23 @@ fn write_seed_corpus() {
         let mut std_img = XsaveBuf::init(&info, mask, InitMode::Minimal).expect("init");
         std_img.set_xmm(3, [0x5a; 16]);
         let bytes = std_img.as_bytes();
-        write("xsave_buffer", &format!("standard-{cpu}"), &frame(cpu, xcr0, bytes));
+        write(
+            "xsave_buffer",
+            &format!("standard-{cpu}"),
+            &frame(cpu, xcr0, bytes),
+        );
         let comp = compacted_in_use(&info, &std_img, mask).expect("compact");
-        write("xsave_buffer", &format!("compacted-{cpu}"), &frame(cpu, xcr0, comp.as_bytes()));
+        write(
+            "xsave_buffer",
+            &format!("compacted-{cpu}"),
+            &frame(cpu, xcr0, comp.as_bytes()),
+        );
         let mut bad_mxcsr = comp.as_bytes().to_vec();
         bad_mxcsr[26] = 0xff;
-        write("xsave_buffer", &format!("bad-mxcsr-{cpu}"), &frame(cpu, xcr0, &bad_mxcsr));
+        write(
+            "xsave_buffer",
+            &format!("bad-mxcsr-{cpu}"),
+            &frame(cpu, xcr0, &bad_mxcsr),
+        );
     }
 }

@@ -109,7 +109,11 @@ pub fn report_record(data: &[u8]) {
     assert_eq!(r.results().len(), r.result_count as usize);
     assert!(r.results().len() <= MAX_RESULTS && r.skipped().len() <= MAX_SKIPPED);
     for s in r.skipped() {
-        let _ = (field_str(&s.name), field_str(&s.variant), field_str(&s.reason));
+        let _ = (
+            field_str(&s.name),
+            field_str(&s.variant),
+            field_str(&s.reason),
+        );
     }
     let _ = field_str(&r.switch_strategy);
     for row in vmm::report::summary::result_rows(&r, r.tsc_khz) {
@@ -124,7 +128,10 @@ pub fn xfeature_mask(data: &[u8]) {
     let Ok(s) = std::str::from_utf8(data) else {
         return;
     };
-    for host in [XfeatureMask::from_bits(0x602e7), XfeatureMask::from_bits(!0)] {
+    for host in [
+        XfeatureMask::from_bits(0x602e7),
+        XfeatureMask::from_bits(!0),
+    ] {
         let m = match XfeatureMask::parse(s, host) {
             Ok(m) => m,
             Err(e) => {
@@ -179,7 +186,11 @@ pub fn elf_loader(data: &[u8]) {
         .expect("4 MiB of anonymous memory");
     let loaded = vmm::arch::boot::load_kernel(&mem, data, "fuzz");
     if let Ok(k) = &loaded {
-        assert!(k.end <= ELF_RAM as u64, "kernel end {:#x} past the RAM", k.end);
+        assert!(
+            k.end <= ELF_RAM as u64,
+            "kernel end {:#x} past the RAM",
+            k.end
+        );
     } else if let Err(e) = &loaded {
         let _ = e.to_string();
     }
