@@ -240,6 +240,19 @@ pub enum BootError {
         /// What the loader found instead.
         found: PvhBootCapability,
     },
+    /// A segment (with its zero-filled tail, `p_memsz`) ends past the RAM:
+    /// the kernel would run on memory that does not exist.
+    #[error(
+        "kernel image {image}: segments end at {end:#x}, past the {ram:#x} bytes of guest RAM"
+    )]
+    KernelPastRam {
+        /// The image's name.
+        image: String,
+        /// First byte past the highest segment.
+        end: u64,
+        /// Bytes of guest RAM.
+        ram: u64,
+    },
 }
 
 /// Why an xsave image or XCR0 value did not reach (or come back from) KVM.

@@ -56,6 +56,15 @@ pub fn load_kernel(
                 source,
             }
         })?;
+    // linux-loader writes `p_filesz` bytes and only reports `p_memsz`.
+    let ram = mem.last_addr().0 + 1;
+    if result.kernel_end > ram {
+        return Err(BootError::KernelPastRam {
+            image: name.to_string(),
+            end: result.kernel_end,
+            ram,
+        });
+    }
     match result.pvh_boot_cap {
         PvhBootCapability::PvhEntryPresent(entry) => Ok(LoadedKernel {
             entry: entry.0,
