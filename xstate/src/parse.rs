@@ -152,8 +152,10 @@ impl XfeatureMask {
         }
         if name.len() > 3 && name.as_bytes()[..3].eq_ignore_ascii_case(b"bit") {
             // The first three bytes are ASCII, so index 3 is a char boundary.
+            // Up to bit63: `Display` prints a mask with bit 63 (reserved in
+            // XCR0, but a mask is any u64) as `bit63`, which must parse back.
             if let Ok(i) = name[3..].parse::<u32>() {
-                if i < 63 {
+                if i < 64 {
                     return Ok((1u64 << i, Term::Name));
                 }
             }

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Run every cargo-fuzz target for SECONDS each (default 60) and print, per
+# target, the executions libFuzzer made and whether it crashed. Exits 1 if
+# any target crashed; the crashing input is in fuzz/artifacts/<target>/
+# (copy it to fuzz/regressions/<target>/ once fixed: see fuzz/README.md).
+#
+# Needs the nightly toolchain and cargo-fuzz. New inputs libFuzzer finds go
+# to fuzz/target/fuzz-work/<target>/ (not committed); the committed seeds in
+# fuzz/corpus/<target>/ are only read.
+set -euo pipefail
+cd "$(dirname "$0")/../fuzz"
+
+secs=${1:-60}
+case "$secs" in
+    ''|*[!0-9]*) echo "usage: scripts/fuzz.sh [SECONDS per target]" >&2; exit 64 ;;
+esac
+
+cargo +nightly fuzz build -O
+mapfile -t targets < <(cargo +nightly fuzz list)
+
+logs=target/fuzz-logs
+mkdir -p "$logs"
+crashed=0
+printf '%-20s %12s %8s %8s  %s\n' target executions exec/s crashes artifact
+for t in "${targets[@]}"; do
+    work=target/fuzz-work/$t
+    mkdir -p "$work" "corpus/$t" "artifacts/$t"
+    log=$logs/$t.log
+    rc=0
+    cargo +nightly fuzz run -O "$t" "$work" "corpus/$t" -- \
+        -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
+        -print_final_stats=1 >"$log" 2>&1 || rc=$?
+    # libFuzzer's last status line: "#N DONE cov: ... exec/s: R ..." after a
+    # clean run; after a crash it prints no DONE line, so fall back to the
+    # final statistics.
+    done_line=$(grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -n 1 || true)
+    if [ -n "$done_line" ]; then
+        execs=$(sed -E 's/^#([0-9]+).*/\1/' <<<"$done_line")
+        rate=$(sed -nE 's/.*exec\/s: ([0-9]+).*/\1/p' <<<"$done_line")
+    else
+        execs=$(sed -nE 's/^stat::number_of_executed_units: *([0-9]+).*/\1/p' "$log" | tail -n 1)
+        rate=$(sed -nE 's/^stat::average_exec_per_sec: *([0-9]+).*/\1/p' "$log" | tail -n 1)
+    fi
+    artifact=$(sed -nE 's/.*Test unit written to (.*)$/\1/p' "$log" | tail -n 1)
+    crashes=0
+    if [ "$rc" -ne 0 ] || [ -n "$artifact" ]; then
+        crashes=1
+        crashed=1
+        [ -n "$artifact" ] || artifact="(exit $rc, no artifact: see fuzz/$log)"
+    fi
+    printf '%-20s %12s %8s %8s  %s\n' "$t" "${execs:-?}" "${rate:-?}" "$crashes" "$artifact"
+done
+exit "$crashed"

@@ -1,0 +1,375 @@
+//! The fuzz target bodies: one function per parser that takes outside bytes.
+//!
+//! This one file is compiled twice: by the cargo-fuzz crate (`fuzz/`, nightly,
+//! libFuzzer), each of whose targets `#[path]`-includes it and calls one body,
+//! and by `tests/fuzz_replay.rs` (stable `cargo test`), which replays every
+//! seed in `fuzz/corpus/<target>/` and every crash in
+//! `fuzz/regressions/<target>/` through the same function. A body returns
+//! normally on any input: refusing bad bytes is fine, panicking is the bug.
+//! Where the parser has an encoder, the body also checks the round trip.
+#![allow(dead_code)]
+
+use std::path::Path;
+
+use guest::protocol::{field_str, Cmdline, Report, MAX_RESULTS, MAX_SKIPPED};
+use vm_memory::{GuestAddress, GuestMemoryMmap};
+use vmm::features::profile::HostProfile;
+use vmm::snapshot::format::{read_table, Container, Section, SparseMemory, PAGE_SIZE};
+use vmm::snapshot::state::{Meta, Snapshot};
+use xstate::{
+    compact, expand, init_image, minimal_xstate_bv, validate, CpuidProfile, Format, InitMode,
+    XfeatureMask, XsaveInfo,
+};
+
+/// A fuzz target: its name (the directory under `fuzz/corpus/` and
+/// `fuzz/regressions/`, and the cargo-fuzz binary) and its body.
+pub type Target = (&'static str, fn(&[u8]));
+
+/// Every target, by name.
+pub const TARGETS: &[Target] = &[
+    ("snapshot_container", snapshot_container),
+    ("snapshot_sections", snapshot_sections),
+    ("snapshot_meta", snapshot_meta),
+    ("sparse_memory", sparse_memory),
+    ("report_record", report_record),
+    ("xfeature_mask", xfeature_mask),
+    ("cpuid_profile", cpuid_profile),
+    ("elf_loader", elf_loader),
+    ("guest_cmdline", guest_cmdline),
+    ("xsave_buffer", xsave_buffer),
+];
+
+/// A whole snapshot file: header, section table, checksums
+/// (`snapshot::format`), then every section decoder (`Snapshot::from_bytes`).
+pub fn snapshot_container(data: &[u8]) {
+    let table = read_table(data);
+    let parsed = Container::parse(data);
+    if let Ok(c) = &parsed {
+        let t = table.as_ref().expect("a parsed container has a table");
+        assert_eq!(t.len(), c.sections.len());
+        // decode(encode(c)) == c.
+        assert_eq!(Container::parse(&c.to_bytes()).as_ref(), Ok(c));
+    } else if let Err(e) = &parsed {
+        let _ = e.to_string();
+    }
+    check_snapshot(Snapshot::from_bytes(data));
+}
+
+/// The section decoders past the checksums: the input is a list of
+/// sections, each `[name length u8][name][data length u32 LE][data]`
+/// (cut short at the end of the input), put into a container as the writer
+/// would, then decoded with `Snapshot::from_container`.
+pub fn snapshot_sections(data: &[u8]) {
+    let c = sections_from_frames(data);
+    check_snapshot(Snapshot::from_container(&c));
+}
+
+/// The `meta` section alone: JSON to [`Meta`], the source KVM's leaf 0xD
+/// validated through it, and the JSON round trip.
+pub fn snapshot_meta(data: &[u8]) {
+    let Ok(meta) = serde_json::from_slice::<Meta>(data) else {
+        return;
+    };
+    let _ = meta.source_info();
+    let _ = meta.policy();
+    let again: Meta = serde_json::from_slice(&serde_json::to_vec(&meta).expect("serialise"))
+        .expect("a serialised Meta parses back");
+    assert_eq!(again, meta);
+}
+
+/// The sparse memory encoding (section `memory`).
+pub fn sparse_memory(data: &[u8]) {
+    let Ok(m) = SparseMemory::from_bytes(data) else {
+        return;
+    };
+    // The encoding is canonical: encode(decode(x)) == x, byte for byte.
+    assert_eq!(m.to_bytes(), data);
+    // Applying it writes only inside the memory size, every stored page once.
+    let mut pages = 0u64;
+    m.apply(|addr, bytes| {
+        assert!(addr + bytes.len() as u64 <= m.size, "write past the RAM");
+        pages += bytes.len() as u64 / PAGE_SIZE as u64;
+        Ok::<(), ()>(())
+    })
+    .expect("the writer never fails");
+    assert_eq!(pages, m.stored_pages());
+}
+
+/// The guest's report record, and what the VMM derives from it.
+pub fn report_record(data: &[u8]) {
+    let r = match Report::from_bytes(data) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = format!("{e}");
+            return;
+        }
+    };
+    // encode(decode(x)) == x for the record's bytes.
+    assert_eq!(r.as_bytes(), &data[..Report::SIZE]);
+    assert_eq!(r.results().len(), r.result_count as usize);
+    assert!(r.results().len() <= MAX_RESULTS && r.skipped().len() <= MAX_SKIPPED);
+    for s in r.skipped() {
+        let _ = (
+            field_str(&s.name),
+            field_str(&s.variant),
+            field_str(&s.reason),
+        );
+    }
+    let _ = field_str(&r.switch_strategy);
+    for row in vmm::report::summary::result_rows(&r, r.tsc_khz) {
+        let _ = (row.cycles_per_op(), row.throughput(), row.unit());
+    }
+    let _ = vmm::features::inputs::GuestSeen::from_report(&r);
+}
+
+/// The xfeature mask grammar (`XfeatureMask::parse`), the XCR0 rules on the
+/// result, and print-then-parse.
+pub fn xfeature_mask(data: &[u8]) {
+    let Ok(s) = std::str::from_utf8(data) else {
+        return;
+    };
+    for host in [
+        XfeatureMask::from_bits(0x602e7),
+        XfeatureMask::from_bits(!0),
+    ] {
+        let m = match XfeatureMask::parse(s, host) {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = e.to_string();
+                continue;
+            }
+        };
+        for supported in [host, XfeatureMask::from_bits(0x2e7)] {
+            if let Err(e) = m.validate_xcr0(supported) {
+                let _ = e.to_string();
+            }
+            let closed = m.with_dependencies();
+            let _ = closed.validate_xcr0(supported);
+        }
+        // parse(print(m)) == m.
+        let printed = m.to_string();
+        assert_eq!(
+            XfeatureMask::parse(&printed, host),
+            Ok(m),
+            "{s:?} printed as {printed:?}"
+        );
+    }
+}
+
+/// CPUID profiles: JSON to [`CpuidProfile`] to [`XsaveInfo`] and layouts,
+/// the JSON round trip, and the VMM's own profile loader.
+pub fn cpuid_profile(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(p) = CpuidProfile::from_json(text) {
+        let info = p.xsave_info().expect("from_json validated leaf_0xd");
+        exercise_info(&info);
+        if let Some(kvm) = p.kvm_xsave_info() {
+            exercise_info(&kvm.expect("from_json validated kvm_leaf_0xd"));
+        }
+        // parse(print(p)) == p.
+        assert_eq!(CpuidProfile::from_json(&p.to_json()).as_ref(), Ok(&p));
+    }
+    if let Err(e) = HostProfile::parse(Path::new("fuzz.json"), text) {
+        let _ = e.to_string();
+    }
+}
+
+/// RAM the ELF loader writes into: 4 MiB, the smallest guest `vmm` builds.
+const ELF_RAM: usize = 4 << 20;
+
+/// The PVH ELF kernel loader (`arch::boot::load_kernel`, linux-loader's ELF
+/// parser underneath) on a small guest memory.
+pub fn elf_loader(data: &[u8]) {
+    // The validator runs first, before any VM exists, exactly as `vmm run`
+    // does; only an image it accepts reaches linux-loader.
+    let plan = match vmm::arch::elf::check_image(data, ELF_RAM as u64) {
+        Ok(plan) => plan,
+        Err(e) => {
+            let _ = e.to_string();
+            return;
+        }
+    };
+    assert!(
+        plan.end <= ELF_RAM as u64,
+        "check_image accepted an image ending at {:#x}, past the RAM",
+        plan.end
+    );
+    assert!(
+        plan.entry < plan.end,
+        "entry {:#x} outside the image",
+        plan.entry
+    );
+    let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), ELF_RAM)])
+        .expect("4 MiB of anonymous memory");
+    match vmm::arch::boot::load_kernel(&mem, data, "fuzz", &plan) {
+        Ok(k) => assert!(
+            k.end <= ELF_RAM as u64,
+            "kernel end {:#x} past the RAM",
+            k.end
+        ),
+        Err(e) => {
+            let _ = e.to_string();
+        }
+    }
+}
+
+/// The guest command line parser, and every view of it.
+pub fn guest_cmdline(data: &[u8]) {
+    let Ok(s) = std::str::from_utf8(data) else {
+        return;
+    };
+    let c = Cmdline::parse(s);
+    assert_eq!(c.raw, s);
+    let words = s.split_ascii_whitespace().count();
+    let known = s
+        .split_ascii_whitespace()
+        .filter(|w| {
+            matches!(*w, "quiet" | "selftest")
+                || ["workload=", "fault=", "xfeatures=", "bench=", "exits="]
+                    .iter()
+                    .any(|p| w.starts_with(p))
+        })
+        .count();
+    assert_eq!(c.unknown_words().count() + known, words);
+    assert!(c.workloads().all(|w| !w.is_empty()));
+    assert!(c.benches().all(|w| !w.is_empty()));
+    let _ = (c.runs_nothing(), c.unknown_workload(), c.unknown_bench());
+    assert!(c.exits.is_none() || c.bad_exits.is_none());
+    assert_ne!(c.exit_count(), 0);
+    let _ = c.wants_bench("exits");
+}
+
+/// XSAVE image checks and conversions on arbitrary images against fixed
+/// CPUs. Input: `[cpu u8][xcr0 u64 LE][xss u64 LE][image...]`. The image
+/// is validated, compacted and expanded; nothing may panic, and whatever
+/// `compact` produces expands and compacts back to itself.
+pub fn xsave_buffer(data: &[u8]) {
+    let Some((&cpu, rest)) = data.split_first() else {
+        return;
+    };
+    if rest.len() < 16 {
+        return;
+    }
+    let info = &fixed_infos()[cpu as usize % 2];
+    let xcr0 = XfeatureMask::from_bits(u64::from_le_bytes(rest[..8].try_into().expect("8")));
+    let xss = XfeatureMask::from_bits(u64::from_le_bytes(rest[8..16].try_into().expect("8")));
+    let image = &rest[16..];
+    let _ = validate(image, info, xcr0, xss);
+    let _ = minimal_xstate_bv(info, image);
+    let mut init = vec![0u8; 16 << 10];
+    let _ = init_image(info, xcr0, InitMode::Minimal, &mut init);
+    let _ = init_image(info, xcr0, InitMode::AllOfXcr0, &mut init);
+
+    // Large enough for every layout of the fixed CPUs (AMX tiles: 8 KiB).
+    let mut compacted = vec![0u8; 16 << 10];
+    let mut standard = vec![0u8; 16 << 10];
+    if let Ok(n) = compact(info, image, xcr0, &mut compacted) {
+        let y = &compacted[..n];
+        let _ = validate(y, info, xcr0, xss);
+        if expand(info, y, &mut standard, xcr0).is_ok() {
+            let mut again = vec![0u8; n];
+            let m = compact(info, &standard, xcr0, &mut again)
+                .expect("an expanded compact image compacts again");
+            assert_eq!(m, n);
+            assert_eq!(again, y, "compact(expand(y)) != y");
+        }
+    }
+    let _ = expand(info, image, &mut standard, xcr0);
+}
+
+/// The CPUs `xsave_buffer` checks images against: Sapphire Rapids (AVX-512,
+/// AMX, XSAVEC) and Zen 3 (no AVX-512), from `xstate/tests/data`.
+fn fixed_infos() -> [XsaveInfo; 2] {
+    let load = |json: &str| {
+        CpuidProfile::from_json(json)
+            .expect("test profile")
+            .xsave_info()
+            .expect("test profile info")
+    };
+    [
+        load(include_str!(
+            "../../xstate/tests/data/intel-sapphire-rapids.json"
+        )),
+        load(include_str!("../../xstate/tests/data/amd-zen3-milan.json")),
+    ]
+}
+
+/// Layout queries a loaded profile answers; none may panic.
+fn exercise_info(info: &XsaveInfo) {
+    let all = info.supported_all();
+    for mask in [info.supported_xcr0(), all, XfeatureMask::from_bits(3)] {
+        for format in [Format::Standard, Format::Compacted] {
+            if let Ok(l) = info.layout(mask, format) {
+                let _ = l.total_size();
+            }
+        }
+        let _ = info.standard_size(mask);
+        let _ = info.compacted_size(mask);
+    }
+    let _ = info.restricted(info.supported_xcr0(), XfeatureMask::EMPTY);
+}
+
+/// The sections framed in `data`; names that are not 1..=40 ASCII bytes
+/// or repeat an earlier one are skipped (the writer never makes them).
+pub fn sections_from_frames(mut data: &[u8]) -> Container {
+    let mut c = Container::new();
+    while let Some((&name_len, rest)) = data.split_first() {
+        let name_len = (name_len as usize).min(rest.len());
+        let (name, rest) = rest.split_at(name_len);
+        let (len, rest) = if rest.len() >= 4 {
+            let (l, r) = rest.split_at(4);
+            (u32::from_le_bytes(l.try_into().expect("4")) as usize, r)
+        } else {
+            (0, &rest[rest.len()..])
+        };
+        let len = len.min(rest.len());
+        let (section, rest) = rest.split_at(len);
+        data = rest;
+        let Ok(name) = std::str::from_utf8(name) else {
+            continue;
+        };
+        if name.is_empty() || name.len() > 40 || !name.is_ascii() || c.get(name).is_some() {
+            continue;
+        }
+        c.sections.push(Section {
+            name: name.to_string(),
+            data: section.to_vec(),
+        });
+    }
+    c
+}
+
+/// The framing [`sections_from_frames`] reads, for seeds and tests.
+pub fn frames_of(c: &Container) -> Vec<u8> {
+    let mut out = Vec::new();
+    for s in &c.sections {
+        out.push(s.name.len() as u8);
+        out.extend_from_slice(s.name.as_bytes());
+        out.extend_from_slice(&(s.data.len() as u32).to_le_bytes());
+        out.extend_from_slice(&s.data);
+    }
+    out
+}
+
+/// A decoded snapshot re-encodes to sections that decode to the same
+/// sections again (encode(decode(x)) is a fixed point), and its file bytes
+/// parse back to the same container.
+fn check_snapshot(decoded: Result<Snapshot, vmm::snapshot::format::FormatError>) {
+    let s = match decoded {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = e.to_string();
+            return;
+        }
+    };
+    let _ = s.meta.source_info();
+    for v in &s.vcpus {
+        let _ = (v.xcr0(), v.msr(0x10));
+    }
+    let c = s.to_container();
+    let again = Snapshot::from_container(&c).expect("an encoded snapshot decodes");
+    assert_eq!(again.to_container(), c);
+    assert_eq!(Container::parse(&c.to_bytes()), Ok(c));
+}
