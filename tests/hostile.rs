@@ -364,7 +364,9 @@ fn vmm_owned_words_are_refused() {
         let err = stderr(&out);
         let word = cmdline.split_whitespace().last().unwrap();
         assert!(
-            err.contains(&format!("guest command-line word \"{word}\" is the VMM's own")),
+            err.contains(&format!(
+                "guest command-line word \"{word}\" is the VMM's own"
+            )),
             "{err}"
         );
     }

@@ -446,6 +446,9 @@ mod tests {
         }
         assert_eq!(f.items(), &[0, 1, 2]);
         assert_eq!((f.dropped(), f.total()), (7, 10));
-        assert_eq!(bounded_reason("é".repeat(MAX_REASON_LEN)).len(), MAX_REASON_LEN);
+        assert_eq!(
+            bounded_reason("é".repeat(MAX_REASON_LEN)).len(),
+            MAX_REASON_LEN
+        );
     }
 }

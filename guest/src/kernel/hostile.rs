@@ -56,7 +56,11 @@ pub fn run(mode: &str, report: &mut Report, out: &mut Console) -> ExitStatus {
             // One exit per 4 KiB: the fastest way to push bytes at COM1.
             let mut block = [0u8; 4096];
             for (i, b) in block.iter_mut().enumerate() {
-                *b = if i % 64 == 63 { b'\n' } else { b'a' + (i % 26) as u8 };
+                *b = if i % 64 == 63 {
+                    b'\n'
+                } else {
+                    b'a' + (i % 26) as u8
+                };
             }
             loop {
                 serial::write_bytes(&block);

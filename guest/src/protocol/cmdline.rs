@@ -298,7 +298,10 @@ mod tests {
         assert_eq!(c.unknown_words().count(), 0);
         assert_eq!(Cmdline::parse("quiet").hostile, None);
 
-        assert_eq!(vmm_owned_word("quiet xfeatures=0xe7"), Some("xfeatures=0xe7"));
+        assert_eq!(
+            vmm_owned_word("quiet xfeatures=0xe7"),
+            Some("xfeatures=0xe7")
+        );
         assert_eq!(vmm_owned_word("xfeatures"), Some("xfeatures"));
         assert_eq!(vmm_owned_word("xfeatures= bench=exits"), Some("xfeatures="));
         assert_eq!(vmm_owned_word("quiet bench=exits myxfeatures=1"), None);

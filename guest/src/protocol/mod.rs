@@ -66,8 +66,8 @@ pub use cmdline::{
 pub use names::{exception_mnemonic, xsave_variants, SWITCH_STRATEGIES, XSAVE_FEATURE_NAMES};
 pub use ports::{
     xmm_edit_pattern, ExitStatus, BENCH_MMIO_ADDR, BENCH_PIO_PORT, DEBUG_EXIT_PORT,
-    EDIT_STATUS_DONE, EDIT_STATUS_NONE, EDIT_STATUS_REFUSED, GUEST_STATUS_MAX, MARK_END,
-    MARK_PORT, REPORT_PORT, SERIAL_PORT, SNAPSHOT_PORT, XSTATE_EDIT_PORT,
+    EDIT_STATUS_DONE, EDIT_STATUS_NONE, EDIT_STATUS_REFUSED, GUEST_STATUS_MAX, MARK_END, MARK_PORT,
+    REPORT_PORT, SERIAL_PORT, SNAPSHOT_PORT, XSTATE_EDIT_PORT,
 };
 pub use record::{
     field_str, fixed_str, ComponentReport, FaultRecord, Report, ReportError, ResultRecord,

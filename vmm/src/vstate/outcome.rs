@@ -149,7 +149,10 @@ mod tests {
     #[test]
     fn guest_statuses_and_vmm_statuses_are_disjoint() {
         for s in [0, 1, 2, 3, 7, 63] {
-            assert!(matches!(RunEnd::guest_exit(s), RunEnd::Exited(x) if x == s), "{s}");
+            assert!(
+                matches!(RunEnd::guest_exit(s), RunEnd::Exited(x) if x == s),
+                "{s}"
+            );
         }
         for s in [64, 65, 66, 67, 68, 200, u32::MAX] {
             match RunEnd::guest_exit(s) {
