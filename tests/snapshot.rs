@@ -385,8 +385,8 @@ fn snapshot_needs_a_file() {
     let out = vmm(&["run", "--snapshot-after", "1"]);
     assert_eq!(
         out.status.code(),
-        Some(2),
-        "clap refuses it: {}",
+        Some(68),
+        "clap refuses it (usage status): {}",
         text(&out.stderr)
     );
     assert!(

@@ -108,6 +108,14 @@ extern "C" fn user_main(start_info: u32) -> ! {
     kernel::bench::calibrate_switch(report, bench_env.as_ref(), cmdline.quiet, &mut out);
     out.flush();
 
+    // `hostile=`: misbehave on purpose (tests of the VMM's defences).
+    if let Some(mode) = cmdline.hostile {
+        let s = kernel::hostile::run(mode, report, &mut out);
+        if status == ExitStatus::Success {
+            status = s;
+        }
+    }
+
     if let Some(kind) = cmdline.fault {
         kernel::fault::provoke(kind);
         let _ = writeln!(

@@ -227,7 +227,7 @@ pub fn guest_cmdline(data: &[u8]) {
         .split_ascii_whitespace()
         .filter(|w| {
             matches!(*w, "quiet" | "selftest")
-                || ["workload=", "fault=", "xfeatures=", "bench=", "exits="]
+                || ["workload=", "fault=", "xfeatures=", "bench=", "exits=", "hostile="]
                     .iter()
                     .any(|p| w.starts_with(p))
         })

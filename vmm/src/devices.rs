@@ -1,11 +1,32 @@
 //! The guest's devices: COM1 (vm-superio 8250), the debug-exit port and the
 //! report port of `guest::protocol`. Everything else on the port bus reads as
 //! all-ones and ignores writes, as on a PC with nothing decoding the address.
+//!
+//! # What a guest can make the VMM keep
+//!
+//! Whatever a guest writes, and for as long as it runs, the memory the VMM
+//! keeps on its behalf is bounded ([`GUEST_RETAINED_MAX`], well under 64 MiB
+//! above the VMM's idle size); what goes over a bound is counted, never kept:
+//!
+//! | channel | kept | counted |
+//! |---------|------|---------|
+//! | report port | the last valid report | `reports_dropped`: valid reports a later one replaced |
+//! | report port, refused | the first [`MAX_REPORT_ERRORS`] reasons | `report_errors_dropped` |
+//! | refused requests (xstate edit) | the first [`MAX_REFUSED_REQUESTS`] reasons | `requests_refused` |
+//! | benchmark markers | the first [`MAX_MARKS`] | `marks_dropped` |
+//! | COM1 capture | the last [`SERIAL_CAPTURE_MAX`] bytes | `serial_bytes_dropped` |
+//!
+//! The serial capture keeps the **tail**: what a guest prints last (its
+//! report, a panic or fault message) is what explains how the run ended;
+//! the pass-through to stdout/stderr is unchanged and complete.
 
 use std::io::Write;
 
+use std::time::Duration;
+
 use guest::protocol::{
-    Report, DEBUG_EXIT_PORT, MARK_PORT, REPORT_PORT, SERIAL_PORT, XSTATE_EDIT_PORT,
+    Report, DEBUG_EXIT_PORT, EDIT_STATUS_NONE, MARK_PORT, REPORT_PORT, SERIAL_PORT,
+    XSTATE_EDIT_PORT,
 };
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use vm_superio::{Serial, Trigger};
@@ -33,17 +54,63 @@ pub enum SerialSink {
     Null,
 }
 
-/// A `Write` for the UART that sends bytes to the chosen sink and always
-/// keeps a copy, so the outcome can show what the guest printed.
+/// Bytes of COM1 output kept for the outcome and snapshots: the last
+/// 1 MiB (the guest's own report is a few KiB).
+pub const SERIAL_CAPTURE_MAX: usize = 1 << 20;
+/// Reasons for refused reports kept (the first ones: the first refusal is
+/// the one that explains the others).
+pub const MAX_REPORT_ERRORS: usize = 16;
+/// Reasons for refused guest requests kept (the first ones).
+pub const MAX_REFUSED_REQUESTS: usize = 16;
+/// Benchmark markers kept (the first ones). `vmm bench exits` needs two
+/// per result row, at most `2 * MAX_RESULTS` = 128 per run.
+pub const MAX_MARKS: usize = 4096;
+/// Longest reason string kept, in bytes (longer ones are cut).
+pub const MAX_REASON_LEN: usize = 512;
+/// Upper bound of what the bounded channels above can hold at once: the
+/// serial buffer (up to twice its tail, see [`SerialOut`]), one kept report
+/// plus the one being validated, the reasons and the markers.
+pub const GUEST_RETAINED_MAX: usize = 2 * SERIAL_CAPTURE_MAX
+    + 2 * Report::SIZE
+    + (MAX_REPORT_ERRORS + MAX_REFUSED_REQUESTS) * MAX_REASON_LEN
+    + MAX_MARKS * std::mem::size_of::<(u32, Duration)>();
+
+const _: () = assert!(GUEST_RETAINED_MAX < 64 << 20);
+
+/// A `Write` for the UART that sends bytes to the chosen sink and keeps a
+/// copy of the last [`SERIAL_CAPTURE_MAX`] bytes, so the outcome can show
+/// what the guest printed last.
 pub struct SerialOut {
     sink: SerialSink,
-    /// Everything the guest wrote.
-    pub captured: Vec<u8>,
+    /// The guest's output; only its last [`SERIAL_CAPTURE_MAX`] bytes are
+    /// the capture ([`SerialOut::captured`]). Trimmed when it reaches twice
+    /// that, so trimming costs O(1) per byte.
+    buf: Vec<u8>,
+    /// Bytes the guest wrote in all.
+    written: u64,
+}
+
+impl SerialOut {
+    /// The last [`SERIAL_CAPTURE_MAX`] bytes the guest wrote.
+    pub fn captured(&self) -> &[u8] {
+        &self.buf[self.buf.len().saturating_sub(SERIAL_CAPTURE_MAX)..]
+    }
+
+    /// Bytes the guest wrote that [`SerialOut::captured`] no longer holds.
+    pub fn dropped(&self) -> u64 {
+        self.written - self.captured().len() as u64
+    }
 }
 
 impl Write for SerialOut {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.captured.extend_from_slice(buf);
+        self.written += buf.len() as u64;
+        let keep = &buf[buf.len().saturating_sub(SERIAL_CAPTURE_MAX)..];
+        if self.buf.len() + keep.len() > 2 * SERIAL_CAPTURE_MAX {
+            let cut = (self.buf.len() + keep.len()).saturating_sub(SERIAL_CAPTURE_MAX);
+            self.buf.drain(..cut.min(self.buf.len()));
+        }
+        self.buf.extend_from_slice(keep);
         match self.sink {
             SerialSink::Stdout => std::io::stdout().write_all(buf)?,
             SerialSink::Stderr => std::io::stderr().write_all(buf)?,
@@ -82,12 +149,83 @@ pub enum ReportDelivery {
     Rejected(String),
 }
 
+/// The first `cap` items of a stream, and how many more there were: what a
+/// guest can repeat without bound is kept this way.
+#[derive(Clone, Debug, Default)]
+pub struct FirstN<T> {
+    items: Vec<T>,
+    dropped: u64,
+    cap: usize,
+}
+
+impl<T> FirstN<T> {
+    /// An empty log keeping at most `cap` items.
+    pub fn new(cap: usize) -> Self {
+        Self {
+            items: Vec::new(),
+            dropped: 0,
+            cap,
+        }
+    }
+
+    /// Keep `item` if there is room; count it otherwise.
+    pub fn push(&mut self, item: T) {
+        if self.items.len() < self.cap {
+            self.items.push(item);
+        } else {
+            self.dropped += 1;
+        }
+    }
+
+    /// The items kept, in order.
+    pub fn items(&self) -> &[T] {
+        &self.items
+    }
+
+    /// The items kept, taken out.
+    pub fn into_items(self) -> Vec<T> {
+        self.items
+    }
+
+    /// Items pushed after the log was full.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Every item pushed, kept or not.
+    pub fn total(&self) -> u64 {
+        self.items.len() as u64 + self.dropped
+    }
+}
+
+/// `reason`, cut to [`MAX_REASON_LEN`] bytes at a character boundary.
+pub fn bounded_reason(mut reason: String) -> String {
+    if reason.len() > MAX_REASON_LEN {
+        let mut end = MAX_REASON_LEN;
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        reason.truncate(end);
+    }
+    reason
+}
+
 /// The port bus.
 pub struct Devices {
     /// COM1.
     pub serial: Serial<NoInterrupt, vm_superio::serial::NoEvents, SerialOut>,
-    /// Every report the guest handed over, in order.
-    pub reports: Vec<ReportDelivery>,
+    /// The last valid report the guest handed over.
+    pub report: Option<Box<Report>>,
+    /// Valid reports a later one replaced.
+    pub reports_dropped: u64,
+    /// Why reports were refused: the first [`MAX_REPORT_ERRORS`].
+    pub report_errors: FirstN<String>,
+    /// Guest requests the VMM refused (an xstate edit the guest's XCR0
+    /// cannot hold, ...): the first [`MAX_REFUSED_REQUESTS`] reasons.
+    pub refused_requests: FirstN<String>,
+    /// What an `in` from [`XSTATE_EDIT_PORT`] returns: the answer to the
+    /// last edit request (`guest::protocol::EDIT_STATUS_*`).
+    pub edit_status: u32,
     /// Accesses to ports nothing decodes (counted, not fatal, like hardware).
     pub unhandled_ports: u64,
 }
@@ -103,10 +241,15 @@ impl Devices {
                 NoInterrupt,
                 SerialOut {
                     sink,
-                    captured: Vec::new(),
+                    buf: Vec::new(),
+                    written: 0,
                 },
             ),
-            reports: Vec::new(),
+            report: None,
+            reports_dropped: 0,
+            report_errors: FirstN::new(MAX_REPORT_ERRORS),
+            refused_requests: FirstN::new(MAX_REFUSED_REQUESTS),
+            edit_status: EDIT_STATUS_NONE,
             unhandled_ports: 0,
         }
     }
@@ -126,8 +269,14 @@ impl Devices {
             MARK_PORT => PortAction::Mark(le_value(data)),
             XSTATE_EDIT_PORT => PortAction::EditXmm(le_value(data)),
             REPORT_PORT => {
-                let delivery = read_report(mem, le_value(data) as u64);
-                self.reports.push(delivery);
+                match read_report(mem, le_value(data) as u64) {
+                    ReportDelivery::Accepted(r) => {
+                        if self.report.replace(r).is_some() {
+                            self.reports_dropped += 1;
+                        }
+                    }
+                    ReportDelivery::Rejected(e) => self.report_errors.push(bounded_reason(e)),
+                }
                 PortAction::Continue
             }
             _ => {
@@ -146,6 +295,12 @@ impl Devices {
                     *b = self.serial.read(offset);
                 }
             }
+            XSTATE_EDIT_PORT => {
+                let v = self.edit_status.to_le_bytes();
+                for (i, b) in data.iter_mut().enumerate() {
+                    *b = v.get(i).copied().unwrap_or(0);
+                }
+            }
             _ => {
                 self.unhandled_ports += 1;
                 data.fill(0xff);
@@ -153,9 +308,16 @@ impl Devices {
         }
     }
 
-    /// The guest's serial output so far.
+    /// The guest's serial output so far: its last [`SERIAL_CAPTURE_MAX`] bytes.
     pub fn serial_output(&self) -> &[u8] {
-        &self.serial.writer().captured
+        self.serial.writer().captured()
+    }
+
+    /// A request the VMM refused: the guest's failure, answered to it
+    /// (`edit_status`) and recorded for the report.
+    pub fn refuse_edit(&mut self, reason: String) {
+        self.edit_status = guest::protocol::EDIT_STATUS_REFUSED;
+        self.refused_requests.push(bounded_reason(reason));
     }
 }
 
@@ -181,5 +343,112 @@ fn read_report(mem: &GuestMemoryMmap, addr: u64) -> ReportDelivery {
     match Report::from_bytes(&buf) {
         Ok(r) => ReportDelivery::Accepted(Box::new(r)),
         Err(e) => ReportDelivery::Rejected(format!("report at {addr:#x}: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ram() -> GuestMemoryMmap {
+        GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 1 << 20)]).unwrap()
+    }
+
+    #[test]
+    fn serial_capture_keeps_the_tail_and_counts_the_rest() {
+        let mut d = Devices::new(SerialSink::Null);
+        let mem = ram();
+        // 3 MiB + 5 bytes, in writes of every size from 1 byte to 4 KiB.
+        let total = 3 * SERIAL_CAPTURE_MAX + 5;
+        let mut written = 0;
+        let mut n = 1;
+        while written < total {
+            let len = n.min(total - written);
+            let chunk: Vec<u8> = (written..written + len).map(|i| (i % 251) as u8).collect();
+            d.port_write(&mem, SERIAL_PORT, &chunk);
+            written += len;
+            n = n % 4096 + 1;
+        }
+        let kept = d.serial_output();
+        assert_eq!(kept.len(), SERIAL_CAPTURE_MAX);
+        let first = total - SERIAL_CAPTURE_MAX;
+        assert!(kept
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == ((first + i) % 251) as u8));
+        assert_eq!(d.serial.writer().dropped(), first as u64);
+        assert!(d.serial.writer().buf.capacity() <= 4 * SERIAL_CAPTURE_MAX);
+
+        // One write larger than the capture keeps its own tail.
+        let mut out = SerialOut {
+            sink: SerialSink::Null,
+            buf: Vec::new(),
+            written: 0,
+        };
+        let big: Vec<u8> = (0..SERIAL_CAPTURE_MAX + 10).map(|i| i as u8).collect();
+        out.write_all(&big).unwrap();
+        assert_eq!(out.captured(), &big[10..]);
+        assert_eq!(out.dropped(), 10);
+    }
+
+    #[test]
+    fn only_the_last_valid_report_is_kept() {
+        let mem = ram();
+        let mut d = Devices::new(SerialSink::Null);
+        let mut r = Report::new();
+        for i in 0..1000u64 {
+            r.tsc_khz = i;
+            mem.write_slice(r.as_bytes(), GuestAddress(0x1000)).unwrap();
+            d.port_write(&mem, REPORT_PORT, &0x1000u32.to_le_bytes());
+        }
+        assert_eq!(d.report.as_ref().unwrap().tsc_khz, 999);
+        assert_eq!(d.reports_dropped, 999);
+        assert_eq!(d.report_errors.total(), 0);
+    }
+
+    #[test]
+    fn refused_reports_keep_the_first_reasons_and_count_the_rest() {
+        let mem = ram();
+        let mut d = Devices::new(SerialSink::Null);
+        for i in 0..1000u32 {
+            // Outside RAM, or RAM without a report.
+            let addr: u32 = if i % 2 == 0 { 0xffff_f000 } else { 0 };
+            d.port_write(&mem, REPORT_PORT, &addr.to_le_bytes());
+        }
+        assert!(d.report.is_none());
+        assert_eq!(d.report_errors.items().len(), MAX_REPORT_ERRORS);
+        assert_eq!(d.report_errors.dropped(), 1000 - MAX_REPORT_ERRORS as u64);
+        let first = &d.report_errors.items()[0];
+        assert!(
+            first.starts_with("report address 0xfffff000 (+") && first.contains("not in guest RAM"),
+            "{first}"
+        );
+    }
+
+    #[test]
+    fn edit_status_is_read_back_from_the_edit_port() {
+        let mut d = Devices::new(SerialSink::Null);
+        let mut v = [0u8; 4];
+        d.port_read(XSTATE_EDIT_PORT, &mut v);
+        assert_eq!(u32::from_le_bytes(v), guest::protocol::EDIT_STATUS_NONE);
+        d.refuse_edit("x".repeat(10 * MAX_REASON_LEN));
+        d.port_read(XSTATE_EDIT_PORT, &mut v);
+        assert_eq!(u32::from_le_bytes(v), guest::protocol::EDIT_STATUS_REFUSED);
+        assert_eq!(d.refused_requests.items()[0].len(), MAX_REASON_LEN);
+        assert_eq!(d.unhandled_ports, 0);
+    }
+
+    #[test]
+    fn first_n_counts_what_it_drops() {
+        let mut f = FirstN::new(3);
+        for i in 0..10 {
+            f.push(i);
+        }
+        assert_eq!(f.items(), &[0, 1, 2]);
+        assert_eq!((f.dropped(), f.total()), (7, 10));
+        assert_eq!(
+            bounded_reason("é".repeat(MAX_REASON_LEN)).len(),
+            MAX_REASON_LEN
+        );
     }
 }

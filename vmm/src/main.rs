@@ -8,7 +8,7 @@ use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use vmm::devices::SerialSink;
 use vmm::input::parse_seconds;
 use vmm::native;
-use vmm::report::{RunSummary, EXIT_VMM_ERROR};
+use vmm::report::{RunSummary, EXIT_USAGE, EXIT_VMM_ERROR};
 use vmm::schema::Document;
 use vmm::vstate::{self, KernelImage, RunConfig};
 use vmm::xstate_manager::SyncPolicy;
@@ -221,6 +221,11 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
     };
     words.push(format!("workload={}", args.workload));
     if let Some(c) = &args.cmdline {
+        // Words the VMM owns (`xfeatures=`) are a usage error.
+        if let Err(e) = vstate::check_cmdline_words(c) {
+            eprintln!("vmm: --cmdline: {e}");
+            return Ok(EXIT_USAGE);
+        }
         words.push(c.clone());
     }
     let config = RunConfig {
@@ -435,7 +440,15 @@ fn schema(args: SchemaArgs) -> Result<i32, vmm::Error> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Usage errors get their own status (not clap's 2, the guest's
+    // CPU-exception status); --help and --version still end with 0.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { EXIT_USAGE as u8 } else { 0 });
+        }
+    };
     let result = match cli.command {
         Command::Run(args) => run(args),
         Command::Bench(args) => vmm::bench::main(args),

@@ -21,11 +21,17 @@
 //! Every image goes through [`xstate::validate()`] against the guest's XCR0
 //! before KVM sees it: XSTATE_BV or XCOMP_BV bits outside XCR0, a bad
 //! header or reserved MXCSR bits are refused with a clear error.
+//!
+//! A guest's own request ([`XstateManager::guest_edit_xmm`], the
+//! `XSTATE_EDIT_PORT` protocol) that the state cannot take is the guest's
+//! failure, not the VMM's: it is refused before anything is cached, and the
+//! refusal is returned as a value ([`EditOutcome::Refused`]) for the run
+//! loop to answer to the guest and report, instead of ending the VMM.
 
 use kvm_ioctls::VcpuFd;
 use xstate::{Xfeature, XfeatureMask, XsaveBuf, XsaveInfo};
 
-use crate::error::{Result, XstateError};
+use crate::error::{Error, Result, XstateError};
 use crate::vstate::vcpu;
 
 /// When the manager moves the guest's xsave state.
@@ -75,6 +81,15 @@ pub struct SyncStats {
     pub compacted_bytes: u64,
 }
 
+/// The answer to a guest's edit request.
+#[derive(Debug)]
+pub enum EditOutcome {
+    /// The edit is cached and reaches KVM before the guest runs again.
+    Done,
+    /// The guest's XCR0 (or the policy) cannot hold the edit; nothing changed.
+    Refused(XstateError),
+}
+
 /// The guest's extended state between `KVM_RUN` calls.
 pub struct XstateManager {
     policy: SyncPolicy,
@@ -118,6 +133,11 @@ impl XstateManager {
     /// What it did so far.
     pub fn stats(&self) -> SyncStats {
         self.stats
+    }
+
+    /// The user state the guest may enable: its xstate policy.
+    pub fn policy_xcr0(&self) -> XfeatureMask {
+        self.guest_xcr0
     }
 
     /// Called after every exit to user space.
@@ -188,6 +208,42 @@ impl XstateManager {
         let bv = image.xstate_bv() | Xfeature::Sse.bit();
         image.set_xstate_bv(bv);
         self.replace_standard(&image)
+    }
+
+    /// A guest's request to set XMM`reg` (`XSTATE_EDIT_PORT`), checked
+    /// against both the policy and the XCR0 in force (`KVM_GET_XCRS`, one
+    /// ioctl on this rare path): a guest whose XCR0 lacks SSE gets
+    /// [`EditOutcome::Refused`] and nothing is cached. Errors are the VMM's
+    /// own (an ioctl failed, KVM's image is unreadable).
+    pub fn guest_edit_xmm(
+        &mut self,
+        vcpu: &VcpuFd,
+        reg: usize,
+        value: [u8; 16],
+    ) -> Result<EditOutcome> {
+        let in_force = XfeatureMask::from_bits(vcpu::get_xcr0(vcpu)?);
+        for xcr0 in [self.guest_xcr0, in_force] {
+            if !xcr0.contains(Xfeature::Sse) {
+                return Ok(EditOutcome::Refused(XstateError::NoSse { reg, xcr0 }));
+            }
+        }
+        if reg >= 16 {
+            return Ok(EditOutcome::Refused(XstateError::NoSuchXmm(reg)));
+        }
+        let mut image = self.standard_image(vcpu)?;
+        image.set_xmm(reg, value);
+        image.set_xstate_bv(image.xstate_bv() | Xfeature::Sse.bit());
+        // What the write-back will check: refuse now, while nothing is cached.
+        if let Err(e) = self.validate_for(image.as_bytes(), in_force & self.guest_xcr0) {
+            return match e {
+                Error::Xstate(e @ (XstateError::Refused { .. } | XstateError::Compacted)) => {
+                    Ok(EditOutcome::Refused(e))
+                }
+                other => Err(other),
+            };
+        }
+        self.replace_standard(&image)?;
+        Ok(EditOutcome::Done)
     }
 
     /// Replace the whole state with a standard-format image (a restore or a

@@ -27,8 +27,38 @@ fn bad_workload_list_is_refused_before_boot() {
     assert!(err.contains("--workload"), "{err}");
 }
 
+/// Usage errors have their own status, 68 (`EXIT_USAGE`), not clap's 2,
+/// which is the guest's CPU-exception status.
 #[test]
 fn unknown_option_is_a_usage_error() {
-    let out = vmm(&["run", "--no-such-option"]);
-    assert_eq!(out.status.code(), Some(2));
+    for args in [
+        &["run", "--no-such-option"][..],
+        &["run", "--mem"],
+        &["no-such-command"],
+        &[],
+    ] {
+        let out = vmm(args);
+        assert_eq!(out.status.code(), Some(68), "vmm {args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        // clap's own message: an error, or the usage for a missing command.
+        assert!(
+            err.starts_with("error:") || err.contains("Usage: vmm"),
+            "vmm {args:?}: {err}"
+        );
+    }
+    for args in [["--help"], ["--version"]] {
+        let out = vmm(&args);
+        assert_eq!(out.status.code(), Some(0), "vmm {args:?}");
+        assert!(!out.stdout.is_empty());
+    }
+}
+
+/// `xfeatures=` carries the VMM's policy: a user cannot supply it.
+#[test]
+fn vmm_owned_cmdline_word_is_a_usage_error() {
+    let out = vmm(&["run", "--cmdline", "quiet xfeatures=0xe7"]);
+    assert_eq!(out.status.code(), Some(68));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("\"xfeatures=0xe7\""), "{err}");
+    assert!(err.contains("--xfeatures"), "{err}");
 }

@@ -18,6 +18,7 @@ pub mod bench;
 pub mod boot;
 pub mod cpu;
 pub mod fault;
+pub mod hostile;
 pub mod libc;
 pub mod pvh;
 pub mod report;

@@ -16,6 +16,36 @@ pub const BENCH_NAMES: &[&str] = &[
     "all",
 ];
 
+/// Behaviours `hostile=` selects: a guest misbehaving on purpose, to test
+/// that the VMM survives it (see `guest/src/kernel/hostile.rs`).
+/// `status-N` writes `N` (decimal) to the debug-exit port.
+pub const HOSTILE_MODES: &[&str] = &[
+    "idle",
+    "report-flood",
+    "bad-report-flood",
+    "mark-flood",
+    "serial-flood",
+    "edit-xmm",
+    "xsetbv-all",
+    "status-N",
+];
+
+/// Command-line words the VMM owns: it always passes them itself, and a
+/// user cannot supply them (`vmm run --cmdline` refuses them before any VM
+/// exists). `xfeatures=` carries the XCR0 policy: a user's word would
+/// replace it and let the guest enable state the policy excludes.
+pub const VMM_OWNED_WORDS: &[&str] = &["xfeatures="];
+
+/// The first word of `raw` the VMM owns ([`VMM_OWNED_WORDS`]), if any.
+pub fn vmm_owned_word(raw: &str) -> Option<&str> {
+    raw.split_ascii_whitespace().find(|w| {
+        VMM_OWNED_WORDS.iter().any(|o| match o.strip_suffix('=') {
+            Some(name) => w.starts_with(o) || *w == name,
+            None => w == o,
+        })
+    })
+}
+
 /// Exits per benchmark row when `exits=` is absent.
 pub const DEFAULT_EXIT_COUNT: u64 = 10_000;
 
@@ -49,6 +79,9 @@ pub struct Cmdline<'a> {
     pub exits: Option<u64>,
     /// `exits=` was present but not a number, or 0.
     pub bad_exits: Option<&'a str>,
+    /// `hostile=MODE`: misbehave on purpose (see [`HOSTILE_MODES`]); the
+    /// last one wins.
+    pub hostile: Option<&'a str>,
 }
 
 /// Exceptions `fault=` can provoke: invalid opcode, divide error, page
@@ -74,6 +107,8 @@ impl<'a> Cmdline<'a> {
                 c.fault = Some(kind);
             } else if let Some(list) = word.strip_prefix("bench=") {
                 c.bench = Some(list);
+            } else if let Some(mode) = word.strip_prefix("hostile=") {
+                c.hostile = Some(mode);
             } else if let Some(n) = word.strip_prefix("exits=") {
                 let parsed = match n.strip_prefix("0x") {
                     Some(hex) => u64::from_str_radix(hex, 16),
@@ -155,6 +190,7 @@ impl<'a> Cmdline<'a> {
                 && !w.starts_with("xfeatures=")
                 && !w.starts_with("bench=")
                 && !w.starts_with("exits=")
+                && !w.starts_with("hostile=")
         })
     }
 }
@@ -253,6 +289,23 @@ mod tests {
         // The last exits= wins, a good one clears an earlier bad one.
         let c = Cmdline::parse("exits=x exits=7");
         assert_eq!((c.exits, c.bad_exits), (Some(7), None));
+    }
+
+    #[test]
+    fn cmdline_hostile_and_owned_words() {
+        let c = Cmdline::parse("quiet hostile=report-flood");
+        assert_eq!(c.hostile, Some("report-flood"));
+        assert_eq!(c.unknown_words().count(), 0);
+        assert_eq!(Cmdline::parse("quiet").hostile, None);
+
+        assert_eq!(
+            vmm_owned_word("quiet xfeatures=0xe7"),
+            Some("xfeatures=0xe7")
+        );
+        assert_eq!(vmm_owned_word("xfeatures"), Some("xfeatures"));
+        assert_eq!(vmm_owned_word("xfeatures= bench=exits"), Some("xfeatures="));
+        assert_eq!(vmm_owned_word("quiet bench=exits myxfeatures=1"), None);
+        assert_eq!(vmm_owned_word(""), None);
     }
 
     #[test]

@@ -7,11 +7,12 @@
 //! | port  | width | direction | meaning |
 //! |-------|-------|-----------|---------|
 //! | 0x3f8 | 8     | out       | COM1 8250 UART: the human-readable report (QEMU and `vmm` alike) |
-//! | 0xf4  | 32    | out       | debug exit: the guest is done, the value is its [`ExitStatus`] |
+//! | 0xf4  | 32    | out       | debug exit: the guest is done, the value is its [`ExitStatus`] (0..=[`GUEST_STATUS_MAX`]; above is a protocol violation) |
 //! | 0xf8  | 32    | out       | report: guest-physical address (< 4 GiB) of a [`Report`] |
 //! | 0xf0  | 32    | out       | exit benchmark target: the VMM decodes the exit and does nothing else |
 //! | 0xec  | 32    | out       | benchmark marker: [`MARK_END`] \| result index; the VMM timestamps rows |
 //! | 0xe8  | 32    | out       | xstate edit request: the VMM sets XMM(value & 15) to [`xmm_edit_pattern`] through its xstate manager |
+//! | 0xe8  | 32    | in        | answer to the last edit request: [`EDIT_STATUS_DONE`], [`EDIT_STATUS_REFUSED`] (e.g. XCR0 without SSE; the run goes on) or [`EDIT_STATUS_NONE`] |
 //! | 0xe4  | 32    | out       | snapshot request: a VMM with a snapshot file saves the VM at this exit and stops; after a restore the guest continues after its `out`. Ignored without a snapshot file |
 //!
 //! and one guest-physical address: [`BENCH_MMIO_ADDR`], unbacked, where a
@@ -35,6 +36,10 @@
 //! | `xfeatures=MASK` | hex XCR0 policy: the guest sets XCR0 = CPUID 0xD.0 mask & MASK. The VMM always passes it, because some KVMs (kvm_pvm) answer CPUID from the host whatever table the VMM set |
 //! | `fault=KIND` | testing: end the run with a deliberate CPU exception in the CPL3 task after the CPUID part of the report is filled (`ud`, `de`, `pf`, `gp`) |
 //! | `selftest` | testing: exercise the kernel's system calls and print what they returned |
+//! | `hostile=MODE` | testing: misbehave on purpose after setup, to show the VMM survives it ([`HOSTILE_MODES`]): `idle` (spin, no exits), `report-flood` (valid reports in a loop), `bad-report-flood` (report addresses outside RAM), `mark-flood` (benchmark markers), `serial-flood` (`rep outsb` to COM1), `edit-xmm` (an xstate edit request, checking the answer the VMM gives), `xsetbv-all` (XCR0 = everything CPUID 0xD.0 offers, ignoring `xfeatures=`), `status-N` (debug exit with `N`). The floods never end: run them with `--timeout` |
+//!
+//! Words the VMM owns ([`VMM_OWNED_WORDS`]: `xfeatures=`) are always
+//! passed by the VMM and refused when a user supplies them.
 //!
 //! The [`Report`] is a `repr(C)` little-endian record in guest memory. The
 //! guest writes it completely and then writes its address to
@@ -54,11 +59,15 @@ pub mod names;
 pub mod ports;
 pub mod record;
 
-pub use cmdline::{Cmdline, BENCH_NAMES, DEFAULT_EXIT_COUNT, FAULT_KINDS, WORKLOAD_NAMES};
+pub use cmdline::{
+    vmm_owned_word, Cmdline, BENCH_NAMES, DEFAULT_EXIT_COUNT, FAULT_KINDS, HOSTILE_MODES,
+    VMM_OWNED_WORDS, WORKLOAD_NAMES,
+};
 pub use names::{exception_mnemonic, xsave_variants, SWITCH_STRATEGIES, XSAVE_FEATURE_NAMES};
 pub use ports::{
-    xmm_edit_pattern, ExitStatus, BENCH_MMIO_ADDR, BENCH_PIO_PORT, DEBUG_EXIT_PORT, MARK_END,
-    MARK_PORT, REPORT_PORT, SERIAL_PORT, SNAPSHOT_PORT, XSTATE_EDIT_PORT,
+    xmm_edit_pattern, ExitStatus, BENCH_MMIO_ADDR, BENCH_PIO_PORT, DEBUG_EXIT_PORT,
+    EDIT_STATUS_DONE, EDIT_STATUS_NONE, EDIT_STATUS_REFUSED, GUEST_STATUS_MAX, MARK_END, MARK_PORT,
+    REPORT_PORT, SERIAL_PORT, SNAPSHOT_PORT, XSTATE_EDIT_PORT,
 };
 pub use record::{
     field_str, fixed_str, ComponentReport, FaultRecord, Report, ReportError, ResultRecord,

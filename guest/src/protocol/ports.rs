@@ -17,7 +17,19 @@ pub const MARK_PORT: u16 = 0xec;
 /// Set in a [`MARK_PORT`] value that ends a row.
 pub const MARK_END: u32 = 0x8000_0000;
 /// A write of `r` asks the VMM to set XMM`r & 15` to [`xmm_edit_pattern`].
+/// A 32-bit `in` from the same port returns the answer to the last request:
+/// [`EDIT_STATUS_DONE`], [`EDIT_STATUS_REFUSED`] or [`EDIT_STATUS_NONE`]
+/// (all-ones where nothing decodes the port, e.g. under QEMU).
 pub const XSTATE_EDIT_PORT: u16 = 0xe8;
+/// [`XSTATE_EDIT_PORT`] read: the last edit request was applied (the
+/// register holds the pattern when the guest runs again).
+pub const EDIT_STATUS_DONE: u32 = 0;
+/// [`XSTATE_EDIT_PORT`] read: the VMM refused the last edit request (the
+/// guest's XCR0 cannot hold the state, e.g. SSE is not enabled); nothing
+/// changed, and the VMM's report names the refusal. The run goes on.
+pub const EDIT_STATUS_REFUSED: u32 = 1;
+/// [`XSTATE_EDIT_PORT`] read: no edit was requested yet.
+pub const EDIT_STATUS_NONE: u32 = 2;
 /// A write asks the VMM to snapshot the VM here (see the module table).
 pub const SNAPSHOT_PORT: u16 = 0xe4;
 /// Exit benchmark: an unbacked guest-physical address (MMIO exit).
@@ -33,6 +45,15 @@ pub const fn xmm_edit_pattern(reg: u32) -> [u8; 16] {
     }
     p
 }
+
+/// The highest value a guest may write to [`DEBUG_EXIT_PORT`]: guest
+/// statuses are `0..=GUEST_STATUS_MAX` (0 success, 1 a workload check
+/// failed, 2 a CPU exception, 3 setup failed, 4..=63 guest-defined). The
+/// VMM forwards them as its process exit status; statuses above belong to
+/// the VMM (64 its own error, 65 crash, 66 timeout, 67 the guest broke the
+/// protocol, 68 usage error), and a guest writing one of those, or anything
+/// else above 63, ends the run as a protocol violation (status 67).
+pub const GUEST_STATUS_MAX: u32 = 63;
 
 /// The value the guest writes to [`DEBUG_EXIT_PORT`].
 #[repr(u32)]

@@ -1,5 +1,19 @@
 //! The process exit statuses of `vmm`, shared by every subcommand so scripts
 //! can tell a VMM failure from a guest crash or a timeout.
+//!
+//! The space is split in two disjoint ranges:
+//!
+//! | status | meaning |
+//! |--------|---------|
+//! | 0..=63 | the guest's own status, forwarded from the debug-exit port (`guest::protocol::GUEST_STATUS_MAX`): 0 success, 1 a workload check failed, 2 a CPU exception in the guest, 3 the guest could not set itself up, 4..=63 guest-defined |
+//! | 64 | [`EXIT_VMM_ERROR`] |
+//! | 65 | [`EXIT_GUEST_CRASH`] |
+//! | 66 | [`EXIT_TIMEOUT`] |
+//! | 67 | [`EXIT_PROTOCOL_VIOLATION`] |
+//! | 68 | [`EXIT_USAGE`] |
+//!
+//! A guest cannot produce 64 and above: a debug-exit value above 63 is
+//! itself a protocol violation (67).
 
 /// Process exit status when the VMM itself failed before or while booting.
 pub const EXIT_VMM_ERROR: i32 = 64;
@@ -7,3 +21,10 @@ pub const EXIT_VMM_ERROR: i32 = 64;
 pub const EXIT_GUEST_CRASH: i32 = 65;
 /// Process exit status when the guest exceeded `--timeout`.
 pub const EXIT_TIMEOUT: i32 = 66;
+/// Process exit status when the guest broke the guest/VMM protocol: a
+/// debug-exit status outside 0..=63, an XCR0 outside the xstate policy.
+pub const EXIT_PROTOCOL_VIOLATION: i32 = 67;
+/// Process exit status of a command-line usage error (an unknown option, a
+/// missing value, a guest command-line word the VMM owns): not 2, which is
+/// the guest's CPU-exception status.
+pub const EXIT_USAGE: i32 = 68;

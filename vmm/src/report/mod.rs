@@ -6,7 +6,7 @@
 //! | field | meaning |
 //! |-------|---------|
 //! | `exit_status` | the guest's debug-exit value, or null when it crashed or timed out |
-//! | `exit_reason` | `exited`, `crashed`, `timed_out` or `snapshotted` (`vmm run --snapshot-after`/`--snapshot-file`; the guest stopped after its state was saved) |
+//! | `exit_reason` | `exited`, `crashed`, `timed_out`, `snapshotted` (`vmm run --snapshot-after`/`--snapshot-file`; the guest stopped after its state was saved) or `protocol_violation` (a debug-exit status above 63, an XCR0 outside the policy; `exit_description` names it; status 67) |
 //! | `guest_xcr0` | XCR0 the guest reported it set (hex string) |
 //! | `guest_xcr0_hardware` | XGETBV(0) executed at CPL3 in the guest (hex string); differs from `guest_xcr0` where the hypervisor runs guest user code on the host's XCR0 |
 //! | `guest_xinuse` | XGETBV(1) at the end of the guest's run (hex string, null without XGETBV1) |
@@ -26,6 +26,11 @@
 //! | `crash` | reason and register dump when the guest crashed |
 //! | `snapshot_errors` | snapshots that could not be written (`--snapshot-file` refused, directory missing or read-only, disk full), each naming the file and the cause; the guest was resumed after each, so the run goes on |
 //! | `exits` | exits to user space |
+//! | `report_errors`, `report_errors_dropped` | why reports were refused (the first 16), and how many more were |
+//! | `reports_dropped` | valid reports a later one replaced (only the last is kept) |
+//! | `refused_requests`, `requests_refused` | guest requests the VMM refused and answered (an xstate edit the guest's XCR0 cannot hold): the first 16 reasons, and the count |
+//! | `marks_dropped` | benchmark markers beyond the first 4096 |
+//! | `serial_bytes_dropped` | COM1 output older than the 1 MiB tail the VMM keeps (the pass-through to stdout/stderr is complete) |
 //! | `xstate_sync`, `xstate_stats` | the xstate sync policy and its `fetches`, `writebacks`, `standard_bytes`, `compacted_bytes` |
 //! | `timing_ms` | `setup`, `run`: wall time of VM setup and of the guest's run |
 //! | `xfeatures_resolution` | how `--xfeatures` was understood: `spec`, `requested`, `removed`, `implied` (prerequisites added), `dropped` (dependents removed), `result` (hex strings), `result_names`; null without `--xfeatures` |
@@ -45,7 +50,9 @@ pub mod render;
 pub mod summary;
 pub mod table;
 
-pub use exit::{EXIT_GUEST_CRASH, EXIT_TIMEOUT, EXIT_VMM_ERROR};
+pub use exit::{
+    EXIT_GUEST_CRASH, EXIT_PROTOCOL_VIOLATION, EXIT_TIMEOUT, EXIT_USAGE, EXIT_VMM_ERROR,
+};
 pub use summary::{
     result_rows, ComponentRow, CrashView, FaultView, GuestCpuidView, ResolutionView, ResultRow,
     RunSummary, SkipRow, SnapshotView, SwitchFigure, Timing,

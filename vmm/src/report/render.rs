@@ -195,6 +195,29 @@ impl RunSummary {
         for e in &self.report_errors {
             let _ = writeln!(s, "report refused: {e}");
         }
+        if self.report_errors_dropped != 0 {
+            let _ = writeln!(
+                s,
+                "report refused: {} more (only the first {} reasons are kept)",
+                self.report_errors_dropped,
+                self.report_errors.len()
+            );
+        }
+        for e in &self.refused_requests {
+            let _ = writeln!(s, "request refused: {e}");
+        }
+        let unlisted = self.requests_refused - self.refused_requests.len() as u64;
+        if unlisted != 0 {
+            let _ = writeln!(s, "request refused: {unlisted} more");
+        }
+        let dropped = [
+            (self.reports_dropped, "earlier valid reports replaced"),
+            (self.marks_dropped, "benchmark markers"),
+            (self.serial_bytes_dropped, "bytes of older serial output"),
+        ];
+        for (n, what) in dropped.iter().filter(|(n, _)| *n != 0) {
+            let _ = writeln!(s, "not kept: {n} {what}");
+        }
         for e in &self.snapshot_errors {
             let _ = writeln!(s, "snapshot not written (the guest was resumed): {e}");
         }

@@ -9,7 +9,7 @@ use serde::Serialize;
 use xstate::info::leaf_d1_eax;
 use xstate::{InitMode, Resolution, Xfeature, XfeatureMask};
 
-use super::exit::{EXIT_GUEST_CRASH, EXIT_TIMEOUT};
+use super::exit::{EXIT_GUEST_CRASH, EXIT_PROTOCOL_VIOLATION, EXIT_TIMEOUT};
 use super::hex;
 use crate::vstate::RegisterDump;
 use crate::vstate::{RunEnd, RunOutcome};
@@ -200,7 +200,7 @@ pub struct Timing {
 pub struct RunSummary {
     /// The guest's debug-exit value (null when it crashed or timed out).
     pub exit_status: Option<u32>,
-    /// `exited`, `crashed`, `timed_out` or `snapshotted`.
+    /// `exited`, `crashed`, `timed_out`, `snapshotted` or `protocol_violation`.
     pub exit_reason: &'static str,
     /// The end of the run in words.
     pub exit_description: String,
@@ -267,11 +267,23 @@ pub struct RunSummary {
     pub fault: Option<FaultView>,
     /// Reason and register dump when the guest crashed.
     pub crash: Option<CrashView>,
-    /// Why reports from the guest were refused.
+    /// Why reports from the guest were refused (the first ones).
     pub report_errors: Vec<String>,
     /// Snapshots that could not be written, each naming the file and the
     /// cause; the guest was resumed after each.
     pub snapshot_errors: Vec<String>,
+    /// Refused reports beyond those in `report_errors`.
+    pub report_errors_dropped: u64,
+    /// Valid reports a later one replaced.
+    pub reports_dropped: u64,
+    /// Guest requests the VMM refused and answered (the first reasons).
+    pub refused_requests: Vec<String>,
+    /// How many guest requests were refused in all.
+    pub requests_refused: u64,
+    /// Benchmark markers beyond those kept.
+    pub marks_dropped: u64,
+    /// COM1 output older than the tail the VMM keeps.
+    pub serial_bytes_dropped: u64,
     /// Exits to user space.
     pub exits: u64,
     /// The xstate sync policy and what it cost: KVM_GET/SET_XSAVE calls and bytes.
@@ -362,6 +374,7 @@ impl SnapshotView {
                 RunEnd::Crashed { .. } => "crashed",
                 RunEnd::TimedOut(_) => "was stopped by --timeout",
                 RunEnd::Snapshotted(_) => "stopped",
+                RunEnd::ProtocolViolation(_) => "broke the protocol",
             };
             match after {
                 Some(a) => format!(
@@ -527,6 +540,13 @@ impl RunSummary {
                 EXIT_TIMEOUT,
                 None,
             ),
+            RunEnd::ProtocolViolation(why) => (
+                None,
+                "protocol_violation",
+                format!("the guest broke the protocol: {why}"),
+                EXIT_PROTOCOL_VIOLATION,
+                None,
+            ),
             RunEnd::Snapshotted(p) => (
                 None,
                 "snapshotted",
@@ -634,6 +654,12 @@ impl RunSummary {
             crash,
             report_errors: outcome.report_errors.clone(),
             snapshot_errors: outcome.snapshot_errors.clone(),
+            report_errors_dropped: outcome.report_errors_dropped,
+            reports_dropped: outcome.reports_dropped,
+            refused_requests: outcome.refused_requests.clone(),
+            requests_refused: outcome.requests_refused,
+            marks_dropped: outcome.marks_dropped,
+            serial_bytes_dropped: outcome.serial_bytes_dropped,
             exits: outcome.exits.total,
             xstate_sync: outcome.xstate_sync,
             xstate_stats: outcome.xstate_stats,

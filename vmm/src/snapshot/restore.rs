@@ -351,11 +351,7 @@ fn restored_devices(sink: SerialSink, meta: &Meta) -> Result<Devices> {
     let state = vm_superio::serial::SerialState::from(&meta.serial);
     let serial = Serial::from_state(&state, NoInterrupt, vm_superio::serial::NoEvents, out)
         .map_err(|e| VcpuError::UartState(format!("{e:?}")))?;
-    Ok(Devices {
-        serial,
-        reports: fresh.reports,
-        unhandled_ports: 0,
-    })
+    Ok(Devices { serial, ..fresh })
 }
 
 #[cfg(test)]

@@ -9,14 +9,14 @@ use xstate::XfeatureMask;
 
 use super::config::RunConfig;
 use super::machine::Machine;
-use super::outcome::{ExitCounts, RunEnd, RunOutcome};
+use super::outcome::{xcr0_violation, ExitCounts, RunEnd, RunOutcome};
 use super::runner::VcpuRunner;
 use super::stop::{supervise, Deadlines};
 use super::vcpu;
 use crate::arch::boot;
 use crate::arch::layout::{MAX_MEM_MIB, MIN_MEM_MIB};
 use crate::cpuid::{validate_policy, Policy};
-use crate::devices::{Devices, ReportDelivery};
+use crate::devices::{Devices, FirstN, MAX_MARKS, SERIAL_CAPTURE_MAX};
 use crate::error::{Error, MemoryError, Result};
 use crate::kvm::HostKvm;
 use crate::snapshot::save::{self, SaveContext};
@@ -41,7 +41,9 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
         save::check_destination(path, config.snapshot_force)?;
     }
     // The policy also travels on the command line: where KVM ignores the
-    // CPUID table (kvm_pvm) our guest still limits XCR0 to it.
+    // CPUID table (kvm_pvm) our guest still limits XCR0 to it. That word is
+    // the VMM's alone.
+    check_cmdline_words(&config.cmdline)?;
     let cmdline = with_xfeatures_hint(&config.cmdline, xcr0);
 
     let machine = Machine::create(&host, config.mem_mib)?;
@@ -170,7 +172,7 @@ pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
         devices: l.devices,
         exits: ExitCounts::default(),
         xstate: l.xstate,
-        marks: Vec::new(),
+        marks: FirstN::new(MAX_MARKS),
         start: run_start,
         origin: l.start,
         first_exit: None,
@@ -192,27 +194,41 @@ pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
     let run_time = run_start.elapsed();
 
     let final_xcr0 = vcpu::get_xcr0(&runner.vcpu).ok();
-    let mut report = None;
-    let mut report_errors = Vec::new();
-    for d in runner.devices.reports {
-        match d {
-            ReportDelivery::Accepted(r) => report = Some(r),
-            ReportDelivery::Rejected(e) => report_errors.push(e),
+    // The last check of the guest's XCR0: a guest that left the policy and
+    // then only spun, or exited, still broke it. A crash keeps its own
+    // diagnosis (and register dump).
+    if let (Some(xcr0), RunEnd::Exited(_) | RunEnd::TimedOut(_)) = (final_xcr0, &end) {
+        if let Some(why) = xcr0_violation(xcr0, l.policy.xcr0) {
+            end = RunEnd::ProtocolViolation(why);
         }
     }
+    let devices = runner.devices;
+    let writer = devices.serial.writer();
     let mut serial = l.earlier_serial;
-    serial.extend_from_slice(&runner.devices.serial.writer().captured);
+    serial.extend_from_slice(writer.captured());
+    let mut serial_bytes_dropped = writer.dropped();
+    if serial.len() > SERIAL_CAPTURE_MAX {
+        let cut = serial.len() - SERIAL_CAPTURE_MAX;
+        serial.drain(..cut);
+        serial_bytes_dropped += cut as u64;
+    }
     Ok(RunOutcome {
         policy: l.policy,
         end,
-        report,
-        report_errors,
+        report: devices.report,
+        reports_dropped: devices.reports_dropped,
+        report_errors_dropped: devices.report_errors.dropped(),
+        report_errors: devices.report_errors.into_items(),
+        requests_refused: devices.refused_requests.total(),
+        refused_requests: devices.refused_requests.into_items(),
         serial,
+        serial_bytes_dropped,
         exits: runner.exits,
-        unhandled_ports: runner.devices.unhandled_ports,
+        unhandled_ports: devices.unhandled_ports,
         final_xcr0,
         tsc_khz: l.tsc_khz as u64,
-        marks: runner.marks,
+        marks_dropped: runner.marks.dropped(),
+        marks: runner.marks.into_items(),
         xstate_sync,
         xstate_stats: runner.xstate.stats(),
         setup_time: l.setup_time,
@@ -223,14 +239,22 @@ pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
     })
 }
 
-/// Append `xfeatures=MASK` (see `guest::protocol`) unless the caller set one.
-fn with_xfeatures_hint(cmdline: &str, xcr0: XfeatureMask) -> String {
-    if cmdline
-        .split_whitespace()
-        .any(|w| w.starts_with("xfeatures="))
-    {
-        return cmdline.to_string();
+/// Refuse command-line words the VMM owns (`guest::protocol::VMM_OWNED_WORDS`):
+/// a caller's `xfeatures=` would replace the policy hint.
+pub fn check_cmdline_words(cmdline: &str) -> Result<()> {
+    match guest::protocol::vmm_owned_word(cmdline) {
+        Some(word) => Err(Error::Argument(format!(
+            "guest command-line word {word:?} is the VMM's own (words the VMM sets: {}); \
+             use --xfeatures for the xstate policy",
+            guest::protocol::VMM_OWNED_WORDS.join(" ")
+        ))),
+        None => Ok(()),
     }
+}
+
+/// Append `xfeatures=MASK` (see `guest::protocol`); the caller's command
+/// line has none ([`check_cmdline_words`]).
+fn with_xfeatures_hint(cmdline: &str, xcr0: XfeatureMask) -> String {
     let hint = format!("xfeatures={:#x}", xcr0.bits());
     if cmdline.is_empty() {
         hint

@@ -21,5 +21,5 @@ pub mod vcpu;
 
 pub use config::{KernelImage, RunConfig};
 pub use dump::RegisterDump;
-pub use launch::run;
+pub use launch::{check_cmdline_words, run};
 pub use outcome::{ExitCounts, RunEnd, RunOutcome};

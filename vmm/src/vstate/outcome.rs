@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use guest::protocol::Report;
+use guest::protocol::{Report, GUEST_STATUS_MAX};
+use xstate::XfeatureMask;
 
 use super::dump::RegisterDump;
 use crate::cpuid::Policy;
@@ -26,9 +27,27 @@ pub enum RunEnd {
     TimedOut(Duration),
     /// The VMM wrote a snapshot to this file and stopped the guest.
     Snapshotted(PathBuf),
+    /// The guest broke the protocol: a debug-exit status outside the guest
+    /// range (`guest::protocol::GUEST_STATUS_MAX`), an XCR0 outside the
+    /// xstate policy. The sentence names the fault.
+    ProtocolViolation(String),
 }
 
 impl RunEnd {
+    /// The end a debug-exit write of `status` means: the guest's own
+    /// status when in `0..=GUEST_STATUS_MAX`, a protocol violation otherwise
+    /// (so a guest cannot pass off as a VMM error, crash or timeout).
+    pub fn guest_exit(status: u32) -> RunEnd {
+        if status <= GUEST_STATUS_MAX {
+            RunEnd::Exited(status)
+        } else {
+            RunEnd::ProtocolViolation(format!(
+                "guest wrote out-of-range status {status} to the debug-exit port \
+                 (guest statuses are 0..={GUEST_STATUS_MAX})"
+            ))
+        }
+    }
+
     /// What went wrong, in a sentence; `None` for a clean exit (status 0).
     pub fn failure(&self) -> Option<String> {
         match self {
@@ -40,8 +59,22 @@ impl RunEnd {
                 d.as_secs_f64()
             )),
             RunEnd::Snapshotted(p) => Some(format!("the guest was snapshotted to {}", p.display())),
+            RunEnd::ProtocolViolation(why) => Some(format!("the guest broke the protocol: {why}")),
         }
     }
+}
+
+/// The violation when the guest's XCR0 (as KVM holds it) enables state
+/// outside the xstate `policy`: a sentence naming the components outside.
+pub fn xcr0_violation(xcr0: u64, policy: XfeatureMask) -> Option<String> {
+    let xcr0 = XfeatureMask::from_bits(xcr0);
+    let outside = xcr0 - policy;
+    (!outside.is_empty()).then(|| {
+        format!(
+            "the guest's XCR0 {xcr0:#x} ({xcr0}) enables {outside:#x} ({outside}), \
+             outside the xstate policy {policy:#x} ({policy})"
+        )
+    })
 }
 
 /// Exit counters.
@@ -61,12 +94,25 @@ pub struct RunOutcome {
     pub policy: Policy,
     /// How the run ended.
     pub end: RunEnd,
-    /// The last report the guest handed over, if it was valid.
+    /// The last valid report the guest handed over.
     pub report: Option<Box<Report>>,
-    /// Why a report the guest handed over was refused.
+    /// Valid reports a later one replaced (only the last is kept).
+    pub reports_dropped: u64,
+    /// Why reports the guest handed over were refused: the first
+    /// [`MAX_REPORT_ERRORS`](crate::devices::MAX_REPORT_ERRORS).
     pub report_errors: Vec<String>,
-    /// Everything the guest wrote to COM1 (before a restore included).
+    /// Refused reports beyond those in `report_errors`.
+    pub report_errors_dropped: u64,
+    /// Guest requests the VMM refused (answered to the guest, the run went
+    /// on): the first [`MAX_REFUSED_REQUESTS`](crate::devices::MAX_REFUSED_REQUESTS) reasons.
+    pub refused_requests: Vec<String>,
+    /// How many requests were refused in all.
+    pub requests_refused: u64,
+    /// The last [`SERIAL_CAPTURE_MAX`](crate::devices::SERIAL_CAPTURE_MAX)
+    /// bytes the guest wrote to COM1 (before a restore included).
     pub serial: Vec<u8>,
+    /// Bytes of COM1 output not in `serial` (older than its tail).
+    pub serial_bytes_dropped: u64,
     /// Exits by kind.
     pub exits: ExitCounts,
     /// Port accesses nothing decodes.
@@ -75,8 +121,11 @@ pub struct RunOutcome {
     pub final_xcr0: Option<u64>,
     /// The guest's TSC rate (`KVM_GET_TSC_KHZ`), 0 when unknown.
     pub tsc_khz: u64,
-    /// Benchmark markers the guest wrote, with when (since the run began).
+    /// Benchmark markers the guest wrote, with when (since the run began):
+    /// the first [`MAX_MARKS`](crate::devices::MAX_MARKS).
     pub marks: Vec<(u32, Duration)>,
+    /// Markers beyond those in `marks`.
+    pub marks_dropped: u64,
     /// What the xstate manager did.
     pub xstate_sync: SyncPolicy,
     /// Fetches, write-backs and bytes moved.
@@ -94,4 +143,40 @@ pub struct RunOutcome {
     /// Snapshots that could not be written, each naming the file and the
     /// cause; the guest was resumed after each (at most 16 kept).
     pub snapshot_errors: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guest_statuses_and_vmm_statuses_are_disjoint() {
+        for s in [0, 1, 2, 3, 7, 63] {
+            assert!(
+                matches!(RunEnd::guest_exit(s), RunEnd::Exited(x) if x == s),
+                "{s}"
+            );
+        }
+        for s in [64, 65, 66, 67, 68, 200, u32::MAX] {
+            match RunEnd::guest_exit(s) {
+                RunEnd::ProtocolViolation(why) => assert!(
+                    why.starts_with(&format!("guest wrote out-of-range status {s} ")),
+                    "{why}"
+                ),
+                other => panic!("{s}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn xcr0_outside_the_policy_is_named() {
+        let policy = XfeatureMask::from_bits(0x3);
+        assert_eq!(xcr0_violation(0x3, policy), None);
+        assert_eq!(xcr0_violation(0x1, policy), None);
+        assert_eq!(
+            xcr0_violation(0xe7, policy).unwrap(),
+            "the guest's XCR0 0xe7 (x87,sse,avx,opmask,zmm_hi256,hi16_zmm) enables 0xe4 \
+             (avx,opmask,zmm_hi256,hi16_zmm), outside the xstate policy 0x3 (x87,sse)"
+        );
+    }
 }

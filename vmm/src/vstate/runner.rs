@@ -10,7 +10,10 @@
 
 use std::time::{Duration, Instant};
 
-use guest::protocol::{xmm_edit_pattern, DEBUG_EXIT_PORT, MARK_PORT, REPORT_PORT, SNAPSHOT_PORT};
+use guest::protocol::{
+    xmm_edit_pattern, DEBUG_EXIT_PORT, EDIT_STATUS_DONE, MARK_PORT, REPORT_PORT, SNAPSHOT_PORT,
+    XSTATE_EDIT_PORT,
+};
 use kvm_bindings::{
     KVM_INTERNAL_ERROR_DELIVERY_EV, KVM_INTERNAL_ERROR_EMULATION, KVM_INTERNAL_ERROR_SIMUL_EX,
     KVM_INTERNAL_ERROR_UNEXPECTED_EXIT_REASON,
@@ -19,12 +22,12 @@ use kvm_ioctls::{VcpuExit, VcpuFd};
 use vm_memory::GuestMemoryMmap;
 
 use super::dump::RegisterDump;
-use super::outcome::{ExitCounts, RunEnd};
+use super::outcome::{xcr0_violation, ExitCounts, RunEnd};
 use super::stop::{StopFlag, StopReason};
-use crate::devices::{le_value, Devices, PortAction};
+use crate::devices::{le_value, Devices, FirstN, PortAction};
 use crate::error::{Error, Result};
 use crate::snapshot::save::{self, Running, SaveContext, Trigger};
-use crate::xstate_manager::XstateManager;
+use crate::xstate_manager::{EditOutcome, XstateManager};
 
 /// A vCPU and everything its loop touches, owned by the vCPU thread.
 pub(crate) struct VcpuRunner {
@@ -33,8 +36,9 @@ pub(crate) struct VcpuRunner {
     pub devices: Devices,
     pub exits: ExitCounts,
     pub xstate: XstateManager,
-    /// Benchmark markers, with when (since `start`).
-    pub marks: Vec<(u32, Duration)>,
+    /// Benchmark markers, with when (since `start`): the first
+    /// [`MAX_MARKS`](crate::devices::MAX_MARKS).
+    pub marks: FirstN<(u32, Duration)>,
     /// When the loop began.
     pub start: Instant,
     /// When the run or restore began (for `first_exit`).
@@ -117,9 +121,11 @@ impl VcpuRunner {
                 self.first_exit = Some(self.origin.elapsed());
             }
             let mut snapshot_requested = false;
+            let mut protocol_exit = false;
             let action = match step {
                 Step::Exit(VcpuExit::IoOut(SNAPSHOT_PORT, _)) => {
                     self.exits.io += 1;
+                    protocol_exit = true;
                     if self.snapshot.is_some() {
                         snapshot_requested = true;
                     } else {
@@ -130,6 +136,7 @@ impl VcpuRunner {
                 }
                 Step::Exit(VcpuExit::IoOut(port, data)) => {
                     self.exits.io += 1;
+                    protocol_exit = is_protocol_port(port);
                     self.devices.port_write(&self.mem, port, data)
                 }
                 Step::Exit(VcpuExit::IoIn(port, data)) => {
@@ -151,15 +158,16 @@ impl VcpuRunner {
             };
             self.exits.total += 1;
             self.xstate.on_exit(&self.vcpu)?;
+            if protocol_exit {
+                if let Some(end) = self.policy_violation()? {
+                    return Ok(end);
+                }
+            }
             match action {
                 PortAction::Continue => {}
-                PortAction::Exit(status) => return Ok(RunEnd::Exited(status)),
+                PortAction::Exit(status) => return Ok(RunEnd::guest_exit(status)),
                 PortAction::Mark(v) => self.marks.push((v, self.start.elapsed())),
-                PortAction::EditXmm(reg) => {
-                    let reg = (reg & 15) as usize;
-                    self.xstate
-                        .set_xmm(&self.vcpu, reg, xmm_edit_pattern(reg as u32))?;
-                }
+                PortAction::EditXmm(reg) => self.edit_xmm(reg)?,
             }
             if snapshot_requested {
                 if let Some(end) = self.snapshot(Trigger::Guest)? {
@@ -167,6 +175,33 @@ impl VcpuRunner {
                 }
             }
         }
+    }
+
+    /// The guest's request to set an XMM register: done, or refused and
+    /// answered (`EDIT_STATUS_REFUSED` on the port) and reported; a refusal
+    /// never ends the run.
+    fn edit_xmm(&mut self, reg: u32) -> Result<()> {
+        let reg = (reg & 15) as usize;
+        match self
+            .xstate
+            .guest_edit_xmm(&self.vcpu, reg, xmm_edit_pattern(reg as u32))?
+        {
+            EditOutcome::Done => self.devices.edit_status = EDIT_STATUS_DONE,
+            EditOutcome::Refused(why) => self
+                .devices
+                .refuse_edit(format!("xstate edit request for XMM{reg} refused: {why}")),
+        }
+        Ok(())
+    }
+
+    /// The run's end when the guest's XCR0 (`KVM_GET_XCRS`, ~6 µs) enables
+    /// state outside the xstate policy. Checked at protocol exits (report,
+    /// debug exit, edit and snapshot requests), before any snapshot and at
+    /// the end of the run, never on the benchmark ports (markers, exit
+    /// targets) whose cost `vmm bench exits` measures.
+    fn policy_violation(&self) -> Result<Option<RunEnd>> {
+        let xcr0 = super::vcpu::get_xcr0(&self.vcpu)?;
+        Ok(xcr0_violation(xcr0, self.xstate.policy_xcr0()).map(RunEnd::ProtocolViolation))
     }
 
     /// Write a snapshot and end the run. Called between exits only: the
@@ -179,6 +214,11 @@ impl VcpuRunner {
         let Some(ctx) = self.snapshot.as_ref() else {
             return Ok(Some(RunEnd::TimedOut(Duration::ZERO)));
         };
+        // A snapshot of state outside the policy would be declared
+        // restorable and refused by restore: the run ends here instead.
+        if let Some(end) = self.policy_violation()? {
+            return Ok(Some(end));
+        }
         let began = Instant::now();
         let saved = save::save(
             ctx,
@@ -222,9 +262,16 @@ impl VcpuRunner {
                 Step::Exit(VcpuExit::IoOut(REPORT_PORT, data)) => {
                     // Once, at the end: the rows are in the report.
                     self.devices.port_write(&self.mem, REPORT_PORT, data);
+                    if let Some(end) = self.policy_violation()? {
+                        return Ok(end);
+                    }
                 }
                 Step::Exit(VcpuExit::IoOut(DEBUG_EXIT_PORT, data)) => {
-                    return Ok(RunEnd::Exited(le_value(data)));
+                    let status = le_value(data);
+                    if let Some(end) = self.policy_violation()? {
+                        return Ok(end);
+                    }
+                    return Ok(RunEnd::guest_exit(status));
                 }
                 Step::Exit(_) => {}
                 Step::Interrupted => {
@@ -251,6 +298,15 @@ impl VcpuRunner {
             dump: Box::new(RegisterDump::capture(&self.vcpu)),
         }
     }
+}
+
+/// The ports of the guest/VMM protocol proper, where the VMM checks the
+/// guest's XCR0 against the policy (see [`VcpuRunner::policy_violation`]).
+fn is_protocol_port(port: u16) -> bool {
+    matches!(
+        port,
+        REPORT_PORT | DEBUG_EXIT_PORT | XSTATE_EDIT_PORT | SNAPSHOT_PORT
+    )
 }
 
 /// Describe an exit that ends the run.
