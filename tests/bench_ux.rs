@@ -10,11 +10,11 @@ use std::path::Path;
 use common::{kvm_or_skip, vmm, vmm_json};
 use serde_json::Value;
 
-/// A clap usage error (status 2) whose message names `flag`.
+/// A usage error (status 68, `EXIT_USAGE`) whose message names `flag`.
 fn assert_usage_error(args: &[&str], flag: &str) {
     let out = vmm(args);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert_eq!(out.status.code(), Some(68), "{args:?}: {err}");
     assert!(err.contains(flag), "{args:?} does not name {flag}: {err}");
 }
 

@@ -62,7 +62,7 @@ fn every_shell_gets_a_script() {
     let out = vmm(&["completions", "tcsh"]);
     assert_eq!(
         out.status.code(),
-        Some(2),
+        Some(68),
         "an unknown shell is a usage error"
     );
 }
