@@ -1,54 +1,78 @@
-//! This run of `vmm bench exits` against a baseline, row by row: the
-//! model of the comparison and its table (made by [`super::baseline`]).
+//! This run of a `vmm bench` against a baseline, row by row: the model of
+//! the comparison and its table (made by [`super::baseline::compare`] for
+//! any benchmark described by a [`Kind`]).
 
 use std::fmt::Write as _;
 
-use serde::Serialize;
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::Value;
 
+use super::baseline::{cell, Kind};
 use super::stats::Change;
 use crate::report::table::{or_dash, Columns};
 
-/// One row of this run against the baseline.
-#[derive(Clone, Debug, Serialize)]
+/// One figure of this run against the baseline.
+#[derive(Clone, Debug)]
 pub struct CompareRow {
-    /// Exit kind.
-    pub exit: String,
-    /// Guest mode.
-    pub mode: String,
-    /// Upper-YMM state.
-    pub upper_ymm: String,
-    /// Policy.
-    pub policy: String,
-    /// XCR0 (hex string).
-    pub guest_xcr0: String,
-    /// The baseline's `ns_per_exit`.
-    pub baseline_ns_per_exit: f64,
-    /// This run's `ns_per_exit`.
-    pub ns_per_exit: f64,
-    /// `(now - baseline) / baseline`, in percent: negative is faster.
+    /// The row's key fields (JSON name, value), as [`Kind::key`] orders them.
+    pub key: Vec<(&'static str, Value)>,
+    /// The JSON name of the figure ([`Kind::figure`]).
+    pub figure: &'static str,
+    /// The figure's unit, where rows differ in it.
+    pub unit: Option<String>,
+    /// The baseline's median.
+    pub then: f64,
+    /// This run's median.
+    pub now: f64,
+    /// `(now - baseline) / baseline`, in percent.
     pub change_pct: f64,
     /// `improved`, `regressed` or `no change` (the ranges overlap, or a run
     /// had one round).
     pub verdict: Change,
 }
 
+/// Flat JSON: the key fields, `unit` where rows differ in it,
+/// `baseline_FIGURE`, `FIGURE`, `change_pct`, `verdict` (for `vmm bench
+/// exits`: `exit`, `mode`, ..., `baseline_ns_per_exit`, `ns_per_exit`).
+impl Serialize for CompareRow {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        for (k, v) in &self.key {
+            m.serialize_entry(k, v)?;
+        }
+        if let Some(u) = &self.unit {
+            m.serialize_entry("unit", u)?;
+        }
+        m.serialize_entry(&format!("baseline_{}", self.figure), &self.then)?;
+        m.serialize_entry(self.figure, &self.now)?;
+        m.serialize_entry("change_pct", &self.change_pct)?;
+        m.serialize_entry("verdict", &self.verdict)?;
+        m.end()
+    }
+}
+
 /// This run against a baseline.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct Comparison {
+    /// The benchmark's description (headers, figure).
+    #[serde(skip)]
+    pub kind: &'static Kind,
     /// The baseline's name or file.
     pub baseline: String,
     /// The baseline's rounds.
     pub baseline_rounds: u32,
-    /// Rows present in both runs.
+    /// Figures present in both runs.
     pub rows: Vec<CompareRow>,
-    /// Rows of this run the baseline lacks (`policy exit mode ymm xcr0`).
+    /// Figures of this run the baseline lacks (their key words).
     pub only_now: Vec<String>,
-    /// Rows of the baseline this run lacks.
+    /// Figures of the baseline this run lacks.
     pub only_baseline: Vec<String>,
 }
 
 impl Comparison {
-    /// The comparison table.
+    /// The comparison table: the key columns, then and now (their unit in
+    /// the header, or in a `unit` column where rows differ), the change in
+    /// percent and the verdict.
     pub fn to_table(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(
@@ -57,37 +81,58 @@ impl Comparison {
             self.baseline,
             or_dash((self.baseline_rounds > 0).then_some(self.baseline_rounds))
         );
-        let t = Columns::new()
-            .left("", 6)
-            .left(" ", 5)
-            .left(" ", 6)
-            .left(" ", 14)
-            .left(" ", 6)
-            .right(" ", 9)
-            .right(" ", 9)
-            .right(" ", 8)
-            .left("  ", 0);
-        t.push(
-            &mut s,
-            &[
-                "exit", "mode", "ymm", "policy", "xcr0", "then ns", "now ns", "change", "verdict",
-            ],
-        );
-        for r in &self.rows {
-            t.push(
-                &mut s,
-                &[
-                    r.exit.clone(),
-                    r.mode.clone(),
-                    r.upper_ymm.clone(),
-                    r.policy.clone(),
-                    r.guest_xcr0.clone(),
-                    format!("{:.0}", r.baseline_ns_per_exit),
-                    format!("{:.0}", r.ns_per_exit),
-                    format!("{:+.1}%", r.change_pct),
-                    r.verdict.words().to_string(),
-                ],
-            );
+        let kind = self.kind;
+        let keys: Vec<Vec<String>> = self
+            .rows
+            .iter()
+            .map(|r| r.key.iter().map(|(_, v)| cell(v)).collect())
+            .collect();
+        let mut t = Columns::new();
+        let mut header: Vec<String> = Vec::new();
+        for (i, (_, h)) in kind.key.iter().enumerate() {
+            let w = keys
+                .iter()
+                .filter_map(|k| k.get(i).map(String::len))
+                .chain([h.len()])
+                .max()
+                .unwrap_or(0);
+            t = t.left(if i == 0 { "" } else { " " }, w);
+            header.push(h.to_string());
+        }
+        let (then_h, now_h) = match kind.unit {
+            Some(u) => (format!("then {u}"), format!("now {u}")),
+            None => ("then".to_string(), "now".to_string()),
+        };
+        t = t
+            .right(" ", then_h.len().max(10))
+            .right(" ", now_h.len().max(10));
+        header.extend([then_h, now_h]);
+        let unit_col = kind.unit.is_none();
+        if unit_col {
+            t = t.left(" ", 6);
+            header.push("unit".into());
+        }
+        t = t.right(" ", 10).left("  ", 0);
+        header.extend(["change (%)".to_string(), "verdict".to_string()]);
+        t.push(&mut s, &header);
+        let fig = |v: f64| {
+            if v.abs() >= 100.0 {
+                format!("{v:.0}")
+            } else {
+                format!("{v:.2}")
+            }
+        };
+        for (r, k) in self.rows.iter().zip(keys) {
+            let mut cells = k;
+            cells.extend([fig(r.then), fig(r.now)]);
+            if unit_col {
+                cells.push(or_dash(r.unit.clone()));
+            }
+            cells.extend([
+                format!("{:+.1}", r.change_pct),
+                r.verdict.words().to_string(),
+            ]);
+            t.push(&mut s, &cells);
         }
         let count = |c: Change| self.rows.iter().filter(|r| r.verdict == c).count();
         let _ = writeln!(
