@@ -578,8 +578,8 @@ impl ExitBench {
             .right(" ", 9)
             .right(" ", 13)
             .right(" ", 11)
-            .right(" ", 8)
-            .right(" ", 7)
+            .right(" ", 11)
+            .right(" ", 9)
             .left("  ", 0);
         t.push(
             &mut s,
@@ -590,10 +590,10 @@ impl ExitBench {
                 "policy",
                 "xcr0",
                 "ns/exit",
-                "min..p90",
+                "min..p90 ns",
                 "cycles/exit",
-                "raw ns",
-                "ratio",
+                "raw ns/exit",
+                "ratio (x)",
                 "note",
             ],
         );
