@@ -1,15 +1,67 @@
 //! This run of a `vmm bench` against a baseline, row by row: the model of
 //! the comparison and its table (made by [`super::baseline::compare`] for
-//! any benchmark described by a [`Kind`]).
+//! any benchmark described by a [`Kind`]), and the [`Kind`] itself.
 
 use std::fmt::Write as _;
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::Value;
 
-use super::baseline::{cell, Kind};
-use super::stats::Change;
+use super::stats::{Change, Spread};
 use crate::report::table::{or_dash, Columns};
+
+/// One comparable figure of a benchmark row: what identifies it, its unit
+/// when that varies by row, and its spread over the rounds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sample {
+    /// The values of [`Kind::key`], in order.
+    pub key: Vec<Value>,
+    /// The figure's unit where rows differ in it (`MB/s`, `GFLOPS`).
+    pub unit: Option<String>,
+    /// Min / median / p90 (min = median = p90 when the file has no spread).
+    pub spread: Spread,
+}
+
+/// What a benchmark's rows are compared by: one description per `vmm
+/// bench` subcommand, so one comparison serves them all.
+#[derive(Debug)]
+pub struct Kind {
+    /// The subcommand (`exits`, `init-xstate`): the `bench` field its JSON
+    /// carries and baselines are checked against.
+    pub bench: &'static str,
+    /// The JSON names of the fields identifying a row, and their table
+    /// headers.
+    pub key: &'static [(&'static str, &'static str)],
+    /// The JSON name of the figure: the comparison's rows carry it as
+    /// `FIGURE` and `baseline_FIGURE`.
+    pub figure: &'static str,
+    /// The figure's unit for the table headers, when every row has the same
+    /// one (else the rows' [`Sample::unit`] get a `unit` column).
+    pub unit: Option<&'static str>,
+    /// Whether a larger figure is better (throughput) rather than worse
+    /// (a cost).
+    pub higher_is_better: bool,
+    /// The samples of one JSON row of the benchmark's output.
+    pub samples: fn(&Value) -> Vec<Sample>,
+}
+
+/// A JSON value as a table cell: strings without their quotes.
+pub(crate) fn cell(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The row's `field` as a number, if present.
+pub(crate) fn num(row: &Value, field: &str) -> Option<f64> {
+    row.get(field).and_then(Value::as_f64)
+}
+
+/// The values of `fields` in `row`; `None` if one is missing.
+pub(crate) fn key_of(row: &Value, fields: &[(&str, &str)]) -> Option<Vec<Value>> {
+    fields.iter().map(|(f, _)| row.get(*f).cloned()).collect()
+}
 
 /// One figure of this run against the baseline.
 #[derive(Clone, Debug)]

@@ -16,8 +16,7 @@ use guest::protocol::MARK_END;
 use serde::Serialize;
 use xstate::{Xfeature, XfeatureMask};
 
-use super::baseline::{key_of, num, Kind, Sample};
-use super::compare::Comparison;
+use super::compare::{key_of, num, Comparison, Kind, Sample};
 use super::progress::Progress;
 use super::stats::{Spread, Verdict};
 use crate::devices::SerialSink;

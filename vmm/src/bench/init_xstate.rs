@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use xstate::{InitMode, XfeatureMask};
 
-use super::baseline::{key_of, num, Kind, Sample};
-use super::compare::Comparison;
+use super::compare::{key_of, num, Comparison, Kind, Sample};
 use super::exits::MAX_ROUNDS;
 use super::progress::Progress;
 use super::stats::{Spread, Verdict};

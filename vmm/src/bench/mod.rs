@@ -163,14 +163,14 @@ pub struct BaselineArgs {
     pub baseline_dir: Option<PathBuf>,
 }
 
+/// A baseline to compare with, and its name in the output.
+type Against = (baseline::Baseline, String);
+
 impl BaselineArgs {
     /// Everything that can be refused before measuring: the file
     /// `--save-baseline` will write, and the baseline `--baseline` /
     /// `--compare` name, read and checked to be a `kind` result.
-    fn resolve(
-        &self,
-        kind: &baseline::Kind,
-    ) -> Result<(Option<PathBuf>, Option<(baseline::Baseline, String)>)> {
+    fn resolve(&self, kind: &compare::Kind) -> Result<(Option<PathBuf>, Option<Against>)> {
         let needs_dir = self.save_baseline.is_some() || self.baseline.is_some();
         let dir = needs_dir
             .then(|| baseline::dir(self.baseline_dir.as_deref()))
