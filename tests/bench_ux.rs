@@ -362,3 +362,172 @@ fn run_plot_shows_switch_strategies_and_native_ratios() {
     let refs: Vec<&str> = labels.iter().map(String::as_str).collect();
     assert_svg(&svg, &refs);
 }
+
+#[test]
+fn init_xstate_usage_errors_name_the_flag() {
+    assert_usage_error(&["bench", "init-xstate", "--budget", "0"], "--budget");
+    assert_usage_error(&["bench", "init-xstate", "--budget=-3"], "--budget");
+    assert_usage_error(&["bench", "init-xstate", "--rounds", "101"], "--rounds");
+    assert_usage_error(
+        &["bench", "init-xstate", "--rounds", "2", "--budget", "3"],
+        "--budget",
+    );
+    assert_usage_error(
+        &["bench", "init-xstate", "--baseline", "a", "--compare", "b"],
+        "--compare",
+    );
+    // A result of the other benchmark is refused before measuring.
+    let dir = tempfile::tempdir().unwrap();
+    let other = dir.path().join("exits.json");
+    std::fs::write(&other, r#"{"bench": "exits", "rows": []}"#).unwrap();
+    let out = vmm(&["bench", "init-xstate", "--compare", other.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(
+        err.contains("holds a `vmm bench exits` result, not `init-xstate`"),
+        "{err}"
+    );
+}
+
+/// The median and min..p90 of `v` (a `minimal_spread` / `all_spread`).
+fn spread(v: &Value) -> (f64, f64, f64) {
+    (f(&v["min"]), f(&v["median"]), f(&v["p90"]))
+}
+
+#[test]
+fn quick_init_xstate_reports_spreads_saves_and_compares() {
+    if !kvm_or_skip("quick_init_xstate_reports_spreads_saves_and_compares") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bdir = dir.path().join("baselines");
+    let b = bdir.to_str().unwrap();
+    let (out, v) = vmm_json(&[
+        "bench",
+        "init-xstate",
+        "--quick",
+        "--save-baseline",
+        "first",
+        "--baseline-dir",
+        b,
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("ETA"), "{err}");
+    assert!(err.contains("baseline saved"), "{err}");
+    assert_eq!(v["bench"], "init-xstate");
+    assert_eq!(v["workload"], "aes,linpack,quick");
+    assert_eq!(v["rounds_source"], "calibrated");
+    assert_eq!(f(&v["budget_s"]), 12.0);
+    assert_eq!(v["statistic"], "median");
+    assert!(f(&v["wall_s"]) > 0.0);
+    assert!(v["comparison"].is_null());
+    let rounds = v["rounds"].as_u64().unwrap();
+    assert!((3..=100).contains(&rounds), "{rounds}");
+    let rows = v["rows"].as_array().unwrap();
+    assert!(rows.iter().any(|r| r["name"] == "linpack"), "{v}");
+    for r in rows {
+        let (mmin, mmed, mp90) = spread(&r["minimal_spread"]);
+        let (amin, amed, ap90) = spread(&r["all_spread"]);
+        assert!(mmin <= mmed && mmed <= mp90, "{r}");
+        assert!(amin <= amed && amed <= ap90, "{r}");
+        assert_eq!((f(&r["minimal"]), f(&r["all"])), (mmed, amed));
+        assert!((f(&r["ratio"]) - amed / mmed).abs() < 1e-9);
+        // The verdict follows the ranges; a ratio above 1 outside them is
+        // called "faster", never a gain (the table says so).
+        let overlap = amin <= mp90 && mmin <= ap90;
+        assert_eq!(r["within_noise"].as_bool(), Some(overlap), "{r}");
+        let want = match (overlap, amed < mmed) {
+            (true, _) => "within-noise",
+            (false, true) => "slower",
+            (false, false) => "faster",
+        };
+        assert_eq!(r["all_vs_minimal"], want, "{r}");
+    }
+    let saved = bdir.join("first.json");
+    let saved_v: Value = serde_json::from_slice(&std::fs::read(&saved).unwrap()).unwrap();
+    assert_eq!(saved_v["rows"], v["rows"]);
+    assert!(saved_v.get("comparison").is_none());
+
+    // Against the baseline: every row twice (minimal, all), with the
+    // change of the median and a verdict that follows the ranges (more
+    // throughput is an improvement).
+    let then_of = |r: &Value| {
+        let row = rows
+            .iter()
+            .find(|x| {
+                x["name"] == r["name"] && x["variant"] == r["variant"] && x["size"] == r["size"]
+            })
+            .unwrap();
+        spread(&row[format!("{}_spread", r["initial"].as_str().unwrap())])
+    };
+    let (out, c) = vmm_json(&[
+        "bench",
+        "init-xstate",
+        "--quick",
+        "--rounds",
+        "2",
+        "--compare",
+        saved.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(c["rounds_source"], "given");
+    assert!(c["budget_s"].is_null());
+    let cmp = &c["comparison"];
+    assert_eq!(cmp["baseline_rounds"].as_u64(), Some(rounds));
+    let crow = cmp["rows"].as_array().unwrap();
+    assert_eq!(crow.len(), 2 * rows.len());
+    let now_rows = c["rows"].as_array().unwrap();
+    for r in crow {
+        let (tmin, tmed, tp90) = then_of(r);
+        let now_row = now_rows
+            .iter()
+            .find(|x| {
+                x["name"] == r["name"] && x["variant"] == r["variant"] && x["size"] == r["size"]
+            })
+            .unwrap();
+        let (nmin, nmed, np90) =
+            spread(&now_row[format!("{}_spread", r["initial"].as_str().unwrap())]);
+        assert_eq!(f(&r["baseline_throughput"]), tmed);
+        assert_eq!(f(&r["throughput"]), nmed);
+        assert!((f(&r["change_pct"]) - (nmed - tmed) / tmed * 100.0).abs() < 1e-6);
+        let overlap = nmin <= tp90 && tmin <= np90;
+        let want = match (overlap, nmed > tmed) {
+            (true, _) => "no change",
+            (false, true) => "improved",
+            (false, false) => "regressed",
+        };
+        assert_eq!(r["verdict"], want, "{r}");
+        assert!(
+            ["MB/s", "GFLOPS"].contains(&r["unit"].as_str().unwrap()),
+            "{r}"
+        );
+    }
+    assert!(cmp["only_now"].as_array().unwrap().is_empty());
+    assert!(cmp["only_baseline"].as_array().unwrap().is_empty());
+
+    // --baseline NAME prints the comparison in words.
+    let out = vmm(&[
+        "bench",
+        "init-xstate",
+        "--workload",
+        "aes,quick",
+        "--rounds",
+        "1",
+        "--baseline",
+        "first",
+        "--baseline-dir",
+        b,
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("compared with baseline first"), "{text}");
+    assert!(text.contains("no change (within noise)"), "{text}");
+    assert!(text.contains("1 round: noise unknown"), "{text}");
+    // linpack was in the baseline, not in this run.
+    assert!(text.contains("not in this run: linpack"), "{text}");
+}

@@ -227,9 +227,16 @@ pub fn guest_cmdline(data: &[u8]) {
         .split_ascii_whitespace()
         .filter(|w| {
             matches!(*w, "quiet" | "selftest")
-                || ["workload=", "fault=", "xfeatures=", "bench=", "exits=", "hostile="]
-                    .iter()
-                    .any(|p| w.starts_with(p))
+                || [
+                    "workload=",
+                    "fault=",
+                    "xfeatures=",
+                    "bench=",
+                    "exits=",
+                    "hostile=",
+                ]
+                .iter()
+                .any(|p| w.starts_with(p))
         })
         .count();
     assert_eq!(c.unknown_words().count() + known, words);

@@ -1,8 +1,10 @@
-//! Baselines of `vmm bench exits`, criterion-style: `--save-baseline NAME`
+//! Baselines of `vmm bench exits` and `vmm bench init-xstate`, criterion-style: `--save-baseline NAME`
 //! stores this run's JSON as `NAME.json` in the baseline directory,
 //! `--baseline NAME` (or `--compare FILE.json`, any `--json` output) compares
 //! this run with it row by row: the change of the median in percent, and
 //! whether it is significant (the two runs' min..p90 ranges do not overlap).
+//! Each benchmark describes its rows by a [`Kind`] (key fields, figure,
+//! whether more is better), so one comparison serves both.
 //!
 //! The directory is `--baseline-dir`, else `$XDG_DATA_HOME/vmm/bench`, else
 //! `~/.local/share/vmm/bench`: the guest is embedded in the binary, so a
@@ -11,10 +13,10 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use super::compare::{CompareRow, Comparison};
-use super::exits::ExitBench;
+use super::compare::{cell, CompareRow, Comparison, Kind, Sample};
 use super::stats::{Change, Spread};
 use crate::error::BaselineError;
 
@@ -54,21 +56,25 @@ pub fn path(dir: &Path, flag: &'static str, name: &str) -> Result<PathBuf, Basel
     Ok(dir.join(format!("{name}.json")))
 }
 
-/// Write `bench` (without its own comparison) to `path`, creating the
-/// directory; the file is replaced in one rename, never left half-written.
-pub fn save(path: &Path, bench: &ExitBench) -> Result<(), BaselineError> {
+/// Write `bench`'s JSON (without its own `comparison`) to `path`,
+/// creating the directory; the file is replaced in one rename, never left
+/// half-written.
+pub fn save<T: Serialize>(path: &Path, bench: &T) -> Result<(), BaselineError> {
     let write_err = |p: &Path| {
         let p = p.to_path_buf();
         move |source| BaselineError::Write { path: p, source }
     };
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(write_err(dir))?;
-    let mut plain = bench.clone();
-    plain.comparison = None;
-    let text = serde_json::to_string_pretty(&plain).map_err(|e| BaselineError::Write {
+    let json_err = |e: serde_json::Error| BaselineError::Write {
         path: path.to_path_buf(),
         source: e.into(),
-    })?;
+    };
+    let mut plain = serde_json::to_value(bench).map_err(json_err)?;
+    if let Some(o) = plain.as_object_mut() {
+        o.remove("comparison");
+    }
+    let text = serde_json::to_string_pretty(&plain).map_err(json_err)?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(write_err(dir))?;
     std::io::Write::write_all(&mut tmp, text.as_bytes()).map_err(write_err(path))?;
     tmp.persist(path).map_err(|e| BaselineError::Write {
@@ -78,9 +84,9 @@ pub fn save(path: &Path, bench: &ExitBench) -> Result<(), BaselineError> {
     Ok(())
 }
 
-/// A baseline as read back: only the fields the comparison needs, so any
-/// `vmm bench exits --json` output (also from before spreads existed) is
-/// accepted.
+/// A baseline as read back: the rows stay JSON, read by the benchmark's
+/// [`Kind::samples`], so any `--json` output of that benchmark (also from
+/// before spreads existed) is accepted.
 #[derive(Clone, Debug, Deserialize)]
 pub struct Baseline {
     /// Which benchmark wrote it (absent in old files).
@@ -90,118 +96,185 @@ pub struct Baseline {
     #[serde(default)]
     pub rounds: u32,
     /// Its rows.
-    pub rows: Vec<BaselineRow>,
+    pub rows: Vec<Value>,
 }
 
-/// One row of a [`Baseline`].
-#[derive(Clone, Debug, Deserialize)]
-pub struct BaselineRow {
-    /// Exit kind.
-    pub exit: String,
-    /// Guest mode.
-    pub mode: String,
-    /// Upper-YMM state.
-    pub upper_ymm: String,
-    /// Policy.
-    pub policy: String,
-    /// XCR0 as its hex string.
-    pub guest_xcr0: String,
-    /// The row's figure.
-    pub ns_per_exit: Option<f64>,
-    /// Spread, when the file has it.
-    #[serde(default)]
-    pub ns_per_exit_min: Option<f64>,
-    /// Spread, when the file has it.
-    #[serde(default)]
-    pub ns_per_exit_p90: Option<f64>,
-}
-
-impl BaselineRow {
-    fn spread(&self) -> Option<Spread> {
-        let m = self.ns_per_exit?;
-        Some(Spread {
-            min: self.ns_per_exit_min.unwrap_or(m),
-            median: m,
-            p90: self.ns_per_exit_p90.unwrap_or(m),
-        })
-    }
-}
-
-/// Read a baseline file (`--baseline` resolved, or `--compare FILE`).
-pub fn load(path: &Path) -> Result<Baseline, BaselineError> {
+/// Read a baseline file (`--baseline` resolved, or `--compare FILE`) of
+/// benchmark `kind`.
+pub fn load(path: &Path, kind: &Kind) -> Result<Baseline, BaselineError> {
     let bytes = crate::input::open_regular(path, "baseline", MAX_BASELINE_BYTES)?.read_all()?;
     let b: Baseline = serde_json::from_slice(&bytes).map_err(|source| BaselineError::Parse {
         path: path.to_path_buf(),
-        bench: "exits",
+        bench: kind.bench,
         source,
     })?;
     match b.bench.as_deref() {
-        None | Some("exits") => Ok(b),
+        None => Ok(b),
+        Some(found) if found == kind.bench => Ok(b),
         Some(other) => Err(BaselineError::WrongBench {
             path: path.to_path_buf(),
-            bench: "exits",
+            bench: kind.bench,
             found: other.to_string(),
         }),
     }
 }
 
-fn row_id(policy: &str, exit: &str, mode: &str, ymm: &str, xcr0: &str) -> String {
-    format!("{policy} {exit} {mode} {ymm} {xcr0}")
+/// A key's words, for the `only_now` / `only_baseline` lists.
+fn id(key: &[Value]) -> String {
+    key.iter().map(cell).collect::<Vec<_>>().join(" ")
 }
 
-/// Compare `now` with `then` (named `name` in the output) row by row.
-pub fn compare(now: &ExitBench, then: &Baseline, name: String) -> Comparison {
+fn samples(kind: &Kind, rows: &[Value]) -> Vec<Sample> {
+    rows.iter().flat_map(|r| (kind.samples)(r)).collect()
+}
+
+/// Compare `now` (this run, of benchmark `kind`) with `then` (named `name`
+/// in the output) figure by figure.
+pub fn compare<T: Serialize>(
+    kind: &'static Kind,
+    now: &T,
+    then: &Baseline,
+    name: String,
+) -> Comparison {
+    let now = serde_json::to_value(now).unwrap_or(Value::Null);
+    let rounds_now = now["rounds"].as_u64().map_or(1, |r| r as u32);
+    let mine = samples(kind, now["rows"].as_array().map_or(&[][..], Vec::as_slice));
+    let theirs = samples(kind, &then.rows);
+    let flip = |s: Spread| {
+        if kind.higher_is_better {
+            s.negated()
+        } else {
+            s
+        }
+    };
     let mut rows = Vec::new();
     let mut only_now = Vec::new();
-    let mut matched = vec![false; then.rows.len()];
-    for r in &now.rows {
-        let xcr0 = format!("{:#x}", r.guest_xcr0);
-        let id = row_id(&r.policy, &r.exit, &r.mode, &r.upper_ymm, &xcr0);
-        let found = then.rows.iter().position(|b| {
-            b.exit == r.exit
-                && b.mode == r.mode
-                && b.upper_ymm == r.upper_ymm
-                && b.policy == r.policy
-                && b.guest_xcr0 == xcr0
-        });
-        let Some(i) = found else {
-            only_now.push(id);
+    let mut matched = vec![false; theirs.len()];
+    for m in mine {
+        let Some(i) = theirs
+            .iter()
+            .position(|t| t.key == m.key && t.unit == m.unit)
+        else {
+            only_now.push(id(&m.key));
             continue;
         };
         matched[i] = true;
-        let b = &then.rows[i];
-        let (Some(mine), Some(theirs)) = (r.spread(), b.spread()) else {
-            only_now.push(id);
-            continue;
-        };
-        if theirs.median <= 0.0 {
-            only_now.push(id);
+        let t = &theirs[i];
+        if t.spread.median == 0.0 {
+            only_now.push(id(&m.key));
             continue;
         }
         rows.push(CompareRow {
-            exit: r.exit.clone(),
-            mode: r.mode.clone(),
-            upper_ymm: r.upper_ymm.clone(),
-            policy: r.policy.clone(),
-            guest_xcr0: xcr0,
-            baseline_ns_per_exit: theirs.median,
-            ns_per_exit: mine.median,
-            change_pct: (mine.median - theirs.median) / theirs.median * 100.0,
-            verdict: Change::of(&mine, &theirs, now.rounds, then.rounds.max(1)),
+            key: kind
+                .key
+                .iter()
+                .map(|k| k.0)
+                .zip(m.key.iter().cloned())
+                .collect(),
+            figure: kind.figure,
+            unit: m.unit.clone(),
+            then: t.spread.median,
+            now: m.spread.median,
+            change_pct: (m.spread.median - t.spread.median) / t.spread.median.abs() * 100.0,
+            verdict: Change::of(
+                &flip(m.spread),
+                &flip(t.spread),
+                rounds_now,
+                then.rounds.max(1),
+            ),
         });
     }
-    let only_baseline = then
-        .rows
+    let only_baseline = theirs
         .iter()
         .zip(&matched)
         .filter(|(_, m)| !**m)
-        .map(|(b, _)| row_id(&b.policy, &b.exit, &b.mode, &b.upper_ymm, &b.guest_xcr0))
+        .map(|(t, _)| id(&t.key))
         .collect();
     Comparison {
+        kind,
         baseline: name,
         baseline_rounds: then.rounds,
         rows,
         only_now,
         only_baseline,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::compare::{key_of, num};
+    use serde_json::json;
+
+    fn one(row: &Value) -> Vec<Sample> {
+        let Some(key) = key_of(row, TEST.key) else {
+            return Vec::new();
+        };
+        let Some(m) = num(row, "rate") else {
+            return Vec::new();
+        };
+        vec![Sample {
+            key,
+            unit: None,
+            spread: Spread {
+                min: num(row, "rate_min").unwrap_or(m),
+                median: m,
+                p90: num(row, "rate_p90").unwrap_or(m),
+            },
+        }]
+    }
+
+    static TEST: Kind = Kind {
+        bench: "test",
+        key: &[("name", "name"), ("size", "size")],
+        figure: "rate",
+        unit: Some("MB/s"),
+        higher_is_better: true,
+        samples: one,
+    };
+
+    #[test]
+    fn higher_is_better_flips_the_verdict() {
+        let now = json!({"rounds": 3, "rows": [
+            {"name": "a", "size": 1, "rate": 200.0, "rate_min": 190.0, "rate_p90": 210.0},
+            {"name": "b", "size": 1, "rate": 100.0, "rate_min": 95.0, "rate_p90": 105.0},
+            {"name": "c", "size": 1, "rate": 100.0, "rate_min": 90.0, "rate_p90": 130.0},
+            {"name": "new", "size": 1, "rate": 1.0}
+        ]});
+        let then = Baseline {
+            bench: Some("test".into()),
+            rounds: 3,
+            rows: vec![
+                json!({"name": "a", "size": 1, "rate": 100.0, "rate_min": 95.0, "rate_p90": 105.0}),
+                json!({"name": "b", "size": 1, "rate": 200.0, "rate_min": 190.0, "rate_p90": 210.0}),
+                json!({"name": "c", "size": 1, "rate": 110.0, "rate_min": 100.0, "rate_p90": 120.0}),
+                json!({"name": "old", "size": 2, "rate": 1.0}),
+            ],
+        };
+        let c = compare(&TEST, &now, &then, "b0".into());
+        let v: Vec<_> = c.rows.iter().map(|r| (r.change_pct, r.verdict)).collect();
+        assert_eq!(
+            v,
+            [
+                (100.0, Change::Improved),
+                (-50.0, Change::Regressed),
+                (-100.0 / 11.0, Change::NoChange)
+            ]
+        );
+        assert_eq!(c.only_now, ["new 1"]);
+        assert_eq!(c.only_baseline, ["old 2"]);
+        let j = serde_json::to_value(&c).unwrap();
+        assert_eq!(j["rows"][0]["name"], "a");
+        assert_eq!(j["rows"][0]["size"], 1);
+        assert_eq!(j["rows"][0]["baseline_rate"], 100.0);
+        assert_eq!(j["rows"][0]["rate"], 200.0);
+        assert_eq!(j["rows"][0]["verdict"], "improved");
+        let t = c.to_table();
+        assert!(t.contains("then MB/s"), "{t}");
+        assert!(t.contains("change (%)"), "{t}");
+        assert!(
+            t.contains("1 improved, 1 regressed, 1 no change (within noise)"),
+            "{t}"
+        );
     }
 }

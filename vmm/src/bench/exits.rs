@@ -16,7 +16,7 @@ use guest::protocol::MARK_END;
 use serde::Serialize;
 use xstate::{Xfeature, XfeatureMask};
 
-use super::compare::Comparison;
+use super::compare::{key_of, num, Comparison, Kind, Sample};
 use super::progress::Progress;
 use super::stats::{Spread, Verdict};
 use crate::devices::SerialSink;
@@ -182,6 +182,41 @@ pub struct ExitBench {
     pub notes: Vec<String>,
     /// This run against `--baseline` / `--compare`, when given.
     pub comparison: Option<Comparison>,
+}
+
+/// How `--baseline` / `--compare` read the rows of `vmm bench exits --json`
+/// output: by exit, mode, YMM state, policy and XCR0, comparing
+/// `ns_per_exit` (a cost: lower is better).
+pub static KIND: Kind = Kind {
+    bench: "exits",
+    key: &[
+        ("exit", "exit"),
+        ("mode", "mode"),
+        ("upper_ymm", "ymm"),
+        ("policy", "policy"),
+        ("guest_xcr0", "xcr0"),
+    ],
+    figure: "ns_per_exit",
+    unit: Some("ns/exit"),
+    higher_is_better: false,
+    samples: samples_of_row,
+};
+
+/// A JSON row's `ns_per_exit` with its spread where the file has one
+/// (files from before spreads existed have the median only).
+fn samples_of_row(row: &serde_json::Value) -> Vec<Sample> {
+    let (Some(key), Some(m)) = (key_of(row, KIND.key), num(row, "ns_per_exit")) else {
+        return Vec::new();
+    };
+    vec![Sample {
+        key,
+        unit: None,
+        spread: Spread {
+            min: num(row, "ns_per_exit_min").unwrap_or(m),
+            median: m,
+            p90: num(row, "ns_per_exit_p90").unwrap_or(m),
+        },
+    }]
 }
 
 /// The rows' identity: XCR0, policy, exit, mode, YMM state.
@@ -543,8 +578,8 @@ impl ExitBench {
             .right(" ", 9)
             .right(" ", 13)
             .right(" ", 11)
-            .right(" ", 8)
-            .right(" ", 7)
+            .right(" ", 11)
+            .right(" ", 9)
             .left("  ", 0);
         t.push(
             &mut s,
@@ -555,10 +590,10 @@ impl ExitBench {
                 "policy",
                 "xcr0",
                 "ns/exit",
-                "min..p90",
+                "min..p90 ns",
                 "cycles/exit",
-                "raw ns",
-                "ratio",
+                "raw ns/exit",
+                "ratio (x)",
                 "note",
             ],
         );

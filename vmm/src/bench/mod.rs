@@ -5,8 +5,8 @@
 //!
 //! Shared by both: [`stats`] (median, min..p90 spread, within-noise
 //! verdicts), [`progress`] (the stderr progress bar), `--plot` through
-//! [`crate::report::plot`]; for `exits`, [`baseline`] and [`compare`]
-//! (saved runs and the row-by-row comparison with them).
+//! [`crate::report::plot`], [`baseline`] and [`compare`] (saved runs and
+//! the row-by-row comparison with them, one code for both benchmarks).
 
 pub mod baseline;
 pub mod compare;
@@ -92,21 +92,42 @@ pub enum BenchCommand {
         baseline: BaselineArgs,
     },
     /// The same workloads with the initial XSTATE_BV = x87|SSE and = all of XCR0.
+    ///
+    /// Each row is the median of interleaved rounds with its min..p90
+    /// spread, and all/min their ratio; ratios whose ranges overlap are
+    /// marked "within noise", and a ratio above 1 is never reported as a
+    /// gain. Without --rounds, the first round is timed and as many rounds
+    /// run as fit --budget (at least 3).
     InitXstate {
         /// Workloads to run under both initial states, as for `vmm run`
-        /// (none, quick, aes, gemm, linpack, all; comma-separated).
-        #[arg(long, value_name = "LIST", default_value = "aes,linpack")]
-        workload: String,
+        /// (none, quick, aes, gemm, linpack, all; comma-separated)
+        /// [default: aes,linpack; aes,linpack,quick with --quick].
+        #[arg(long, value_name = "LIST")]
+        workload: Option<String>,
         /// The policy, as for `vmm run` (`avx512`, `host,-avx`, ...).
         /// Default: everything KVM supports.
         #[arg(long, value_name = "MASK", allow_hyphen_values = true)]
         xfeatures: Option<String>,
-        /// Interleaved rounds; each row reports their median and spread.
-        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=MAX_ROUNDS as i64))]
-        rounds: u32,
+        /// Interleaved rounds; each row reports their median and spread
+        /// [default: calibrated to --budget].
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=MAX_ROUNDS as i64), conflicts_with = "budget")]
+        rounds: Option<u32>,
+        /// Seconds the run should take: the first round (one boot per
+        /// initial state) is timed and as many rounds run as fit, at least
+        /// 3 (so a budget below three rounds is exceeded) [default: 60; 12
+        /// with --quick].
+        #[arg(long, value_name = "SECONDS", value_parser = parse_budget)]
+        budget: Option<f64>,
+        /// A short run (well under 30 s): the workloads at their quick
+        /// sizes (unless --workload) and a 12 s budget.
+        #[arg(long)]
+        quick: bool,
         /// Output options.
         #[command(flatten)]
         out: OutputArgs,
+        /// Baseline options.
+        #[command(flatten)]
+        baseline: BaselineArgs,
     },
 }
 
@@ -124,7 +145,7 @@ pub struct OutputArgs {
     pub plot: Option<PathBuf>,
 }
 
-/// Baselines of `vmm bench exits` (see [`baseline`]).
+/// Baselines of `vmm bench exits` and `init-xstate` (see [`baseline`]).
 #[derive(Args)]
 pub struct BaselineArgs {
     /// Save this run as baseline NAME (NAME.json in the baseline directory).
@@ -133,13 +154,58 @@ pub struct BaselineArgs {
     /// Compare this run with the saved baseline NAME.
     #[arg(long, value_name = "NAME", conflicts_with = "compare")]
     pub baseline: Option<String>,
-    /// Compare this run with FILE, any `vmm bench exits --json` output.
+    /// Compare this run with FILE, any `--json` output of the same
+    /// `vmm bench` subcommand.
     #[arg(long, value_name = "FILE.json")]
     pub compare: Option<PathBuf>,
     /// Where baselines are kept [default: $XDG_DATA_HOME/vmm/bench, else
     /// ~/.local/share/vmm/bench].
     #[arg(long, value_name = "DIR")]
     pub baseline_dir: Option<PathBuf>,
+}
+
+/// A baseline to compare with, and its name in the output.
+type Against = (baseline::Baseline, String);
+
+impl BaselineArgs {
+    /// Everything that can be refused before measuring: the file
+    /// `--save-baseline` will write, and the baseline `--baseline` /
+    /// `--compare` name, read and checked to be a `kind` result.
+    fn resolve(&self, kind: &compare::Kind) -> Result<(Option<PathBuf>, Option<Against>)> {
+        let needs_dir = self.save_baseline.is_some() || self.baseline.is_some();
+        let dir = needs_dir
+            .then(|| baseline::dir(self.baseline_dir.as_deref()))
+            .transpose()?;
+        let save_to = match (&self.save_baseline, &dir) {
+            (Some(name), Some(d)) => Some(baseline::path(d, "--save-baseline", name)?),
+            _ => None,
+        };
+        let against = match (&self.baseline, &dir, &self.compare) {
+            (Some(name), Some(d), _) => {
+                let path = baseline::path(d, "--baseline", name)?;
+                if !path.exists() {
+                    return Err(crate::error::BaselineError::Missing {
+                        name: name.clone(),
+                        path,
+                    }
+                    .into());
+                }
+                Some((baseline::load(&path, kind)?, name.clone()))
+            }
+            (_, _, Some(file)) => Some((baseline::load(file, kind)?, file.display().to_string())),
+            _ => None,
+        };
+        Ok((save_to, against))
+    }
+}
+
+/// `--save-baseline`: write `bench` to `path`, if given, and say where.
+fn save<T: serde::Serialize>(path: Option<&Path>, bench: &T) -> Result<()> {
+    if let Some(path) = path {
+        baseline::save(path, bench)?;
+        eprintln!("vmm: baseline saved to {}", path.display());
+    }
+    Ok(())
 }
 
 fn print<T: serde::Serialize>(json: Option<Document>, value: &T, table: String) -> Result<()> {
@@ -178,29 +244,7 @@ pub fn main(args: BenchArgs) -> Result<i32> {
             if let Some(p) = &out.plot {
                 plot::check_target(p)?;
             }
-            let needs_dir = bl.save_baseline.is_some() || bl.baseline.is_some();
-            let dir = needs_dir
-                .then(|| baseline::dir(bl.baseline_dir.as_deref()))
-                .transpose()?;
-            let save_to = match (&bl.save_baseline, &dir) {
-                (Some(name), Some(d)) => Some(baseline::path(d, "--save-baseline", name)?),
-                _ => None,
-            };
-            let against = match (&bl.baseline, &dir, &bl.compare) {
-                (Some(name), Some(d), _) => {
-                    let path = baseline::path(d, "--baseline", name)?;
-                    if !path.exists() {
-                        return Err(crate::error::BaselineError::Missing {
-                            name: name.clone(),
-                            path,
-                        }
-                        .into());
-                    }
-                    Some((baseline::load(&path)?, name.clone()))
-                }
-                (_, _, Some(file)) => Some((baseline::load(file)?, file.display().to_string())),
-                _ => None,
-            };
+            let (save_to, against) = bl.resolve(&exits::KIND)?;
             let host = HostKvm::open()?;
             let masks = if !xfeatures.is_empty() {
                 xfeatures
@@ -250,36 +294,61 @@ pub fn main(args: BenchArgs) -> Result<i32> {
             drop(progress);
             let mut b = measured?;
             if let Some((then, name)) = &against {
-                b.comparison = Some(baseline::compare(&b, then, name.clone()));
+                b.comparison = Some(baseline::compare(&exits::KIND, &b, then, name.clone()));
             }
             print(out.json.then_some(Document::BenchExits), &b, b.to_table())?;
-            if let Some(path) = &save_to {
-                baseline::save(path, &b)?;
-                eprintln!("vmm: baseline saved to {}", path.display());
-            }
+            save(save_to.as_deref(), &b)?;
             write_plot(out.plot.as_deref(), || b.charts())?;
         }
         BenchCommand::InitXstate {
             workload,
             xfeatures,
             rounds,
+            budget,
+            quick,
             out,
+            baseline: bl,
         } => {
+            let default_workload = if quick {
+                init_xstate::QUICK_WORKLOAD
+            } else {
+                init_xstate::DEFAULT_WORKLOAD
+            };
+            let workload = workload.unwrap_or_else(|| default_workload.to_string());
             guest::workloads::Selection::parse(&workload)
                 .map_err(|e| Error::Argument(format!("invalid --workload {workload:?}: {e}")))?;
             if let Some(p) = &out.plot {
                 plot::check_target(p)?;
             }
-            let progress = Progress::new(2 * u64::from(rounds), out.quiet);
+            let (save_to, against) = bl.resolve(&init_xstate::KIND)?;
+            let default_budget = if quick {
+                init_xstate::QUICK_BUDGET_S
+            } else {
+                init_xstate::DEFAULT_BUDGET_S
+            };
+            let rounds = match rounds {
+                Some(n) => init_xstate::Rounds::Given(n),
+                None => init_xstate::Rounds::Budget(budget.unwrap_or(default_budget)),
+            };
+            let progress = Progress::new(2, out.quiet);
             let measured =
                 init_xstate::run(&workload, xfeatures.as_deref(), rounds, timeout, &progress);
             drop(progress);
-            let b = measured?;
+            let mut b = measured?;
+            if let Some((then, name)) = &against {
+                b.comparison = Some(baseline::compare(
+                    &init_xstate::KIND,
+                    &b,
+                    then,
+                    name.clone(),
+                ));
+            }
             print(
                 out.json.then_some(Document::BenchInitXstate),
                 &b,
                 b.to_table(),
             )?;
+            save(save_to.as_deref(), &b)?;
             write_plot(out.plot.as_deref(), || b.charts())?;
         }
     }

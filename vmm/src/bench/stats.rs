@@ -53,6 +53,16 @@ impl Spread {
         self.min <= other.p90 && other.min <= self.p90
     }
 
+    /// The spread of the negated samples: a figure where more is better
+    /// (throughput) turned into a cost, for [`Change::of`].
+    pub fn negated(&self) -> Spread {
+        Spread {
+            min: -self.p90,
+            median: -self.median,
+            p90: -self.min,
+        }
+    }
+
     /// Each value divided by `by`.
     pub fn scaled(&self, by: f64) -> Spread {
         Spread {

@@ -57,22 +57,22 @@ impl FeaturesView {
         let mut t = Columns::new()
             .right("", 2)
             .left(" ", 9)
-            .left(" ", 40)
+            .left(" ", 36)
             .left(" ", 4)
-            .right("", 5)
+            .right("", 6)
             .right(" ", 5)
-            .right(" ", 5)
-            .right(" ", 5)
+            .right(" ", 7)
+            .right(" ", 6)
             .left(" ", 3);
         let mut header = vec![
             "id",
             "name",
             "description",
             "u/s",
-            "size",
-            "std",
-            "cmpct",
-            "+xss",
+            "size B",
+            "std B",
+            "cmpct B",
+            "+xss B",
         ];
         header.push("cpu");
         if kvm {
@@ -144,10 +144,13 @@ impl FeaturesView {
             .left("", 16)
             .right(" ", 9)
             .right(" ", 9)
-            .right(" ", 9)
             .right(" ", 10)
+            .right(" ", 11)
             .right(" ", 10);
-        t.push(s, &["", "XCR0", "XSS", "standard", "compacted", "+XSS"]);
+        t.push(
+            s,
+            &["", "XCR0", "XSS", "standard B", "compacted B", "+XSS B"],
+        );
         let row = |s: &mut String, name: &str, m: &MaskColumn| {
             t.push(
                 s,
@@ -228,13 +231,20 @@ impl Comparison {
             .right("", 2)
             .left(" ", 9)
             .left(" ", 4)
-            .right("", 5);
-        for i in 0..self.hosts.len() {
-            t = t.right(if i == 0 { " " } else { "" }, 6);
+            .right("", 6);
+        for _ in &self.hosts {
+            t = t.right(" ", 8);
         }
         t = t.left("  ", 0);
-        let mut header = vec!["id", "name", "u/s", "size"];
-        header.extend(self.hosts.iter().map(|h| h.label.as_str()));
+        // Host columns hold standard offsets, in bytes (spelled out: the
+        // hosts are labelled A, B, ...).
+        let hosts: Vec<String> = self
+            .hosts
+            .iter()
+            .map(|h| format!("{} bytes", h.label))
+            .collect();
+        let mut header = vec!["id", "name", "u/s", "size B"];
+        header.extend(hosts.iter().map(String::as_str));
         header.push("agreement");
         t.push(&mut s, &header);
         for c in &self.components {
@@ -272,7 +282,7 @@ impl Comparison {
         }
         let _ = writeln!(
             s,
-            "(host columns: standard offset; \"yes\" for supervisor state, which has none)"
+            "(host columns: standard offset in bytes; \"yes\" for supervisor state, which has none)"
         );
         let _ = writeln!(s);
         let _ = writeln!(

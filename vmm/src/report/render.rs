@@ -90,11 +90,11 @@ impl RunSummary {
                 .left("  ", 3)
                 .left(" ", 12)
                 .right(" ", 6)
-                .right(" ", 9)
-                .right(" ", 10);
+                .right(" ", 10)
+                .right(" ", 11);
             t.push(
                 &mut s,
-                &["id", "component", "size", "standard", "compacted"],
+                &["id", "component", "size B", "standard B", "compacted B"],
             );
             for r in &c.components {
                 t.push(
@@ -118,7 +118,7 @@ impl RunSummary {
                 .right(" ", 12)
                 .left(" ", 6)
                 .left(" ", 5)
-                .right(" ", 7)
+                .right(" ", 10)
                 .left("  ", 0);
             t.push(
                 &mut s,
@@ -129,7 +129,7 @@ impl RunSummary {
                     "throughput",
                     "unit",
                     "check",
-                    "native",
+                    "native (x)",
                     "per op",
                 ],
             );

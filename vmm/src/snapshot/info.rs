@@ -213,7 +213,7 @@ impl SnapshotInfo {
             .right(" ", 10)
             .right(" ", 10)
             .left("  ", 0);
-        t.push(&mut s, &["name", "offset", "bytes", "crc32"]);
+        t.push(&mut s, &["name", "offset B", "length B", "crc32"]);
         for e in &self.sections {
             t.push(
                 &mut s,
