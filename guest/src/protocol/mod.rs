@@ -61,9 +61,9 @@ pub mod serial_record;
 pub use cmdline::{Cmdline, BENCH_NAMES, DEFAULT_EXIT_COUNT, FAULT_KINDS, WORKLOAD_NAMES};
 pub use names::{exception_mnemonic, xsave_variants, SWITCH_STRATEGIES, XSAVE_FEATURE_NAMES};
 pub use ports::{
-    xmm_edit_pattern, ExitStatus, ACPI_S5_SHUTDOWN, ACPI_SHUTDOWN_PORT, I8042_COMMAND_PORT,
-    I8042_RESET, BENCH_MMIO_ADDR, BENCH_PIO_PORT, DEBUG_EXIT_PORT, MARK_END,
-    MARK_PORT, REPORT_PORT, SERIAL_PORT, SNAPSHOT_PORT, XSTATE_EDIT_PORT,
+    xmm_edit_pattern, ExitStatus, ACPI_S5_SHUTDOWN, ACPI_SHUTDOWN_PORT, BENCH_MMIO_ADDR,
+    BENCH_PIO_PORT, DEBUG_EXIT_PORT, I8042_COMMAND_PORT, I8042_RESET, MARK_END, MARK_PORT,
+    REPORT_PORT, SERIAL_PORT, SNAPSHOT_PORT, XSTATE_EDIT_PORT,
 };
 pub use record::{
     field_str, fixed_str, ComponentReport, FaultRecord, Report, ReportError, ResultRecord,

@@ -121,11 +121,7 @@ fn pack(bytes: &[u8], mut sink: impl FnMut(u8)) {
             i += 1;
             continue;
         }
-        let run = bytes[i..]
-            .iter()
-            .take(255)
-            .take_while(|&&b| b == 0)
-            .count();
+        let run = bytes[i..].iter().take(255).take_while(|&&b| b == 0).count();
         sink(0);
         sink(run as u8);
         i += run;
@@ -336,7 +332,11 @@ mod tests {
             assert_eq!(back.as_bytes(), r.as_bytes());
         }
         // An empty report packs to a few dozen bytes; a busy one stays small.
-        assert!(line_of(&Report::new()).len() < 200, "{}", line_of(&Report::new()));
+        assert!(
+            line_of(&Report::new()).len() < 200,
+            "{}",
+            line_of(&Report::new())
+        );
         assert!(line_of(&sample()).len() < 8 * 1024);
         // A report with no zero byte at all still round-trips (worst case).
         let mut full = Report::new();
@@ -395,7 +395,10 @@ mod tests {
             parse_record(&line.replace(" crc32=", " crc=")).err(),
             Some(RecordError::BadField("crc32"))
         );
-        assert_eq!(parse_record("VMMREC2 size=1").err(), Some(RecordError::NotFound));
+        assert_eq!(
+            parse_record("VMMREC2 size=1").err(),
+            Some(RecordError::NotFound)
+        );
         let msg = std::format!("{}", RecordError::Truncated { got: 1, need: 8 });
         assert_eq!(msg, "VMMREC1 line cut: 1 of 8 data characters");
     }

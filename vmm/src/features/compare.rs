@@ -12,8 +12,8 @@ use xstate::{largest_valid_xcr0, restorable_on, Xfeature, XfeatureMask, XsaveInf
 use super::guest_log::GuestRecord;
 use super::profile::HostProfile;
 use crate::cpuid::GATED_FLAGS;
-use guest::protocol::{field_str, WorkUnit, SWITCH_STRATEGIES};
 use crate::report::hex;
+use guest::protocol::{field_str, WorkUnit, SWITCH_STRATEGIES};
 
 /// One host as compared.
 #[derive(Clone, Debug, Serialize)]

@@ -96,7 +96,13 @@ impl GuestRecord {
             r.cpuid_xss_supported as u32,
             (r.cpuid_xss_supported >> 32) as u32,
         );
-        for (i, c) in r.components.iter().enumerate().take(REPORT_COMPONENTS).skip(2) {
+        for (i, c) in r
+            .components
+            .iter()
+            .enumerate()
+            .take(REPORT_COMPONENTS)
+            .skip(2)
+        {
             raw[i] = CpuidRegs::new(c.size, c.offset, c.flags, 0);
         }
         raw
@@ -271,7 +277,11 @@ mod tests {
         let n = log.len();
         log.truncate(n - 8);
         let e = GuestRecord::parse(Path::new("cut.log"), &log).unwrap_err();
-        assert!(e.to_string().starts_with("guest log cut.log: VMMREC1 line cut"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("guest log cut.log: VMMREC1 line cut"),
+            "{e}"
+        );
         let mut r = report();
         r.cpuid1_ecx = 0;
         let g = GuestRecord::parse(Path::new("old.log"), &log_of(&r)).unwrap();

@@ -350,7 +350,9 @@ fn load_source(path: &std::path::Path) -> Result<compare::Source, FeaturesError>
             path: path.to_path_buf(),
             reason: format!("not UTF-8 text: {}", e.utf8_error()),
         })?;
-        return Ok(compare::Source::Host(profile::HostProfile::parse(path, &text)?));
+        return Ok(compare::Source::Host(profile::HostProfile::parse(
+            path, &text,
+        )?));
     }
     if guest_log::holds_record(&bytes) {
         let g = guest_log::GuestRecord::parse(path, &bytes)?;
