@@ -336,7 +336,7 @@ impl Comparison {
         let rows: Vec<_> = self
             .flags
             .iter()
-            .filter(|f| f.present.iter().any(|p| *p == Some(true)))
+            .filter(|f| f.present.contains(&Some(true)))
             .collect();
         if rows.is_empty() {
             return;
