@@ -330,35 +330,37 @@ fn compare_cmd(args: &CompareArgs) -> Result<i32, FeaturesError> {
     Ok(if args.check && !all_ok { 1 } else { 0 })
 }
 
-/// A `compare` input, told apart by content: JSON is a profile, a file with
-/// a VMMREC1 line a guest log; anything else is refused by name.
+/// A `compare` input, told apart by content: a file with a VMMREC1 line is
+/// a guest log; JSON (or an empty file) is a profile, checked as one;
+/// anything else is refused by name.
 fn load_source(path: &std::path::Path) -> Result<compare::Source, FeaturesError> {
     let bytes = crate::input::open_regular(path, "compare input", guest_log::MAX_GUEST_LOG_BYTES)?
         .read_all()?;
-    if bytes.trim_ascii_start().starts_with(b"{") {
-        if bytes.len() as u64 > profile::MAX_PROFILE_BYTES {
-            return Err(FeaturesError::Profile {
-                path: path.to_path_buf(),
-                reason: format!(
-                    "{} bytes, more than a profile's {} at most",
-                    bytes.len(),
-                    profile::MAX_PROFILE_BYTES
-                ),
-            });
-        }
-        let text = String::from_utf8(bytes).map_err(|e| FeaturesError::Profile {
-            path: path.to_path_buf(),
-            reason: format!("not UTF-8 text: {}", e.utf8_error()),
-        })?;
-        return Ok(compare::Source::Host(profile::HostProfile::parse(
-            path, &text,
-        )?));
-    }
     if guest_log::holds_record(&bytes) {
         let g = guest_log::GuestRecord::parse(path, &bytes)?;
         return Ok(compare::Source::Guest(g.to_profile()?, g));
     }
-    Err(FeaturesError::UnknownInput {
+    let start = bytes.trim_ascii_start();
+    if !start.is_empty() && !start.starts_with(b"{") {
+        return Err(FeaturesError::UnknownInput {
+            path: path.to_path_buf(),
+        });
+    }
+    if bytes.len() as u64 > profile::MAX_PROFILE_BYTES {
+        return Err(FeaturesError::Profile {
+            path: path.to_path_buf(),
+            reason: format!(
+                "{} bytes, more than a profile's {} at most",
+                bytes.len(),
+                profile::MAX_PROFILE_BYTES
+            ),
+        });
+    }
+    let text = String::from_utf8(bytes).map_err(|e| FeaturesError::Profile {
         path: path.to_path_buf(),
-    })
+        reason: format!("not UTF-8 text: {}", e.utf8_error()),
+    })?;
+    Ok(compare::Source::Host(profile::HostProfile::parse(
+        path, &text,
+    )?))
 }
