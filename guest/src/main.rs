@@ -47,6 +47,9 @@ extern "C" fn user_main(start_info: u32) -> ! {
         }
     };
     let cmdline = Cmdline::parse(cmdline_text);
+    // Without `quiet`, also print the record line for VMMs that do not
+    // read the report port (the fault and panic paths too).
+    report::print_record_too(!cmdline.quiet);
 
     if let Ok(info) = &boot_info {
         if !cmdline.quiet {
@@ -143,10 +146,10 @@ extern "C" fn user_main(start_info: u32) -> ! {
         status = ExitStatus::CheckFailed;
     }
     report::fill_xinuse(report);
-    report::send(report);
     if !cmdline.quiet {
         report::print_human(report, status, &mut out);
     }
+    report::send_everywhere(report, &mut out);
     syscall::exit(status)
 }
 

@@ -39,7 +39,7 @@ pub extern "C" fn kernel_on_fault() -> ! {
     }
     let _ = writeln!(out);
     out.flush();
-    report::send(report);
+    report::send_everywhere(report, &mut out);
     exit_direct(ExitStatus::Exception)
 }
 
@@ -57,7 +57,7 @@ pub fn on_panic(info: &core::panic::PanicInfo<'_>) -> ! {
     out.flush();
     // SAFETY: the panicking flow of control never resumes (panic=abort
     // semantics), so this is now the only reference to the report.
-    report::send(unsafe { &*report::report_ptr() });
+    report::send_everywhere(unsafe { &*report::report_ptr() }, &mut out);
     exit_direct(ExitStatus::Exception)
 }
 

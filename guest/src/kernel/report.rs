@@ -8,8 +8,10 @@ use super::syscall::outl;
 use super::xcr0;
 use core::cell::UnsafeCell;
 use core::fmt::{self, Write};
+use core::sync::atomic::{AtomicBool, Ordering};
 use guest::protocol::{
-    field_str, xsave_variants, ComponentReport, ExitStatus, Report, WorkUnit, REPORT_PORT,
+    field_str, write_record, xsave_variants, ComponentReport, ExitStatus, Report, WorkUnit,
+    REPORT_PORT,
 };
 use xstate::{CpuidRegs, Format, InfoError, LayoutError, Xfeature, XfeatureMask, XsaveInfo};
 
@@ -48,6 +50,28 @@ pub fn report_ptr() -> *mut Report {
 /// Hand the report's guest-physical address to the VMM (one 32-bit write).
 pub fn send(report: &Report) {
     outl(REPORT_PORT, report as *const Report as u64 as u32);
+}
+
+/// Whether [`send`] also prints the record line on COM1: set when the
+/// command line lacks `quiet` (a VMM that passes `quiet` reads the report
+/// port). A static because the fault and panic paths, which also send,
+/// never see the command line.
+static RECORD_ON_SERIAL: AtomicBool = AtomicBool::new(false);
+
+/// Ask [`send`] to print the record line too (see [`RECORD_ON_SERIAL`]).
+pub fn print_record_too(on: bool) {
+    RECORD_ON_SERIAL.store(on, Ordering::Relaxed);
+}
+
+/// Hand the report over both ways a VMM may read it: its address to the
+/// report port (`vmm`), and, unless `quiet`, its record line on COM1 (any
+/// VMM's serial log; see [`guest::protocol::serial_record`]).
+pub fn send_everywhere(report: &Report, out: &mut Console) {
+    send(report);
+    if RECORD_ON_SERIAL.load(Ordering::Relaxed) {
+        let _ = write_record(report, out);
+        out.flush();
+    }
 }
 
 /// Name of state component `i` (the xstate crate's short names).

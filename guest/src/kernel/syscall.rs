@@ -15,7 +15,7 @@
 //! | 1 | [`SYS_NOP`] | — | 0: a bare CPL3→CPL0→CPL3 round trip |
 //! | 2 | [`SYS_PORT_WRITES`] | port, value, count | 0 after `count` 32-bit `out`s at CPL0 (exit benchmark) |
 //! | 3 | [`SYS_XSETBV`] | XCR index, value | 0, or [`SYS_ERR_REFUSED`] when the CPU raised #GP/#UD |
-//! | 4 | [`SYS_HALT`] | — | does not return: HLT with interrupts off (the vCPU stops) |
+//! | 4 | [`SYS_HALT`] | — | does not return: the peer-VMM shutdown writes (ACPI S5, i8042 reset; see [`super::boot`]), then HLT with interrupts off |
 //! | 5 | [`SYS_CPUID`] | leaf, subleaf | RAX = EBX:EAX, RDX = EDX:ECX of CPUID executed at CPL0 |
 //! | 6 | [`SYS_MMIO_STORES`] | address, value, count | 0 after `count` 32-bit stores at CPL0 (exit benchmark) |
 //! | 7 | [`SYS_CPUID_LOOP`] | leaf, count | 0 after `count` CPUIDs (subleaf 0) at CPL0 (exit benchmark) |

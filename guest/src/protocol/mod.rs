@@ -8,6 +8,8 @@
 //! |-------|-------|-----------|---------|
 //! | 0x3f8 | 8     | out       | COM1 8250 UART: the human-readable report (QEMU and `vmm` alike) |
 //! | 0xf4  | 32    | out       | debug exit: the guest is done, the value is its [`ExitStatus`] (0..=[`GUEST_STATUS_MAX`]; above is a protocol violation) |
+//! | 0x600 | 8     | out       | after the debug exit, for VMMs that ignore it: ACPI S5 shutdown (Cloud Hypervisor) |
+//! | 0x64  | 8     | out       | after that: i8042 CPU reset (Firecracker); then the guest halts |
 //! | 0xf8  | 32    | out       | report: guest-physical address (< 4 GiB) of a [`Report`] |
 //! | 0xf0  | 32    | out       | exit benchmark target: the VMM decodes the exit and does nothing else |
 //! | 0xec  | 32    | out       | benchmark marker: [`MARK_END`] \| result index; the VMM timestamps rows |
@@ -53,11 +55,13 @@
 //! | [`record`] | the [`Report`] record and its decoder |
 //! | [`cmdline`] | the command line: words and [`Cmdline`] |
 //! | [`names`] | exception mnemonics, XSAVE extension and strategy names |
+//! | [`serial_record`] | the [`Report`] as one line of serial text (`VMMREC1 ...`), for VMMs without the report port |
 
 pub mod cmdline;
 pub mod names;
 pub mod ports;
 pub mod record;
+pub mod serial_record;
 
 pub use cmdline::{
     vmm_owned_word, Cmdline, BENCH_NAMES, DEFAULT_EXIT_COUNT, FAULT_KINDS, HOSTILE_MODES,
@@ -65,12 +69,14 @@ pub use cmdline::{
 };
 pub use names::{exception_mnemonic, xsave_variants, SWITCH_STRATEGIES, XSAVE_FEATURE_NAMES};
 pub use ports::{
-    xmm_edit_pattern, ExitStatus, BENCH_MMIO_ADDR, BENCH_PIO_PORT, DEBUG_EXIT_PORT,
-    EDIT_STATUS_DONE, EDIT_STATUS_NONE, EDIT_STATUS_REFUSED, GUEST_STATUS_MAX, MARK_END, MARK_PORT,
-    REPORT_PORT, SERIAL_PORT, SNAPSHOT_PORT, XSTATE_EDIT_PORT,
+    xmm_edit_pattern, ExitStatus, ACPI_S5_SHUTDOWN, ACPI_SHUTDOWN_PORT, BENCH_MMIO_ADDR,
+    BENCH_PIO_PORT, DEBUG_EXIT_PORT, EDIT_STATUS_DONE, EDIT_STATUS_NONE, EDIT_STATUS_REFUSED,
+    GUEST_STATUS_MAX, I8042_COMMAND_PORT, I8042_RESET, MARK_END, MARK_PORT, REPORT_PORT,
+    SERIAL_PORT, SNAPSHOT_PORT, XSTATE_EDIT_PORT,
 };
 pub use record::{
     field_str, fixed_str, ComponentReport, FaultRecord, Report, ReportError, ResultRecord,
     SkipRecord, WorkUnit, MAX_RESULTS, MAX_SKIPPED, NAME_LEN, REASON_LEN, REPORT_COMPONENTS,
     REPORT_MAGIC, REPORT_VERSION,
 };
+pub use serial_record::{parse_record, records_in, write_record, RecordError, RECORD_PREFIX};

@@ -7,6 +7,17 @@
 pub const SERIAL_PORT: u16 = 0x3f8;
 /// Debug exit (QEMU `isa-debug-exit` compatible): a 32-bit write ends the run.
 pub const DEBUG_EXIT_PORT: u16 = 0xf4;
+/// Cloud Hypervisor's ACPI shutdown port (its DSDT's sleep control
+/// register): an 8-bit write of [`ACPI_S5_SHUTDOWN`] powers the VM off. The
+/// guest writes it after [`DEBUG_EXIT_PORT`], for VMMs that ignore the latter.
+pub const ACPI_SHUTDOWN_PORT: u16 = 0x600;
+/// SLP_TYP = 5 (S5, soft off) in bits 2..=4, SLP_EN in bit 5.
+pub const ACPI_S5_SHUTDOWN: u8 = (5 << 2) | (1 << 5);
+/// The i8042 keyboard controller's command port: Firecracker ends the VM on
+/// [`I8042_RESET`] there. Written after [`ACPI_SHUTDOWN_PORT`].
+pub const I8042_COMMAND_PORT: u16 = 0x64;
+/// i8042 command "pulse the CPU reset line".
+pub const I8042_RESET: u8 = 0xfe;
 /// A 32-bit write hands the VMM the guest-physical address of a [`Report`](crate::protocol::Report).
 pub const REPORT_PORT: u16 = 0xf8;
 /// Exit benchmark: the PIO target port.

@@ -9,9 +9,11 @@
 use serde::Serialize;
 use xstate::{largest_valid_xcr0, restorable_on, Xfeature, XfeatureMask, XsaveInfo};
 
+use super::guest_log::GuestRecord;
 use super::profile::HostProfile;
 use crate::cpuid::GATED_FLAGS;
 use crate::report::hex;
+use guest::protocol::{field_str, WorkUnit, SWITCH_STRATEGIES};
 
 /// One host as compared.
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
@@ -23,7 +25,8 @@ pub struct HostColumn {
     /// The CPU's name as recorded.
     pub name: String,
     /// `kvm` when the profile records KVM's supported leaf 0xD (used for the
-    /// baseline and restore checks), else `cpu`.
+    /// baseline and restore checks), `guest` for a guest record (the CPUID
+    /// its VMM exposed), else `cpu`.
     pub xcr0_source: &'static str,
     /// The XCR0 a guest can get there.
     #[serde(serialize_with = "hex::mask")]
@@ -141,6 +144,140 @@ pub struct Comparison {
     pub flag_differences: Vec<FlagDifference>,
     /// The restore check (null without `--xstate-bv`).
     pub restore: Option<RestoreCheck>,
+    /// Every gating CPUID flag, per source (empty unless at least one
+    /// source recorded leaves 1 and 7).
+    pub flags: Vec<FlagAcross>,
+    /// What each guest record says the guest did and paid, in source
+    /// order; empty when only host profiles were compared.
+    pub guests: Vec<GuestColumn>,
+}
+
+/// One gating CPUID flag across the sources.
+#[derive(schemars::JsonSchema, Clone, Debug, Serialize)]
+pub struct FlagAcross {
+    /// The flag's name.
+    pub flag: &'static str,
+    /// Per source: offered (null where leaves 1/7 were not recorded).
+    pub present: Vec<Option<bool>>,
+}
+
+/// A source of `compare`: a host profile or a guest record from a serial log.
+#[derive(Clone, Debug)]
+pub enum Source {
+    /// A CPUID profile (`vmm features save`).
+    Host(HostProfile),
+    /// A guest record: the CPUID a VMM exposed, as the guest saw it (its
+    /// profile, made once), and what the guest measured.
+    Guest(HostProfile, GuestRecord),
+}
+
+impl Source {
+    /// The CPUID facts compared.
+    pub fn profile(&self) -> &HostProfile {
+        match self {
+            Self::Host(p) | Self::Guest(p, _) => p,
+        }
+    }
+}
+
+/// One guest-timed figure: cycles per event of a benchmark row.
+#[derive(schemars::JsonSchema, Clone, Debug, Serialize)]
+pub struct GuestTiming {
+    /// Row name (`exit`, `ctxsw`, ...).
+    pub name: String,
+    /// Row variant (`pio-cpl3`, `xsavec`, ...).
+    pub variant: String,
+    /// TSC cycles per event.
+    pub cycles_per_event: f64,
+    /// Nanoseconds per event, when the guest knew its TSC frequency.
+    pub ns_per_event: Option<f64>,
+}
+
+/// What one guest did and what it cost, from its record.
+#[derive(schemars::JsonSchema, Clone, Debug, Serialize)]
+pub struct GuestColumn {
+    /// The source's label.
+    pub label: String,
+    /// The log file.
+    pub file: String,
+    /// XCR0 the guest set.
+    #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
+    pub xcr0: XfeatureMask,
+    /// XINUSE at the end (null without XGETBV(1)).
+    pub xinuse: Option<String>,
+    /// The guest's TSC frequency (0: unknown to it).
+    pub tsc_khz: u64,
+    /// The context-switch strategy it chose at boot.
+    pub switch_strategy: String,
+    /// Cycles per switch by strategy, as calibrated at boot (null: the
+    /// guest's CPUID lacks it).
+    pub switch_cycles: Vec<(&'static str, Option<u64>)>,
+    /// Per-event costs of its `Events` rows (exits, context switches).
+    pub timings: Vec<GuestTiming>,
+    /// Valid records in the log (more than 1: the last was used).
+    pub records_found: usize,
+}
+
+impl GuestColumn {
+    fn new(label: &str, g: &GuestRecord) -> Self {
+        let r = &g.report;
+        let xgetbv1 = r.cpuid_xsave_features & xstate::info::leaf_d1_eax::XGETBV1 != 0;
+        let timings = r
+            .results()
+            .iter()
+            .filter(|x| x.unit == WorkUnit::Events as u32 && x.work != 0)
+            .map(|x| {
+                let cpe = x.cycles as f64 / x.work as f64;
+                GuestTiming {
+                    name: field_str(&x.name).to_string(),
+                    variant: field_str(&x.variant).to_string(),
+                    cycles_per_event: cpe,
+                    ns_per_event: (r.tsc_khz != 0).then(|| cpe * 1e6 / r.tsc_khz as f64),
+                }
+            })
+            .collect();
+        GuestColumn {
+            label: label.to_string(),
+            file: g.file.clone(),
+            xcr0: XfeatureMask::from_bits(r.xcr0),
+            xinuse: xgetbv1.then(|| format!("{:#x}", r.xinuse)),
+            tsc_khz: r.tsc_khz,
+            switch_strategy: field_str(&r.switch_strategy).to_string(),
+            switch_cycles: SWITCH_STRATEGIES
+                .iter()
+                .zip(r.switch_cycles)
+                .map(|(n, c)| (*n, (c != 0).then_some(c)))
+                .collect(),
+            timings,
+            records_found: g.records_found,
+        }
+    }
+}
+
+/// Compare host profiles and guest records side by side: [`compare`] on
+/// every source's CPUID, plus the per-flag table and each guest's own
+/// figures.
+pub fn compare_sources(
+    sources: &[Source],
+    restore: Option<(XfeatureMask, XfeatureMask)>,
+) -> Comparison {
+    let hosts: Vec<HostProfile> = sources.iter().map(|s| s.profile().clone()).collect();
+    let mut c = compare(&hosts, restore);
+    for (col, s) in c.hosts.iter_mut().zip(sources) {
+        if let Source::Guest(..) = s {
+            col.xcr0_source = "guest";
+        }
+    }
+    c.guests = sources
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| match s {
+            Source::Guest(_, g) => Some(GuestColumn::new(&label(i), g)),
+            Source::Host(_) => None,
+        })
+        .collect();
+    c
 }
 
 /// The leaf 0xD that decides what a guest can get on a host.
@@ -333,6 +470,18 @@ pub fn compare(hosts: &[HostProfile], restore: Option<(XfeatureMask, XfeatureMas
         }
     }
 
+    let flags = if recorded.iter().any(|r| *r) {
+        GATED_FLAGS
+            .iter()
+            .map(|f| FlagAcross {
+                flag: f.name,
+                present: hosts.iter().map(|h| h.flag(f)).collect(),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+
     let restore = restore.map(|(xcr0, xstate_bv)| RestoreCheck {
         xstate_bv,
         xcr0,
@@ -362,6 +511,8 @@ pub fn compare(hosts: &[HostProfile], restore: Option<(XfeatureMask, XfeatureMas
         differences,
         flag_differences,
         restore,
+        flags,
+        guests: Vec::new(),
     }
 }
 

@@ -15,6 +15,22 @@ pub enum FeaturesError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A serial log holds no valid guest record (or the record cannot be
+    /// compared).
+    #[error("guest log {}: {reason}", path.display())]
+    GuestLog {
+        /// The log file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A `compare` input is neither a CPUID profile nor a serial log with
+    /// a guest record.
+    #[error("{}: neither a CPUID profile (JSON) nor a serial log with a VMMREC1 guest record", path.display())]
+    UnknownInput {
+        /// The file.
+        path: PathBuf,
+    },
     /// A profile file is not a regular file of a profile's size, or cannot
     /// be read.
     #[error(transparent)]

@@ -82,6 +82,14 @@
 //! | `differences` | every difference, one sentence each |
 //! | `flag_differences` | gating CPUID flags (AVX2, AVX-512*, AMX*, ...) that differ: `flag`, `present_on`, `missing_on` |
 //! | `restore` | null without `--xstate-bv`; else `xstate_bv`, `xcr0` and per host `label`, `file`, `restorable`, `reason` |
+//! | `flags` | every gating CPUID flag: `flag`, per source `present` (null where leaves 1/7 were not recorded); empty when no source recorded them |
+//! | `guests` | per guest-log source: `label`, `file`, `xcr0` (set), `xinuse`, `tsc_khz`, `switch_strategy`, `switch_cycles` (`[strategy, cycles or null]`), `timings` (`name`, `variant`, `cycles_per_event`, `ns_per_event` of its event rows: exit costs, context switches), `records_found` |
+//!
+//! Guest logs: `compare` also takes serial logs of our guest under any VMM
+//! (QEMU, Cloud Hypervisor, Firecracker, `vmm run --serial`); the guest's
+//! `VMMREC1` record line ([`guest_log`]) stands in as a host whose CPUID is
+//! what that VMM exposed (`xcr0_source` `guest`). `vmm features --guest-log
+//! LOG` shows one such record as the guest column.
 //!
 //! Saved profiles: see [`profile`].
 
@@ -96,6 +104,7 @@ pub mod bundled;
 pub mod compare;
 pub mod diff;
 pub mod error;
+pub mod guest_log;
 pub mod inputs;
 pub mod profile;
 pub mod render;
@@ -145,6 +154,11 @@ pub struct ShowArgs {
     /// Do not boot the guest (no guest column).
     #[arg(long)]
     pub no_boot: bool,
+    /// Take the guest column from the VMMREC1 record in a serial log of
+    /// our guest under any VMM (no boot). Alone, the CPU column is the
+    /// CPUID the guest saw; with --profile, the profile's.
+    #[arg(long, value_name = "FILE")]
+    pub guest_log: Option<PathBuf>,
     /// Stop the guest after this many seconds (0: no limit; at most 7 days).
     #[arg(long, value_name = "SECONDS", default_value = "60",
           value_parser = crate::input::parse_seconds)]
@@ -181,9 +195,11 @@ pub struct SaveArgs {
 #[derive(clap::Args, Debug)]
 pub struct CompareArgs {
     /// Profiles to compare: bundled profile names (see
-    /// `vmm features --list-profiles`) or profile files (`vmm features save`
-    /// output); a bundled name wins over a file of the same name.
-    #[arg(value_name = "NAME|FILE", required = true, num_args = 1..)]
+    /// `vmm features --list-profiles`), profile files (`vmm features save`
+    /// output), and serial logs of our guest under any VMM (their VMMREC1
+    /// record), files told apart by content; a bundled name wins over a
+    /// file of the same name.
+    #[arg(value_name = "NAME|FILE|LOG", required = true, num_args = 1..)]
     pub profiles: Vec<PathBuf>,
     /// Check on which hosts state with this XSTATE_BV can be restored.
     #[arg(long, value_name = "MASK")]
@@ -276,7 +292,10 @@ fn show(args: &ShowArgs) -> Result<i32, FeaturesError> {
         }
         return Ok(0);
     }
-    let inputs = gather(args)?;
+    let inputs = match &args.guest_log {
+        Some(log) => guest_log::inputs(log, args.profile.as_deref(), args.xfeatures.as_deref())?,
+        None => gather(args)?,
+    };
     let view = view::build(&inputs);
     if args.json {
         print_json(Document::Features, &view)?;
@@ -323,10 +342,10 @@ fn parse_mask(opt: &str, s: &str) -> Result<XfeatureMask, FeaturesError> {
 }
 
 fn compare_cmd(args: &CompareArgs) -> Result<i32, FeaturesError> {
-    let hosts = args
+    let sources = args
         .profiles
         .iter()
-        .map(|p| bundled::load(p))
+        .map(|p| load_source(p))
         .collect::<Result<Vec<_>, _>>()?;
     let restore = match &args.xstate_bv {
         None => None,
@@ -339,7 +358,7 @@ fn compare_cmd(args: &CompareArgs) -> Result<i32, FeaturesError> {
             Some((xcr0, bv))
         }
     };
-    let c = compare::compare(&hosts, restore);
+    let c = compare::compare_sources(&sources, restore);
     if args.json {
         print_json(Document::FeaturesCompare, &c)?;
     } else {
@@ -350,4 +369,43 @@ fn compare_cmd(args: &CompareArgs) -> Result<i32, FeaturesError> {
         .as_ref()
         .is_none_or(|r| r.hosts.iter().all(|h| h.restorable));
     Ok(if args.check && !all_ok { 1 } else { 0 })
+}
+
+/// A `compare` input, told apart by content: a file with a VMMREC1 line is
+/// a guest log; JSON (or an empty file) is a profile, checked as one;
+/// anything else is refused by name.
+fn load_source(path: &std::path::Path) -> Result<compare::Source, FeaturesError> {
+    if path.to_str().and_then(bundled::find).is_some() || !path.exists() {
+        // A bundled profile by name, or the error naming the bundled ones.
+        return Ok(compare::Source::Host(bundled::load(path)?));
+    }
+    let bytes = crate::input::open_regular(path, "compare input", guest_log::MAX_GUEST_LOG_BYTES)?
+        .read_all()?;
+    if guest_log::holds_record(&bytes) {
+        let g = guest_log::GuestRecord::parse(path, &bytes)?;
+        return Ok(compare::Source::Guest(g.to_profile()?, g));
+    }
+    let start = bytes.trim_ascii_start();
+    if !start.is_empty() && !start.starts_with(b"{") {
+        return Err(FeaturesError::UnknownInput {
+            path: path.to_path_buf(),
+        });
+    }
+    if bytes.len() as u64 > profile::MAX_PROFILE_BYTES {
+        return Err(FeaturesError::Profile {
+            path: path.to_path_buf(),
+            reason: format!(
+                "{} bytes, more than a profile's {} at most",
+                bytes.len(),
+                profile::MAX_PROFILE_BYTES
+            ),
+        });
+    }
+    let text = String::from_utf8(bytes).map_err(|e| FeaturesError::Profile {
+        path: path.to_path_buf(),
+        reason: format!("not UTF-8 text: {}", e.utf8_error()),
+    })?;
+    Ok(compare::Source::Host(profile::HostProfile::parse(
+        path, &text,
+    )?))
 }

@@ -315,6 +315,8 @@ impl Comparison {
                 let _ = writeln!(s, "  - {d}");
             }
         }
+        self.flags_table(&mut s);
+        self.guests_table(&mut s);
         if let Some(r) = &self.restore {
             let _ = writeln!(s);
             let _ = writeln!(
@@ -334,6 +336,96 @@ impl Comparison {
             }
         }
         s
+    }
+}
+
+impl Comparison {
+    /// Per gating CPUID flag, which sources offer it (only flags some
+    /// source offers; `?` where leaves 1/7 were not recorded).
+    fn flags_table(&self, s: &mut String) {
+        let rows: Vec<_> = self
+            .flags
+            .iter()
+            .filter(|f| f.present.contains(&Some(true)))
+            .collect();
+        if rows.is_empty() {
+            return;
+        }
+        let _ = writeln!(s);
+        let _ = writeln!(s, "CPUID flags that need extended state (as offered):");
+        let mut t = Columns::new().left("  ", 19);
+        for i in 0..self.hosts.len() {
+            t = t.right(if i == 0 { " " } else { "" }, 4);
+        }
+        let mut header = vec!["flag"];
+        header.extend(self.hosts.iter().map(|h| h.label.as_str()));
+        t.push(s, &header);
+        for f in rows {
+            let mut row = vec![f.flag.to_string()];
+            row.extend(f.present.iter().map(|p| {
+                match p {
+                    Some(true) => "yes",
+                    Some(false) => "-",
+                    None => "?",
+                }
+                .to_string()
+            }));
+            t.push(s, &row);
+        }
+    }
+
+    /// What each guest record says the guest enabled and paid.
+    fn guests_table(&self, s: &mut String) {
+        if self.guests.is_empty() {
+            return;
+        }
+        let _ = writeln!(s);
+        let _ = writeln!(s, "Guests (from their VMMREC1 serial records):");
+        for g in &self.guests {
+            let _ = writeln!(
+                s,
+                "  {:<2} XCR0 set {:#x}, XINUSE {}, TSC {}, switch strategy {}",
+                g.label,
+                g.xcr0,
+                g.xinuse.as_deref().unwrap_or("unknown"),
+                if g.tsc_khz == 0 {
+                    "unknown".to_string()
+                } else {
+                    format!("{} kHz", g.tsc_khz)
+                },
+                if g.switch_strategy.is_empty() {
+                    "none"
+                } else {
+                    &g.switch_strategy
+                }
+            );
+            let cycles: Vec<String> = g
+                .switch_cycles
+                .iter()
+                .filter_map(|(n, c)| c.map(|c| format!("{n} {c}")))
+                .collect();
+            if !cycles.is_empty() {
+                let _ = writeln!(s, "     switch cycles: {}", cycles.join(", "));
+            }
+            for t in &g.timings {
+                let ns = t
+                    .ns_per_event
+                    .map(|n| format!(" = {:.2} us", n / 1000.0))
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    s,
+                    "     {} [{}]: {:.0} cycles/event{ns}",
+                    t.name, t.variant, t.cycles_per_event
+                );
+            }
+            if g.records_found > 1 {
+                let _ = writeln!(
+                    s,
+                    "     ({} records in {}; the last one is shown)",
+                    g.records_found, g.file
+                );
+            }
+        }
     }
 }
 

@@ -93,8 +93,7 @@ fatal:
     movl ${exit_exception}, %eax
     movw ${debug_exit_port}, %dx
     outl %eax, %dx
-2:  hlt
-    jmp 2b
+    jmp peer_shutdown
 
 hex_digits:
     .ascii "0123456789abcdef"

@@ -79,8 +79,20 @@
 //!   a fault is already being reported: the handler prints a fixed message
 //!   with the vector and RIP on COM1 and writes `ExitStatus::Exception` to
 //!   the debug-exit port itself. Nothing can triple-fault.
+//!
+//! # Ending the run under other VMMs
+//!
+//! Every way out (`SYS_EXIT`, `SYS_HALT`, the fatal path) writes the
+//! debug-exit port first; `vmm` and QEMU's `isa-debug-exit` stop there.
+//! Cloud Hypervisor and Firecracker ignore that port, so the same path goes
+//! on with the shutdown each of them honours (ACPI S5 on port 0x600, an
+//! i8042 reset on port 0x64; see [`guest::protocol::ports`]) and only then
+//! halts. All of it runs at CPL0, so no I/O permission is involved.
 
-use guest::protocol::{ExitStatus, DEBUG_EXIT_PORT, SERIAL_PORT};
+use guest::protocol::{
+    ExitStatus, ACPI_S5_SHUTDOWN, ACPI_SHUTDOWN_PORT, DEBUG_EXIT_PORT, I8042_COMMAND_PORT,
+    I8042_RESET, SERIAL_PORT,
+};
 
 /// Kernel code selector (64-bit, DPL0).
 pub const KERNEL_CS: u16 = 0x08;
@@ -144,6 +156,10 @@ core::arch::global_asm!(
     user_rflags = const USER_RFLAGS,
     serial_port = const SERIAL_PORT,
     debug_exit_port = const DEBUG_EXIT_PORT,
+    acpi_shutdown_port = const ACPI_SHUTDOWN_PORT,
+    acpi_s5 = const ACPI_S5_SHUTDOWN,
+    i8042_command_port = const I8042_COMMAND_PORT,
+    i8042_reset = const I8042_RESET,
     exit_exception = const ExitStatus::Exception as u32,
     user_stack_size = const USER_STACK_SIZE,
     fault_stack_size = const FAULT_STACK_SIZE,
