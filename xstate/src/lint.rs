@@ -1212,7 +1212,7 @@ fn compacted_size(x: &Facts<'_>, out: &mut Sink<'_>) -> Result<(), Skip> {
             "0xD.1 EBX is defined with XSAVES, which is not enumerated",
         ));
     }
-    if !xcr0.validate_xcr0(info.supported_xcr0()).is_ok() {
+    if xcr0.validate_xcr0(info.supported_xcr0()).is_err() {
         // Reported by enabled-standard-size.
         return Ok(());
     }

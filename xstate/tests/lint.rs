@@ -4,7 +4,7 @@
 
 mod common;
 
-use xstate::lint::{lint_all, Context, RuleId, Skip, RULES};
+use xstate::lint::{lint_all, Context, RuleId, Skip};
 
 #[test]
 fn recorded_dumps_raise_no_false_alarm() {
