@@ -233,7 +233,8 @@ impl LintView {
         for s in &self.sources {
             out.push_str(&format!("  {}\n", s.summary()));
             for v in s.violations.iter().take(SUMMARY_FIRST) {
-                out.push_str(&format!("    {}: {} [{}]\n", v.location, v.message, v.rule));
+                // Within 100 columns, as the rest of the `vmm features` table.
+                out.push_str(&format!("    {} {} ({})\n", v.location, v.rule, v.severity));
             }
             if s.violations.len() > SUMMARY_FIRST {
                 out.push_str(&format!(
@@ -475,7 +476,7 @@ pub fn lint_profile(p: &HostProfile) -> LintView {
     };
     let mut sources = vec![SourceLint::from_report(
         "profile_cpu",
-        format!("{}: CPU", p.file),
+        "the profile's CPU".into(),
         lint_all(
             &profile_view(
                 regs(p.profile.leaf_1),
@@ -489,7 +490,7 @@ pub fn lint_profile(p: &HostProfile) -> LintView {
     if let Some(kvm_d) = &p.profile.kvm_leaf_0xd {
         sources.push(SourceLint::from_report(
             "profile_kvm",
-            format!("{}: KVM supported CPUID", p.file),
+            "the profile's KVM supported CPUID".into(),
             lint_all(
                 &profile_view(
                     regs(p.extras.kvm_leaf_1),
@@ -568,7 +569,7 @@ mod tests {
         assert_eq!(view.exit_code(), EXIT_LINT_VIOLATION);
         let t = view.to_table();
         assert!(
-            t.contains("crafted.json: KVM supported CPUID: 2 violations"),
+            t.contains("the profile's KVM supported CPUID: 2 violations"),
             "{t}"
         );
     }
