@@ -24,7 +24,7 @@ pub enum Document {
     Run,
     /// `vmm restore --json`: the same summary, for the resumed run.
     Restore,
-    /// `vmm features --json`: [`crate::features::FeaturesView`].
+    /// `vmm features --json`: [`crate::features::FeaturesDocument`].
     Features,
     /// `vmm features compare --json`: [`crate::features::compare::Comparison`].
     FeaturesCompare,
@@ -36,11 +36,13 @@ pub enum Document {
     SnapshotInfo,
     /// `vmm features --list-profiles --json`: [`crate::features::bundled::ProfileList`].
     ProfileList,
+    /// `vmm features lint --json`: [`crate::features::lint::LintView`].
+    FeaturesLint,
 }
 
 impl Document {
     /// Every document, in the order the schemas are listed.
-    pub const ALL: [Document; 8] = [
+    pub const ALL: [Document; 9] = [
         Document::Run,
         Document::Restore,
         Document::Features,
@@ -49,6 +51,7 @@ impl Document {
         Document::BenchInitXstate,
         Document::SnapshotInfo,
         Document::ProfileList,
+        Document::FeaturesLint,
     ];
 
     /// The document's name: the schema file is `<name>.schema.json`.
@@ -62,6 +65,7 @@ impl Document {
             Document::BenchInitXstate => "bench-init-xstate",
             Document::SnapshotInfo => "snapshot-info",
             Document::ProfileList => "profile-list",
+            Document::FeaturesLint => "features-lint",
         }
     }
 
@@ -76,6 +80,7 @@ impl Document {
             Document::BenchInitXstate => "vmm bench init-xstate --json",
             Document::SnapshotInfo => "vmm snapshot info FILE --json",
             Document::ProfileList => "vmm features --list-profiles --json",
+            Document::FeaturesLint => "vmm features lint --json",
         }
     }
 
@@ -89,7 +94,8 @@ impl Document {
             | Document::BenchExits
             | Document::BenchInitXstate
             | Document::SnapshotInfo
-            | Document::ProfileList => 1,
+            | Document::ProfileList
+            | Document::FeaturesLint => 1,
         }
     }
 
@@ -101,7 +107,9 @@ impl Document {
             Document::Run | Document::Restore => {
                 Versioned::<crate::report::RunSummary>::json_schema(&mut gen)
             }
-            Document::Features => Versioned::<crate::features::FeaturesView>::json_schema(&mut gen),
+            Document::Features => {
+                Versioned::<crate::features::FeaturesDocument<'static>>::json_schema(&mut gen)
+            }
             Document::FeaturesCompare => {
                 Versioned::<crate::features::compare::Comparison>::json_schema(&mut gen)
             }
@@ -116,6 +124,9 @@ impl Document {
             }
             Document::ProfileList => {
                 Versioned::<crate::features::bundled::ProfileList>::json_schema(&mut gen)
+            }
+            Document::FeaturesLint => {
+                Versioned::<crate::features::lint::LintView>::json_schema(&mut gen)
             }
         };
         let defs = gen.take_definitions(true);

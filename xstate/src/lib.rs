@@ -22,6 +22,9 @@
 //!   pure function over the raw subleaves, from the host (`native`), KVM's
 //!   CPUID table (`kvm`) or a recorded dump (`profile`, `serde`).
 //! - [`layout`]: standard and compacted [`Layout`]s of any mask.
+//! - [`lint`]: consistency of a CPUID table's extended-state enumeration
+//!   across leaves 1, 7, 0xD, 0x14, 0x19, 0x1D/0x1E and the XCR0 in force
+//!   ([`lint::RULES`], one function per rule).
 //! - [`restrict`]: leaf 0xD as a guest sees it when offered fewer components
 //!   ([`XsaveInfo::restricted`]).
 //! - [`strategy`]: [`SaveStrategy`], the four user-mode save instructions and
@@ -78,6 +81,7 @@ pub mod init;
 #[cfg(feature = "kvm")]
 pub mod kvm;
 pub mod layout;
+pub mod lint;
 pub mod mask;
 #[cfg(all(feature = "native", target_arch = "x86_64"))]
 pub mod native;

@@ -46,6 +46,26 @@ pub struct GuestSeen {
     /// Whether KVM kept the policy's CPUID table (read back with
     /// KVM_GET_CPUID2 at boot); `None` when unknown. kvm_pvm does not.
     pub kvm_cpuid_honored: Option<bool>,
+    /// The feature flags of leaves 1 and 7 the guest saw (for the
+    /// consistency lint, which links them with leaf 0xD).
+    pub flags: GuestFlags,
+}
+
+/// CPUID feature registers of leaves 1, 7.0 and 7.1 as the guest saw them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GuestFlags {
+    /// CPUID.1 ECX.
+    pub leaf1_ecx: u32,
+    /// CPUID.1 EDX.
+    pub leaf1_edx: u32,
+    /// CPUID.(7,0) EBX.
+    pub leaf7_ebx: u32,
+    /// CPUID.(7,0) ECX.
+    pub leaf7_ecx: u32,
+    /// CPUID.(7,0) EDX.
+    pub leaf7_edx: u32,
+    /// CPUID.(7,1) EAX.
+    pub leaf7_1_eax: u32,
 }
 
 impl GuestSeen {
@@ -69,6 +89,14 @@ impl GuestSeen {
             computed_standard_size: r.computed_standard_size,
             computed_compacted_size: r.computed_compacted_size,
             kvm_cpuid_honored: None,
+            flags: GuestFlags {
+                leaf1_ecx: r.cpuid1_ecx,
+                leaf1_edx: r.cpuid1_edx,
+                leaf7_ebx: r.cpuid7_ebx,
+                leaf7_ecx: r.cpuid7_ecx,
+                leaf7_edx: r.cpuid7_edx,
+                leaf7_1_eax: r.cpuid7_1_eax,
+            },
         }
     }
 }

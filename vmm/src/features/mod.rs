@@ -106,6 +106,7 @@ pub mod diff;
 pub mod error;
 pub mod guest_log;
 pub mod inputs;
+pub mod lint;
 pub mod profile;
 pub mod render;
 pub mod view;
@@ -175,6 +176,29 @@ pub enum FeaturesCommand {
     Save(SaveArgs),
     /// Compare host profiles: common components, layouts, safe baseline.
     Compare(CompareArgs),
+    /// Check that leaves 1, 7, 0xD, 0x14, 0x19, 0x1D/0x1E and XCR0 agree, in
+    /// KVM's table, the VMM's guest table, this CPU, the guest's view or a
+    /// profile; exits 1 on a violation.
+    Lint(LintArgs),
+}
+
+/// `vmm features lint`.
+#[derive(clap::Args, Debug)]
+pub struct LintArgs {
+    /// Lint a recorded CPUID profile (its CPU's leaves and, where recorded,
+    /// its KVM's) instead of this host: no KVM and no boot.
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
+    /// Do not boot the guest (no "what the guest saw" source).
+    #[arg(long)]
+    pub no_boot: bool,
+    /// Stop the guest after this many seconds (0: no limit; at most 7 days).
+    #[arg(long, value_name = "SECONDS", default_value = "60",
+          value_parser = crate::input::parse_seconds)]
+    pub timeout: Duration,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `vmm features save`.
@@ -255,6 +279,7 @@ pub fn run(args: FeaturesArgs) -> Result<i32, FeaturesError> {
         None => show(&args.show),
         Some(FeaturesCommand::Save(a)) => save(&a),
         Some(FeaturesCommand::Compare(a)) => compare_cmd(&a),
+        Some(FeaturesCommand::Lint(a)) => lint_cmd(&a),
     }
 }
 
@@ -297,10 +322,18 @@ fn show(args: &ShowArgs) -> Result<i32, FeaturesError> {
         None => gather(args)?,
     };
     let view = view::build(&inputs);
+    let consistency = consistency(args, &inputs)?;
     if args.json {
-        print_json(Document::Features, &view)?;
+        print_json(
+            Document::Features,
+            &FeaturesDocument {
+                view: &view,
+                consistency: consistency.summary_json(),
+            },
+        )?;
     } else {
         print!("{}", view.to_table());
+        print!("\n{}", consistency.to_summary_table());
     }
     if view.failed {
         if let GuestState::Failed(why) = &inputs.guest {
@@ -309,6 +342,59 @@ fn show(args: &ShowArgs) -> Result<i32, FeaturesError> {
         return Ok(EXIT_VMM_ERROR);
     }
     Ok(0)
+}
+
+/// `vmm features --json`: the view plus the `consistency` section.
+#[derive(serde::Serialize, schemars::JsonSchema)]
+pub struct FeaturesDocument<'a> {
+    /// The per-component view.
+    #[serde(flatten)]
+    pub view: &'a FeaturesView,
+    /// The consistency lint of the sources shown, summarised.
+    pub consistency: lint::ConsistencySummary,
+}
+
+/// The lint of the sources `vmm features` shows.
+fn consistency(args: &ShowArgs, inputs: &Inputs) -> Result<lint::LintView, FeaturesError> {
+    Ok(match &args.profile {
+        Some(p) => lint::lint_profile(&profile::HostProfile::load(p)?),
+        None => {
+            let seen = match &inputs.guest {
+                GuestState::Booted { seen, .. } => Some(seen),
+                _ => None,
+            };
+            lint::lint_host(args.xfeatures.as_deref(), seen)
+        }
+    })
+}
+
+fn lint_cmd(args: &LintArgs) -> Result<i32, FeaturesError> {
+    let view = match &args.profile {
+        Some(p) => lint::lint_profile(&profile::HostProfile::load(p)?),
+        None => {
+            let inputs = inputs::gather(&Request {
+                profile: None,
+                xfeatures: None,
+                boot: !args.no_boot,
+                timeout: (!args.timeout.is_zero()).then_some(args.timeout),
+            })?;
+            if let GuestState::Failed(why) = &inputs.guest {
+                eprintln!("vmm: features lint: guest boot failed: {why}");
+                return Ok(EXIT_VMM_ERROR);
+            }
+            let seen = match &inputs.guest {
+                GuestState::Booted { seen, .. } => Some(seen),
+                _ => None,
+            };
+            lint::lint_host(None, seen)
+        }
+    };
+    if args.json {
+        print_json(Document::FeaturesLint, &view)?;
+    } else {
+        print!("{}", view.to_table());
+    }
+    Ok(view.exit_code())
 }
 
 fn save(args: &SaveArgs) -> Result<i32, FeaturesError> {
