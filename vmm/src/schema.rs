@@ -24,7 +24,7 @@ pub enum Document {
     Run,
     /// `vmm restore --json`: the same summary, for the resumed run.
     Restore,
-    /// `vmm features --json`: [`crate::features::FeaturesDocument`].
+    /// `vmm features --json`: [`crate::features::view::FeaturesDocument`].
     Features,
     /// `vmm features compare --json`: [`crate::features::compare::Comparison`].
     FeaturesCompare,
@@ -108,7 +108,7 @@ impl Document {
                 Versioned::<crate::report::RunSummary>::json_schema(&mut gen)
             }
             Document::Features => {
-                Versioned::<crate::features::FeaturesDocument<'static>>::json_schema(&mut gen)
+                Versioned::<crate::features::view::FeaturesDocument<'static>>::json_schema(&mut gen)
             }
             Document::FeaturesCompare => {
                 Versioned::<crate::features::compare::Comparison>::json_schema(&mut gen)

@@ -121,7 +121,7 @@ use crate::report::EXIT_VMM_ERROR;
 use crate::schema::Document;
 pub use error::FeaturesError;
 pub use inputs::{GuestSeen, GuestState, Inputs, Request};
-pub use view::FeaturesView;
+pub use view::{FeaturesDocument, FeaturesView};
 
 /// `vmm features`.
 #[derive(clap::Args, Debug)]
@@ -342,16 +342,6 @@ fn show(args: &ShowArgs) -> Result<i32, FeaturesError> {
         return Ok(EXIT_VMM_ERROR);
     }
     Ok(0)
-}
-
-/// `vmm features --json`: the view plus the `consistency` section.
-#[derive(serde::Serialize, schemars::JsonSchema)]
-pub struct FeaturesDocument<'a> {
-    /// The per-component view.
-    #[serde(flatten)]
-    pub view: &'a FeaturesView,
-    /// The consistency lint of the sources shown, summarised.
-    pub consistency: lint::ConsistencySummary,
 }
 
 /// The lint of the sources `vmm features` shows.

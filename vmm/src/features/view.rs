@@ -419,3 +419,13 @@ mod tests {
         assert!(t.lines().skip(2).all(|l| l.len() <= 100), "{t}");
     }
 }
+
+/// `vmm features --json`: the view plus the `consistency` section.
+#[derive(serde::Serialize, schemars::JsonSchema)]
+pub struct FeaturesDocument<'a> {
+    /// The per-component view.
+    #[serde(flatten)]
+    pub view: &'a FeaturesView,
+    /// The consistency lint of the sources shown, summarised.
+    pub consistency: super::lint::ConsistencySummary,
+}
