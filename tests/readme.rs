@@ -12,8 +12,10 @@
 //! - without KVM (and without `VMM_REQUIRE_KVM=1`), the commands that need it.
 //!
 //! `cargo run [--release] -p vmm -- ARGS` runs as the built `vmm ARGS`.
-//! Shell redirections and pipes are dropped: the command's own output is
-//! what is checked. Every command is killed after [`LIMIT`].
+//! `> FILE` sends the command's stdout to FILE in the scratch directory (a
+//! later command may read it); `2> ...` and pipes are dropped: the
+//! command's own status is what is checked. Every command is killed after
+//! [`LIMIT`].
 
 mod common;
 
@@ -39,6 +41,21 @@ struct Example {
     args: Vec<String>,
     /// The documented exit status.
     status: i32,
+    /// `> FILE`: where its stdout goes (else nowhere).
+    stdout: Option<String>,
+}
+
+/// The file of a `> FILE` stdout redirection on the line, if any (`2>`,
+/// `>>` and `&>` are not stdout-to-file and are ignored).
+fn stdout_file(line: &str) -> Option<String> {
+    let code = line.split(" #").next().unwrap_or(line);
+    let mut toks = code.split_whitespace();
+    while let Some(t) = toks.next() {
+        if t == ">" {
+            return toks.next().map(str::to_string);
+        }
+    }
+    None
 }
 
 /// Split a shell line into words (single and double quotes, no
@@ -60,6 +77,7 @@ fn words(line: &str) -> Vec<String> {
                 }
             }
             '|' | '>' | '<' | '#' | ';' | '&' if !in_word || c != '#' => break,
+            '2' if !in_word && chars.peek() == Some(&'>') => break,
             c if c.is_whitespace() => {
                 if in_word {
                     out.push(std::mem::take(&mut cur));
@@ -124,6 +142,7 @@ fn examples(readme: &str) -> Vec<Example> {
                     text: text.to_string(),
                     args,
                     status: documented_status(text),
+                    stdout: stdout_file(text),
                 });
             }
         };
@@ -163,11 +182,15 @@ fn needs_kvm(args: &[String]) -> bool {
 
 /// Run one example in `dir`, killed after [`LIMIT`]: (status, stderr tail).
 fn run(ex: &Example, dir: &Path) -> (Option<i32>, String) {
+    let stdout = match &ex.stdout {
+        Some(f) => Stdio::from(std::fs::File::create(dir.join(f)).expect("create the > file")),
+        None => Stdio::null(),
+    };
     let mut child = Command::new(vmm_bin())
         .args(&ex.args)
         .current_dir(dir)
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(stdout)
         .stderr(Stdio::piped())
         .spawn()
         .expect("cannot start vmm");

@@ -347,7 +347,7 @@ fn show(args: &ShowArgs) -> Result<i32, FeaturesError> {
 /// The lint of the sources `vmm features` shows.
 fn consistency(args: &ShowArgs, inputs: &Inputs) -> Result<lint::LintView, FeaturesError> {
     Ok(match &args.profile {
-        Some(p) => lint::lint_profile(&profile::HostProfile::load(p)?),
+        Some(p) => lint::lint_profile(&bundled::load(p)?),
         None => {
             let seen = match &inputs.guest {
                 GuestState::Booted { seen, .. } => Some(seen),
@@ -360,7 +360,7 @@ fn consistency(args: &ShowArgs, inputs: &Inputs) -> Result<lint::LintView, Featu
 
 fn lint_cmd(args: &LintArgs) -> Result<i32, FeaturesError> {
     let view = match &args.profile {
-        Some(p) => lint::lint_profile(&profile::HostProfile::load(p)?),
+        Some(p) => lint::lint_profile(&bundled::load(p)?),
         None => {
             let inputs = inputs::gather(&Request {
                 profile: None,
