@@ -100,7 +100,7 @@ fn guest_log_errors_name_the_file() {
     let err = common::stderr(&out);
     assert!(
         err.contains(&format!(
-            "{}: neither a CPUID profile (JSON) nor a serial log with a VMMREC1 guest record",
+            "{}: neither a CPUID profile or dump (vmm profile JSON, `cpuid -r` output, InstLatx64 dump, Firecracker template dump) nor a serial log with a VMMREC1 guest record",
             log.display()
         )),
         "{err}"

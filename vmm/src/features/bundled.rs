@@ -39,6 +39,54 @@ pub const BUNDLED: &[Bundled] = &[
         name: "zen3-kvm-guest",
         json: include_str!("../../../profiles/zen3-kvm-guest.json"),
     },
+    Bundled {
+        name: "haswell-ep",
+        json: include_str!("../../../profiles/haswell-ep.json"),
+    },
+    Bundled {
+        name: "skylake-sp",
+        json: include_str!("../../../profiles/skylake-sp.json"),
+    },
+    Bundled {
+        name: "cascade-lake",
+        json: include_str!("../../../profiles/cascade-lake.json"),
+    },
+    Bundled {
+        name: "emerald-rapids",
+        json: include_str!("../../../profiles/emerald-rapids.json"),
+    },
+    Bundled {
+        name: "granite-rapids",
+        json: include_str!("../../../profiles/granite-rapids.json"),
+    },
+    Bundled {
+        name: "alder-lake",
+        json: include_str!("../../../profiles/alder-lake.json"),
+    },
+    Bundled {
+        name: "alder-lake-n",
+        json: include_str!("../../../profiles/alder-lake-n.json"),
+    },
+    Bundled {
+        name: "arrow-lake",
+        json: include_str!("../../../profiles/arrow-lake.json"),
+    },
+    Bundled {
+        name: "lunar-lake",
+        json: include_str!("../../../profiles/lunar-lake.json"),
+    },
+    Bundled {
+        name: "zen1-naples",
+        json: include_str!("../../../profiles/zen1-naples.json"),
+    },
+    Bundled {
+        name: "zen4-genoa",
+        json: include_str!("../../../profiles/zen4-genoa.json"),
+    },
+    Bundled {
+        name: "zen5-turin",
+        json: include_str!("../../../profiles/zen5-turin.json"),
+    },
 ];
 
 /// The bundled profile called `name`, if any.
@@ -169,5 +217,81 @@ impl ProfileList {
             "Use one with `vmm features --profile NAME` or `vmm features compare NAME...`.\n",
         );
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// name, vendor, XCR0, IA32_XSS, AVX-512F (leaf 7.0 EBX bit 16).
+    const FACTS: &[(&str, &str, u64, u64, bool)] = &[
+        ("sapphire-rapids", "GenuineIntel", 0x602e7, 0xdd00, true),
+        ("ice-lake-client", "GenuineIntel", 0x2e7, 0x2100, true),
+        ("zen3-milan", "AuthenticAMD", 0x207, 0x1800, false),
+        ("zen3-kvm-guest", "AuthenticAMD", 0x7, 0x1800, false),
+        ("haswell-ep", "GenuineIntel", 0x7, 0x0, false),
+        ("skylake-sp", "GenuineIntel", 0x2ff, 0x100, true),
+        ("cascade-lake", "GenuineIntel", 0x2ff, 0x100, true),
+        ("emerald-rapids", "GenuineIntel", 0x602e7, 0xdd00, true),
+        ("granite-rapids", "GenuineIntel", 0x602e7, 0x1dd00, true),
+        ("alder-lake", "GenuineIntel", 0x207, 0x19900, false),
+        ("alder-lake-n", "GenuineIntel", 0x207, 0x19900, false),
+        ("arrow-lake", "GenuineIntel", 0x207, 0xd900, false),
+        ("lunar-lake", "GenuineIntel", 0x207, 0x1d900, false),
+        ("zen1-naples", "AuthenticAMD", 0x7, 0x0, false),
+        ("zen4-genoa", "AuthenticAMD", 0x2e7, 0x1800, true),
+        ("zen5-turin", "AuthenticAMD", 0x2e7, 0x1800, true),
+    ];
+
+    #[test]
+    fn every_bundled_profile_loads_with_its_known_facts() {
+        assert_eq!(FACTS.len(), BUNDLED.len());
+        for (b, &(name, vendor, xcr0, xss, avx512f)) in BUNDLED.iter().zip(FACTS) {
+            assert_eq!(b.name, name);
+            let p = b.load().unwrap();
+            assert_eq!(p.profile.vendor, vendor, "{name}");
+            assert_eq!(p.cpu.supported_xcr0().bits(), xcr0, "{name} XCR0");
+            assert_eq!(p.cpu.supported_xss().bits(), xss, "{name} XSS");
+            // The layout obeys the xstate rules: a valid XCR0 and the
+            // architectural sizes (checked on load), and CPUID's AVX-512F
+            // agrees with the AVX-512 state components.
+            p.cpu
+                .supported_xcr0()
+                .validate_xcr0(p.cpu.supported_xcr0())
+                .unwrap();
+            assert_eq!(xcr0 & 0xe0 == 0xe0, avx512f, "{name} AVX-512 state");
+            if let Some(l7) = p.profile.leaf_7 {
+                assert_eq!(l7.ebx.0 & (1 << 16) != 0, avx512f, "{name} AVX-512F");
+            }
+            // Every imported profile keeps where it comes from.
+            let s = &p.profile.source;
+            assert!(
+                name == "zen3-kvm-guest"
+                    || (s.starts_with("InstLatx64/InstLatx64 ")
+                        && s.contains("_CPUID")
+                        && s.contains(".txt @ ")),
+                "{name}: {s}"
+            );
+        }
+    }
+
+    #[test]
+    fn skylake_sp_has_avx512_and_pkru_with_mpx() {
+        let p = find("skylake-sp").unwrap().load().unwrap();
+        let x = p.cpu.supported_xcr0().bits();
+        assert_eq!(x & 0xe7, 0xe7);
+        assert_eq!(x & 0x200, 0x200);
+        assert_eq!(x, 0x2ff);
+        // The hybrid client parts ship with AVX-512 off; AMX only on the
+        // Xeons from Sapphire Rapids on.
+        for name in ["alder-lake", "alder-lake-n", "arrow-lake", "lunar-lake"] {
+            let p = find(name).unwrap().load().unwrap();
+            assert_eq!(p.cpu.supported_xcr0().bits() & 0xe0, 0, "{name}");
+        }
+        for name in ["sapphire-rapids", "emerald-rapids", "granite-rapids"] {
+            let p = find(name).unwrap().load().unwrap();
+            assert_eq!(p.cpu.supported_xcr0().bits() & 0x60000, 0x60000, "{name}");
+        }
     }
 }

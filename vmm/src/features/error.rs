@@ -26,7 +26,7 @@ pub enum FeaturesError {
     },
     /// A `compare` input is neither a CPUID profile nor a serial log with
     /// a guest record.
-    #[error("{}: neither a CPUID profile (JSON) nor a serial log with a VMMREC1 guest record", path.display())]
+    #[error("{}: neither a CPUID profile or dump (vmm profile JSON, `cpuid -r` output, InstLatx64 dump, Firecracker template dump) nor a serial log with a VMMREC1 guest record", path.display())]
     UnknownInput {
         /// The file.
         path: PathBuf,

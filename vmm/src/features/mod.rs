@@ -105,6 +105,7 @@ pub mod compare;
 pub mod diff;
 pub mod error;
 pub mod guest_log;
+pub mod import;
 pub mod inputs;
 pub mod lint;
 pub mod profile;
@@ -180,6 +181,30 @@ pub enum FeaturesCommand {
     /// KVM's table, the VMM's guest table, this CPU, the guest's view or a
     /// profile; exits 1 on a violation.
     Lint(LintArgs),
+    /// Convert a CPUID dump (`cpuid -r`, InstLatx64, Firecracker template
+    /// dump, or a profile) into a vmm profile file.
+    Import(ImportArgs),
+}
+
+/// `vmm features import`.
+#[derive(clap::Args, Debug)]
+pub struct ImportArgs {
+    /// The dump to read (format detected from its content).
+    #[arg(value_name = "DUMP")]
+    pub input: PathBuf,
+    /// Where to write the profile (`-` for stdout).
+    #[arg(value_name = "FILE")]
+    pub output: PathBuf,
+    /// The microarchitecture to record (CPUID does not name it).
+    #[arg(long, value_name = "NAME")]
+    pub microarchitecture: Option<String>,
+    /// Where the dump comes from, recorded as the profile's `source`
+    /// (default: the format and the file name).
+    #[arg(long, value_name = "TEXT")]
+    pub source: Option<String>,
+    /// Overwrite an existing file.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `vmm features lint`.
@@ -280,6 +305,7 @@ pub fn run(args: FeaturesArgs) -> Result<i32, FeaturesError> {
         Some(FeaturesCommand::Save(a)) => save(&a),
         Some(FeaturesCommand::Compare(a)) => compare_cmd(&a),
         Some(FeaturesCommand::Lint(a)) => lint_cmd(&a),
+        Some(FeaturesCommand::Import(a)) => import_cmd(&a),
     }
 }
 
@@ -387,6 +413,31 @@ fn lint_cmd(args: &LintArgs) -> Result<i32, FeaturesError> {
     Ok(view.exit_code())
 }
 
+fn import_cmd(args: &ImportArgs) -> Result<i32, FeaturesError> {
+    let mut p = profile::HostProfile::load(&args.input)?;
+    if let Some(m) = &args.microarchitecture {
+        p.profile.microarchitecture = m.clone();
+    }
+    if let Some(s) = &args.source {
+        p.profile.source = s.clone();
+    }
+    // Check the edited profile exactly as a reader will.
+    let p = import::from_parts(&args.input, &p.profile, &p.extras)?;
+    let json = p.to_json();
+    if args.output.as_os_str() == "-" {
+        print!("{json}");
+        return Ok(0);
+    }
+    profile::write_new(&args.output, &json, args.force)?;
+    eprintln!(
+        "vmm: imported {} as {}: XCR0 {:#x}",
+        args.input.display(),
+        args.output.display(),
+        p.cpu.supported_xcr0()
+    );
+    Ok(0)
+}
+
 fn save(args: &SaveArgs) -> Result<i32, FeaturesError> {
     let (p, kvm_error) = profile::record_host(args.microarchitecture.as_deref())?;
     if let Some(e) = &kvm_error {
@@ -462,26 +513,15 @@ fn load_source(path: &std::path::Path) -> Result<compare::Source, FeaturesError>
         return Ok(compare::Source::Guest(g.to_profile()?, g));
     }
     let start = bytes.trim_ascii_start();
-    if !start.is_empty() && !start.starts_with(b"{") {
+    let text = std::str::from_utf8(&bytes).ok();
+    if !start.is_empty() && !start.starts_with(b"{") && text.and_then(import::detect).is_none() {
         return Err(FeaturesError::UnknownInput {
             path: path.to_path_buf(),
-        });
-    }
-    if bytes.len() as u64 > profile::MAX_PROFILE_BYTES {
-        return Err(FeaturesError::Profile {
-            path: path.to_path_buf(),
-            reason: format!(
-                "{} bytes, more than a profile's {} at most",
-                bytes.len(),
-                profile::MAX_PROFILE_BYTES
-            ),
         });
     }
     let text = String::from_utf8(bytes).map_err(|e| FeaturesError::Profile {
         path: path.to_path_buf(),
         reason: format!("not UTF-8 text: {}", e.utf8_error()),
     })?;
-    Ok(compare::Source::Host(profile::HostProfile::parse(
-        path, &text,
-    )?))
+    Ok(compare::Source::Host(import::parse_any(path, &text)?))
 }
