@@ -104,6 +104,7 @@ pub mod bundled;
 pub mod compare;
 pub mod diff;
 pub mod error;
+pub mod export;
 pub mod guest_log;
 pub mod import;
 pub mod inputs;
@@ -263,6 +264,15 @@ pub struct CompareArgs {
     /// Print one JSON object instead of the report.
     #[arg(long)]
     pub json: bool,
+    /// Print only the safe baseline, as another VMM takes it: a Firecracker
+    /// custom CPU template (JSON), a QEMU `-cpu` value, or our --xfeatures.
+    #[arg(long, value_name = "FORMAT", conflicts_with_all = ["json", "xstate_bv"])]
+    pub export: Option<export::ExportFormat>,
+    /// With `--export qemu`: the QEMU binary to ask (`-cpu help`) which
+    /// flag names it knows; names it does not know are left out, with a
+    /// warning.
+    #[arg(long, value_name = "PATH", requires = "export")]
+    pub qemu: Option<PathBuf>,
 }
 
 /// Hints live with the command (not in [`error`]) because they name the
@@ -486,6 +496,14 @@ fn compare_cmd(args: &CompareArgs) -> Result<i32, FeaturesError> {
         }
     };
     let c = compare::compare_sources(&sources, restore);
+    if let Some(format) = args.export {
+        let known = match &args.qemu {
+            Some(q) => Some(export::query_qemu(q)?),
+            None => None,
+        };
+        print!("{}", export::render(&c, format, known.as_ref()));
+        return Ok(0);
+    }
     if args.json {
         print_json(Document::FeaturesCompare, &c)?;
     } else {
