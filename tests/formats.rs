@@ -245,3 +245,74 @@ fn qemu_cpu_export_boots_the_guest_under_qemu() {
     assert_eq!(seen & 0x3, 0x3, "guest CPUID XCR0 {seen:#x}");
     eprintln!("guest CPUID XCR0 under QEMU -cpu {cpu}: {seen:#x}");
 }
+
+/// Formats in, through the command line: an InstLatx64 dump and the same
+/// CPU as `cpuid -r` prints it are read by `--profile` and `compare`.
+#[test]
+fn dumps_are_read_by_profile_and_compare() {
+    let dump = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("vmm/tests/data/import/sapphire-rapids.instlatx64.txt"),
+    )
+    .unwrap();
+    let inst = common::temp_file("spr-instlatx64.txt", dump.as_bytes());
+    // The leaves of CPU 0 in `cpuid -r` lines.
+    let mut raw = String::from("CPU 0:\n");
+    for line in dump.lines().take_while(|l| !l.contains("Logical CPU #1")) {
+        let Some(rest) = line.strip_prefix("CPUID ") else {
+            continue;
+        };
+        let Some((leaf, regs)) = rest.split_once(": ") else {
+            continue;
+        };
+        let Ok(leaf) = u32::from_str_radix(leaf, 16) else {
+            continue;
+        };
+        let r: Vec<u32> = regs[..35]
+            .split('-')
+            .map(|h| u32::from_str_radix(h, 16).unwrap())
+            .collect();
+        let sub = regs
+            .split_once("[SL ")
+            .map_or(0, |(_, t)| u32::from_str_radix(&t[..2], 16).unwrap());
+        raw.push_str(&format!(
+            "   {leaf:#010x} {sub:#04x}: eax={:#010x} ebx={:#010x} ecx={:#010x} edx={:#010x}\n",
+            r[0], r[1], r[2], r[3]
+        ));
+    }
+    let cpuid = common::temp_file("spr-cpuid-r.txt", raw.as_bytes());
+    for f in [&inst, &cpuid] {
+        let (out, v) =
+            common::vmm_json(&["features", "--profile", f.to_str().unwrap(), "--no-boot"]);
+        assert!(out.status.success(), "{}", common::stderr(&out));
+        assert_eq!(common::hex(&v["columns"]["cpu"]["xcr0"]), 0x602e7, "{f:?}");
+    }
+    let (out, v) = common::vmm_json(&[
+        "features",
+        "compare",
+        inst.to_str().unwrap(),
+        cpuid.to_str().unwrap(),
+        "zen4-genoa",
+    ]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert_eq!(common::hex(&v["baseline_xcr0"]), 0x2e7);
+    assert!(v["differences"].as_array().unwrap().iter().any(|d| d
+        == "opmask: standard offset differs (1088 on A, 1088 on B, 832 on C): \
+                      standard-format images (KVM_GET_XSAVE) must be re-laid out when moving \
+                      between these hosts"));
+    // Text in no known format is refused by name.
+    let junk = common::temp_file("junk.txt", b"CPU 0:\nnothing here\n");
+    let out = vmm(&["features", "--profile", junk.to_str().unwrap(), "--no-boot"]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(
+        common::stderr(&out).contains(&format!(
+            "profile {}: not a recognised CPUID format",
+            junk.display()
+        )),
+        "{}",
+        common::stderr(&out)
+    );
+    for f in [inst, cpuid, junk] {
+        let _ = std::fs::remove_file(f);
+    }
+}

@@ -283,3 +283,33 @@ pub fn render(c: &Comparison, format: ExportFormat, known: Option<&BTreeSet<Stri
         ExportFormat::Xfeatures => format!("{}\n", c.baseline_xfeatures),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bitmaps_clear_the_given_bits_msb_first() {
+        assert_eq!(clear_bitmap(0), format!("0b{}", "x".repeat(32)));
+        assert_eq!(clear_bitmap(1 | 1 << 31), format!("0b0{}0", "x".repeat(30)));
+    }
+
+    #[test]
+    fn every_gated_flag_has_a_qemu_name_but_ospke() {
+        for f in GATED_FLAGS {
+            assert_eq!(qemu_name(f.name).is_none(), f.name == "ospke", "{}", f.name);
+        }
+    }
+
+    #[test]
+    fn reads_qemu_cpu_help() {
+        let help = "x86 host  processor with all supported host features\n\n\
+                    Recognized CPUID flags:\n  avx avx2 avx512f\n  pku xsave\n";
+        let k = qemu_known_flags(help);
+        assert_eq!(
+            k.into_iter().collect::<Vec<_>>(),
+            ["avx", "avx2", "avx512f", "pku", "xsave"]
+        );
+        assert!(qemu_known_flags("no list").is_empty());
+    }
+}

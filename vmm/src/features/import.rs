@@ -71,8 +71,14 @@ a Firecracker `cpu-template-helper template dump` (JSON with cpuid_modifiers)";
 /// none of them.
 pub fn detect(text: &str) -> Option<Format> {
     let start = text.trim_start();
+    // Empty or broken JSON: the profile parser says where it ends or breaks.
+    if start.is_empty() {
+        return Some(Format::Profile);
+    }
     if start.starts_with('{') {
-        let v: serde_json::Value = serde_json::from_str(start).ok()?;
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(start) else {
+            return Some(Format::Profile);
+        };
         let o = v.as_object()?;
         if o.contains_key("leaf_0xd") {
             return Some(Format::Profile);
@@ -577,8 +583,10 @@ mod tests {
         assert_eq!(detect(SPR_PROFILE), Some(Format::Profile));
         assert_eq!(detect(&as_cpuid_raw(&raw)), Some(Format::CpuidRaw));
         assert_eq!(detect(&as_firecracker(&raw)), Some(Format::Firecracker));
+        // Empty and broken JSON go to the profile parser for its message.
+        assert_eq!(detect(" \n"), Some(Format::Profile));
+        assert_eq!(detect("{ \"name\": "), Some(Format::Profile));
         for junk in [
-            "",
             "hello\n",
             "{}",
             "{\"a\": 1}",

@@ -190,8 +190,9 @@ pub enum FeaturesCommand {
 /// `vmm features import`.
 #[derive(clap::Args, Debug)]
 pub struct ImportArgs {
-    /// The dump to read (format detected from its content).
-    #[arg(value_name = "DUMP")]
+    /// The dump to read (format detected from its content), or a bundled
+    /// profile's name (a bundled name wins over a file of the same name).
+    #[arg(value_name = "DUMP|NAME")]
     pub input: PathBuf,
     /// Where to write the profile (`-` for stdout).
     #[arg(value_name = "FILE")]
@@ -283,7 +284,9 @@ impl FeaturesError {
         match self {
             FeaturesError::UnknownProfile(_) | FeaturesError::Profile { .. } => Some(format!(
                 "bundled profiles: {} (`vmm features --list-profiles`); \
-                 a file must be a CPU profile as `vmm features save FILE` writes it",
+                 a file must be a CPU profile as `vmm features save FILE` writes it, \
+                 `cpuid -r` output, an InstLatx64 CPUID dump or a Firecracker \
+                 `cpu-template-helper template dump`",
                 bundled::names()
             )),
             FeaturesError::Usage(m) if m.contains("--xfeatures") => {
@@ -424,7 +427,7 @@ fn lint_cmd(args: &LintArgs) -> Result<i32, FeaturesError> {
 }
 
 fn import_cmd(args: &ImportArgs) -> Result<i32, FeaturesError> {
-    let mut p = profile::HostProfile::load(&args.input)?;
+    let mut p = bundled::load(&args.input)?;
     if let Some(m) = &args.microarchitecture {
         p.profile.microarchitecture = m.clone();
     }
