@@ -124,7 +124,7 @@ pub fn load(arg: &Path) -> Result<HostProfile, FeaturesError> {
             return Err(FeaturesError::UnknownProfile(s.into_owned()));
         }
     }
-    HostProfile::load(arg)
+    super::import::load(arg)
 }
 
 /// One row of `vmm features --list-profiles`.

@@ -488,6 +488,12 @@ pub fn parse_firecracker(text: &str) -> Result<RawCpuid, ImportError> {
     Ok(raw)
 }
 
+/// Reads a file in whichever format it is in (a regular file of at most
+/// [`MAX_IMPORT_BYTES`], UTF-8): what `--profile FILE` and `compare` use.
+pub fn load(path: &Path) -> Result<HostProfile, FeaturesError> {
+    HostProfile::load_with(path, MAX_IMPORT_BYTES, parse_any)
+}
+
 /// Reads `text` in whichever format it is in: a profile as a profile,
 /// any dump converted and then checked as a profile. Every error names
 /// `path`.

@@ -104,17 +104,26 @@ pub struct HostProfile {
 
 impl HostProfile {
     /// Read and check a profile file: a regular file of at most
-    /// [`super::import::MAX_IMPORT_BYTES`] (refused from its type and size
-    /// before a byte is read), UTF-8, in any format [`super::import`]
-    /// recognises. Every error names the file.
+    /// [`MAX_PROFILE_BYTES`] (refused from its type and size before a byte
+    /// is read), UTF-8 JSON. Every error names the file. (Dumps in other
+    /// formats: `features::import::load`.)
     pub fn load(path: &Path) -> Result<Self, FeaturesError> {
-        let bytes = crate::input::open_regular(path, "profile", super::import::MAX_IMPORT_BYTES)?
-            .read_all()?;
+        Self::load_with(path, MAX_PROFILE_BYTES, Self::parse)
+    }
+
+    /// Read a regular file of at most `max` bytes as UTF-8 text and hand it
+    /// to `parse`: the one way profile-like files are opened.
+    pub fn load_with(
+        path: &Path,
+        max: u64,
+        parse: impl FnOnce(&Path, &str) -> Result<Self, FeaturesError>,
+    ) -> Result<Self, FeaturesError> {
+        let bytes = crate::input::open_regular(path, "profile", max)?.read_all()?;
         let text = String::from_utf8(bytes).map_err(|e| FeaturesError::Profile {
             path: path.to_path_buf(),
             reason: format!("not UTF-8 text: {}", e.utf8_error()),
         })?;
-        super::import::parse_any(path, &text)
+        parse(path, &text)
     }
 
     /// Parse and check profile text (`path` only names it in errors).
@@ -500,11 +509,11 @@ mod tests {
         let big = dir.path().join("big.json");
         std::fs::File::create(&big)
             .unwrap()
-            .set_len(super::super::import::MAX_IMPORT_BYTES + 1)
+            .set_len(MAX_PROFILE_BYTES + 1)
             .unwrap();
         let e = HostProfile::load(&big).unwrap_err().to_string();
         assert!(
-            e.ends_with("is 16777217 bytes; the limit is 16777216 bytes"),
+            e.ends_with("is 1048577 bytes; the limit is 1048576 bytes"),
             "{e}"
         );
         let bin = dir.path().join("bin.json");
