@@ -78,6 +78,9 @@ pub enum Error {
     /// A `vmm bench` baseline could not be saved, found or read.
     #[error("baseline: {0}")]
     Baseline(#[from] BaselineError),
+    /// `vmm bench peers` could not start measuring.
+    #[error("bench peers: {0}")]
+    Peers(#[from] crate::bench::peers::PeerError),
     /// A `--plot` file could not be drawn or written.
     #[error("plot: {0}")]
     Plot(#[from] PlotError),
