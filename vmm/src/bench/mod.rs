@@ -139,8 +139,9 @@ pub enum BenchCommand {
     /// vmm always runs; QEMU when qemu-system-x86_64 is on PATH (or
     /// VMM_PEER_QEMU names it); Cloud Hypervisor and Firecracker when
     /// VMM_PEER_CLOUD_HYPERVISOR / VMM_PEER_FIRECRACKER name their
-    /// executables. Exits with 1 when a run of a VMM failed (the table
-    /// still shows what was measured).
+    /// executables. Exits with 64 when a run of a VMM failed (the table
+    /// still shows what was measured), 68 when a variable names no
+    /// executable.
     Peers {
         /// Runs per VMM; times are their median and min..max [default: 3].
         #[arg(long, default_value_t = peers::DEFAULT_RUNS, value_parser = clap::value_parser!(u32).range(1..=peers::MAX_RUNS as i64))]
@@ -388,7 +389,14 @@ pub fn main(args: BenchArgs) -> Result<i32> {
             quiet,
         } => {
             let ours = std::env::current_exe()?;
-            let (targets, skipped) = peers::targets(ours, |v| std::env::var_os(v))?;
+            let (targets, skipped) = match peers::targets(ours, |v| std::env::var_os(v)) {
+                Ok(t) => t,
+                Err(e) => {
+                    let e = Error::from(e);
+                    crate::error::eprint(&e, e.hint());
+                    return Ok(crate::report::exit::EXIT_USAGE);
+                }
+            };
             let plan = peers::Plan {
                 runs,
                 exits,
@@ -400,7 +408,7 @@ pub fn main(args: BenchArgs) -> Result<i32> {
             let b = measured?;
             print(json.then_some(Document::BenchPeers), &b, b.to_table())?;
             if !b.all_ok() {
-                return Ok(1);
+                return Ok(crate::report::exit::EXIT_VMM_ERROR);
             }
         }
     }

@@ -627,8 +627,7 @@ pub fn run(
     for _ in 0..plan.runs {
         for (t, acc) in targets.iter().zip(accs.iter_mut()) {
             let log = dir.path().join(format!("{}.serial.log", t.vmm.name()));
-            let (args, to_stdout) =
-                command(t, &kernel, &words, &log, dir.path(), plan.timeout)?;
+            let (args, to_stdout) = command(t, &kernel, &words, &log, dir.path(), plan.timeout)?;
             acc.command = std::iter::once(t.binary.display().to_string())
                 .chain(args.iter().map(|a| a.to_string_lossy().into_owned()))
                 .collect();
@@ -680,8 +679,7 @@ pub fn run(
                         variant: key.1.clone(),
                         exits: *exits,
                         cycles_per_exit,
-                        ns_per_exit: tsc_khz
-                            .map(|k| cycles_per_exit.median * 1e6 / k as f64),
+                        ns_per_exit: tsc_khz.map(|k| cycles_per_exit.median * 1e6 / k as f64),
                     })
                 })
                 .collect();
@@ -935,7 +933,9 @@ mod tests {
             skipped.iter().map(|s| s.vmm).collect::<Vec<_>>(),
             [Vmm::CloudHypervisor, Vmm::Firecracker]
         );
-        assert!(skipped[0].reason.contains("VMM_PEER_CLOUD_HYPERVISOR is not set"));
+        assert!(skipped[0]
+            .reason
+            .contains("VMM_PEER_CLOUD_HYPERVISOR is not set"));
         let e = targets(ours, |v| {
             (v == "VMM_PEER_CLOUD_HYPERVISOR").then(|| "/etc/passwd".into())
         })
