@@ -166,7 +166,11 @@ fn bench_peers_reports_a_hung_peer_and_one_without_a_record() {
     }
     let dir = tempfile::tempdir().unwrap();
     let hang = script(dir.path(), "hang", "exec sleep 600");
-    let chatty = script(dir.path(), "chatty", "echo booting; echo halted");
+    let chatty = script(
+        dir.path(),
+        "chatty",
+        "echo booting; echo halted; echo no KVM here >&2",
+    );
     let (out, doc) = peers(
         &["--runs", "1", "--exits", "50", "--timeout", "20"],
         &[
@@ -187,7 +191,7 @@ fn bench_peers_reports_a_hung_peer_and_one_without_a_record() {
         e.starts_with("guest log ") && e.contains("no VMMREC1 line in the log"),
         "{e}"
     );
-    assert!(e.contains("exit status: 0") && e.contains("halted"), "{e}");
+    assert!(e.contains("(exit status: 0; serial log tail: \"booting\\nhalted\\n\"; stderr tail: \"no KVM here\\n\")"), "{e}");
     // The Firecracker config the fake peer was given names the guest.
     let cmd: Vec<&str> = fc["command"]
         .as_array()

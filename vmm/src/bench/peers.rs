@@ -142,7 +142,7 @@ pub enum PeerError {
         secs: u64,
     },
     /// The serial log held no valid guest record.
-    #[error("{reason} (exit status {status}; serial log tail: {tail:?})")]
+    #[error("{reason} ({status}; serial log tail: {tail:?}; stderr tail: {stderr:?})")]
     NoRecord {
         /// What the log parser said.
         reason: String,
@@ -150,6 +150,8 @@ pub enum PeerError {
         status: String,
         /// The last bytes of the serial log, for diagnosis.
         tail: String,
+        /// The last bytes of the child's stderr.
+        stderr: String,
     },
 }
 
@@ -520,11 +522,16 @@ fn run_once(
         drop(file);
         Stdio::null()
     };
+    let err_log = log.with_extension("stderr");
+    let err_file = File::create(&err_log).map_err(|source| PeerError::Scratch {
+        path: err_log.clone(),
+        source,
+    })?;
     let mut cmd = Command::new(&t.binary);
     cmd.args(args)
         .stdin(Stdio::null())
         .stdout(stdout)
-        .stderr(Stdio::null());
+        .stderr(err_file);
     let start = Instant::now();
     let mut child = cmd.spawn().map_err(|source| PeerError::Spawn {
         binary: t.binary.clone(),
@@ -549,14 +556,20 @@ fn run_once(
     };
     let bytes = std::fs::read(log).map_err(scratch_err)?;
     let record = GuestRecord::parse(log, &bytes).map_err(|e| {
-        let tail = &bytes[bytes.len().saturating_sub(400)..];
+        let stderr = std::fs::read(&err_log).unwrap_or_default();
         PeerError::NoRecord {
             reason: e.to_string(),
             status: status.to_string(),
-            tail: String::from_utf8_lossy(tail).into_owned(),
+            tail: tail_text(&bytes),
+            stderr: tail_text(&stderr),
         }
     })?;
     Ok((elapsed, status, record))
+}
+
+/// The last 400 bytes of `bytes`, as text: enough of a log to see why.
+fn tail_text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(&bytes[bytes.len().saturating_sub(400)..]).into_owned()
 }
 
 /// The exit-cost rows of one record: `(name, variant) -> (exits, cycles per exit)`.
