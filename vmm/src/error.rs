@@ -78,10 +78,6 @@ pub enum Error {
     /// A `vmm bench` baseline could not be saved, found or read.
     #[error("baseline: {0}")]
     Baseline(#[from] BaselineError),
-    /// `vmm bench peers` could not start measuring (boxed: its error
-    /// carries log tails, and every `Result<_, Error>` would pay for them).
-    #[error("bench peers: {0}")]
-    Peers(#[source] Box<crate::bench::peers::PeerError>),
     /// A `--plot` file could not be drawn or written.
     #[error("plot: {0}")]
     Plot(#[from] PlotError),

@@ -389,11 +389,12 @@ pub fn main(args: BenchArgs) -> Result<i32> {
             quiet,
         } => {
             let ours = std::env::current_exe()?;
+            // A PeerError is printed here, not turned into `Error`: the
+            // error module stays below the bench modules.
             let (targets, skipped) = match peers::targets(ours, |v| std::env::var_os(v)) {
                 Ok(t) => t,
                 Err(e) => {
-                    let e = Error::from(e);
-                    crate::error::eprint(&e, e.hint());
+                    crate::error::eprint(&e, None);
                     return Ok(crate::report::exit::EXIT_USAGE);
                 }
             };
@@ -405,7 +406,13 @@ pub fn main(args: BenchArgs) -> Result<i32> {
             let progress = Progress::new(u64::from(runs) * targets.len() as u64, quiet);
             let measured = peers::run(&plan, &targets, skipped, || progress.inc());
             drop(progress);
-            let b = measured?;
+            let b = match measured {
+                Ok(b) => b,
+                Err(e) => {
+                    crate::error::eprint(&e, None);
+                    return Ok(crate::report::exit::EXIT_VMM_ERROR);
+                }
+            };
             print(json.then_some(Document::BenchPeers), &b, b.to_table())?;
             if !b.all_ok() {
                 return Ok(crate::report::exit::EXIT_VMM_ERROR);

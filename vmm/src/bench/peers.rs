@@ -155,12 +155,6 @@ pub enum PeerError {
     },
 }
 
-impl From<PeerError> for crate::error::Error {
-    fn from(e: PeerError) -> Self {
-        crate::error::Error::Peers(Box::new(e))
-    }
-}
-
 /// One guest exit-cost row, the median over the runs.
 #[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct ExitRow {
