@@ -281,7 +281,7 @@ pub struct PeerRow {
     /// The exit status of the last run, as text (`exit status: 0`).
     pub exit_status: Option<String>,
     /// The TSC frequency (kHz) the guest reported; 0 when the VMM gives it
-    /// none (Firecracker has no leaf 0x40000010).
+    /// none (QEMU microvm and Firecracker give no leaf 0x40000010 here).
     pub guest_tsc_khz: u64,
     /// The TSC frequency used for [`ExitRow::ns_per_exit`]: the guest's,
     /// else the one the guest under `vmm` reported (the same host TSC).
@@ -771,7 +771,8 @@ impl PeersBench {
     pub fn to_table(&self) -> String {
         let mut out = format!(
             "guest: {} ({} MiB), {} run(s) per VMM; time = process start to exit, median (min..max)\n\
-             exit costs: the guest's own TSC timing at CPL3 with clean upper state, ns per exit\n\n",
+             exit costs: the guest's own TSC timing at CPL3 with clean upper state, ns per exit\n\
+             (at the guest's TSC frequency, else the one it reported under vmm)\n\n",
             self.guest_words, self.mem_mib, self.runs
         );
         let t = Columns::new()
@@ -850,7 +851,9 @@ impl PeersBench {
             .right("  ", 10)
             .right("  ", 10)
             .right("  ", 10)
-            .right("  ", 9)
+            .right("  ", 7)
+            .right("  ", 7)
+            .right("  ", 7)
             .left("  ", 0);
         m.push(
             &mut out,
@@ -863,6 +866,8 @@ impl PeersBench {
                 "1:ECX",
                 "7:EBX",
                 "7:ECX",
+                "7:EDX",
+                "7.1:EAX",
                 "size B",
                 "XCR0 components",
             ],
@@ -881,6 +886,8 @@ impl PeersBench {
                         h(&g.cpuid1_ecx),
                         h(&g.cpuid7_ebx),
                         h(&g.cpuid7_ecx),
+                        h(&g.cpuid7_edx),
+                        h(&g.cpuid7_1_eax),
                         g.size_enabled.to_string(),
                         XfeatureMask::from_bits(g.xcr0.0).to_string(),
                     ],
