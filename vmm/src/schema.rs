@@ -38,11 +38,13 @@ pub enum Document {
     ProfileList,
     /// `vmm features lint --json`: [`crate::features::lint::LintView`].
     FeaturesLint,
+    /// `vmm bench peers --json`: [`crate::bench::peers::PeersBench`].
+    BenchPeers,
 }
 
 impl Document {
     /// Every document, in the order the schemas are listed.
-    pub const ALL: [Document; 9] = [
+    pub const ALL: [Document; 10] = [
         Document::Run,
         Document::Restore,
         Document::Features,
@@ -52,6 +54,7 @@ impl Document {
         Document::SnapshotInfo,
         Document::ProfileList,
         Document::FeaturesLint,
+        Document::BenchPeers,
     ];
 
     /// The document's name: the schema file is `<name>.schema.json`.
@@ -66,6 +69,7 @@ impl Document {
             Document::SnapshotInfo => "snapshot-info",
             Document::ProfileList => "profile-list",
             Document::FeaturesLint => "features-lint",
+            Document::BenchPeers => "bench-peers",
         }
     }
 
@@ -81,6 +85,7 @@ impl Document {
             Document::SnapshotInfo => "vmm snapshot info FILE --json",
             Document::ProfileList => "vmm features --list-profiles --json",
             Document::FeaturesLint => "vmm features lint --json",
+            Document::BenchPeers => "vmm bench peers --json",
         }
     }
 
@@ -95,7 +100,8 @@ impl Document {
             | Document::BenchInitXstate
             | Document::SnapshotInfo
             | Document::ProfileList
-            | Document::FeaturesLint => 1,
+            | Document::FeaturesLint
+            | Document::BenchPeers => 1,
         }
     }
 
@@ -127,6 +133,9 @@ impl Document {
             }
             Document::FeaturesLint => {
                 Versioned::<crate::features::lint::LintView>::json_schema(&mut gen)
+            }
+            Document::BenchPeers => {
+                Versioned::<crate::bench::peers::PeersBench>::json_schema(&mut gen)
             }
         };
         let defs = gen.take_definitions(true);

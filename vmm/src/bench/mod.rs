@@ -2,6 +2,8 @@
 //!
 //! - `exits` ([`exits`]): vCPU exit cost per policy against the raw limit.
 //! - `init-xstate` ([`init_xstate`]): the illumos initial-state experiment.
+//! - `peers` ([`peers`]): the same guest under `vmm`, QEMU, Cloud Hypervisor
+//!   and Firecracker.
 //!
 //! Shared by both: [`stats`] (median, min..p90 spread, within-noise
 //! verdicts), [`progress`] (the stderr progress bar), `--plot` through
@@ -12,6 +14,7 @@ pub mod baseline;
 pub mod compare;
 pub mod exits;
 pub mod init_xstate;
+pub mod peers;
 pub mod progress;
 pub mod stats;
 
@@ -128,6 +131,33 @@ pub enum BenchCommand {
         /// Baseline options.
         #[command(flatten)]
         baseline: BaselineArgs,
+    },
+    /// The same guest under vmm, QEMU, Cloud Hypervisor and Firecracker:
+    /// process start to guest exit, the guest's own exit costs, and the
+    /// xstate each VMM shows it, in one table.
+    ///
+    /// vmm always runs; QEMU when qemu-system-x86_64 is on PATH (or
+    /// VMM_PEER_QEMU names it); Cloud Hypervisor and Firecracker when
+    /// VMM_PEER_CLOUD_HYPERVISOR / VMM_PEER_FIRECRACKER name their
+    /// executables. Exits with 64 when a run of a VMM failed (the table
+    /// still shows what was measured), 68 when a variable names no
+    /// executable.
+    Peers {
+        /// Runs per VMM; times are their median and min..max [default: 3].
+        #[arg(long, default_value_t = peers::DEFAULT_RUNS, value_parser = clap::value_parser!(u32).range(1..=peers::MAX_RUNS as i64))]
+        runs: u32,
+        /// Exits per guest benchmark row (the guest's `exits=` word).
+        #[arg(long, default_value_t = peers::DEFAULT_EXITS, value_parser = clap::value_parser!(u64).range(1..=peers::MAX_EXITS))]
+        exits: u64,
+        /// Seconds one run of one VMM may take before it is killed.
+        #[arg(long, value_name = "SECONDS", default_value_t = peers::DEFAULT_TIMEOUT_S, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        timeout: u64,
+        /// Print one JSON object instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// No progress bar (it is drawn on stderr only when stderr is a terminal).
+        #[arg(long)]
+        quiet: bool,
     },
 }
 
@@ -350,6 +380,43 @@ pub fn main(args: BenchArgs) -> Result<i32> {
             )?;
             save(save_to.as_deref(), &b)?;
             write_plot(out.plot.as_deref(), || b.charts())?;
+        }
+        BenchCommand::Peers {
+            runs,
+            exits,
+            timeout,
+            json,
+            quiet,
+        } => {
+            let ours = std::env::current_exe()?;
+            // A PeerError is printed here, not turned into `Error`: the
+            // error module stays below the bench modules.
+            let (targets, skipped) = match peers::targets(ours, |v| std::env::var_os(v)) {
+                Ok(t) => t,
+                Err(e) => {
+                    crate::error::eprint(&e, None);
+                    return Ok(crate::report::exit::EXIT_USAGE);
+                }
+            };
+            let plan = peers::Plan {
+                runs,
+                exits,
+                timeout: Duration::from_secs(timeout),
+            };
+            let progress = Progress::new(u64::from(runs) * targets.len() as u64, quiet);
+            let measured = peers::run(&plan, &targets, skipped, || progress.inc());
+            drop(progress);
+            let b = match measured {
+                Ok(b) => b,
+                Err(e) => {
+                    crate::error::eprint(&e, None);
+                    return Ok(crate::report::exit::EXIT_VMM_ERROR);
+                }
+            };
+            print(json.then_some(Document::BenchPeers), &b, b.to_table())?;
+            if !b.all_ok() {
+                return Ok(crate::report::exit::EXIT_VMM_ERROR);
+            }
         }
     }
     Ok(0)
