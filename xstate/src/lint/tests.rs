@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 use std::vec::Vec;
 
+use super::avx::avx512_flags;
 use super::*;
+use crate::info::XsaveInfo;
 
 /// A complete CPUID table: absent (sub)leaves read as zero.
 #[derive(Clone, Debug, Default)]
