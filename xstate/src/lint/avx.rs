@@ -4,7 +4,9 @@ use crate::feature::Xfeature;
 use crate::mask::XfeatureMask;
 
 use super::facts::{at, needs_state, state_hidden, Facts};
-use super::{flags, Detail, Flag, RuleId, Sink, Skip};
+use super::flags;
+use super::view::Flag;
+use super::violation::{Detail, RuleId, Sink, Skip};
 
 pub(super) fn avx_state(x: &Facts<'_>, out: &mut Sink<'_>) -> Result<(), Skip> {
     needs_state(

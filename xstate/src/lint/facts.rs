@@ -4,7 +4,8 @@ use crate::feature::Xfeature;
 use crate::info::{CpuidRegs, InfoError, XsaveInfo};
 use crate::mask::XfeatureMask;
 
-use super::{flag, Context, CpuidView, Detail, Flag, Reg, RuleId, Sink, Skip, Violation};
+use super::view::{flag, Context, CpuidView, Flag, Reg};
+use super::violation::{Detail, RuleId, Sink, Skip, Violation};
 
 /// What the rules read: the view, the context and leaf 0xD parsed once.
 pub struct Facts<'a> {

@@ -1,6 +1,6 @@
 //! The flags the rules read, named once.
 
-use super::{flag, Flag, Reg};
+use super::view::{flag, Flag, Reg};
 
 /// CPUID.1:ECX.FMA.
 pub const FMA: Flag = flag(1, 0, Reg::Ecx, 12, "FMA");

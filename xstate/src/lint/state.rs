@@ -5,7 +5,9 @@ use crate::feature::Xfeature;
 use crate::mask::XfeatureMask;
 
 use super::facts::{at, leaf_present, needs_state, state_hidden, xss_bit, Facts};
-use super::{flags, Detail, Reg, RuleId, Sink, Skip, Violation};
+use super::flags;
+use super::view::Reg;
+use super::violation::{Detail, RuleId, Sink, Skip, Violation};
 
 pub(super) fn pku_state(x: &Facts<'_>, out: &mut Sink<'_>) -> Result<(), Skip> {
     needs_state(

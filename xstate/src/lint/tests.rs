@@ -6,7 +6,8 @@ use std::vec::Vec;
 
 use super::avx::avx512_flags;
 use super::*;
-use crate::info::XsaveInfo;
+use crate::info::{CpuidRegs, XsaveInfo};
+use crate::mask::XfeatureMask;
 
 /// A complete CPUID table: absent (sub)leaves read as zero.
 #[derive(Clone, Debug, Default)]

@@ -7,7 +7,7 @@ use crate::info::InfoError;
 use crate::mask::XfeatureMask;
 use crate::rules::Xcr0Error;
 
-use super::{Reg, RuleId};
+use super::view::Reg;
 
 /// How bad a violation is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -156,3 +156,69 @@ impl fmt::Display for Skip {
         }
     }
 }
+
+/// Named rules, one per function in [`RULES`](super::RULES).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RuleId {
+    /// XSAVE (1.ECX.26) ⇔ leaf 0xD enumerates XCR0 bits.
+    XsaveLeaf,
+    /// OSXSAVE (1.ECX.27) ⇒ XSAVE.
+    OsxsaveNeedsXsave,
+    /// OSXSAVE (1.ECX.27) = CR4.OSXSAVE, when CR4 is known.
+    OsxsaveCr4,
+    /// The supported XCR0 is itself a valid XCR0.
+    SupportedXcr0,
+    /// Leaf 0xD's component subleaves are present and sane.
+    ComponentSubleaves,
+    /// AVX (1.ECX.28) ⇒ XCR0 bits 1 and 2 supported.
+    AvxState,
+    /// XCR0 bit 2 supported ⇒ AVX.
+    AvxStateHidden,
+    /// FMA, F16C, AVX2, VAES, VPCLMULQDQ ⇒ AVX.
+    VexNeedsAvx,
+    /// AVX-512 flags ⇒ XCR0 bits 5-7 supported.
+    Avx512State,
+    /// AVX-512 flags other than F ⇒ AVX512F.
+    Avx512NeedsF,
+    /// XCR0 bits 5-7 supported ⇒ AVX512F.
+    Avx512StateHidden,
+    /// AVX-512 state or AVX512F ⇒ AVX2.
+    Avx512WithoutAvx2,
+    /// PKU ⇒ XCR0 bit 9; OSPKE ⇒ PKU.
+    PkuState,
+    /// XCR0 bit 9 ⇒ PKU.
+    PkuStateHidden,
+    /// AMX-TILE/BF16/INT8 ⇒ XCR0 bits 17-18; BF16/INT8 ⇒ TILE.
+    AmxState,
+    /// XCR0 bits 17-18 ⇒ AMX-TILE.
+    AmxStateHidden,
+    /// AMX-TILE ⇔ leaf 0x1D (palette ≥ 1) and leaf 0x1E.
+    AmxLeaves,
+    /// MPX ⇒ XCR0 bits 3-4.
+    MpxState,
+    /// XCR0 bits 3-4 ⇒ MPX.
+    MpxStateHidden,
+    /// Intel PT ⇔ leaf 0x14; IA32_XSS bit 8 ⇒ PT.
+    PtState,
+    /// CET_SS/IBT ⇔ IA32_XSS bits 11-12.
+    CetState,
+    /// Key Locker ⇔ leaf 0x19.
+    KeyLockerLeaf,
+    /// IA32_XSS bits enumerated ⇒ XSAVES.
+    XsavesXss,
+    /// A component aligned in the compacted format ⇒ XSAVEC.
+    XsavecAlign,
+    /// A component with the XFD flag ⇒ 0xD.1 EAX.XFD.
+    XfdFlag,
+    /// Components beyond AVX enumerated ⇒ XSAVEOPT.
+    XsaveoptPresent,
+    /// 0xD.0 ECX = standard size of the supported XCR0.
+    MaxStandardSize,
+    /// 0xD.0 EBX = standard size of the XCR0 in force.
+    EnabledStandardSize,
+    /// 0xD.1 EBX = compacted size of XCR0 | IA32_XSS in force.
+    CompactedSize,
+}
+
+/// Where violations go.
+pub type Sink<'s> = dyn FnMut(Violation) + 's;

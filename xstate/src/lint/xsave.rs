@@ -6,7 +6,9 @@ use crate::info::{leaf_d_ecx, InfoError};
 use crate::mask::XfeatureMask;
 
 use super::facts::{at, Facts, XFD, XSAVEC, XSAVEOPT, XSAVES};
-use super::{flags, Detail, Osxsave, Reg, RuleId, Sink, Skip, Violation};
+use super::flags;
+use super::view::{Osxsave, Reg};
+use super::violation::{Detail, RuleId, Sink, Skip, Violation};
 
 pub(super) fn xsave_leaf(x: &Facts<'_>, out: &mut Sink<'_>) -> Result<(), Skip> {
     let xsave = x.has(flags::XSAVE)?;
