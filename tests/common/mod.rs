@@ -127,6 +127,16 @@ pub fn rows_named<'a>(v: &'a serde_json::Value, name: &str) -> Vec<&'a serde_jso
         .collect()
 }
 
+/// The path of `name` among the recorded CPUID tables of
+/// `xstate/tests/data`, as a command-line argument.
+pub fn data(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("xstate/tests/data")
+        .join(name)
+        .display()
+        .to_string()
+}
+
 /// The embedded guest kernel, written to a temporary file (for QEMU).
 pub fn guest_kernel_file() -> PathBuf {
     let path = std::env::temp_dir().join(format!("vmm-guest-kernel-{}.elf", std::process::id()));
