@@ -25,6 +25,22 @@ fn assert_no_temporaries(dir: &tempfile::TempDir) {
     assert!(left.is_empty(), "{left:?}");
 }
 
+/// `e` says the destination changed during the write and is now `kind`.
+fn assert_changed(e: &WriteError, kind: &str) {
+    assert!(
+        matches!(e, WriteError::Changed { kind: k, .. } if *k == kind),
+        "{e}"
+    );
+}
+
+/// `p` is a symbolic link (not followed).
+fn is_symlink(p: &Path) -> bool {
+    std::fs::symlink_metadata(p)
+        .unwrap()
+        .file_type()
+        .is_symlink()
+}
+
 fn temporaries(dir: &Path) -> Vec<OsString> {
     std::fs::read_dir(dir)
         .unwrap()
@@ -117,10 +133,7 @@ fn non_regular_destinations_are_refused_even_with_force() {
         }
     }
     assert_eq!(std::fs::read(&target).unwrap(), b"target");
-    assert!(std::fs::symlink_metadata(&link)
-        .unwrap()
-        .file_type()
-        .is_symlink());
+    assert!(is_symlink(&link));
     assert_no_temporaries(&dir);
 }
 
@@ -200,20 +213,8 @@ fn a_symlink_swapped_in_during_a_forced_write_is_put_back() {
         io::Write::write_all(f, b"ram")
     })
     .unwrap_err();
-    assert!(
-        matches!(
-            &e,
-            WriteError::Changed {
-                kind: "a symbolic link",
-                ..
-            }
-        ),
-        "{e}"
-    );
-    assert!(std::fs::symlink_metadata(&p)
-        .unwrap()
-        .file_type()
-        .is_symlink());
+    assert_changed(&e, "a symbolic link");
+    assert!(is_symlink(&p));
     assert_eq!(std::fs::read(&target).unwrap(), b"target");
     assert_no_temporaries(&dir);
 }
@@ -227,16 +228,7 @@ fn a_file_appearing_during_a_write_is_not_replaced() {
             io::Write::write_all(f, b"ram")
         })
         .unwrap_err();
-        assert!(
-            matches!(
-                &e,
-                WriteError::Changed {
-                    kind: "a regular file",
-                    ..
-                }
-            ),
-            "{e}"
-        );
+        assert_changed(&e, "a regular file");
         assert_eq!(std::fs::read(&p).unwrap(), b"theirs");
         std::fs::remove_file(&p).unwrap();
     }
