@@ -6,16 +6,8 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{hex, kvm_or_skip, stderr, temp_file, vmm, vmm_json};
+use common::{data, hex, kvm_or_skip, stderr, temp_file, vmm, vmm_json};
 use serde_json::Value;
-
-fn data(name: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("xstate/tests/data")
-        .join(name)
-        .display()
-        .to_string()
-}
 
 fn stdout(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()

@@ -4,12 +4,8 @@
 
 mod common;
 
-use common::{hex, kvm_or_skip, vmm, vmm_json};
+use common::{data, hex, kvm_or_skip, vmm, vmm_json};
 use serde_json::Value;
-
-fn data(name: &str) -> String {
-    format!("{}/xstate/tests/data/{name}", env!("CARGO_MANIFEST_DIR"))
-}
 
 fn reg(entry: &Value, r: &str) -> u64 {
     hex(&entry[r])

@@ -12,7 +12,7 @@ use std::fs::File;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
-use common::{hex, kvm_or_skip, stderr, vmm, vmm_bin, vmm_json};
+use common::{hex, kvm_or_skip, run_bare_json, stderr, vmm, vmm_bin};
 use serde_json::Value;
 use vmm::devices::{MAX_MARKS, MAX_REPORT_ERRORS, SERIAL_CAPTURE_MAX};
 use vmm::report::{EXIT_PROTOCOL_VIOLATION, EXIT_TIMEOUT, EXIT_USAGE};
@@ -115,6 +115,13 @@ fn idle_peak_kib() -> u64 {
     })
 }
 
+/// [`flood`], checked to have run to the timeout with the VMM's memory flat.
+fn flat_flood(mode: &str) -> Measured {
+    let m = flood(mode);
+    assert_flat(mode, &m);
+    m
+}
+
 /// The flood ran to the timeout and the VMM's memory stayed flat.
 fn assert_flat(mode: &str, m: &Measured) {
     assert_eq!(
@@ -148,8 +155,7 @@ fn report_flood_keeps_only_the_last_report() {
     if !kvm_or_skip("report_flood_keeps_only_the_last_report") {
         return;
     }
-    let m = flood("report-flood");
-    assert_flat("report-flood", &m);
+    let m = flat_flood("report-flood");
     let v = &m.json;
     assert!(count(v, "reports_dropped") >= 1, "{v:#}");
     assert!(!v["guest_xcr0"].is_null(), "the last report is kept: {v:#}");
@@ -162,8 +168,7 @@ fn bad_report_flood_keeps_the_first_reasons() {
     if !kvm_or_skip("bad_report_flood_keeps_the_first_reasons") {
         return;
     }
-    let m = flood("bad-report-flood");
-    assert_flat("bad-report-flood", &m);
+    let m = flat_flood("bad-report-flood");
     let v = &m.json;
     let errors = v["report_errors"].as_array().unwrap();
     assert_eq!(errors.len(), MAX_REPORT_ERRORS, "{v:#}");
@@ -184,8 +189,7 @@ fn marker_flood_keeps_the_first_markers() {
     if !kvm_or_skip("marker_flood_keeps_the_first_markers") {
         return;
     }
-    let m = flood("mark-flood");
-    assert_flat("mark-flood", &m);
+    let m = flat_flood("mark-flood");
     let v = &m.json;
     // Every exit but a few setup ones is a marker: all beyond MAX_MARKS
     // are counted.
@@ -202,8 +206,7 @@ fn serial_flood_keeps_the_tail() {
     if !kvm_or_skip("serial_flood_keeps_the_tail") {
         return;
     }
-    let m = flood("serial-flood");
-    assert_flat("serial-flood", &m);
+    let m = flat_flood("serial-flood");
     // With --json (and `quiet`) the guest's serial output goes to stderr,
     // complete: exactly what is beyond the kept tail is counted dropped.
     assert!(m.stderr_len > 0, "the pass-through is unchanged");
@@ -225,16 +228,7 @@ fn forged_exit_statuses_are_protocol_violations() {
     }
     for status in [64u32, 65, 66, 67, 68, 200] {
         let word = format!("hostile=status-{status}");
-        let (out, v) = vmm_json(&[
-            "run",
-            "--workload",
-            "none",
-            "--no-native",
-            "--timeout",
-            "60",
-            "--cmdline",
-            &word,
-        ]);
+        let (out, v) = run_bare_json("60", &["--cmdline", &word]);
         assert_eq!(
             out.status.code(),
             Some(EXIT_PROTOCOL_VIOLATION),
@@ -251,16 +245,7 @@ fn forged_exit_statuses_are_protocol_violations() {
         );
     }
     // The top of the guest range is the guest's.
-    let (out, v) = vmm_json(&[
-        "run",
-        "--workload",
-        "none",
-        "--no-native",
-        "--timeout",
-        "60",
-        "--cmdline",
-        "hostile=status-63",
-    ]);
+    let (out, v) = run_bare_json("60", &["--cmdline", "hostile=status-63"]);
     assert_eq!(out.status.code(), Some(63), "{v:#}");
     assert_eq!(v["exit_reason"], "exited");
     assert_eq!(v["exit_status"], 63);
@@ -274,21 +259,13 @@ fn refused_edit_request_is_answered_and_reported() {
     if !kvm_or_skip("refused_edit_request_is_answered_and_reported") {
         return;
     }
-    let args = |mask: &'static str| {
-        [
-            "run",
-            "--workload",
-            "none",
-            "--no-native",
-            "--timeout",
+    let run = |mask: &str| {
+        run_bare_json(
             "60",
-            "--xfeatures",
-            mask,
-            "--cmdline",
-            "hostile=edit-xmm",
-        ]
+            &["--xfeatures", mask, "--cmdline", "hostile=edit-xmm"],
+        )
     };
-    let (out, v) = vmm_json(&args("x87"));
+    let (out, v) = run("x87");
     assert_eq!(out.status.code(), Some(0), "{v:#}\n{}", stderr(&out));
     assert_eq!(hex(&v["final_xcr0"]), 0x1);
     assert_eq!(count(&v, "requests_refused"), 1, "{v:#}");
@@ -300,7 +277,7 @@ fn refused_edit_request_is_answered_and_reported() {
     );
     assert!(!v["guest_xcr0"].is_null(), "the run went on to its report");
 
-    let (out, v) = vmm_json(&args("x87,sse"));
+    let (out, v) = run("x87,sse");
     assert_eq!(out.status.code(), Some(0), "{v:#}\n{}", stderr(&out));
     assert_eq!(count(&v, "requests_refused"), 0, "{v:#}");
     assert_eq!(v["refused_requests"], serde_json::json!([]));
@@ -316,18 +293,10 @@ fn xcr0_beyond_the_policy_is_a_protocol_violation() {
     if !kvm_or_skip("xcr0_beyond_the_policy_is_a_protocol_violation") {
         return;
     }
-    let (out, v) = vmm_json(&[
-        "run",
-        "--workload",
-        "none",
-        "--no-native",
-        "--timeout",
+    let (out, v) = run_bare_json(
         "60",
-        "--xfeatures",
-        "x87,sse",
-        "--cmdline",
-        "hostile=xsetbv-all",
-    ]);
+        &["--xfeatures", "x87,sse", "--cmdline", "hostile=xsetbv-all"],
+    );
     let offered = hex(&v["kvm_cpuid_xfeatures"]);
     let outside = offered & !0x3;
     if outside == 0 {

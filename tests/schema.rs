@@ -7,7 +7,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use common::{kvm_or_skip, vmm_json};
+use common::{kvm_or_skip, run_bare_json, vmm_json};
 use vmm::schema::Document;
 
 /// The one command that rewrites the committed schemas.
@@ -125,14 +125,7 @@ fn run_json_matches_its_schema() {
     if !kvm_or_skip("run_json_matches_its_schema") {
         return;
     }
-    let (out, v) = vmm_json(&[
-        "run",
-        "--workload",
-        "none",
-        "--no-native",
-        "--timeout",
-        "120",
-    ]);
+    let (out, v) = run_bare_json("120", &[]);
     assert!(out.status.success(), "{out:?}");
     check_document(Document::Run, &out, &v);
 }

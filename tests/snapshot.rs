@@ -6,7 +6,9 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{kvm_or_skip, snapshot_regs_kernel, tiny_pvh_elf, vmm, vmm_json};
+use common::{
+    kvm_or_skip, rows_named, snapshot_check_args, snapshot_regs_kernel, tiny_pvh_elf, vmm, vmm_json,
+};
 use vmm::snapshot::format::{Container, FORMAT_VERSION};
 use vmm::snapshot::state::Snapshot;
 use xstate::{CpuidProfile, Format, InitMode, XfeatureMask, XsaveBuf};
@@ -406,27 +408,14 @@ fn every_register_survives_snapshot_and_restore_bit_for_bit() {
     // saves them with XSAVE, requests a snapshot, and after the restore
     // saves again and compares every component byte for byte.
     let path = snap_path("regs");
-    let (out, v) = vmm_json(&[
-        "run",
-        "--workload",
-        "none",
-        "--cmdline",
-        "bench=snapshot-check",
-        "--snapshot-file",
-        path.to_str().unwrap(),
-    ]);
+    let (out, v) = vmm_json(&snapshot_check_args(path.to_str().unwrap()));
     assert!(out.status.success(), "{v:#}");
     assert_eq!(v["exit_reason"], "snapshotted", "{v:#}");
     let (out, v) = vmm_json(&["restore", path.to_str().unwrap()]);
     let _ = std::fs::remove_file(&path);
     assert!(out.status.success(), "{v:#}");
     assert_eq!(v["exit_status"], 0, "{v:#}");
-    let rows: Vec<_> = v["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["name"] == "snapshot-check")
-        .collect();
+    let rows = rows_named(&v, "snapshot-check");
     assert_eq!(rows.len(), 1, "{v:#}");
     assert_eq!(rows[0]["check"], "pass", "{v:#}");
     assert!(v["skipped"].as_array().unwrap().is_empty(), "{v:#}");

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{kvm_or_skip, vmm};
+use common::{kvm_or_skip, snapshot_check_args, vmm};
 use vmm::snapshot::format::{read_table, reseal, Container};
 use vmm::snapshot::state::Snapshot;
 use xstate::XsaveBuf;
@@ -33,17 +33,9 @@ fn real_snapshot() -> &'static [u8] {
     static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
     BYTES.get_or_init(|| {
         let path = temp("real");
-        let out = vmm(&[
-            "run",
-            "--workload",
-            "none",
-            "--cmdline",
-            "bench=snapshot-check",
-            "--snapshot-file",
-            path.to_str().unwrap(),
-            "--no-native",
-            "--json",
-        ]);
+        let mut args = snapshot_check_args(path.to_str().unwrap()).to_vec();
+        args.extend(["--no-native", "--json"]);
+        let out = vmm(&args);
         assert!(out.status.success(), "{}", text(&out.stderr));
         let bytes = std::fs::read(&path).unwrap();
         let _ = std::fs::remove_file(&path);

@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::{kvm_or_skip, snapshot_regs_kernel, tiny_pvh_elf, vmm_bin};
+use common::{
+    kvm_or_skip, rows_named, snapshot_check_args, snapshot_regs_kernel, tiny_pvh_elf, vmm_bin,
+};
 use vmm::snapshot::write::{self, TEMP_MARKER};
 
 fn text(b: &[u8]) -> String {
@@ -372,28 +374,15 @@ fn a_failed_guest_requested_write_resumes_the_guest() {
     let dir = tempfile::tempdir().unwrap();
     let snap = dir.path().join("x.snap");
     let mut c = Command::new(vmm_bin());
-    c.args([
-        "run",
-        "--workload",
-        "none",
-        "--cmdline",
-        "bench=snapshot-check",
-    ])
-    .arg("--snapshot-file")
-    .arg(&snap)
-    .args(["--no-native", "--json"]);
+    c.args(snapshot_check_args(snap.to_str().unwrap()))
+        .args(["--no-native", "--json"]);
     limit_file_size(&mut c, 4096);
     let (out, v) = run(c);
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}\n{v}");
     assert_eq!(v["exit_reason"], "exited", "{v}");
     assert_eq!(v["exit_status"], 0, "{v}");
-    let rows: Vec<_> = v["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["name"] == "snapshot-check")
-        .collect();
+    let rows = rows_named(&v, "snapshot-check");
     assert_eq!(rows.len(), 1, "the guest reported after the failure: {v}");
     assert_eq!(rows[0]["check"], "pass", "{v}");
     let errors = snapshot_errors(&v);

@@ -4,17 +4,7 @@
 
 mod common;
 
-use std::path::PathBuf;
-
-use common::{kvm_or_skip, snapshot_regs_kernel, temp_file, tiny_pvh_elf, vmm};
-
-fn data(name: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("xstate/tests/data")
-        .join(name)
-        .display()
-        .to_string()
-}
+use common::{data, kvm_or_skip, snapshot_regs_kernel, temp_file, tiny_pvh_elf, vmm};
 
 /// The output of `vmm args` (which must succeed).
 fn table(args: &[&str]) -> String {

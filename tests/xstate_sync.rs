@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{kvm_or_skip, vmm_json};
+use common::{kvm_or_skip, rows_named, vmm_json};
 use kvm_bindings::KVM_MAX_CPUID_ENTRIES;
 use vmm::xstate_manager::{SyncPolicy, XstateManager};
 use xstate::{InitMode, Xfeature, XfeatureMask, XsaveBuf, XsaveInfo};
@@ -26,12 +26,7 @@ fn registers_survive_exits_under_every_policy() {
             "bench=xstate-check exits=10000",
         ]);
         assert!(out.status.success(), "{policy}: {v:#}");
-        let rows: Vec<_> = v["results"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|r| r["name"] == "xstate-check")
-            .collect();
+        let rows = rows_named(&v, "xstate-check");
         let variants: Vec<&str> = rows
             .iter()
             .map(|r| r["variant"].as_str().unwrap())

@@ -86,6 +86,57 @@ pub fn vmm_json(args: &[&str]) -> (Output, serde_json::Value) {
     (out, v)
 }
 
+/// `vmm run --json` of a guest that runs no workload and no native
+/// comparison, stopped after `timeout_s` seconds, with `extra` arguments:
+/// the run of tests that look at the VMM's own handling of the guest.
+pub fn run_bare_json(timeout_s: &str, extra: &[&str]) -> (Output, serde_json::Value) {
+    let mut args = vec![
+        "run",
+        "--workload",
+        "none",
+        "--no-native",
+        "--timeout",
+        timeout_s,
+    ];
+    args.extend_from_slice(extra);
+    vmm_json(&args)
+}
+
+/// The `vmm run` arguments of the guest's snapshot self-check into `path`:
+/// `bench=snapshot-check` loads every register of its XCR0, asks for a
+/// snapshot there, and after a restore compares them byte for byte.
+pub fn snapshot_check_args(path: &str) -> [&str; 7] {
+    [
+        "run",
+        "--workload",
+        "none",
+        "--cmdline",
+        "bench=snapshot-check",
+        "--snapshot-file",
+        path,
+    ]
+}
+
+/// The rows of `--json` output `v` whose workload is `name`.
+pub fn rows_named<'a>(v: &'a serde_json::Value, name: &str) -> Vec<&'a serde_json::Value> {
+    v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["name"] == name)
+        .collect()
+}
+
+/// The path of `name` among the recorded CPUID tables of
+/// `xstate/tests/data`, as a command-line argument.
+pub fn data(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("xstate/tests/data")
+        .join(name)
+        .display()
+        .to_string()
+}
+
 /// The embedded guest kernel, written to a temporary file (for QEMU).
 pub fn guest_kernel_file() -> PathBuf {
     let path = std::env::temp_dir().join(format!("vmm-guest-kernel-{}.elf", std::process::id()));

@@ -105,15 +105,7 @@ impl XfeatureMask {
             0
         };
         for raw in s.split(',') {
-            let tok = raw.trim();
-            let (op, name) = match tok.as_bytes().first() {
-                Some(b'+') => (Op::Add, tok[1..].trim()),
-                Some(b'-') => (Op::Remove, tok[1..].trim()),
-                _ => (Op::Add, tok),
-            };
-            if name.is_empty() {
-                return Err(MaskError::EmptyToken);
-            }
+            let (op, name) = Op::split(raw)?;
             let (bits, _) = Self::parse_term(name, host)?;
             match op {
                 Op::Add => acc |= bits,
@@ -207,14 +199,7 @@ impl XfeatureMask {
         for (n, raw) in s.split(',').enumerate() {
             let pos = u16::try_from(n + 1).unwrap_or(u16::MAX);
             let tok = raw.trim();
-            let (op, name) = match tok.as_bytes().first() {
-                Some(b'+') => (Op::Add, tok[1..].trim()),
-                Some(b'-') => (Op::Remove, tok[1..].trim()),
-                _ => (Op::Add, tok),
-            };
-            if name.is_empty() {
-                return Err(MaskError::EmptyToken);
-            }
+            let (op, name) = Op::split(tok)?;
             let (bits, term) = Self::parse_term(name, host)?;
             let bits = Self::from_bits(bits);
             match (op, term) {
@@ -327,6 +312,24 @@ impl fmt::Display for BitName {
 enum Op {
     Add,
     Remove,
+}
+
+impl Op {
+    /// A comma-separated token of the grammar: its operation (`+name` and
+    /// `name` add, `-name` removes) and its term, spaces trimmed; an empty
+    /// term is refused.
+    fn split(raw: &str) -> Result<(Op, &str), MaskError> {
+        let tok = raw.trim();
+        let (op, name) = match tok.as_bytes().first() {
+            Some(b'+') => (Op::Add, tok[1..].trim()),
+            Some(b'-') => (Op::Remove, tok[1..].trim()),
+            _ => (Op::Add, tok),
+        };
+        if name.is_empty() {
+            return Err(MaskError::EmptyToken);
+        }
+        Ok((op, name))
+    }
 }
 
 /// Underscore-free copy of a short numeric string, without allocation.

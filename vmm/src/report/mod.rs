@@ -37,6 +37,9 @@
 //! | `snapshot` | with `--snapshot-file`: `requested_after_s`, `written`, `path`, and `reason` when nothing was written (e.g. the guest exited before `--snapshot-after`); null otherwise |
 
 //! - [`summary`]: the serialisable model ([`RunSummary`]) built from a run.
+//! - [`views`]: the `--xfeatures` resolution and the requested snapshot, as
+//!   the JSON shows them.
+//! - [`spanning`]: the row a restored run cannot time (it spans the snapshot).
 //! - [`render`]: its human table.
 //! - [`table`]: column alignment for every text table.
 //! - [`hex`]: masks serialised as hex strings.
@@ -47,13 +50,16 @@ pub mod exit;
 pub mod hex;
 pub mod plot;
 pub mod render;
+pub mod spanning;
 pub mod summary;
 pub mod table;
+pub mod views;
 
 pub use exit::{
     EXIT_GUEST_CRASH, EXIT_PROTOCOL_VIOLATION, EXIT_TIMEOUT, EXIT_USAGE, EXIT_VMM_ERROR,
 };
 pub use summary::{
-    result_rows, ComponentRow, CrashView, FaultView, GuestCpuidView, ResolutionView, ResultRow,
-    RunSummary, SkipRow, SnapshotView, SwitchFigure, Timing,
+    result_rows, ComponentRow, CrashView, FaultView, GuestCpuidView, ResultRow, RunSummary,
+    SkipRow, SwitchFigure, Timing,
 };
+pub use views::{ResolutionView, SnapshotView};

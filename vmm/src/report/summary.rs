@@ -7,13 +7,16 @@ use guest::protocol::{
 };
 use serde::Serialize;
 use xstate::info::leaf_d1_eax;
-use xstate::{InitMode, Resolution, Xfeature, XfeatureMask};
+use xstate::{InitMode, Xfeature, XfeatureMask};
 
 use super::exit::{EXIT_GUEST_CRASH, EXIT_PROTOCOL_VIOLATION, EXIT_TIMEOUT};
 use super::hex;
+use super::views::{ResolutionView, SnapshotView};
 use crate::vstate::RegisterDump;
 use crate::vstate::{RunEnd, RunOutcome};
 use crate::xstate_manager::{SyncPolicy, SyncStats};
+
+pub use super::spanning::{mark_rows_spanning_snapshot, SnapshotGap};
 
 fn addr(v: u64) -> String {
     format!("{v:#x}")
@@ -300,162 +303,6 @@ pub struct RunSummary {
     /// The process exit status `vmm run` ends with.
     #[serde(skip)]
     pub process_exit: i32,
-}
-
-/// An `--xfeatures` resolution as JSON (`xfeatures_resolution`): masks as
-/// hex strings, plus the result's names.
-#[derive(schemars::JsonSchema, Clone, Debug, serde::Serialize)]
-pub struct ResolutionView {
-    /// The value as given.
-    pub spec: String,
-    /// Components named to be added (groups expanded), hex.
-    #[serde(serialize_with = "hex::mask")]
-    #[schemars(with = "crate::schema::Hex")]
-    pub requested: XfeatureMask,
-    /// Components named to be removed, hex.
-    #[serde(serialize_with = "hex::mask")]
-    #[schemars(with = "crate::schema::Hex")]
-    pub removed: XfeatureMask,
-    /// Prerequisites added for the named components, hex.
-    #[serde(serialize_with = "hex::mask")]
-    #[schemars(with = "crate::schema::Hex")]
-    pub implied: XfeatureMask,
-    /// Dependents removed along with the named removals, hex.
-    #[serde(serialize_with = "hex::mask")]
-    #[schemars(with = "crate::schema::Hex")]
-    pub dropped: XfeatureMask,
-    /// The XCR0 policy, hex.
-    #[serde(serialize_with = "hex::mask")]
-    #[schemars(with = "crate::schema::Hex")]
-    pub result: XfeatureMask,
-    /// The policy's component names (`x87,sse,avx`).
-    pub result_names: String,
-}
-
-impl ResolutionView {
-    /// The view of `r`, resolved from `spec`.
-    pub fn new(spec: &str, r: &Resolution) -> Self {
-        Self {
-            spec: spec.to_string(),
-            requested: r.requested,
-            removed: r.removed,
-            implied: r.implied,
-            dropped: r.dropped,
-            result: r.result,
-            result_names: r.result.to_string(),
-        }
-    }
-}
-
-/// What became of a requested snapshot (`snapshot` in the JSON): null when
-/// the run asked for none.
-#[derive(schemars::JsonSchema, Clone, Debug, Serialize)]
-pub struct SnapshotView {
-    /// `--snapshot-after`, seconds (null when only the guest may ask).
-    pub requested_after_s: Option<f64>,
-    /// Whether a snapshot file was written.
-    pub written: bool,
-    /// The file (whether or not it was written).
-    pub path: String,
-    /// Why none was written (null when one was).
-    pub reason: Option<String>,
-}
-
-impl SnapshotView {
-    /// The view for a run of `outcome` that asked for a snapshot into
-    /// `path`, after `after` seconds if given. Also the line `vmm` warns
-    /// with on stderr when nothing was written.
-    pub fn new(outcome: &RunOutcome, after: Option<f64>, path: &std::path::Path) -> Self {
-        let written = matches!(outcome.end, RunEnd::Snapshotted(_));
-        let ran = outcome.run_time.as_secs_f64();
-        let reason = (!written).then(|| {
-            let how = match &outcome.end {
-                RunEnd::Exited(_) => "exited",
-                RunEnd::Crashed { .. } => "crashed",
-                RunEnd::TimedOut(_) => "was stopped by --timeout",
-                RunEnd::Snapshotted(_) => "stopped",
-                RunEnd::ProtocolViolation(_) => "broke the protocol",
-            };
-            match after {
-                Some(a) => format!(
-                    "the guest {how} after {ran:.1} s, before --snapshot-after {a}: \
-                     no snapshot written"
-                ),
-                None => format!(
-                    "the guest {how} after {ran:.1} s without asking for a snapshot: \
-                     no snapshot written"
-                ),
-            }
-        });
-        Self {
-            requested_after_s: after,
-            written,
-            path: path.display().to_string(),
-            reason,
-        }
-    }
-}
-
-/// What a restore knows about the snapshot it resumed, to find the row
-/// whose timing spans it ([`mark_rows_spanning_snapshot`]).
-pub struct SnapshotGap<'a> {
-    /// The snapshot's guest memory: (guest-physical address, bytes) runs.
-    pub memory: &'a [(u64, Vec<u8>)],
-    /// When the snapshot was written (Unix seconds, truncated).
-    pub created_unix_s: u64,
-    /// When the restore began (Unix time, seconds).
-    pub restore_started_unix_s: f64,
-}
-
-/// Marks the row whose timed region spans the snapshot a restored run
-/// resumed from: its TSC cycles include the time the VM was stopped (on
-/// kvm_pvm the guest's TSC follows the host's), so its throughput would be
-/// fiction (a few MB/s with `check: pass`).
-///
-/// Rows whose exact records are already in the snapshot's memory were
-/// complete before it; the vCPU runs rows one after another, so at most one
-/// row, the first one missing from the snapshot, can have been running when
-/// it was taken. It is marked invalid (no throughput, no ratio) unless its
-/// cycles are shorter than the gap between snapshot and restore, which is at
-/// least `restore start - (created_unix_s + 1 s)` (the timestamp is
-/// truncated to seconds): a region that includes the gap lasts longer than
-/// it. Returns the index of the marked row.
-pub fn mark_rows_spanning_snapshot(
-    rows: &mut [ResultRow],
-    report: &Report,
-    gap: &SnapshotGap<'_>,
-    tsc_khz: u64,
-) -> Option<usize> {
-    use zerocopy::IntoBytes;
-    let in_snapshot = |rec: &[u8]| {
-        gap.memory.iter().any(|(_, run)| {
-            run.len() >= rec.len()
-                && (0..=run.len() - rec.len())
-                    .step_by(8)
-                    .any(|i| &run[i..i + rec.len()] == rec)
-        })
-    };
-    let first_after = report
-        .results()
-        .iter()
-        .position(|r| !in_snapshot(r.as_bytes()))?;
-    let row = rows.get_mut(first_after)?;
-    let min_gap_s = (gap.restore_started_unix_s - (gap.created_unix_s as f64 + 1.0)).max(0.0);
-    let min_gap_cycles = min_gap_s * tsc_khz as f64 * 1e3;
-    if (row.cycles as f64) < min_gap_cycles {
-        return None;
-    }
-    row.mb_per_s = None;
-    row.gflops = None;
-    row.events_per_s = None;
-    row.native_ratio = None;
-    row.ns_per_block = None;
-    row.invalid = Some(
-        "spans a snapshot: timed across snapshot and restore, so its cycles include \
-         the time the VM was stopped"
-            .to_string(),
-    );
-    Some(first_after)
 }
 
 /// Turn a report's result records into rows, converting cycles with `tsc_khz`.

@@ -4,7 +4,10 @@
 use std::collections::BTreeMap;
 use std::vec::Vec;
 
+use super::avx::avx512_flags;
 use super::*;
+use crate::info::{CpuidRegs, XsaveInfo};
+use crate::mask::XfeatureMask;
 
 /// A complete CPUID table: absent (sub)leaves read as zero.
 #[derive(Clone, Debug, Default)]

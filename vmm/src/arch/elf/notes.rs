@@ -1,0 +1,54 @@
+//! The notes of `PT_NOTE` segments, walked as the loader walks them, for
+//! the PVH entry point.
+
+use super::error::ImageError;
+use super::format::{span, u32_at, Phdr, NHDR_SIZE, XEN_ELFNOTE_PHYS32_ENTRY, XEN_NOTE_NAME};
+
+/// Walk the notes of a `PT_NOTE` segment (`data`, its file bytes) as the
+/// loader does (4-byte aligned name and descriptor); the PVH entry if one
+/// is there.
+pub(super) fn pvh_note(data: &[u8], p: &Phdr) -> Result<Option<u64>, ImageError> {
+    let align4 = |n: u32| (u64::from(n) + 3) & !3;
+    let mut found = None;
+    let mut at = 0u64;
+    while at < data.len() as u64 {
+        let past = |namesz, descsz| ImageError::NotePastSegment {
+            index: p.index,
+            offset: p.offset + at,
+            namesz,
+            descsz,
+        };
+        let (Some(namesz), Some(descsz), Some(n_type)) =
+            (u32_at(data, at), u32_at(data, at + 4), u32_at(data, at + 8))
+        else {
+            return Err(past(0, 0));
+        };
+        let name_at = at + NHDR_SIZE;
+        let desc_at = name_at + align4(namesz);
+        let name = span(data, name_at, u64::from(namesz)).ok_or(past(namesz, descsz))?;
+        let desc = span(data, desc_at, u64::from(descsz)).ok_or(past(namesz, descsz))?;
+        if n_type == XEN_ELFNOTE_PHYS32_ENTRY && name == XEN_NOTE_NAME {
+            let entry = match *desc {
+                [a, b, c, d] => u64::from(u32::from_le_bytes([a, b, c, d])),
+                [a, b, c, d, e, f, g, h] => u64::from_le_bytes([a, b, c, d, e, f, g, h]),
+                _ => {
+                    return Err(ImageError::PvhDescSize {
+                        index: p.index,
+                        descsz,
+                    })
+                }
+            };
+            if found.is_some() {
+                return Err(ImageError::DuplicatePvh {
+                    first: p.index,
+                    second: p.index,
+                });
+            }
+            found = Some(entry);
+        }
+        // The padding of the last note may run past the segment; no note
+        // can follow it then.
+        at = desc_at + align4(descsz);
+    }
+    Ok(found)
+}

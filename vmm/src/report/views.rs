@@ -1,0 +1,102 @@
+//! Views of what `vmm run` was asked for, as its JSON shows them: the
+//! `--xfeatures` resolution and the fate of a requested snapshot.
+
+use serde::Serialize;
+use xstate::{Resolution, XfeatureMask};
+
+use super::hex;
+use crate::vstate::{RunEnd, RunOutcome};
+
+/// An `--xfeatures` resolution as JSON (`xfeatures_resolution`): masks as
+/// hex strings, plus the result's names.
+#[derive(schemars::JsonSchema, Clone, Debug, serde::Serialize)]
+pub struct ResolutionView {
+    /// The value as given.
+    pub spec: String,
+    /// Components named to be added (groups expanded), hex.
+    #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
+    pub requested: XfeatureMask,
+    /// Components named to be removed, hex.
+    #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
+    pub removed: XfeatureMask,
+    /// Prerequisites added for the named components, hex.
+    #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
+    pub implied: XfeatureMask,
+    /// Dependents removed along with the named removals, hex.
+    #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
+    pub dropped: XfeatureMask,
+    /// The XCR0 policy, hex.
+    #[serde(serialize_with = "hex::mask")]
+    #[schemars(with = "crate::schema::Hex")]
+    pub result: XfeatureMask,
+    /// The policy's component names (`x87,sse,avx`).
+    pub result_names: String,
+}
+
+impl ResolutionView {
+    /// The view of `r`, resolved from `spec`.
+    pub fn new(spec: &str, r: &Resolution) -> Self {
+        Self {
+            spec: spec.to_string(),
+            requested: r.requested,
+            removed: r.removed,
+            implied: r.implied,
+            dropped: r.dropped,
+            result: r.result,
+            result_names: r.result.to_string(),
+        }
+    }
+}
+
+/// What became of a requested snapshot (`snapshot` in the JSON): null when
+/// the run asked for none.
+#[derive(schemars::JsonSchema, Clone, Debug, Serialize)]
+pub struct SnapshotView {
+    /// `--snapshot-after`, seconds (null when only the guest may ask).
+    pub requested_after_s: Option<f64>,
+    /// Whether a snapshot file was written.
+    pub written: bool,
+    /// The file (whether or not it was written).
+    pub path: String,
+    /// Why none was written (null when one was).
+    pub reason: Option<String>,
+}
+
+impl SnapshotView {
+    /// The view for a run of `outcome` that asked for a snapshot into
+    /// `path`, after `after` seconds if given. Also the line `vmm` warns
+    /// with on stderr when nothing was written.
+    pub fn new(outcome: &RunOutcome, after: Option<f64>, path: &std::path::Path) -> Self {
+        let written = matches!(outcome.end, RunEnd::Snapshotted(_));
+        let ran = outcome.run_time.as_secs_f64();
+        let reason = (!written).then(|| {
+            let how = match &outcome.end {
+                RunEnd::Exited(_) => "exited",
+                RunEnd::Crashed { .. } => "crashed",
+                RunEnd::TimedOut(_) => "was stopped by --timeout",
+                RunEnd::Snapshotted(_) => "stopped",
+                RunEnd::ProtocolViolation(_) => "broke the protocol",
+            };
+            match after {
+                Some(a) => format!(
+                    "the guest {how} after {ran:.1} s, before --snapshot-after {a}: \
+                     no snapshot written"
+                ),
+                None => format!(
+                    "the guest {how} after {ran:.1} s without asking for a snapshot: \
+                     no snapshot written"
+                ),
+            }
+        });
+        Self {
+            requested_after_s: after,
+            written,
+            path: path.display().to_string(),
+            reason,
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! Round trip, and every corruption detected and named.
+
+use super::*;
+
+fn sample() -> Container {
+    let mut c = Container::new();
+    c.push("meta", b"{\"a\":1}".to_vec());
+    c.push("memory", vec![7u8; 5000]);
+    c.push("vcpu0.regs", (0..144u8).collect());
+    c
+}
+
+#[test]
+fn round_trip() {
+    let c = sample();
+    let bytes = c.to_bytes();
+    assert_eq!(&bytes[..8], b"VMMSNAP\0");
+    let table = read_table(&bytes).unwrap();
+    assert_eq!(table.len(), 3);
+    assert_eq!(
+        table[1].offset % PAGE_SIZE as u64,
+        0,
+        "memory is page-aligned"
+    );
+    assert!(table.iter().all(|e| e.offset % 64 == 0));
+    assert_eq!(Container::parse(&bytes).unwrap(), c);
+}
+
+#[test]
+fn every_flipped_byte_is_detected() {
+    let bytes = sample().to_bytes();
+    // Every byte is checked: header, table and sections by a checksum,
+    // the alignment padding between sections by the zero rule.
+    for i in 0..bytes.len() {
+        let mut b = bytes.clone();
+        b[i] ^= 0x40;
+        assert!(
+            Container::parse(&b).is_err(),
+            "flip at byte {i} went unnoticed"
+        );
+    }
+}
+
+#[test]
+fn checksum_message_names_the_section() {
+    let mut bytes = sample().to_bytes();
+    let e = read_table(&bytes).unwrap()[2].clone();
+    bytes[e.offset as usize + 3] ^= 1;
+    let err = Container::parse(&bytes).unwrap_err();
+    assert!(matches!(err, FormatError::Checksum { .. }));
+    assert!(err.to_string().contains("section \"vcpu0.regs\""), "{err}");
+}
+
+#[test]
+fn truncation_and_version() {
+    let bytes = sample().to_bytes();
+    for n in [0, 5, 40, 100, bytes.len() - 1] {
+        let err = Container::parse(&bytes[..n]).unwrap_err();
+        assert!(matches!(err, FormatError::Truncated { .. }), "{n}: {err}");
+    }
+    let mut b = bytes.clone();
+    b[8] = 2;
+    assert_eq!(
+        Container::parse(&b).unwrap_err(),
+        FormatError::Version { found: 2 }
+    );
+    let mut b = bytes;
+    b[0] = b'X';
+    assert!(matches!(
+        Container::parse(&b).unwrap_err(),
+        FormatError::BadMagic { .. }
+    ));
+}

@@ -1,0 +1,72 @@
+//! Why a snapshot file was not written.
+
+use std::io;
+use std::path::PathBuf;
+
+use super::SPACE_MARGIN;
+
+/// Why a snapshot file was not written. Every message names the file or
+/// directory; what is at the destination is never modified on failure.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The path ends in no file name (`/`, `..`).
+    #[error("{} names no file", path.display())]
+    NoFileName {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// Something other than a regular file is at the destination.
+    #[error("{} is {kind}: only a regular file may be replaced; it is left as it is", path.display())]
+    NotRegular {
+        /// The destination.
+        path: PathBuf,
+        /// What is there: "a symbolic link", "a character device", ...
+        kind: &'static str,
+    },
+    /// A regular file is at the destination and `--force` was not given.
+    #[error("{} already exists; pass --force to replace it", path.display())]
+    Exists {
+        /// The destination.
+        path: PathBuf,
+    },
+    /// The destination's directory is missing, not a directory, or not
+    /// writable (permissions, read-only file system).
+    #[error("directory {}: {source}", dir.display())]
+    Directory {
+        /// The directory.
+        dir: PathBuf,
+        /// What the file system said.
+        #[source]
+        source: io::Error,
+    },
+    /// The directory's file system has no room for the file.
+    #[error("directory {}: not enough free space: the snapshot needs {needed} bytes (with a {SPACE_MARGIN}-byte margin), {available} are available", dir.display())]
+    NoSpace {
+        /// The directory.
+        dir: PathBuf,
+        /// The file's size plus [`SPACE_MARGIN`].
+        needed: u64,
+        /// What `statvfs` reports available to this user.
+        available: u64,
+    },
+    /// The destination changed between the check and the rename; the entry
+    /// found there was put back.
+    #[error("{} changed while the snapshot was written (it is now {kind}); it is left as it is", path.display())]
+    Changed {
+        /// The destination.
+        path: PathBuf,
+        /// What was found there.
+        kind: &'static str,
+    },
+    /// A file system operation failed.
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        /// The operation: "creating", "writing", "renaming to", ...
+        what: &'static str,
+        /// The file it was applied to.
+        path: PathBuf,
+        /// What the file system said.
+        #[source]
+        source: io::Error,
+    },
+}
