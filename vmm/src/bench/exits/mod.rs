@@ -7,24 +7,28 @@
 //! guest-side figure (TSC cycles per exit) and a VMM-side one (ns per exit).
 //! The raw limit is the same guest under a loop that only re-enters
 //! (`RunConfig::raw_loop`): no device model, no xstate handling.
+//!
+//! - `model`: the plan, the rows and the document (`--json`).
+//! - `render`: the table and the charts.
+//! - this module: calibration and the interleaved rounds.
+
+mod model;
+mod render;
+
+use model::Key;
+pub use model::*;
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use guest::protocol::MARK_END;
-use serde::Serialize;
 use xstate::{Xfeature, XfeatureMask};
 
-use super::compare::{key_of, num, Comparison, Kind, Sample};
-use super::progress::Progress;
-use super::stats::{Spread, Verdict};
+use crate::bench::progress::Progress;
+use crate::bench::stats::{Spread, Verdict};
 use crate::devices::SerialSink;
 use crate::error::{Error, Result};
-use crate::report::hex;
-use crate::report::plot::{short, Bar, BarChart, BarGroup};
 use crate::report::result_rows;
-use crate::report::table::{or_dash, Columns};
 use crate::vstate::{self, RunConfig, RunOutcome};
 use crate::xstate_manager::SyncPolicy;
 
@@ -48,179 +52,6 @@ pub const DEFAULT_BUDGET_S: f64 = 120.0;
 
 /// Seconds of measurement `--quick` calibrates its count to.
 pub const QUICK_BUDGET_S: f64 = 12.0;
-
-/// How many exits each row runs.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Count {
-    /// `--count N`.
-    Given(u64),
-    /// As many as fit the budget in seconds, from a calibration run.
-    Budget(f64),
-}
-
-/// What to measure.
-#[derive(Clone, Debug)]
-pub struct Plan {
-    /// Exits per row.
-    pub count: Count,
-    /// Interleaved rounds.
-    pub rounds: u32,
-    /// Guest XCR0 values.
-    pub masks: Vec<XfeatureMask>,
-    /// Policies besides the raw loop.
-    pub policies: Vec<SyncPolicy>,
-    /// Per-boot guest timeout.
-    pub timeout: Duration,
-}
-
-impl Plan {
-    /// VM boots of the measurement proper (without calibration).
-    pub fn boots(&self) -> u64 {
-        u64::from(self.rounds) * self.masks.len() as u64 * (1 + self.policies.len() as u64)
-    }
-}
-
-/// One row of the matrix.
-#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
-pub struct ExitRow {
-    /// `pio`, `mmio` or `cpuid`.
-    pub exit: String,
-    /// `cpl3` or `cpl0`: where the guest loop ran.
-    pub mode: String,
-    /// `clean` (after VZEROUPPER) or `dirty` (upper halves live).
-    pub upper_ymm: String,
-    /// `raw`, `lazy`, `eager` or `eager-compact`.
-    pub policy: String,
-    /// The guest's XCR0 for the row.
-    #[serde(serialize_with = "hex::mask")]
-    #[schemars(with = "crate::schema::Hex")]
-    pub guest_xcr0: XfeatureMask,
-    /// Exits in the timed loop.
-    pub count: u64,
-    /// Wall time per exit seen from the VMM (marker to marker): the median
-    /// of the rounds (`ns_per_exit_median`).
-    pub ns_per_exit: Option<f64>,
-    /// The fastest round's `ns_per_exit`.
-    pub ns_per_exit_min: Option<f64>,
-    /// The median round's `ns_per_exit`.
-    pub ns_per_exit_median: Option<f64>,
-    /// The 90th percentile of the rounds' `ns_per_exit`.
-    pub ns_per_exit_p90: Option<f64>,
-    /// Every round's `ns_per_exit`, in round order.
-    pub ns_per_exit_rounds: Vec<f64>,
-    /// `(p90 - min) / median` of `ns_per_exit`, in percent.
-    pub spread_pct: Option<f64>,
-    /// TSC cycles per exit seen from the guest: the median of the rounds.
-    pub guest_cycles_per_exit: f64,
-    /// The fastest round's guest cycles per exit.
-    pub guest_cycles_per_exit_min: f64,
-    /// The 90th percentile of the rounds' guest cycles per exit.
-    pub guest_cycles_per_exit_p90: f64,
-    /// `ns_per_exit` of the raw loop for the same exit, mode, YMM state and
-    /// XCR0 (its median).
-    pub raw_ns_per_exit: Option<f64>,
-    /// The raw loop's fastest round.
-    pub raw_ns_per_exit_min: Option<f64>,
-    /// The raw loop's 90th percentile.
-    pub raw_ns_per_exit_p90: Option<f64>,
-    /// `ns_per_exit / raw_ns_per_exit` (medians).
-    pub ratio_to_raw: Option<f64>,
-    /// The row against the raw loop: `slower`, `faster` (below the raw
-    /// floor: only noise can do that), `within-noise` (the min..p90 ranges
-    /// overlap) or `no-spread` (one round); null for raw rows.
-    pub vs_raw: Option<Verdict>,
-    /// Whether `ratio_to_raw` differs from 1 by less than the noise (null
-    /// for raw rows and unmeasured rows).
-    pub within_noise: Option<bool>,
-}
-
-impl ExitRow {
-    /// The rounds' spread of `ns_per_exit`.
-    pub fn spread(&self) -> Option<Spread> {
-        Some(Spread {
-            min: self.ns_per_exit_min?,
-            median: self.ns_per_exit_median?,
-            p90: self.ns_per_exit_p90?,
-        })
-    }
-
-    /// The note of the table's last column: why a ratio is not a result.
-    pub fn note(&self) -> &'static str {
-        match self.vs_raw {
-            Some(Verdict::WithinNoise) => "within noise",
-            Some(Verdict::Faster) => "below raw: noise, not a gain",
-            Some(Verdict::NoSpread) => "1 round: noise unknown",
-            Some(Verdict::Slower) | None => "",
-        }
-    }
-}
-
-/// The whole benchmark.
-#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
-pub struct ExitBench {
-    /// `exits`: which `vmm bench` made this (baselines are checked by it).
-    pub bench: &'static str,
-    /// The headline limit: raw PIO exit from CPL3, clean YMM, full XCR0
-    /// (median of the rounds).
-    pub raw_ns_per_exit: Option<f64>,
-    /// Exits per row.
-    pub count: u64,
-    /// `given` (`--count`) or `calibrated` (to `budget_s`).
-    pub count_source: &'static str,
-    /// The measurement time the count was calibrated to, in seconds.
-    pub budget_s: Option<f64>,
-    /// Runs per row; each row reports the median and spread over them.
-    pub rounds: u32,
-    /// The statistic of `ns_per_exit`, `guest_cycles_per_exit`,
-    /// `raw_ns_per_exit` and `ratio_to_raw`: `median`.
-    pub statistic: &'static str,
-    /// Wall time of the whole benchmark (calibration included), seconds.
-    pub wall_s: f64,
-    /// One row per exit kind, mode, YMM state, policy and XCR0.
-    pub rows: Vec<ExitRow>,
-    /// What could not be measured, and why.
-    pub notes: Vec<String>,
-    /// This run against `--baseline` / `--compare`, when given.
-    pub comparison: Option<Comparison>,
-}
-
-/// How `--baseline` / `--compare` read the rows of `vmm bench exits --json`
-/// output: by exit, mode, YMM state, policy and XCR0, comparing
-/// `ns_per_exit` (a cost: lower is better).
-pub static KIND: Kind = Kind {
-    bench: "exits",
-    key: &[
-        ("exit", "exit"),
-        ("mode", "mode"),
-        ("upper_ymm", "ymm"),
-        ("policy", "policy"),
-        ("guest_xcr0", "xcr0"),
-    ],
-    figure: "ns_per_exit",
-    unit: Some("ns/exit"),
-    higher_is_better: false,
-    samples: samples_of_row,
-};
-
-/// A JSON row's `ns_per_exit` with its spread where the file has one
-/// (files from before spreads existed have the median only).
-fn samples_of_row(row: &serde_json::Value) -> Vec<Sample> {
-    let (Some(key), Some(m)) = (key_of(row, KIND.key), num(row, "ns_per_exit")) else {
-        return Vec::new();
-    };
-    vec![Sample {
-        key,
-        unit: None,
-        spread: Spread {
-            min: num(row, "ns_per_exit_min").unwrap_or(m),
-            median: m,
-            p90: num(row, "ns_per_exit_p90").unwrap_or(m),
-        },
-    }]
-}
-
-/// The rows' identity: XCR0, policy, exit, mode, YMM state.
-type Key = (XfeatureMask, String, String, String, String);
 
 /// A row's rounds.
 struct Samples {
@@ -551,150 +382,4 @@ pub fn default_masks(kvm_xcr0: XfeatureMask) -> Vec<XfeatureMask> {
         v.push(legacy.with(Xfeature::Avx));
     }
     v
-}
-
-impl ExitBench {
-    /// The human table: per row the median, the min..p90 spread, the ratio
-    /// to the raw loop and, where that ratio is not a result, why.
-    pub fn to_table(&self) -> String {
-        let mut s = String::new();
-        let source = match self.budget_s {
-            Some(b) => format!("calibrated to a {b:.0} s budget"),
-            None => "--count".to_string(),
-        };
-        let _ = writeln!(
-            s,
-            "vCPU exit cost: median of {} rounds (spread min..p90), {} exits per row ({source}); raw limit (PIO, CPL3, full XCR0): {}",
-            self.rounds,
-            self.count,
-            or_dash(self.raw_ns_per_exit.map(|v| format!("{v:.0} ns")))
-        );
-        let t = Columns::new()
-            .left("", 6)
-            .left(" ", 5)
-            .left(" ", 6)
-            .left(" ", 14)
-            .left(" ", 6)
-            .right(" ", 9)
-            .right(" ", 13)
-            .right(" ", 11)
-            .right(" ", 11)
-            .right(" ", 9)
-            .left("  ", 0);
-        t.push(
-            &mut s,
-            &[
-                "exit",
-                "mode",
-                "ymm",
-                "policy",
-                "xcr0",
-                "ns/exit",
-                "min..p90 ns",
-                "cycles/exit",
-                "raw ns/exit",
-                "ratio (x)",
-                "note",
-            ],
-        );
-        let ns = |v: Option<f64>| or_dash(v.map(|v| format!("{v:.0}")));
-        for r in &self.rows {
-            let spread = match (r.ns_per_exit_min, r.ns_per_exit_p90) {
-                (Some(lo), Some(hi)) => format!("{}..{}", short(lo), short(hi)),
-                _ => "-".into(),
-            };
-            t.push(
-                &mut s,
-                &[
-                    r.exit.clone(),
-                    r.mode.clone(),
-                    r.upper_ymm.clone(),
-                    r.policy.clone(),
-                    format!("{:#x}", r.guest_xcr0),
-                    ns(r.ns_per_exit),
-                    spread,
-                    format!("{:.0}", r.guest_cycles_per_exit),
-                    ns(r.raw_ns_per_exit),
-                    or_dash(r.ratio_to_raw.map(|v| format!("{v:.3}"))),
-                    r.note().to_string(),
-                ],
-            );
-        }
-        let noisy = self
-            .rows
-            .iter()
-            .filter(|r| r.within_noise == Some(true))
-            .count();
-        if noisy > 0 {
-            let _ = writeln!(
-                s,
-                "{noisy} of {} policy rows are within noise: their min..p90 overlaps the raw loop's, so their ratio is not a measured difference",
-                self.rows.iter().filter(|r| r.policy != "raw").count()
-            );
-        }
-        for n in &self.notes {
-            let _ = writeln!(s, "note: {n}");
-        }
-        let _ = writeln!(s, "measured in {:.1} s", self.wall_s);
-        if let Some(c) = &self.comparison {
-            s.push_str(&c.to_table());
-        }
-        s
-    }
-
-    /// The `--plot` charts: one per XCR0, a bar group per policy, a bar per
-    /// exit kind, mode and YMM state (median, with the min..p90 whisker),
-    /// the raw KVM limit of the same exit drawn across each bar.
-    pub fn charts(&self) -> Vec<BarChart> {
-        let mut masks: Vec<XfeatureMask> = self.rows.iter().map(|r| r.guest_xcr0).collect();
-        masks.dedup();
-        let kinds = ["pio", "mmio", "cpuid"];
-        masks
-            .iter()
-            .map(|&xcr0| {
-                let mut policies: Vec<&str> = Vec::new();
-                for r in self.rows.iter().filter(|r| r.guest_xcr0 == xcr0) {
-                    if r.policy != "raw" && !policies.contains(&r.policy.as_str()) {
-                        policies.push(&r.policy);
-                    }
-                }
-                let groups = policies
-                    .iter()
-                    .map(|&p| BarGroup {
-                        label: p.to_string(),
-                        bars: self
-                            .rows
-                            .iter()
-                            .filter(|r| r.guest_xcr0 == xcr0 && r.policy == p)
-                            .filter_map(|r| {
-                                let v = r.ns_per_exit?;
-                                Some(Bar {
-                                    label: format!("{} {} {}", r.exit, r.mode, r.upper_ymm),
-                                    series: kinds.iter().position(|k| *k == r.exit).unwrap_or(0),
-                                    value: v,
-                                    range: r.ns_per_exit_min.zip(r.ns_per_exit_p90),
-                                    tick: r.raw_ns_per_exit,
-                                    text: Some(match r.within_noise {
-                                        Some(true) => format!("{} ~", short(v)),
-                                        _ => short(v),
-                                    }),
-                                })
-                            })
-                            .collect(),
-                    })
-                    .collect();
-                BarChart {
-                    title: format!(
-                        "vCPU exit cost, guest XCR0 {:#x} ({}): median of {} rounds, {} exits per row; ~ = within noise of raw",
-                        xcr0, xcr0, self.rounds, self.count
-                    ),
-                    y_desc: "ns per exit (VMM wall time)".into(),
-                    series: kinds.iter().map(|k| format!("{k} exit")).collect(),
-                    groups,
-                    tick_name: Some("raw KVM limit (same exit)".into()),
-                    hline: None,
-                }
-            })
-            .collect()
-    }
 }
