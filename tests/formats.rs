@@ -5,9 +5,7 @@
 
 mod common;
 
-use std::process::Command;
-
-use common::{guest_kernel_file, kvm_or_skip, vmm};
+use common::{guest_kernel_file, kvm_or_skip, qemu_or_skip, vmm};
 
 fn stdout(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
@@ -168,25 +166,13 @@ fn qemu_and_xfeatures_exports_name_the_same_baseline() {
     assert_eq!(out.status.code(), Some(68));
 }
 
-fn qemu_available() -> bool {
-    let ok = Command::new("qemu-system-x86_64")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok && std::env::var("VMM_REQUIRE_KVM").as_deref() == Ok("1") {
-        panic!("qemu-system-x86_64 is missing (.ci/run installs qemu-system-x86)");
-    }
-    ok
-}
-
 /// The exported `-cpu` value boots our guest under QEMU, which reports
 /// success through isa-debug-exit, and the guest's CPUID has none of the
 /// removed state.
 #[test]
 fn qemu_cpu_export_boots_the_guest_under_qemu() {
     let name = "qemu_cpu_export_boots_the_guest_under_qemu";
-    if !kvm_or_skip(name) || !qemu_available() {
-        eprintln!("SKIPPED {name}");
+    if !kvm_or_skip(name) || !qemu_or_skip(name) {
         return;
     }
     let out = vmm(&[
@@ -205,25 +191,7 @@ fn qemu_cpu_export_boots_the_guest_under_qemu() {
     assert!(cpu.starts_with("host,-avx512f,"), "{cpu}");
     let kernel = guest_kernel_file();
     let log = std::env::temp_dir().join(format!("vmm-formats-qemu-{}.log", std::process::id()));
-    let out = Command::new("qemu-system-x86_64")
-        // arch-capabilities=off as in tests/qemu.rs: the nested KVM here
-        // refuses QEMU's IA32_ARCH_CAPABILITIES value (not xstate).
-        .args([
-            "-M",
-            "microvm",
-            "-enable-kvm",
-            "-cpu",
-            &format!("{cpu},arch-capabilities=off"),
-        ])
-        .args(["-m", "64", "-display", "none", "-no-reboot", "-nodefaults"])
-        .arg("-serial")
-        .arg(format!("file:{}", log.display()))
-        .args(["-device", "isa-debug-exit,iobase=0xf4,iosize=4"])
-        .args(["-append", "workload=none"])
-        .arg("-kernel")
-        .arg(&kernel)
-        .output()
-        .expect("cannot start QEMU");
+    let out = common::qemu_microvm_to_log(&cpu, "workload=none", &kernel, &log);
     let _ = std::fs::remove_file(&kernel);
     let serial = std::fs::read_to_string(&log).unwrap_or_default();
     // isa-debug-exit: (status << 1) | 1, so a guest success is 1.

@@ -36,20 +36,6 @@ fn peers(args: &[&str], env: &[(&str, &Path)], clear: bool) -> (Output, serde_js
     (out, v)
 }
 
-fn qemu_installed(test: &str) -> bool {
-    let ok = Command::new("qemu-system-x86_64")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        if std::env::var("VMM_REQUIRE_KVM").as_deref() == Ok("1") {
-            panic!("{test}: qemu-system-x86_64 is missing (.ci/run installs qemu-system-x86)");
-        }
-        eprintln!("{test}: qemu-system-x86_64 is not installed: its row is not checked");
-    }
-    ok
-}
-
 fn row<'a>(doc: &'a serde_json::Value, vmm: &str) -> Option<&'a serde_json::Value> {
     doc["vmms"]
         .as_array()
@@ -82,7 +68,7 @@ fn bench_peers_runs_vmm_and_qemu_with_a_record_each() {
     if !kvm_or_skip(name) {
         return;
     }
-    let qemu = qemu_installed(name);
+    let qemu = common::qemu_or_skip(name);
     let (out, doc) = peers(&["--runs", "1", "--exits", "200"], &[], false);
     assert!(out.status.success(), "{}", common::stderr(&out));
     assert_eq!(doc["schema_version"], 1);

@@ -5,7 +5,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{guest_kernel_file, kvm_or_skip, vmm};
+use common::{guest_kernel_file, kvm_or_skip, qemu_or_skip, vmm};
 
 /// The xstate lines of a guest serial report: what must not depend on the
 /// VMM (command line, arena placement and timing lines are left out).
@@ -24,24 +24,10 @@ fn xstate_lines(serial: &str) -> Vec<String> {
         .collect()
 }
 
-fn qemu_available(test: &str) -> bool {
-    let ok = Command::new("qemu-system-x86_64")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        if std::env::var("VMM_REQUIRE_KVM").as_deref() == Ok("1") {
-            panic!("{test}: qemu-system-x86_64 is missing (.ci/run installs qemu-system-x86)");
-        }
-        eprintln!("SKIPPED {test}: qemu-system-x86_64 is not installed");
-    }
-    ok
-}
-
 #[test]
 fn guest_boots_under_qemu_microvm_with_the_same_report() {
     if !kvm_or_skip("guest_boots_under_qemu_microvm_with_the_same_report")
-        || !qemu_available("guest_boots_under_qemu_microvm_with_the_same_report")
+        || !qemu_or_skip("guest_boots_under_qemu_microvm_with_the_same_report")
     {
         return;
     }
@@ -104,28 +90,12 @@ fn guest_boots_under_qemu_microvm_with_the_same_report() {
 #[test]
 fn guest_record_under_qemu_reads_back_like_vmm_s_report() {
     let name = "guest_record_under_qemu_reads_back_like_vmm_s_report";
-    if !kvm_or_skip(name) || !qemu_available(name) {
+    if !kvm_or_skip(name) || !qemu_or_skip(name) {
         return;
     }
     let kernel = guest_kernel_file();
     let log = std::env::temp_dir().join(format!("vmm-qemu-serial-{}.log", std::process::id()));
-    let out = Command::new("qemu-system-x86_64")
-        .args([
-            "-M",
-            "microvm",
-            "-enable-kvm",
-            "-cpu",
-            "host,arch-capabilities=off",
-        ])
-        .args(["-m", "64", "-display", "none", "-no-reboot", "-nodefaults"])
-        .arg("-serial")
-        .arg(format!("file:{}", log.display()))
-        .args(["-device", "isa-debug-exit,iobase=0xf4,iosize=4"])
-        .args(["-append", "workload=none"])
-        .arg("-kernel")
-        .arg(&kernel)
-        .output()
-        .expect("cannot start QEMU");
+    let out = common::qemu_microvm_to_log("host", "workload=none", &kernel, &log);
     let _ = std::fs::remove_file(&kernel);
     let serial = std::fs::read_to_string(&log).unwrap_or_default();
     // isa-debug-exit: (status << 1) | 1, so a guest success is 1.

@@ -259,3 +259,44 @@ pub fn hex(v: &serde_json::Value) -> u64 {
 pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
+
+/// Whether `qemu-system-x86_64` runs here. Where it does not, the test
+/// says so and skips, unless `VMM_REQUIRE_KVM=1` (CI, which installs it),
+/// in which case a missing QEMU is a failure.
+pub fn qemu_or_skip(test: &str) -> bool {
+    let ok = Command::new("qemu-system-x86_64")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        if std::env::var("VMM_REQUIRE_KVM").as_deref() == Ok("1") {
+            panic!("{test}: qemu-system-x86_64 is missing (.ci/run installs qemu-system-x86)");
+        }
+        eprintln!("SKIPPED {test}: qemu-system-x86_64 is not installed");
+    }
+    ok
+}
+
+/// Boot `kernel` under QEMU microvm with `-cpu CPU,arch-capabilities=off`
+/// (the nested KVM here refuses QEMU's IA32_ARCH_CAPABILITIES value, which
+/// is not xstate), the guest words `append`, and its serial console written
+/// to `log`. QEMU's exit status is isa-debug-exit's `(status << 1) | 1`.
+pub fn qemu_microvm_to_log(
+    cpu: &str,
+    append: &str,
+    kernel: &std::path::Path,
+    log: &std::path::Path,
+) -> Output {
+    Command::new("qemu-system-x86_64")
+        .args(["-M", "microvm", "-enable-kvm", "-cpu"])
+        .arg(format!("{cpu},arch-capabilities=off"))
+        .args(["-m", "64", "-display", "none", "-no-reboot", "-nodefaults"])
+        .arg("-serial")
+        .arg(format!("file:{}", log.display()))
+        .args(["-device", "isa-debug-exit,iobase=0xf4,iosize=4"])
+        .args(["-append", append])
+        .arg("-kernel")
+        .arg(kernel)
+        .output()
+        .expect("cannot start QEMU")
+}
