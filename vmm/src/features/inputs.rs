@@ -282,13 +282,11 @@ fn boot_guest(args: &Request) -> Result<GuestState, FeaturesError> {
 mod tests {
     use super::*;
     use crate::features::profile::HostProfile;
-    use std::path::PathBuf;
 
     /// The profile path validates as `vmm run` does, through its parser.
     #[test]
     fn policy_validation_is_run_s() {
-        let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../xstate/tests/data/amd-zen3-milan.json");
+        let p = crate::features::profile::recorded_dump("amd-zen3-milan.json");
         let host = HostProfile::load(&p)
             .unwrap()
             .cpu

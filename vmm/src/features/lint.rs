@@ -510,11 +510,7 @@ mod tests {
     use super::*;
     use std::path::PathBuf;
 
-    fn data(name: &str) -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../xstate/tests/data")
-            .join(name)
-    }
+    use crate::features::profile::recorded_dump as data;
 
     /// Bundled bare-metal dumps: no violation, and leaf 1 rules listed as
     /// not checked rather than failed.

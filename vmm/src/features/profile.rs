@@ -390,15 +390,20 @@ pub fn write_new(path: &Path, json: &str, force: bool) -> Result<(), FeaturesErr
     std::io::Write::write_all(&mut f, json.as_bytes()).map_err(write)
 }
 
+/// A recorded CPUID dump of `xstate/tests/data`, for the crate's unit
+/// tests.
+#[cfg(test)]
+pub(crate) fn recorded_dump(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../xstate/tests/data")
+        .join(name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn data(name: &str) -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../xstate/tests/data")
-            .join(name)
-    }
+    use super::recorded_dump as data;
 
     #[test]
     fn loads_every_recorded_cpu() {

@@ -308,13 +308,14 @@ mod tests {
     use crate::features::inputs::GuestSeen;
     use crate::features::profile::HostProfile;
     use guest::protocol::Report;
-    use std::path::PathBuf;
+
     use xstate::Format;
 
     fn milan() -> HostProfile {
-        let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../xstate/tests/data/amd-zen3-milan.json");
-        HostProfile::load(&p).unwrap()
+        HostProfile::load(&crate::features::profile::recorded_dump(
+            "amd-zen3-milan.json",
+        ))
+        .unwrap()
     }
 
     fn inputs(p: &HostProfile, policy: u64, guest: GuestState) -> Inputs {

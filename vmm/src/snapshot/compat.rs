@@ -523,8 +523,8 @@ pub(crate) mod tests {
 
     #[test]
     fn relayout_moves_components_to_the_target_offsets() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../xstate/tests/data");
-        let text = std::fs::read_to_string(dir.join("intel-sapphire-rapids.json")).unwrap();
+        let path = crate::features::profile::recorded_dump("intel-sapphire-rapids.json");
+        let text = std::fs::read_to_string(path).unwrap();
         let spr = xstate::CpuidProfile::from_json(&text)
             .unwrap()
             .xsave_info()
