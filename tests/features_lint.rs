@@ -140,3 +140,27 @@ fn features_view_has_a_consistency_section() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("Consistency (vmm features lint):"), "{text}");
 }
+
+/// Zen 2's 64-byte PKRU with PKU clear, by bundled name: loads, exits 0,
+/// and the oddity is a note, not a violation.
+#[test]
+fn zen2_pkru_oddity_is_a_note() {
+    for name in ["zen2-rome", "zen2-matisse"] {
+        let (out, v) = vmm_json(&["features", "lint", "--profile", name]);
+        assert_eq!(out.status.code(), Some(0), "{name}: {v}");
+        assert_eq!(v["violations"], 0, "{name}");
+        let src = &v["sources"][0];
+        assert_eq!(src["violations"].as_array().unwrap().len(), 0, "{name}");
+        let notes = src["notes"].as_array().unwrap();
+        assert_eq!(notes.len(), 1, "{name}: {v}");
+        assert_eq!(notes[0]["rule"], "pku-state-hidden");
+        assert_eq!(notes[0]["severity"], "info");
+        assert_eq!(notes[0]["location"], "CPUID.(0x7,0).ECX[3]");
+        let out = vmm(&["features", "lint", "--profile", name]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("the profile's CPU: 0 violations, 1 note"),
+            "{text}"
+        );
+    }
+}

@@ -87,6 +87,18 @@ pub const BUNDLED: &[Bundled] = &[
         name: "zen5-turin",
         json: include_str!("../../../profiles/zen5-turin.json"),
     },
+    Bundled {
+        name: "ice-lake-sp",
+        json: include_str!("../../../profiles/ice-lake-sp.json"),
+    },
+    Bundled {
+        name: "zen2-rome",
+        json: include_str!("../../../profiles/zen2-rome.json"),
+    },
+    Bundled {
+        name: "zen2-matisse",
+        json: include_str!("../../../profiles/zen2-matisse.json"),
+    },
 ];
 
 /// The bundled profile called `name`, if any.
@@ -242,6 +254,9 @@ mod tests {
         ("zen1-naples", "AuthenticAMD", 0x7, 0x0, false),
         ("zen4-genoa", "AuthenticAMD", 0x2e7, 0x1800, true),
         ("zen5-turin", "AuthenticAMD", 0x2e7, 0x1800, true),
+        ("ice-lake-sp", "GenuineIntel", 0x2e7, 0x100, true),
+        ("zen2-rome", "AuthenticAMD", 0x207, 0x0, false),
+        ("zen2-matisse", "AuthenticAMD", 0x207, 0x0, false),
     ];
 
     #[test]
@@ -253,8 +268,8 @@ mod tests {
             assert_eq!(p.profile.vendor, vendor, "{name}");
             assert_eq!(p.cpu.supported_xcr0().bits(), xcr0, "{name} XCR0");
             assert_eq!(p.cpu.supported_xss().bits(), xss, "{name} XSS");
-            // The layout obeys the xstate rules: a valid XCR0 and the
-            // architectural sizes (checked on load), and CPUID's AVX-512F
+            // The layout obeys the xstate rules: a valid XCR0 and sizes at
+            // least the architectural ones (checked on load), and CPUID's AVX-512F
             // agrees with the AVX-512 state components.
             p.cpu
                 .supported_xcr0()
@@ -293,5 +308,64 @@ mod tests {
             let p = find(name).unwrap().load().unwrap();
             assert_eq!(p.cpu.supported_xcr0().bits() & 0x60000, 0x60000, "{name}");
         }
+    }
+
+    /// Zen 2 enumerates PKRU (0xD.9) with 64 bytes where the register
+    /// needs 8, and PKU clear in leaf 7: the profile loads, its layout is
+    /// exactly what CPUID says, and the lint notes the oddity without
+    /// counting it.
+    #[test]
+    fn zen2_keeps_its_64_byte_pkru_as_enumerated() {
+        use xstate::{Format, Xfeature, XfeatureMask};
+        for name in ["zen2-rome", "zen2-matisse"] {
+            let p = find(name).unwrap().load().unwrap();
+            let pkru = p.cpu.component(Xfeature::Pkru).unwrap();
+            assert_eq!((pkru.size, pkru.standard_offset), (64, 832), "{name}");
+            let avx = p.cpu.component(Xfeature::Avx).unwrap();
+            assert_eq!((avx.size, avx.standard_offset), (256, 576), "{name}");
+            assert_eq!(p.cpu.max_standard_size(), 896, "{name}");
+            let all = XfeatureMask::from_bits(0x207);
+            assert_eq!(p.cpu.standard_size(all).unwrap(), 896, "{name}");
+            // Compacted (XSAVEC): AVX right after the header, PKRU after it.
+            let c = p.cpu.layout(all, Format::Compacted).unwrap();
+            assert_eq!(c.offset(Xfeature::Avx), Some(576), "{name}");
+            assert_eq!(c.offset(Xfeature::Pkru), Some(832), "{name}");
+            assert_eq!(c.total_size(), 896, "{name}");
+            // PKU (7.0 ECX bit 3) is clear: no OS enables the state.
+            assert_eq!(p.profile.leaf_7.unwrap().ecx.0 & (1 << 3), 0, "{name}");
+            let lint = super::super::lint::lint_profile(&p);
+            assert_eq!(lint.violations, 0, "{name}: {}", lint.to_table());
+            assert_eq!(lint.exit_code(), 0, "{name}");
+            let notes: Vec<_> = lint.sources[0]
+                .notes
+                .iter()
+                .map(|n| (n.rule, n.severity, n.location.as_str()))
+                .collect();
+            assert_eq!(
+                notes,
+                [("pku-state-hidden", "info", "CPUID.(0x7,0).ECX[3]")],
+                "{name}"
+            );
+        }
+    }
+
+    /// Ice Lake-SP: AVX-512 and PKRU at the Intel standard offsets.
+    #[test]
+    fn ice_lake_sp_layout_is_exact() {
+        use xstate::Xfeature;
+        let p = find("ice-lake-sp").unwrap().load().unwrap();
+        let at = |f| {
+            let c = p.cpu.component(f).unwrap();
+            (c.standard_offset, c.size)
+        };
+        assert_eq!(at(Xfeature::Avx), (576, 256));
+        assert_eq!(at(Xfeature::Opmask), (1088, 64));
+        assert_eq!(at(Xfeature::ZmmHi256), (1152, 512));
+        assert_eq!(at(Xfeature::Hi16Zmm), (1664, 1024));
+        assert_eq!(at(Xfeature::Pkru), (2688, 8));
+        assert_eq!(p.cpu.max_standard_size(), 2696);
+        let lint = super::super::lint::lint_profile(&p);
+        assert_eq!(lint.violations, 0, "{}", lint.to_table());
+        assert!(lint.sources[0].notes.is_empty());
     }
 }

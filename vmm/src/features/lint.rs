@@ -20,15 +20,16 @@
 //! `profile_cpu`, `profile_kvm`), `source` (its name), `error` (why it could
 //! not be read, else null), `violations` (each: `rule`, `severity`, `leaf`,
 //! `subleaf`, `reg`, `bit` (null for a whole register), `location`
-//! (`CPUID.(0x1,0).ECX[26]`), `message`), `not_checked` (each: `rule`,
-//! `reason`).
+//! (`CPUID.(0x1,0).ECX[26]`), `message`), `notes` (findings of
+//! [`Severity::Info`] rules, which real CPUs show, in the same shape; not
+//! counted), `not_checked` (each: `rule`, `reason`).
 //!
 //! Exit status: [`EXIT_LINT_VIOLATION`] when any source has a violation, 0
-//! when none does, 64 on errors.
+//! when none does (notes alone included), 64 on errors.
 
 use kvm_bindings::CpuId;
 use serde::Serialize;
-use xstate::lint::{lint_all, Context, LintReport, Osxsave};
+use xstate::lint::{lint_all, Context, LintReport, Osxsave, Severity, Violation};
 use xstate::{CpuidRegs, XfeatureMask};
 
 use super::inputs::GuestSeen;
@@ -47,7 +48,7 @@ const SUMMARY_FIRST: usize = 3;
 pub struct ViolationRow {
     /// Rule name (`avx512-state-hidden`).
     pub rule: &'static str,
-    /// `error` or `warning`.
+    /// `error`, `warning` or `info`.
     pub severity: &'static str,
     /// CPUID leaf.
     pub leaf: u32,
@@ -82,32 +83,37 @@ pub struct SourceLint {
     pub source: String,
     /// Why the source could not be read, if it could not.
     pub error: Option<String>,
-    /// Violations found.
+    /// Violations found (errors and warnings).
     pub violations: Vec<ViolationRow>,
+    /// Findings of [`Severity::Info`] rules: oddities real processors show
+    /// (AMD Zen 2's PKRU state with PKU clear), listed but not counted.
+    pub notes: Vec<ViolationRow>,
     /// Rules not checked.
     pub not_checked: Vec<SkipRow>,
 }
 
 impl SourceLint {
     fn from_report(key: &'static str, source: String, r: LintReport) -> Self {
+        let row = |v: &Violation| ViolationRow {
+            rule: v.rule.name(),
+            severity: v.severity().name(),
+            leaf: v.leaf,
+            subleaf: v.subleaf,
+            reg: v.reg.name(),
+            bit: v.bit,
+            location: v.location().to_string(),
+            message: v.to_string(),
+        };
+        let (notes, violations): (Vec<&Violation>, Vec<&Violation>) = r
+            .violations
+            .iter()
+            .partition(|v| v.severity() == Severity::Info);
         Self {
             key,
             source,
             error: None,
-            violations: r
-                .violations
-                .iter()
-                .map(|v| ViolationRow {
-                    rule: v.rule.name(),
-                    severity: v.severity().name(),
-                    leaf: v.leaf,
-                    subleaf: v.subleaf,
-                    reg: v.reg.name(),
-                    bit: v.bit,
-                    location: v.location().to_string(),
-                    message: v.to_string(),
-                })
-                .collect(),
+            violations: violations.into_iter().map(row).collect(),
+            notes: notes.into_iter().map(row).collect(),
             not_checked: r
                 .skipped
                 .iter()
@@ -125,6 +131,7 @@ impl SourceLint {
             source: source.into(),
             error: Some(error),
             violations: Vec::new(),
+            notes: Vec::new(),
             not_checked: Vec::new(),
         }
     }
@@ -135,8 +142,13 @@ impl SourceLint {
             Some(e) => format!("{}: not linted: {e}", self.source),
             None => {
                 let n = self.violations.len();
+                let notes = match self.notes.len() {
+                    0 => String::new(),
+                    1 => ", 1 note".to_string(),
+                    k => format!(", {k} notes"),
+                };
                 format!(
-                    "{}: {} violation{}{}",
+                    "{}: {} violation{}{notes}{}",
                     self.source,
                     n,
                     if n == 1 { "" } else { "s" },
@@ -188,7 +200,7 @@ impl LintView {
             "message".to_string(),
         ]];
         for s in &self.sources {
-            for v in &s.violations {
+            for v in s.violations.iter().chain(&s.notes) {
                 rows.push([
                     s.key.to_string(),
                     v.rule.to_string(),

@@ -209,8 +209,15 @@ impl HostProfile {
     }
 }
 
-/// Sizes the architecture fixes for user components; a leaf 0xD that says
-/// otherwise cannot describe a real CPU's state.
+/// The sizes of the registers each user component holds: a leaf 0xD that
+/// gives a component less room cannot hold its state.
+///
+/// More room is accepted: the layout follows CPUID, which is the ground
+/// truth of a real CPU. Every public AMD Zen 2 dump (Rome, Matisse, Van
+/// Gogh) enumerates PKRU (0xD.9) with 64 bytes where the 32-bit register
+/// needs 8 (with PKU clear in leaf 7, so no OS enables it). Linux takes the
+/// same view: its check of CPUID sizes against its own structures only
+/// warns, and it places every component where CPUID says.
 const ARCH_SIZES: [(Xfeature, u32); 8] = [
     (Xfeature::Avx, 256),
     (Xfeature::Opmask, 64),
@@ -223,8 +230,9 @@ const ARCH_SIZES: [(Xfeature, u32); 8] = [
 ];
 
 /// Checks the xstate crate leaves to its users: only known components
-/// (bits 0-19) enumerated, architectural component sizes, and a maximum
-/// standard size (0.ECX) equal to the end of the highest user component.
+/// (bits 0-19) enumerated, component sizes at least the architectural ones
+/// (see [`ARCH_SIZES`]), and a maximum standard size (0.ECX) equal to the
+/// end of the highest user component.
 pub fn check_consistent(info: &XsaveInfo) -> Result<(), String> {
     let unknown = info.supported_all() - XfeatureMask::ALL_KNOWN;
     if !unknown.is_empty() {
@@ -237,9 +245,10 @@ pub fn check_consistent(info: &XsaveInfo) -> Result<(), String> {
     }
     for (f, size) in ARCH_SIZES {
         if let Some(c) = info.component(f) {
-            if c.size != size {
+            if c.size < size {
                 return Err(format!(
-                    "CPUID 0xD.{}: {} has size {}, the architecture defines {size}",
+                    "CPUID 0xD.{}: {} has size {}, smaller than the {size} bytes the \
+                     architecture defines",
                     f.index(),
                     f.short_name(),
                     c.size

@@ -23,7 +23,9 @@
 //! combination impossible on a real processor, [`Severity::Warning`] where
 //! the combination is architecturally possible but no processor ships it
 //! and software treats it as missing state (Linux disables an XSAVE
-//! component whose feature flag is clear). The core is `no_std` and does not
+//! component whose feature flag is clear), [`Severity::Info`] where a real
+//! processor does it anyway and software copes (AMD Zen 2 enumerates PKRU
+//! state without PKU): noted, not a violation. The core is `no_std` and does not
 //! allocate: violations go to a callback ([`lint`]); [`lint_all`] (feature
 //! `std`) collects them.
 

@@ -199,10 +199,12 @@ pub static RULES: [Rule; 29] =
         rule!(
             PkuStateHidden,
             "pku-state-hidden",
-            Warning,
+            Info,
             pku_state_hidden,
             "XCR0 bit 9 supported => PKU",
-            "PKRU state exists for protection keys; Linux drops component 9 when PKU is clear."
+            "PKRU state exists for protection keys; Linux drops component 9 when PKU is clear. \
+             Real CPUs do it: every AMD Zen 2 enumerates a 64-byte PKRU component with PKU \
+             clear, so it is noted, not counted."
         ),
         rule!(
             AmxState,

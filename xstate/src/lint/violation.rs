@@ -12,6 +12,10 @@ use super::view::Reg;
 /// How bad a violation is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Severity {
+    /// A real processor does it (a silicon oddity, e.g. AMD Zen 2
+    /// enumerating PKRU state with PKU clear) and software copes: the
+    /// finding is noted, never counted as a violation.
+    Info,
     /// Possible architecturally, but no processor does it and software
     /// treats the state or feature as absent.
     Warning,
@@ -20,9 +24,10 @@ pub enum Severity {
 }
 
 impl Severity {
-    /// `error` or `warning`.
+    /// `error`, `warning` or `info`.
     pub const fn name(self) -> &'static str {
         match self {
+            Severity::Info => "info",
             Severity::Error => "error",
             Severity::Warning => "warning",
         }
