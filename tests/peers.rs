@@ -62,6 +62,20 @@ fn assert_measured(r: &serde_json::Value, exits: u64) {
     assert!(pio["cycles_per_exit"]["median"].as_f64().unwrap() > 0.0);
 }
 
+/// A row whose snapshot cycle worked: one snapshot and one restore time,
+/// positive, and no error (the restored guest finished with status 0 and
+/// its record).
+fn assert_snapshotted(r: &serde_json::Value) {
+    assert!(r["snapshot_error"].is_null(), "{r}");
+    for k in ["snapshot_ms", "restore_ms"] {
+        let v = r[k].as_array().unwrap();
+        assert_eq!(v.len(), 1, "{k}: {r}");
+        assert!(v[0].as_f64().unwrap() > 0.0, "{k}: {r}");
+    }
+    assert!(r["snapshot_time"]["median"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(r["restore_time"]["median"].as_f64().unwrap() > 0.0, "{r}");
+}
+
 #[test]
 fn bench_peers_runs_vmm_and_qemu_with_a_record_each() {
     let name = "bench_peers_runs_vmm_and_qemu_with_a_record_each";
@@ -77,6 +91,8 @@ fn bench_peers_runs_vmm_and_qemu_with_a_record_each() {
 
     let ours = row(&doc, "vmm").expect("vmm always runs");
     assert_measured(ours, 200);
+    assert_snapshotted(ours);
+    assert_eq!(ours["snapshot"], "vmm run --snapshot-after, vmm restore");
     assert_eq!(ours["differs_from_vmm"].as_array().unwrap().len(), 0);
     // The masks the guest reported under `vmm bench peers` are those of a
     // plain `vmm run` (the default policy: everything KVM offers).
@@ -97,13 +113,17 @@ fn bench_peers_runs_vmm_and_qemu_with_a_record_each() {
         // QEMU -cpu host offers what KVM supports, as vmm does.
         assert_eq!(q["masks"]["xcr0"], ours["masks"]["xcr0"]);
         assert!(q["snapshot"].as_str().unwrap().starts_with("not measured"));
+        assert!(q["snapshot_time"].is_null() && q["restore_time"].is_null());
+        assert!(q["snapshot_error"].is_null());
     }
     for (vmm, var) in [
         ("cloud-hypervisor", "VMM_PEER_CLOUD_HYPERVISOR"),
         ("firecracker", "VMM_PEER_FIRECRACKER"),
     ] {
         if std::env::var_os(var).is_some_and(|v| !v.is_empty()) {
-            assert_measured(row(&doc, vmm).expect("its variable is set"), 200);
+            let r = row(&doc, vmm).expect("its variable is set");
+            assert_measured(r, 200);
+            assert_snapshotted(r);
         } else {
             eprintln!("{name}: {var} is not set: the {vmm} row is skipped");
             assert!(row(&doc, vmm).is_none());
@@ -169,6 +189,8 @@ fn bench_peers_reports_a_hung_peer_and_one_without_a_record() {
     assert_measured(row(&doc, "vmm").unwrap(), 50);
     let ch = row(&doc, "cloud-hypervisor").unwrap();
     assert_eq!(ch["error"], "still running after 20 s: killed");
+    // No run booted the guest: no snapshot cycle was tried.
+    assert!(ch["snapshot_time"].is_null() && ch["snapshot_error"].is_null());
     assert!(ch["masks"].is_null());
     assert!(ch["start_to_exit"].is_null());
     let fc = row(&doc, "firecracker").unwrap();

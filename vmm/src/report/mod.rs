@@ -34,7 +34,7 @@
 //! | `xstate_sync`, `xstate_stats` | the xstate sync policy and its `fetches`, `writebacks`, `standard_bytes`, `compacted_bytes` |
 //! | `timing_ms` | `setup`, `run`: wall time of VM setup and of the guest's run |
 //! | `xfeatures_resolution` | how `--xfeatures` was understood: `spec`, `requested`, `removed`, `implied` (prerequisites added), `dropped` (dependents removed), `result` (hex strings), `result_names`; null without `--xfeatures` |
-//! | `snapshot` | with `--snapshot-file`: `requested_after_s`, `written`, `path`, and `reason` when nothing was written (e.g. the guest exited before `--snapshot-after`); null otherwise |
+//! | `snapshot` | with `--snapshot-file`: `requested_after_s`, `written`, `path`, `save_ms` (stopped vCPU to file written), and `reason` when nothing was written (e.g. the guest exited before `--snapshot-after`); null otherwise |
 
 //! - [`summary`]: the serialisable model ([`RunSummary`]) built from a run.
 //! - [`views`]: the `--xfeatures` resolution and the requested snapshot, as

@@ -64,6 +64,9 @@ pub struct SnapshotView {
     pub path: String,
     /// Why none was written (null when one was).
     pub reason: Option<String>,
+    /// Milliseconds from the stopped vCPU to the file written (capture,
+    /// encode, write); null when none was written.
+    pub save_ms: Option<f64>,
 }
 
 impl SnapshotView {
@@ -97,6 +100,10 @@ impl SnapshotView {
             written,
             path: path.display().to_string(),
             reason,
+            save_ms: outcome
+                .snapshot_time
+                .filter(|_| written)
+                .map(|d| d.as_secs_f64() * 1e3),
         }
     }
 }

@@ -15,15 +15,21 @@
 //! `PATH` (or `VMM_PEER_QEMU` names it); Cloud Hypervisor and Firecracker
 //! only when `VMM_PEER_CLOUD_HYPERVISOR` / `VMM_PEER_FIRECRACKER` name
 //! their executables (see `../shared/peers/README.md` for building them).
-//! Snapshot and restore of the peers need their API servers (an HTTP
-//! socket), which this command does not drive: that column says so.
+//! After each successful run, one snapshot/restore cycle per VMM
+//! ([`snapshot`]): the guest is paused mid-workload, snapshotted, restored
+//! in a new process and must then finish normally; the peers are driven
+//! through their API servers ([`http`]).
 //!
 //! - `model`: the rows and the document (`--json`).
 //! - `render`: the tables.
+//! - [`snapshot`]: the snapshot/restore cycle of each VMM.
+//! - [`http`]: HTTP/1.1 over a Unix socket, for the peers' APIs.
 //! - this module: which VMMs, how each is started, the runs.
 
+pub mod http;
 mod model;
 mod render;
+pub mod snapshot;
 #[cfg(test)]
 mod tests;
 
@@ -286,7 +292,7 @@ fn run_once(
 }
 
 /// The last 400 bytes of `bytes`, as text: enough of a log to see why.
-fn tail_text(bytes: &[u8]) -> String {
+pub(super) fn tail_text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(&bytes[bytes.len().saturating_sub(400)..]).into_owned()
 }
 
@@ -342,6 +348,9 @@ pub fn run(
         order: Vec<(String, String)>,
         last: Option<Box<Report>>,
         error: Option<String>,
+        snapshot_ms: Vec<f64>,
+        restore_ms: Vec<f64>,
+        snapshot_error: Option<String>,
     }
     let mut accs: Vec<Acc> = targets
         .iter()
@@ -353,6 +362,9 @@ pub fn run(
             order: Vec::new(),
             last: None,
             error: None,
+            snapshot_ms: Vec::new(),
+            restore_ms: Vec::new(),
+            snapshot_error: None,
         })
         .collect();
     for _ in 0..plan.runs {
@@ -374,6 +386,19 @@ pub fn run(
                         e.1.push(cpe);
                     }
                     acc.last = Some(record.report);
+                    // A VMM that boots the guest gets a snapshot cycle too.
+                    match snapshot::cycle(t, &kernel, dir.path(), plan.timeout) {
+                        None => {}
+                        Some(Ok(c)) => {
+                            acc.snapshot_ms.push(c.snapshot_ms);
+                            acc.restore_ms.push(c.restore_ms);
+                        }
+                        Some(Err(e)) => {
+                            if acc.snapshot_error.is_none() {
+                                acc.snapshot_error = Some(e.to_string());
+                            }
+                        }
+                    }
                 }
                 Err(e) => {
                     if acc.error.is_none() {
@@ -431,11 +456,12 @@ pub fn run(
                 exit_rows,
                 masks,
                 differs_from_vmm,
-                snapshot: if t.vmm == Vmm::Vmm {
-                    "not measured here (see vmm run --snapshot-file, vmm restore)".into()
-                } else {
-                    SNAPSHOT_NOT_MEASURED.into()
-                },
+                snapshot: snapshot::method(t.vmm).into(),
+                snapshot_time: Spread::of(&acc.snapshot_ms),
+                restore_time: Spread::of(&acc.restore_ms),
+                snapshot_ms: acc.snapshot_ms,
+                restore_ms: acc.restore_ms,
+                snapshot_error: acc.snapshot_error,
                 error: acc.error,
             }
         })

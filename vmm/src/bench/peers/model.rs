@@ -27,9 +27,6 @@ pub const DEFAULT_TIMEOUT_S: u64 = 120;
 pub const POLL: Duration = Duration::from_micros(500);
 /// Guest RAM of every VMM, in MiB.
 pub const MEM_MIB: u32 = 64;
-/// Why the snapshot column is empty.
-pub const SNAPSHOT_NOT_MEASURED: &str =
-    "not measured (the peers snapshot through their API servers, which this command does not drive)";
 
 /// The VMMs `vmm bench peers` knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
@@ -269,8 +266,23 @@ pub struct PeerRow {
     pub masks: Option<GuestMasks>,
     /// How [`PeerRow::masks`] differ from `vmm`'s.
     pub differs_from_vmm: Vec<String>,
-    /// Snapshot and restore time, or why there is none.
+    /// How snapshot and restore were driven, or why they were not
+    /// measured (`not measured ...`).
     pub snapshot: String,
+    /// Pause request to snapshot complete, ms, per successful cycle (see
+    /// [`super::snapshot`]).
+    pub snapshot_ms: Vec<f64>,
+    /// Restoring process spawned to guest resumed, ms, per successful cycle.
+    pub restore_ms: Vec<f64>,
+    /// Median and spread of [`PeerRow::snapshot_ms`]; `None` when no cycle
+    /// succeeded or none was run.
+    pub snapshot_time: Option<Spread>,
+    /// Median and spread of [`PeerRow::restore_ms`].
+    pub restore_time: Option<Spread>,
+    /// Why a snapshot cycle failed (the first failure): the pause, the
+    /// snapshot, the restore, or the restored guest not finishing with its
+    /// normal exit. Not counted in the exit status.
+    pub snapshot_error: Option<String>,
     /// Why a run failed (the first failure); the successful runs still count.
     pub error: Option<String>,
 }

@@ -58,7 +58,8 @@ impl PeersBench {
             .right("  ", 8)
             .right("  ", 9)
             .right("  ", 8)
-            .left("  ", 16)
+            .right("  ", 12)
+            .right("  ", 12)
             .left("  ", 0);
         t.push(
             &mut out,
@@ -69,16 +70,12 @@ impl PeersBench {
                 "mmio ns",
                 "cpuid ns",
                 "XCR0",
-                "snapshot",
+                "snapshot ms",
+                "restore ms",
                 "differs from vmm",
             ],
         );
         for r in &self.vmms {
-            let snap = if r.vmm == Vmm::Vmm {
-                "-"
-            } else {
-                "not measured"
-            };
             let diff = if let Some(e) = &r.error {
                 format!("ERROR: {e}")
             } else if r.vmm == Vmm::Vmm {
@@ -97,7 +94,8 @@ impl PeersBench {
                     r.cost_cell("exit-mmio"),
                     r.cost_cell("exit-cpuid"),
                     or_dash(r.masks.as_ref().map(|m| format!("{:#x}", m.xcr0.0))),
-                    snap.to_string(),
+                    ms_cell(r.snapshot_time.as_ref(), &r.snapshot_ms),
+                    ms_cell(r.restore_time.as_ref(), &r.restore_ms),
                     diff,
                 ],
             );
@@ -108,6 +106,7 @@ impl PeersBench {
                 &[
                     s.vmm.name(),
                     "skipped",
+                    "",
                     "",
                     "",
                     "",
@@ -171,8 +170,18 @@ impl PeersBench {
             }
         }
         out.push_str(&format!(
-            "\nsnapshot/restore: peers {SNAPSHOT_NOT_MEASURED}\n"
+            "\nsnapshot/restore (guest `{}` paused mid-workload; snapshot = pause to snapshot \
+             complete, restore = new process spawned to guest resumed; the restored guest must \
+             finish normally):\n",
+            super::snapshot::SNAPSHOT_WORDS
         ));
+        for r in &self.vmms {
+            let how = match &r.snapshot_error {
+                Some(e) => format!("FAILED: {e}"),
+                None => r.snapshot.clone(),
+            };
+            out.push_str(&format!("  {:16}  {how}\n", r.vmm.name()));
+        }
         out
     }
 
