@@ -393,11 +393,10 @@ pub fn run(
                             acc.snapshot_ms.push(c.snapshot_ms);
                             acc.restore_ms.push(c.restore_ms);
                         }
-                        Some(Err(e)) => {
-                            if acc.snapshot_error.is_none() {
-                                acc.snapshot_error = Some(e.to_string());
-                            }
+                        Some(Err(e)) if acc.snapshot_error.is_none() => {
+                            acc.snapshot_error = Some(e.to_string());
                         }
+                        Some(Err(_)) => {}
                     }
                 }
                 Err(e) => {
