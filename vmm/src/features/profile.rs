@@ -231,7 +231,8 @@ const ARCH_SIZES: [(Xfeature, u32); 8] = [
 
 /// Checks the xstate crate leaves to its users: only known components
 /// (bits 0-19) enumerated, component sizes at least the architectural ones
-/// (see [`ARCH_SIZES`]), and a maximum standard size (0.ECX) equal to the
+/// (a component may be larger, never smaller: real Zen 2 CPUs enumerate a
+/// 64-byte PKRU), and a maximum standard size (0.ECX) equal to the
 /// end of the highest user component.
 pub fn check_consistent(info: &XsaveInfo) -> Result<(), String> {
     let unknown = info.supported_all() - XfeatureMask::ALL_KNOWN;

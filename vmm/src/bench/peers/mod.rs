@@ -291,11 +291,6 @@ fn run_once(
     Ok((elapsed, status, record))
 }
 
-/// The last 400 bytes of `bytes`, as text: enough of a log to see why.
-pub(super) fn tail_text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(&bytes[bytes.len().saturating_sub(400)..]).into_owned()
-}
-
 /// The exit-cost rows of one record: `(name, variant) -> (exits, cycles per exit)`.
 fn exit_rows_of(r: &Report) -> Vec<((String, String), (u64, f64))> {
     r.results()
@@ -387,7 +382,7 @@ pub fn run(
                     }
                     acc.last = Some(record.report);
                     // A VMM that boots the guest gets a snapshot cycle too.
-                    match snapshot::cycle(t, &kernel, dir.path(), plan.timeout) {
+                    match snapshot::cycle(t.vmm, &t.binary, &kernel, dir.path(), plan.timeout) {
                         None => {}
                         Some(Ok(c)) => {
                             acc.snapshot_ms.push(c.snapshot_ms);

@@ -311,3 +311,8 @@ pub struct PeersBench {
     /// VMMs not run.
     pub skipped: Vec<Skipped>,
 }
+
+/// The last 400 bytes of `bytes`, as text: enough of a log to see why.
+pub(super) fn tail_text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(&bytes[bytes.len().saturating_sub(400)..]).into_owned()
+}

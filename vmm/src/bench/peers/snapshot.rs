@@ -29,7 +29,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use super::http::{self, HttpError};
-use super::{tail_text, PeerError, Target, Vmm, MEM_MIB, POLL};
+use super::model::{tail_text, PeerError, Vmm, MEM_MIB, POLL};
 use crate::features::guest_log::GuestRecord;
 
 /// The guest words of a snapshot cycle: long enough to be paused mid-run.
@@ -80,16 +80,17 @@ pub enum CycleError {
 /// Runs a cycle for `t`, with its scratch files in `dir`. `None` for a VMM
 /// whose snapshots are not measured.
 pub fn cycle(
-    t: &Target,
+    vmm: Vmm,
+    binary: &Path,
     kernel: &Path,
     dir: &Path,
     timeout: Duration,
 ) -> Option<Result<Cycle, CycleError>> {
-    match t.vmm {
-        Vmm::Vmm => Some(ours(t, kernel, dir, timeout)),
+    match vmm {
+        Vmm::Vmm => Some(ours(binary, kernel, dir, timeout)),
         Vmm::Qemu => None,
-        Vmm::CloudHypervisor => Some(cloud_hypervisor(t, kernel, dir, timeout)),
-        Vmm::Firecracker => Some(firecracker(t, kernel, dir, timeout)),
+        Vmm::CloudHypervisor => Some(cloud_hypervisor(binary, kernel, dir, timeout)),
+        Vmm::Firecracker => Some(firecracker(binary, kernel, dir, timeout)),
     }
 }
 
@@ -241,7 +242,7 @@ fn os(v: &[&str]) -> Vec<OsString> {
 }
 
 /// `vmm run --snapshot-after`, then `vmm restore`, both `--json`.
-fn ours(t: &Target, kernel: &Path, dir: &Path, timeout: Duration) -> Result<Cycle, CycleError> {
+fn ours(binary: &Path, kernel: &Path, dir: &Path, timeout: Duration) -> Result<Cycle, CycleError> {
     let snap = dir.join("vmm.snap");
     let _ = std::fs::remove_file(&snap);
     let secs = timeout.as_secs().max(1).to_string();
@@ -261,8 +262,8 @@ fn ours(t: &Target, kernel: &Path, dir: &Path, timeout: Duration) -> Result<Cycl
     args.push(kernel.into());
     let log = dir.join("vmm-snapshot.json");
     let deadline = Instant::now() + timeout;
-    let mut c = Reaper(Some(spawn(&t.binary, &args, &log)?));
-    wait(c.child(), &t.binary, deadline, timeout)?;
+    let mut c = Reaper(Some(spawn(binary, &args, &log)?));
+    wait(c.child(), binary, deadline, timeout)?;
     let run = read_json(&log)?;
     let save_ms = run["snapshot"]["save_ms"].as_f64().ok_or_else(|| {
         CycleError::Vmm(format!(
@@ -277,8 +278,8 @@ fn ours(t: &Target, kernel: &Path, dir: &Path, timeout: Duration) -> Result<Cycl
     let log = dir.join("vmm-restore.json");
     let deadline = Instant::now() + timeout;
     let spawned = Instant::now();
-    let mut c = Reaper(Some(spawn(&t.binary, &args, &log)?));
-    let status = wait(c.child(), &t.binary, deadline, timeout)?;
+    let mut c = Reaper(Some(spawn(binary, &args, &log)?));
+    let status = wait(c.child(), binary, deadline, timeout)?;
     let wall = spawned.elapsed();
     let restored = read_json(&log)?;
     if !status.success() || restored["exit_status"] != 0 {
@@ -309,7 +310,7 @@ fn read_json(path: &Path) -> Result<serde_json::Value, CycleError> {
 }
 
 fn cloud_hypervisor(
-    t: &Target,
+    binary: &Path,
     kernel: &Path,
     dir: &Path,
     timeout: Duration,
@@ -342,7 +343,7 @@ fn cloud_hypervisor(
     ]));
     let log = dir.join("ch-snapshot.serial.log");
     let deadline = Instant::now() + timeout;
-    let mut c = Reaper(Some(spawn(&t.binary, &args, &log)?));
+    let mut c = Reaper(Some(spawn(binary, &args, &log)?));
     wait_running(c.child(), &log, deadline, timeout)?;
     let paused = Instant::now();
     api(&sock, "PUT", "/api/v1/vm.pause", None, deadline)?;
@@ -366,10 +367,10 @@ fn cloud_hypervisor(
     let log = dir.join("ch-restore.serial.log");
     let deadline = Instant::now() + timeout;
     let spawned = Instant::now();
-    let mut c = Reaper(Some(spawn(&t.binary, &args, &log)?));
+    let mut c = Reaper(Some(spawn(binary, &args, &log)?));
     api(&sock2, "PUT", "/api/v1/vm.resume", None, deadline)?;
     let restore_ms = ms(spawned.elapsed());
-    let status = wait(c.child(), &t.binary, deadline, timeout)?;
+    let status = wait(c.child(), binary, deadline, timeout)?;
     check_restored(status, &log)?;
     Ok(Cycle {
         snapshot_ms,
@@ -378,7 +379,7 @@ fn cloud_hypervisor(
 }
 
 fn firecracker(
-    t: &Target,
+    binary: &Path,
     kernel: &Path,
     dir: &Path,
     timeout: Duration,
@@ -406,7 +407,7 @@ fn firecracker(
     args.extend(os(&["--level", "Error"]));
     let log = dir.join("fc-snapshot.serial.log");
     let deadline = Instant::now() + timeout;
-    let mut c = Reaper(Some(spawn(&t.binary, &args, &log)?));
+    let mut c = Reaper(Some(spawn(binary, &args, &log)?));
     wait_running(c.child(), &log, deadline, timeout)?;
     let paused = Instant::now();
     api(
@@ -436,7 +437,7 @@ fn firecracker(
     let log = dir.join("fc-restore.serial.log");
     let deadline = Instant::now() + timeout;
     let spawned = Instant::now();
-    let mut c = Reaper(Some(spawn(&t.binary, &args, &log)?));
+    let mut c = Reaper(Some(spawn(binary, &args, &log)?));
     let body = serde_json::json!({
         "snapshot_path": state.to_string_lossy(),
         "mem_backend": { "backend_type": "File", "backend_path": mem.to_string_lossy() },
@@ -457,7 +458,7 @@ fn firecracker(
         deadline,
     )?;
     let restore_ms = ms(spawned.elapsed());
-    let status = wait(c.child(), &t.binary, deadline, timeout)?;
+    let status = wait(c.child(), binary, deadline, timeout)?;
     check_restored(status, &log)?;
     Ok(Cycle {
         snapshot_ms,
