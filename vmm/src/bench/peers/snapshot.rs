@@ -368,6 +368,20 @@ fn cloud_hypervisor(
     let deadline = Instant::now() + timeout;
     let spawned = Instant::now();
     let mut c = Reaper(Some(spawn(binary, &args, &log)?));
+    // The API answers before `--restore` has finished ("VM is not
+    // running"): wait for the restored VM to report itself paused.
+    loop {
+        let info = http::request(&sock2, "GET", "/api/v1/vm.info", None, deadline);
+        if matches!(&info, Ok(b) if b.contains("\"Paused\"")) {
+            break;
+        }
+        if Instant::now() >= deadline {
+            return Err(CycleError::Vmm(format!(
+                "the restored VM never reported itself paused: {info:?}"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
     api(&sock2, "PUT", "/api/v1/vm.resume", None, deadline)?;
     let restore_ms = ms(spawned.elapsed());
     let status = wait(c.child(), binary, deadline, timeout)?;
