@@ -9,12 +9,18 @@ impl Container {
     /// Read and verify a snapshot from an open file without reading more
     /// than its header promises: the header and the section table first
     /// (bounded by the header's own section count), then every section's
-    /// bytes, seeking to each, `memory` last. `check_table` sees the
-    /// verified table before any section body is read, so a file with
-    /// unknown sections is refused before its memory is read.
+    /// bytes, seeking to each, the memory sections last. `check_table`
+    /// sees the verified table before any section body is read, so a file
+    /// with unknown sections is refused before its memory is read.
+    ///
+    /// Sections named in `lazy` are left in the file: neither read nor
+    /// checksummed, and absent from the container (their table entries,
+    /// bounds-checked against the file's length, say where they are). A
+    /// restore maps `memory.pages` so.
     pub fn read_from(
         file: &mut InputFile,
         check_table: impl FnOnce(&[SectionInfo]) -> Result<(), FormatError>,
+        lazy: &[&str],
     ) -> Result<(Vec<SectionInfo>, Self), ReadError> {
         let len = file.len();
         let mut head = vec![0u8; HEADER_SIZE.min(len as usize)];
@@ -29,8 +35,11 @@ impl Container {
             read_at(file, gap.start, &mut pad)?;
             check_padding(gap.start, &pad)?;
         }
-        let mut order: Vec<&SectionInfo> = entries.iter().collect();
-        order.sort_by_key(|e| (e.name == "memory", e.offset));
+        let mut order: Vec<&SectionInfo> = entries
+            .iter()
+            .filter(|e| !lazy.contains(&e.name.as_str()))
+            .collect();
+        order.sort_by_key(|e| (e.name.starts_with("memory"), e.offset));
         let mut sections = Vec::with_capacity(entries.len());
         for e in order {
             let mut data = vec![0u8; e.length as usize];
