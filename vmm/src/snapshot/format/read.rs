@@ -2,7 +2,7 @@
 //! than its verified header promises.
 
 use super::parse::{check_padding, gaps, parse_header, parse_table, section};
-use super::{Container, FormatError, SectionInfo, HEADER_SIZE};
+use super::{le_u64, Container, FormatError, SectionInfo, HEADER_SIZE};
 use crate::input::{InputError, InputFile};
 
 impl Container {
@@ -25,7 +25,12 @@ impl Container {
         let len = file.len();
         let mut head = vec![0u8; HEADER_SIZE.min(len as usize)];
         read_at(file, 0, &mut head)?;
-        let header = parse_header(&head, len)?;
+        let header = match parse_header(&head, len) {
+            Err(FormatError::Truncated { got, need }) => {
+                return Err(name_truncated(file, &head, got, need).into())
+            }
+            r => r?,
+        };
         let mut table = vec![0u8; header.table_len()];
         read_at(file, header.table_offset, &mut table)?;
         let entries = parse_table(&header, &table)?;
@@ -53,6 +58,48 @@ impl Container {
                 sections: sections.into_iter().map(|(_, s)| s).collect(),
             },
         ))
+    }
+}
+
+/// A file shorter than its header says: when the header and the table are
+/// intact, name the sections that end past the file's end (a cut-off
+/// `memory.pages` is what a restore would otherwise map past the end of
+/// the file); otherwise the header's own words.
+fn name_truncated(file: &mut InputFile, head: &[u8], got: u64, need: String) -> FormatError {
+    let truncated = FormatError::Truncated { got, need };
+    if head.len() < HEADER_SIZE {
+        return truncated;
+    }
+    let Ok(header) = parse_header(head, le_u64(head, 32)) else {
+        return truncated;
+    };
+    if header.table_offset + header.table_len() as u64 > got {
+        return truncated;
+    }
+    let mut table = vec![0u8; header.table_len()];
+    if read_at(file, header.table_offset, &mut table).is_err() {
+        return truncated;
+    }
+    let Ok(entries) = parse_table(&header, &table) else {
+        return truncated;
+    };
+    let cut: Vec<String> = entries
+        .iter()
+        .filter(|e| e.offset + e.length > got)
+        .map(|e| {
+            format!(
+                "section \"{}\" ends at byte {}",
+                e.name,
+                e.offset + e.length
+            )
+        })
+        .collect();
+    if cut.is_empty() {
+        return truncated;
+    }
+    FormatError::Truncated {
+        got,
+        need: cut.join(", "),
     }
 }
 
