@@ -355,7 +355,7 @@ pub fn check_destination(path: &Path, force: bool) -> Result<()> {
 pub fn save(ctx: &SaveContext, trigger: Trigger, vm: Running<'_>) -> Result<PathBuf> {
     check_destination(&ctx.path, ctx.force)?;
     let snap = capture(ctx, trigger, vm)?;
-    write::write_atomic(&ctx.path, ctx.force, &snap.to_bytes()).map_err(|source| {
+    write::write_atomic(&ctx.path, ctx.force, &snap.into_bytes()).map_err(|source| {
         Error::SnapshotWrite {
             path: ctx.path.clone(),
             source,
