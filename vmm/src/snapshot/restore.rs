@@ -3,7 +3,7 @@
 //! Guest memory is not copied: the page index (`memory`) is read and
 //! checksummed with the other sections, and the stored pages
 //! (`memory.pages`, page-aligned in the file) are mapped privately into
-//! guest RAM ([`Machine::create_from_image`]), so the time to the first
+//! guest RAM (`Machine::create_from_image` in `vstate::machine`), so the time to the first
 //! `KVM_RUN` does not grow with the guest's size or the pages stored.
 //!
 //! Integrity, decided: the header, the section table and every section but
