@@ -378,6 +378,48 @@ mod tests {
         assert_eq!(got, vec![(0x7f00_0020_0000, 0x7f00_0020_3000)]);
     }
 
+    /// Pages mapped from a snapshot file (a restored guest's) count even
+    /// when nothing touched them: their data is in the file.
+    #[test]
+    fn file_backed_pages_are_scanned_untouched() {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 4 << 20)]).unwrap();
+        let mut file = tempfile::tempfile().unwrap();
+        let mut pages = vec![0u8; 2 * PAGE_SIZE];
+        pages[10] = 0xaa; // page 0 of the file: data
+        file.write_all(&pages).unwrap(); // page 1: zeros
+        let host = mem.get_host_address(GuestAddress(0)).unwrap();
+        // SAFETY: two pages at 1 MiB inside `mem`'s own mapping, which no
+        // reference points into; `mem` unmaps the whole range on drop.
+        let got = unsafe {
+            libc::mmap(
+                host.add(1 << 20).cast(),
+                2 * PAGE_SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_FIXED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(got, libc::MAP_FAILED);
+        let found = data_pages(host as usize, 4 << 20).unwrap();
+        let page = (1 << 20) / PAGE_SIZE as u64;
+        assert!(
+            found
+                .iter()
+                .any(|&(s, e)| s <= 1 << 20 && (1 << 20) + 2 * PAGE_SIZE <= e),
+            "{found:x?}"
+        );
+        let sparse = encode_memory(&mem).unwrap();
+        assert_eq!(
+            sparse.runs,
+            vec![(page, 1)],
+            "the zero file page is left out"
+        );
+        assert_eq!(sparse.data[10], 0xaa);
+    }
+
     /// Untouched pages of an anonymous mapping are skipped; written ones
     /// (and only those) are found, and a page written with zeros is found
     /// but then left out by the zero scan.
