@@ -12,6 +12,10 @@
 //!   guest's first exit (an upper bound of "to its first instruction").
 //! - `restore/process`: `vmm restore` as a process, spawn to exit, of a
 //!   snapshot whose guest exits right after resuming.
+//! - `restore/setup_64MiB`, `restore/setup_2GiB`: `restore()` in-process,
+//!   from the call to the VM ready for its first `KVM_RUN`, for the same
+//!   guest with 64 MiB and with 2 GiB of RAM: the stored pages are mapped,
+//!   not copied, so the two should be alike.
 //!
 //! KVM rows are skipped (with a note) where /dev/kvm cannot be opened.
 
@@ -86,15 +90,21 @@ fn sizes() {
 }
 
 fn tiny_snapshot(dir: &std::path::Path) -> Option<PathBuf> {
+    tiny_snapshot_of(dir, 64)
+}
+
+fn tiny_snapshot_of(dir: &std::path::Path, mem_mib: u64) -> Option<PathBuf> {
     let elf = common::tiny_pvh_elf(&common::snapshot_regs_kernel(), true);
-    let snap = dir.join("bench.snap");
+    let snap = dir.join(format!("bench-{mem_mib}.snap"));
     let outcome = vstate::run(RunConfig {
+        mem_mib,
         kernel: KernelImage {
             name: "regs kernel".into(),
             bytes: elf.into(),
         },
         serial: SerialSink::Null,
         snapshot_file: Some(snap.clone()),
+        snapshot_force: true,
         ..RunConfig::default()
     })
     .ok()?;
@@ -168,6 +178,23 @@ fn benches(c: &mut Criterion) {
             total
         })
     });
+    for (name, mib) in [("restore/setup_64MiB", 64), ("restore/setup_2GiB", 2048)] {
+        let Some(snap) = tiny_snapshot_of(&dir, mib) else {
+            eprintln!("SKIPPED {name}: no snapshot");
+            continue;
+        };
+        c.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let o = restore(&snap, opts()).expect("restore");
+                    assert!(matches!(o.end, RunEnd::Exited(0)), "{:?}", o.end);
+                    total += o.setup_time;
+                }
+                total
+            })
+        });
+    }
     let bin = common::vmm_bin();
     c.bench_function("restore/process", |b| {
         b.iter_custom(|iters| {

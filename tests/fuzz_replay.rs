@@ -131,9 +131,11 @@ fn write_seed_corpus() {
     write("snapshot_container", "real-tiny-guest.snap", &file);
     write("snapshot_container", "truncated-header", &file[..40]);
     write("snapshot_container", "truncated-table", &file[..100]);
-    let mut v2 = file.clone();
-    v2[8] = 2;
-    write("snapshot_container", "version-2", &v2);
+    // The format before this one (the page index and the pages in one
+    // section): refused by its version.
+    let mut v1 = file.clone();
+    v1[8] = 1;
+    write("snapshot_container", "version-1", &v1);
     let mut flipped = file.clone();
     let last = flipped.len() - 1;
     flipped[last] ^= 1;
@@ -177,8 +179,10 @@ fn write_seed_corpus() {
     );
 
     // Sparse memory: the real one, a hand-made one, and broken ones.
-    let memory = c.get("memory").expect("memory");
-    write("sparse_memory", "real-tiny-guest", memory);
+    // The fuzz body takes the index and the pages back to back.
+    let mut memory = c.get("memory").expect("memory").to_vec();
+    memory.extend_from_slice(c.get("memory.pages").expect("memory.pages"));
+    write("sparse_memory", "real-tiny-guest", &memory);
     let mut ram = vec![0u8; 8 * PAGE_SIZE];
     ram[0] = 1;
     ram[3 * PAGE_SIZE + 7] = 2;

@@ -207,6 +207,38 @@ pub enum MemoryError {
     /// Snapshots assume the one-region layout of `arch::layout`.
     #[error("snapshots support one RAM region from address 0")]
     Layout,
+    /// The snapshot file is shorter than the pages a restore maps from it:
+    /// it changed after it was checked.
+    #[error("the snapshot file is {len} bytes now, but its stored pages end at byte {need}: it was truncated after it was checked")]
+    ImageShrank {
+        /// The file's length when the pages were about to be mapped.
+        len: u64,
+        /// Where the last mapped page ends in the file.
+        need: u64,
+    },
+    /// A run of a snapshot's pages could not be mapped (or read) into RAM.
+    #[error("mapping {len} bytes of the snapshot file at offset {offset} to guest address {addr:#x}: {source}")]
+    MapImage {
+        /// Guest physical address of the run.
+        addr: u64,
+        /// Its length.
+        len: u64,
+        /// Where its pages are in the file.
+        offset: u64,
+        /// What the kernel said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Which pages of RAM can hold data could not be found out
+    /// (`/proc/self/pagemap`, `/proc/self/maps`).
+    #[error("finding guest RAM's resident pages ({what}): {source}")]
+    Residency {
+        /// The file read.
+        what: &'static str,
+        /// What the kernel said.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Why a kernel could not be booted.

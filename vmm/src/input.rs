@@ -210,6 +210,11 @@ impl InputFile {
         Ok(bytes)
     }
 
+    /// The open file itself, e.g. to map from.
+    pub fn into_file(self) -> File {
+        self.file
+    }
+
     /// The open file, to stream from (its position is where the last read
     /// left it).
     pub fn file(&mut self) -> &mut File {

@@ -182,6 +182,11 @@ struct RestoreArgs {
     /// when the snapshot was taken).
     #[arg(long, value_enum)]
     xstate_sync: Option<SyncPolicy>,
+    /// Check the CRC32 of the snapshot's stored pages before the guest
+    /// runs (they are mapped, not read, otherwise; `vmm snapshot info`
+    /// always checks them).
+    #[arg(long)]
+    verify_memory: bool,
     #[command(flatten)]
     session: SessionArgs,
 }
@@ -370,12 +375,25 @@ fn restore(args: RestoreArgs) -> Result<i32, vmm::Error> {
         snapshot_after: session.snapshot_after,
         snapshot_file: session.snapshot_file.clone(),
         snapshot_force: session.force,
+        verify_memory: args.verify_memory,
     };
     let started = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
-    let resumed = Resumed::load(&args.file, started);
-    let outcome = match vmm::snapshot::restore::restore(&args.file, opts) {
+    // The restore maps the file's pages instead of reading them; reading
+    // them here would put that cost back before the first KVM_RUN. Read
+    // after the run, unless the run may replace the file.
+    let same_file = session.snapshot_file.as_deref() == Some(args.file.as_path());
+    let resumed_before = same_file
+        .then(|| Resumed::load(&args.file, started))
+        .flatten();
+    let outcome = vmm::snapshot::restore::restore(&args.file, opts);
+    let resumed = if same_file {
+        resumed_before
+    } else {
+        Resumed::load(&args.file, started)
+    };
+    let outcome = match outcome {
         Ok(o) => o,
         Err(e) => {
             vmm::error::eprint(&e, e.hint());

@@ -4,6 +4,8 @@
 //! - `init-xstate` ([`init_xstate`]): the illumos initial-state experiment.
 //! - `peers` ([`peers`]): the same guest under `vmm`, QEMU, Cloud Hypervisor
 //!   and Firecracker.
+//! - `snapshot` ([`snapshot`]): snapshot and restore time and file size as
+//!   guest RAM grows.
 //!
 //! Shared by both: [`stats`] (median, min..p90 spread, within-noise
 //! verdicts), [`progress`] (the stderr progress bar), `--plot` through
@@ -16,6 +18,7 @@ pub mod exits;
 pub mod init_xstate;
 pub mod peers;
 pub mod progress;
+pub mod snapshot;
 pub mod stats;
 
 use std::path::{Path, PathBuf};
@@ -151,6 +154,34 @@ pub enum BenchCommand {
         exits: u64,
         /// Seconds one run of one VMM may take before it is killed.
         #[arg(long, value_name = "SECONDS", default_value_t = peers::DEFAULT_TIMEOUT_S, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        timeout: u64,
+        /// Print one JSON object instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// No progress bar (it is drawn on stderr only when stderr is a terminal).
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Snapshot time (pause to rename), file size and restore time (process
+    /// start to the first KVM_RUN) per guest RAM size, for the same guest
+    /// snapshotted mid-workload; every restored guest runs to its end and
+    /// its checks must pass (exit status 64 otherwise).
+    Snapshot {
+        /// Guest RAM sizes in MiB [default: 64,512,2048].
+        #[arg(long, value_name = "LIST", value_parser = snapshot::parse_mem)]
+        mem: Option<std::vec::Vec<u64>>,
+        /// Runs per size; figures are their median and min..p90 [default: 3].
+        #[arg(long, default_value_t = snapshot::DEFAULT_RUNS, value_parser = clap::value_parser!(u32).range(1..=snapshot::MAX_RUNS as i64))]
+        runs: u32,
+        /// The guest's workloads (as `vmm run --workload`).
+        #[arg(long, default_value = "gemm")]
+        workload: String,
+        /// Seconds after boot the snapshot is taken (by default mid-DGEMM,
+        /// with about 27 MB of the guest's RAM in use).
+        #[arg(long, value_name = "SECONDS", default_value_t = 2.0, value_parser = parse_budget)]
+        after: f64,
+        /// Seconds one boot or restore may take.
+        #[arg(long, value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=3600))]
         timeout: u64,
         /// Print one JSON object instead of the table.
         #[arg(long)]
@@ -414,6 +445,40 @@ pub fn main(args: BenchArgs) -> Result<i32> {
                 }
             };
             print(json.then_some(Document::BenchPeers), &b, b.to_table())?;
+            if !b.all_ok() {
+                return Ok(crate::report::exit::EXIT_VMM_ERROR);
+            }
+        }
+        BenchCommand::Snapshot {
+            mem,
+            runs,
+            workload,
+            after,
+            timeout,
+            json,
+            quiet,
+        } => {
+            if let Err(e) = guest::workloads::Selection::parse(&workload) {
+                return Err(Error::Argument(format!(
+                    "invalid --workload {workload:?}: {e}"
+                )));
+            }
+            let dir = tempfile::Builder::new()
+                .prefix("vmm-bench-snapshot-")
+                .tempdir()?;
+            let plan = snapshot::Plan {
+                mem_mib: mem.unwrap_or_else(|| snapshot::DEFAULT_MEM_MIB.to_vec()),
+                runs,
+                workload,
+                after: Duration::from_secs_f64(after),
+                timeout: Duration::from_secs(timeout),
+                dir: dir.path().to_path_buf(),
+                vmm: std::env::current_exe()?,
+            };
+            let progress = Progress::new(u64::from(runs) * plan.mem_mib.len() as u64, quiet);
+            let b = snapshot::run(&plan, || progress.inc())?;
+            drop(progress);
+            print(json.then_some(Document::BenchSnapshot), &b, b.to_table())?;
             if !b.all_ok() {
                 return Ok(crate::report::exit::EXIT_VMM_ERROR);
             }

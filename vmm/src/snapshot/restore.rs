@@ -1,5 +1,21 @@
 //! Restoring a snapshot in a fresh VM.
 //!
+//! Guest memory is not copied: the page index (`memory`) is read and
+//! checksummed with the other sections, and the stored pages
+//! (`memory.pages`, page-aligned in the file) are mapped privately into
+//! guest RAM (`Machine::create_from_image` in `vstate::machine`), so the time to the first
+//! `KVM_RUN` does not grow with the guest's size or the pages stored.
+//!
+//! Integrity, decided: the header, the section table and every section but
+//! `memory.pages` are verified (CRC32) before any VM exists, and the
+//! table's bounds are checked against the file's length, so every mapped
+//! page lies inside the file. The pages' own CRC32 (stored in the table as
+//! for every section) is *not* computed by default, since that would read
+//! every stored page before the guest runs; `vmm restore --verify-memory`
+//! computes it first (reading the pages once, through the page cache the
+//! mapping then shares), and `vmm snapshot info` always does. A corrupted
+//! page otherwise reaches the guest as it is in the file.
+//!
 //! Everything that can be checked is checked before a VM exists: the file
 //! is opened as a regular file of bounded size ([`crate::input`]), its
 //! header and section table are checked before any section is read, then
@@ -19,6 +35,8 @@
 //! offsets and handed to the xstate manager, which validates it against the
 //! guest's XCR0 before `KVM_SET_XSAVE[2]`.
 
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -28,7 +46,7 @@ use vm_superio::Serial;
 
 pub use super::compat::{check, validate, Checked, Validated};
 pub use super::error::SnapshotError;
-use super::format::{Container, FormatError, SectionInfo};
+use super::format::{Container, FormatError, SectionInfo, PAGES_SECTION};
 use super::save::SaveContext;
 use super::state::{check_section_names, Meta, Snapshot, VcpuState};
 use crate::arch::layout::MAX_MEM_MIB;
@@ -37,7 +55,7 @@ use crate::devices::{Devices, NoInterrupt, SerialSink};
 use crate::error::{Error, MemoryError, Result, VcpuError};
 use crate::kvm::HostKvm;
 use crate::vstate::launch::{check_snapshot_options, execute, Launch};
-use crate::vstate::machine::Machine;
+use crate::vstate::machine::{Machine, RamImage};
 use crate::vstate::outcome::RunOutcome;
 use crate::vstate::vcpu;
 use crate::xstate_manager::{SyncPolicy, XstateManager};
@@ -56,6 +74,9 @@ pub struct RestoreOptions {
     pub snapshot_file: Option<PathBuf>,
     /// Replace a regular file already at `snapshot_file` (`--force`).
     pub snapshot_force: bool,
+    /// Check the stored pages' CRC32 before the guest runs
+    /// (`--verify-memory`; see the module documentation).
+    pub verify_memory: bool,
 }
 
 impl Default for RestoreOptions {
@@ -67,6 +88,7 @@ impl Default for RestoreOptions {
             snapshot_after: None,
             snapshot_file: None,
             snapshot_force: false,
+            verify_memory: false,
         }
     }
 }
@@ -84,14 +106,83 @@ pub const MAX_SNAPSHOT_BYTES: u64 = (MAX_MEM_MIB << 20) + (64 << 20);
 pub fn read_container(
     path: &Path,
 ) -> std::result::Result<(Vec<SectionInfo>, u64, Container), SnapshotError> {
+    let (table, len, container, _) = open_container(path, &[])?;
+    Ok((table, len, container))
+}
+
+/// [`read_container`], leaving the sections named in `lazy` in the file;
+/// the file is returned, open.
+fn open_container(
+    path: &Path,
+    lazy: &[&str],
+) -> std::result::Result<(Vec<SectionInfo>, u64, Container, File), SnapshotError> {
     let mut file = crate::input::open_regular(path, "snapshot", MAX_SNAPSHOT_BYTES)
         .map_err(|source| SnapshotError::Input { source })?;
     let len = file.len();
-    let (table, container) = Container::read_from(&mut file, |t: &[SectionInfo]| {
-        check_section_names(t.iter().map(|e| e.name.as_str()))
-    })
+    let (table, container) = Container::read_from(
+        &mut file,
+        |t: &[SectionInfo]| check_section_names(t.iter().map(|e| e.name.as_str())),
+        lazy,
+    )
     .map_err(|e| SnapshotError::from_read(path, e))?;
-    Ok((table, len, container))
+    Ok((table, len, container, file.into_file()))
+}
+
+/// Read, verify and decode a snapshot file but its stored pages, which
+/// stay in the file ([`super::sparse::SparseMemory::in_file`]): what a
+/// restore maps. Returns the snapshot and the open file.
+pub fn load_mapped(path: &Path) -> std::result::Result<(Snapshot, File), SnapshotError> {
+    let (table, _, c, file) = open_container(path, &[PAGES_SECTION])?;
+    let pages = table
+        .iter()
+        .find(|e| e.name == PAGES_SECTION)
+        .ok_or_else(|| SnapshotError::Format {
+            path: path.to_path_buf(),
+            source: FormatError::Malformed(format!("section \"{PAGES_SECTION}\" is missing")),
+        })?;
+    let snap =
+        Snapshot::from_container_mapped(&c, pages).map_err(|source| SnapshotError::Format {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    Ok((snap, file))
+}
+
+/// Check the CRC32 of stored pages left in `file` (read in 1 MiB pieces):
+/// `--verify-memory`. Nothing to do for pages already read (and checked).
+pub fn verify_pages(
+    path: &Path,
+    snap: &Snapshot,
+    file: &File,
+) -> std::result::Result<(), SnapshotError> {
+    let Some(e) = &snap.memory.in_file else {
+        return Ok(());
+    };
+    let mut hasher = crc32fast::Hasher::new();
+    let mut buf = vec![0u8; (1 << 20).min(e.length as usize)];
+    let mut at = 0u64;
+    while at < e.length {
+        let n = buf.len().min((e.length - at) as usize);
+        file.read_exact_at(&mut buf[..n], e.offset + at)
+            .map_err(|source| SnapshotError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        hasher.update(&buf[..n]);
+        at += n as u64;
+    }
+    let computed = hasher.finalize();
+    if computed != e.crc32 {
+        return Err(SnapshotError::Format {
+            path: path.to_path_buf(),
+            source: FormatError::Checksum {
+                what: format!("section \"{PAGES_SECTION}\""),
+                stored: e.crc32,
+                computed,
+            },
+        });
+    }
+    Ok(())
 }
 
 /// Read, verify and decode a snapshot file (see [`read_container`]). The
@@ -115,7 +206,10 @@ pub fn restore(
     opts: RestoreOptions,
 ) -> std::result::Result<RunOutcome, SnapshotError> {
     let start = Instant::now();
-    let snap = load(path)?;
+    let (snap, file) = load_mapped(path)?;
+    if opts.verify_memory {
+        verify_pages(path, &snap, &file)?;
+    }
     let vmm_err = |source: Error| SnapshotError::Vmm {
         path: path.to_path_buf(),
         source,
@@ -123,17 +217,20 @@ pub fn restore(
     // System ioctls only (KVM_GET_SUPPORTED_CPUID, ...): no VM yet.
     let host = HostKvm::open().map_err(vmm_err)?;
     let validated = validate(path, &snap, &host)?;
-    let launch = build(&snap, validated, &host, &opts, start).map_err(vmm_err)?;
+    let launch = build(&snap, validated, &host, &opts, start, Some(&file)).map_err(vmm_err)?;
     execute(launch).map_err(vmm_err)
 }
 
-/// Build the VM of a validated snapshot, ready to run.
+/// Build the VM of a validated snapshot, ready to run. Stored pages left
+/// in the file ([`load_mapped`]) are mapped from `file`; pages read are
+/// written into fresh RAM.
 pub(crate) fn build(
     snap: &Snapshot,
     validated: Validated,
     host: &HostKvm,
     opts: &RestoreOptions,
     start: Instant,
+    file: Option<&File>,
 ) -> Result<Launch> {
     check_snapshot_options(opts.snapshot_after, opts.snapshot_file.as_deref())?;
     if let Some(path) = &opts.snapshot_file {
@@ -147,7 +244,18 @@ pub(crate) fn build(
         guest: resolved,
     } = validated;
 
-    let machine = Machine::create(host, meta.mem_mib)?;
+    let machine = match (&snap.memory.in_file, file) {
+        (Some(pages), Some(file)) => {
+            let runs = snap
+                .memory
+                .placed_runs()
+                .map(|(addr, at, len)| (addr, pages.offset + at, len))
+                .collect();
+            Machine::create_from_image(host, meta.mem_mib, &RamImage { file, runs })?
+        }
+        (Some(_), None) => return Err(MemoryError::Layout.into()),
+        (None, _) => Machine::create(host, meta.mem_mib)?,
+    };
     snap.memory.apply(|addr, data| {
         machine
             .mem
@@ -463,6 +571,7 @@ mod tests {
             &host,
             &RestoreOptions::default(),
             Instant::now(),
+            None,
         )
         .unwrap();
         let vcpu = &launch.machine.vcpu;

@@ -25,7 +25,7 @@ use kvm_ioctls::VcpuFd;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 use xstate::{CpuidProfile, XsaveInfo};
 
-use super::sparse::SparseMemory;
+use super::sparse::{SparseMemory, PAGE_SIZE};
 use super::state::{Meta, SerialRegs, Snapshot, VcpuState};
 use super::write;
 use crate::cpuid::Policy;
@@ -218,8 +218,10 @@ pub fn capture(ctx: &SaveContext, trigger: Trigger, vm: Running<'_>) -> Result<S
 }
 
 /// Guest RAM, sparsely. RAM is one region from address 0 (see
-/// [`crate::arch::layout`]); it is read through vm-memory's bounds-checked
-/// accessors a chunk at a time.
+/// [`crate::arch::layout`]). Only the pages that can hold data are read
+/// and scanned for zeros ([`data_pages`]): the cost follows the memory the
+/// guest touched, not its size. They are read through vm-memory's
+/// bounds-checked accessors a chunk at a time.
 fn encode_memory(mem: &GuestMemoryMmap) -> Result<SparseMemory> {
     let mut regions = mem.iter();
     let (Some(region), None) = (regions.next(), regions.next()) else {
@@ -229,20 +231,111 @@ fn encode_memory(mem: &GuestMemoryMmap) -> Result<SparseMemory> {
         return Err(MemoryError::Layout.into());
     }
     let size = region.len() as usize;
+    let host = mem
+        .get_host_address(GuestAddress(0))
+        .map_err(MemoryError::HostMapping)?;
     let mut sparse = SparseMemory::empty();
     let mut chunk = vec![0u8; ENCODE_CHUNK.min(size)];
-    for addr in (0..size).step_by(ENCODE_CHUNK) {
-        let len = ENCODE_CHUNK.min(size - addr);
-        let buf = &mut chunk[..len];
-        mem.read_slice(buf, GuestAddress(addr as u64))
-            .map_err(|source| MemoryError::Read {
-                addr: addr as u64,
-                len,
+    for (start, end) in data_pages(host as usize, size)? {
+        for addr in (start..end).step_by(ENCODE_CHUNK) {
+            let len = ENCODE_CHUNK.min(end - addr);
+            let buf = &mut chunk[..len];
+            mem.read_slice(buf, GuestAddress(addr as u64))
+                .map_err(|source| MemoryError::Read {
+                    addr: addr as u64,
+                    len,
+                    source,
+                })?;
+            sparse.append_at(addr as u64, buf);
+        }
+    }
+    sparse.pad_to(size as u64);
+    Ok(sparse)
+}
+
+/// Pagemap entry bit: the page is present in RAM.
+const PM_PRESENT: u64 = 1 << 63;
+/// Pagemap entry bit: the page is swapped out (it holds data too).
+const PM_SWAPPED: u64 = 1 << 62;
+
+/// The byte ranges `[start, end)` of the RAM mapped at `host` (`size`
+/// bytes) that can hold anything but zeros, ascending and disjoint, found
+/// without reading the pages:
+/// - a page of the anonymous mapping that was never touched is neither
+///   present nor swapped in `/proc/self/pagemap` (the flags are readable
+///   without privileges; the frame numbers, zeroed for us, are not used);
+/// - a page mapped from a snapshot file (a restored guest's RAM, see
+///   [`crate::vstate::machine`]) holds the file's data even when it is not
+///   present: every file-backed mapping in `/proc/self/maps` that overlaps
+///   RAM counts whole.
+fn data_pages(host: usize, size: usize) -> Result<Vec<(usize, usize)>> {
+    use std::io::Read;
+    use std::os::unix::fs::FileExt;
+    let page = PAGE_SIZE;
+    let pages = size / page;
+    let mut wanted = vec![false; pages];
+    let pagemap =
+        std::fs::File::open("/proc/self/pagemap").map_err(|source| MemoryError::Residency {
+            what: "/proc/self/pagemap",
+            source,
+        })?;
+    // 64 Ki entries (512 KiB) at a time.
+    let mut buf = vec![0u8; 8 * pages.min(1 << 16)];
+    let mut p = 0;
+    while p < pages {
+        let n = (pages - p).min(1 << 16);
+        let bytes = &mut buf[..8 * n];
+        pagemap
+            .read_exact_at(bytes, ((host / page + p) * 8) as u64)
+            .map_err(|source| MemoryError::Residency {
+                what: "/proc/self/pagemap",
                 source,
             })?;
-        sparse.append(buf);
+        for (k, e) in bytes.chunks_exact(8).enumerate() {
+            let e = u64::from_le_bytes(e.try_into().expect("8 bytes"));
+            wanted[p + k] = e & (PM_PRESENT | PM_SWAPPED) != 0;
+        }
+        p += n;
     }
-    Ok(sparse)
+    let mut maps = String::new();
+    std::fs::File::open("/proc/self/maps")
+        .and_then(|mut f| f.read_to_string(&mut maps))
+        .map_err(|source| MemoryError::Residency {
+            what: "/proc/self/maps",
+            source,
+        })?;
+    for (lo, hi) in file_backed(&maps) {
+        let (lo, hi) = (lo.max(host), hi.min(host + size));
+        if lo < hi {
+            wanted[(lo - host) / page..(hi - host).div_ceil(page)].fill(true);
+        }
+    }
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    for (i, _) in wanted.iter().enumerate().filter(|(_, w)| **w) {
+        match out.last_mut() {
+            Some((_, end)) if *end == i * page => *end += page,
+            _ => out.push((i * page, (i + 1) * page)),
+        }
+    }
+    Ok(out)
+}
+
+/// The address ranges of the file-backed mappings in a `/proc/PID/maps`
+/// text (a non-zero inode).
+fn file_backed(maps: &str) -> impl Iterator<Item = (usize, usize)> + '_ {
+    maps.lines().filter_map(|line| {
+        let mut f = line.split_ascii_whitespace();
+        let range = f.next()?;
+        let inode = f.nth(3)?;
+        if inode == "0" {
+            return None;
+        }
+        let (lo, hi) = range.split_once('-')?;
+        Some((
+            usize::from_str_radix(lo, 16).ok()?,
+            usize::from_str_radix(hi, 16).ok()?,
+        ))
+    })
 }
 
 /// Check that a snapshot can go to `path` (see [`write::check`]): done
@@ -262,11 +355,108 @@ pub fn check_destination(path: &Path, force: bool) -> Result<()> {
 pub fn save(ctx: &SaveContext, trigger: Trigger, vm: Running<'_>) -> Result<PathBuf> {
     check_destination(&ctx.path, ctx.force)?;
     let snap = capture(ctx, trigger, vm)?;
-    write::write_atomic(&ctx.path, ctx.force, &snap.to_bytes()).map_err(|source| {
+    write::write_atomic(&ctx.path, ctx.force, &snap.into_bytes()).map_err(|source| {
         Error::SnapshotWrite {
             path: ctx.path.clone(),
             source,
         }
     })?;
     Ok(ctx.path.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_backed_mappings_from_maps() {
+        let maps = "\
+7f0000000000-7f0000200000 rw-p 00000000 00:00 0 \n\
+7f0000200000-7f0000203000 rw-p 00003000 fd:01 1234                       /tmp/a b.snap\n\
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0                          [stack]\n";
+        let got: Vec<_> = file_backed(maps).collect();
+        assert_eq!(got, vec![(0x7f00_0020_0000, 0x7f00_0020_3000)]);
+    }
+
+    /// Pages mapped from a snapshot file (a restored guest's) count even
+    /// when nothing touched them: their data is in the file.
+    #[test]
+    fn file_backed_pages_are_scanned_untouched() {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 4 << 20)]).unwrap();
+        let mut file = tempfile::tempfile().unwrap();
+        let mut pages = vec![0u8; 2 * PAGE_SIZE];
+        pages[10] = 0xaa; // page 0 of the file: data
+        file.write_all(&pages).unwrap(); // page 1: zeros
+        let host = mem.get_host_address(GuestAddress(0)).unwrap();
+        // SAFETY: two pages at 1 MiB inside `mem`'s own mapping, which no
+        // reference points into; `mem` unmaps the whole range on drop.
+        let got = unsafe {
+            libc::mmap(
+                host.add(1 << 20).cast(),
+                2 * PAGE_SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_FIXED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(got, libc::MAP_FAILED);
+        let found = data_pages(host as usize, 4 << 20).unwrap();
+        let page = (1 << 20) / PAGE_SIZE as u64;
+        assert!(
+            found
+                .iter()
+                .any(|&(s, e)| s <= 1 << 20 && (1 << 20) + 2 * PAGE_SIZE <= e),
+            "{found:x?}"
+        );
+        let sparse = encode_memory(&mem).unwrap();
+        assert_eq!(
+            sparse.runs,
+            vec![(page, 1)],
+            "the zero file page is left out"
+        );
+        assert_eq!(sparse.data[10], 0xaa);
+    }
+
+    /// Untouched pages of an anonymous mapping are skipped; written ones
+    /// (and only those) are found, and a page written with zeros is found
+    /// but then left out by the zero scan.
+    #[test]
+    fn only_touched_pages_are_scanned() {
+        let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 64 << 20)]).unwrap();
+        mem.write_slice(&[1], GuestAddress(5 * PAGE_SIZE as u64 + 7))
+            .unwrap();
+        mem.write_slice(&[0], GuestAddress(40 << 20)).unwrap();
+        mem.write_slice(&[2, 3], GuestAddress((64 << 20) - 2))
+            .unwrap();
+        let host = mem.get_host_address(GuestAddress(0)).unwrap() as usize;
+        let found = data_pages(host, 64 << 20).unwrap();
+        // Transparent huge pages may widen a touched page to 2 MiB: every
+        // range holds a touched page, and all of them are in.
+        let total: usize = found.iter().map(|(s, e)| e - s).sum();
+        assert!(total <= 3 * (2 << 20), "{found:x?}");
+        for at in [5 * PAGE_SIZE + 7, 40 << 20, (64 << 20) - 1] {
+            assert!(
+                found.iter().any(|&(s, e)| s <= at && at < e),
+                "{at:#x}: {found:x?}"
+            );
+        }
+        let sparse = encode_memory(&mem).unwrap();
+        assert_eq!(sparse.size, 64 << 20);
+        assert_eq!(
+            sparse.runs,
+            vec![(5, 1), ((64 << 20) / PAGE_SIZE as u64 - 1, 1)]
+        );
+        let mut back = vec![0u8; 64 << 20];
+        sparse
+            .apply(|a, d| {
+                back[a as usize..a as usize + d.len()].copy_from_slice(d);
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+        assert_eq!(back[5 * PAGE_SIZE + 7], 1);
+        assert_eq!(&back[(64 << 20) - 2..], &[2, 3]);
+    }
 }

@@ -1,17 +1,30 @@
-//! The sparse encoding of guest RAM (section `memory`): all-zero pages
-//! are not stored, so a 64 MiB guest that touched a few MiB costs a few MiB.
+//! The sparse encoding of guest RAM: all-zero pages are not stored, so a
+//! 2 GiB guest that touched 27 MB costs 27 MB. Two sections:
 //!
 //! ```text
+//! section "memory" (the page index, read and checksummed eagerly)
 //!      0     8  guest memory size in bytes
 //!      8     4  page size (4096)
 //!     12     4  number of runs
 //!     16  16*n  runs: first page (u64), page count (u64), ascending, disjoint
+//!
+//! section "memory.pages" (page-aligned in the file)
 //!          ...  the pages of every run, in run order
 //! ```
+//!
+//! Because `memory.pages` starts on a page boundary and holds whole pages,
+//! run `k` lies at a page-aligned file offset (the section's offset plus
+//! the pages of the runs before it): restore maps every run into guest RAM
+//! with `mmap(MAP_PRIVATE | MAP_FIXED)` instead of copying it, and the
+//! gaps stay fresh anonymous (zero) memory. See [`super::restore`].
+//!
+//! [`SparseMemory::to_bytes`] / [`SparseMemory::from_bytes`] are the two
+//! sections back to back in one buffer (the index, then the pages), for
+//! fuzzers and tests that handle memory without a container.
 
 use std::fmt;
 
-use super::format::{le_u32, le_u64, FormatError};
+use super::format::{le_u32, le_u64, FormatError, SectionInfo};
 
 /// Guest page size of the sparse memory encoding.
 pub const PAGE_SIZE: usize = 4096;
@@ -23,8 +36,14 @@ pub struct SparseMemory {
     pub size: u64,
     /// (first page, pages) runs, ascending and disjoint.
     pub runs: Vec<(u64, u64)>,
-    /// The stored pages, in run order.
+    /// The stored pages, in run order; empty when they were left in the
+    /// file ([`in_file`](Self::in_file)).
     pub data: Vec<u8>,
+    /// Where the stored pages lie in the snapshot file when they were not
+    /// read (a restore maps them): the `memory.pages` section's table entry,
+    /// whose length was checked against the runs. `None` when `data` holds
+    /// them.
+    pub in_file: Option<SectionInfo>,
 }
 
 impl fmt::Debug for SparseMemory {
@@ -34,7 +53,7 @@ impl fmt::Debug for SparseMemory {
             "SparseMemory {{ size: {}, runs: {}, stored pages: {} }}",
             self.size,
             self.runs.len(),
-            self.data.len() / PAGE_SIZE
+            self.stored_pages()
         )
     }
 }
@@ -42,7 +61,7 @@ impl fmt::Debug for SparseMemory {
 impl SparseMemory {
     /// Pages stored (the non-zero ones).
     pub fn stored_pages(&self) -> u64 {
-        (self.data.len() / PAGE_SIZE) as u64
+        self.runs.iter().map(|&(_, n)| n).sum()
     }
 
     /// Encode RAM from address 0 in one piece. The length must be a
@@ -59,7 +78,23 @@ impl SparseMemory {
             size: 0,
             runs: Vec::new(),
             data: Vec::new(),
+            in_file: None,
         }
+    }
+
+    /// Add a block of RAM at guest address `addr`, at or after the end of
+    /// what was added so far (the RAM in between is zero): how a snapshot
+    /// adds only the pages that can hold data. `addr` is page-aligned.
+    pub fn append_at(&mut self, addr: u64, block: &[u8]) {
+        debug_assert!(addr >= self.size && addr.is_multiple_of(PAGE_SIZE as u64));
+        self.size = self.size.max(addr);
+        self.append(block);
+    }
+
+    /// Extend the RAM to `size` bytes with zero pages (the tail of RAM a
+    /// snapshot found empty).
+    pub fn pad_to(&mut self, size: u64) {
+        self.size = self.size.max(size);
     }
 
     /// Add the next block of RAM, at address `size` (the blocks so far); a
@@ -82,9 +117,9 @@ impl SparseMemory {
         self.size += block.len() as u64;
     }
 
-    /// The `memory` section's bytes.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(16 + 16 * self.runs.len() + self.data.len());
+    /// The `memory` section's bytes: the index.
+    pub fn index_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(16 + 16 * self.runs.len());
         out.extend_from_slice(&self.size.to_le_bytes());
         out.extend_from_slice(&(PAGE_SIZE as u32).to_le_bytes());
         out.extend_from_slice(&(self.runs.len() as u32).to_le_bytes());
@@ -92,13 +127,77 @@ impl SparseMemory {
             out.extend_from_slice(&first.to_le_bytes());
             out.extend_from_slice(&n.to_le_bytes());
         }
+        out
+    }
+
+    /// Both sections back to back: the index, then the pages.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = self.index_bytes();
         out.extend_from_slice(&self.data);
         out
     }
 
-    /// Decode and check: page size, runs inside the memory size, ascending
-    /// and disjoint, data length matching the runs.
+    /// Decode both sections held back to back in one buffer (see
+    /// [`to_bytes`](Self::to_bytes)).
     pub fn from_bytes(b: &[u8]) -> Result<Self, FormatError> {
+        let (mut m, data_off) = Self::index(b)?;
+        m.check_pages_len(b.len() as u64 - data_off as u64)?;
+        m.data = b[data_off..].to_vec();
+        Ok(m)
+    }
+
+    /// Decode the `memory` section (`index`) and the `memory.pages`
+    /// section's bytes (`pages`), read from the file.
+    pub fn from_sections(index: &[u8], pages: &[u8]) -> Result<Self, FormatError> {
+        let mut m = Self::from_index(index)?;
+        m.check_pages_len(pages.len() as u64)?;
+        m.data = pages.to_vec();
+        Ok(m)
+    }
+
+    /// Decode the `memory` section with the pages left in the file at
+    /// `pages` (the `memory.pages` table entry): its length must be exactly
+    /// the stored pages', so every run a restore maps lies inside the file.
+    pub fn from_index_in_file(index: &[u8], pages: &SectionInfo) -> Result<Self, FormatError> {
+        let mut m = Self::from_index(index)?;
+        m.check_pages_len(pages.length)?;
+        if !pages.offset.is_multiple_of(PAGE_SIZE as u64) {
+            return Err(FormatError::Malformed(format!(
+                "section \"memory.pages\" at offset {} is not page-aligned",
+                pages.offset
+            )));
+        }
+        m.in_file = Some(pages.clone());
+        Ok(m)
+    }
+
+    /// The index alone, exactly the section's bytes.
+    fn from_index(index: &[u8]) -> Result<Self, FormatError> {
+        let (m, end) = Self::index(index)?;
+        if end != index.len() {
+            return Err(FormatError::Malformed(format!(
+                "section \"memory\": {} bytes after its {} runs",
+                index.len() - end,
+                m.runs.len()
+            )));
+        }
+        Ok(m)
+    }
+
+    fn check_pages_len(&self, len: u64) -> Result<(), FormatError> {
+        let stored = self.stored_pages();
+        if len != stored * PAGE_SIZE as u64 {
+            return Err(FormatError::Malformed(format!(
+                "section \"memory.pages\": {len} bytes of page data for {stored} stored pages"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Decode and check the index at the start of `b`: page size, runs
+    /// inside the memory size, ascending and disjoint. Returns the index
+    /// (no page data) and where it ends in `b`.
+    fn index(b: &[u8]) -> Result<(Self, usize), FormatError> {
         let bad = |m: String| FormatError::Malformed(format!("section \"memory\": {m}"));
         if b.len() < 16 {
             return Err(bad(format!(
@@ -125,7 +224,6 @@ impl SparseMemory {
         let pages = size / PAGE_SIZE as u64;
         let mut runs = Vec::with_capacity(nruns);
         let mut next_free = 0u64;
-        let mut stored = 0u64;
         for k in 0..nruns {
             let first = le_u64(b, 16 + 16 * k);
             let n = le_u64(b, 24 + 16 * k);
@@ -143,31 +241,40 @@ impl SparseMemory {
                 )));
             }
             next_free = first + n;
-            stored += n;
             runs.push((first, n));
         }
-        let data = &b[data_off..];
-        if data.len() as u64 != stored * PAGE_SIZE as u64 {
-            return Err(bad(format!(
-                "{} bytes of page data for {stored} stored pages",
-                data.len()
-            )));
-        }
-        Ok(Self {
-            size,
-            runs,
-            data: data.to_vec(),
+        Ok((
+            Self {
+                size,
+                runs,
+                data: Vec::new(),
+                in_file: None,
+            },
+            data_off,
+        ))
+    }
+
+    /// Each run as (guest address, offset of its pages in `memory.pages`,
+    /// length in bytes), in order.
+    pub fn placed_runs(&self) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+        let page = PAGE_SIZE as u64;
+        self.runs.iter().scan(0u64, move |at, &(first, n)| {
+            let placed = (first * page, *at, n * page);
+            *at += n * page;
+            Some(placed)
         })
     }
 
-    /// Write the stored pages into `ram` (which must be `size` bytes and
-    /// zero elsewhere, e.g. fresh anonymous memory).
+    /// Hand every run of stored pages to `write` (guest address, bytes),
+    /// e.g. to write them into RAM that is zero elsewhere. Only pages that
+    /// were read ([`data`](Self::data)) are handed over: pages left in the
+    /// file ([`in_file`](Self::in_file)) are mapped by a restore instead.
     pub fn apply<E>(&self, mut write: impl FnMut(u64, &[u8]) -> Result<(), E>) -> Result<(), E> {
-        let mut at = 0usize;
-        for &(first, n) in &self.runs {
-            let len = n as usize * PAGE_SIZE;
-            write(first * PAGE_SIZE as u64, &self.data[at..at + len])?;
-            at += len;
+        for (addr, at, len) in self.placed_runs() {
+            let Some(bytes) = self.data.get(at as usize..(at + len) as usize) else {
+                break;
+            };
+            write(addr, bytes)?;
         }
         Ok(())
     }

@@ -3,7 +3,8 @@
 //! | section | contents |
 //! |---------|----------|
 //! | `meta` | JSON ([`Meta`]): how the VM was built (RAM, command line with `xfeatures=`, xstate policy, init mode), the source KVM's leaf 0xD and XCR0/IA32_XSS, TSC rate, device state (the 8250 UART), what interrupt hardware exists (none), why and when the snapshot was taken |
-//! | `memory` | guest RAM, all-zero pages left out ([`super::format::SparseMemory`]) |
+//! | `memory` | guest RAM's page index: which pages are stored, all-zero pages left out ([`super::format::SparseMemory`]) |
+//! | `memory.pages` | the stored pages, page-aligned in the file (restore maps them) |
 //! | `serial` | what the guest printed before the snapshot |
 //! | `vcpuN.cpuid` | the CPUID table the vCPU was given: `kvm_cpuid_entry2` (40 bytes each) |
 //! | `vcpuN.regs` | `struct kvm_regs` (144 bytes) |
@@ -23,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use xstate::{CpuidEntry, CpuidProfile, XfeatureMask, XsaveBuf, XsaveInfo};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
-use super::format::{Container, FormatError, SparseMemory};
+use super::format::{Container, FormatError, SectionInfo, SparseMemory, PAGES_SECTION};
 
 /// Everything in a snapshot, decoded.
 #[derive(Clone, Debug)]
@@ -301,7 +302,7 @@ pub const VCPU_SECTIONS: &[&str] = &[
 ];
 
 /// The sections outside any vCPU.
-pub const GLOBAL_SECTIONS: &[&str] = &["meta", "memory", "serial"];
+pub const GLOBAL_SECTIONS: &[&str] = &["meta", "memory", PAGES_SECTION, "serial"];
 
 /// Every section name is one this format defines, and every `vcpuN.*`
 /// section belongs to a vCPU that exists (`vcpu0.regs` .. `vcpuM.regs`,
@@ -382,6 +383,20 @@ impl Meta {
 impl Snapshot {
     /// The sections of this snapshot.
     pub fn to_container(&self) -> Container {
+        let mut c = self.sections_but_pages();
+        c.push(PAGES_SECTION, self.memory.data.clone());
+        c
+    }
+
+    /// The file's bytes, the stored pages moved rather than copied into
+    /// their section (a snapshot's largest part: one copy fewer on save).
+    pub fn into_bytes(mut self) -> Vec<u8> {
+        let mut c = self.sections_but_pages();
+        c.push(PAGES_SECTION, std::mem::take(&mut self.memory.data));
+        c.to_bytes()
+    }
+
+    fn sections_but_pages(&self) -> Container {
         let mut c = Container::new();
         let meta = serde_json::to_vec_pretty(&self.meta)
             .unwrap_or_else(|e| unreachable!("the snapshot metadata always serialises: {e}"));
@@ -405,7 +420,7 @@ impl Snapshot {
             c.push(&n("xstate"), v.xstate.to_vec());
         }
         c.push("serial", self.serial_output.clone());
-        c.push("memory", self.memory.to_bytes());
+        c.push("memory", self.memory.index_bytes());
         c
     }
 
@@ -420,10 +435,27 @@ impl Snapshot {
     /// and fits a host is [`super::compat::validate`]'s business. A pure
     /// function over bytes.
     pub fn from_container(c: &Container) -> Result<Self, FormatError> {
+        Self::decode(c, None)
+    }
+
+    /// Decode verified sections whose `memory.pages` was left in the file
+    /// (see [`Container::read_from`]) at `pages`: the memory's index is
+    /// decoded and its runs checked against that entry's length, and the
+    /// pages stay in the file for a restore to map
+    /// ([`SparseMemory::in_file`]).
+    pub fn from_container_mapped(c: &Container, pages: &SectionInfo) -> Result<Self, FormatError> {
+        Self::decode(c, Some(pages))
+    }
+
+    fn decode(c: &Container, pages_in_file: Option<&SectionInfo>) -> Result<Self, FormatError> {
         check_section_names(c.sections.iter().map(|s| s.name.as_str()))?;
         let meta: Meta = serde_json::from_slice(required(c, "meta")?)
             .map_err(|e| FormatError::Malformed(format!("section \"meta\": {e}")))?;
-        let memory = SparseMemory::from_bytes(required(c, "memory")?)?;
+        let index = required(c, "memory")?;
+        let memory = match pages_in_file {
+            Some(p) => SparseMemory::from_index_in_file(index, p)?,
+            None => SparseMemory::from_sections(index, required(c, PAGES_SECTION)?)?,
+        };
         let mut vcpus = Vec::new();
         for id in 0u32.. {
             let n = |s: &str| format!("vcpu{id}.{s}");

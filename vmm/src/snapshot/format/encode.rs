@@ -3,7 +3,7 @@
 
 use super::{
     align_up, le_u32, Container, ENTRY_SIZE, FORMAT_VERSION, HEADER_SIZE, MAGIC,
-    MEMORY_SECTION_ALIGN, SECTION_ALIGN,
+    MEMORY_SECTION_ALIGN, PAGES_SECTION, SECTION_ALIGN,
 };
 
 impl Container {
@@ -13,7 +13,7 @@ impl Container {
         let mut pos = table_off + ENTRY_SIZE * self.sections.len();
         let mut placed = Vec::with_capacity(self.sections.len());
         for s in &self.sections {
-            let align = if s.name == "memory" {
+            let align = if s.name == PAGES_SECTION {
                 MEMORY_SECTION_ALIGN
             } else {
                 SECTION_ALIGN

@@ -27,9 +27,16 @@
 //!     60     4  flags (reserved, must be zero)
 //! ```
 //!
-//! Sections start on 64-byte boundaries; `memory` starts on a page boundary
-//! so a later version can map it instead of copying. The version is checked
-//! before anything else: a future format may lay its header out differently.
+//! Sections start on 64-byte boundaries; `memory.pages` (the guest's stored
+//! pages) starts on a page boundary so a restore maps it instead of copying
+//! it. The version is checked before anything else: a future format may lay
+//! its header out differently.
+//!
+//! Versions: 1 stored the page index and the pages in one `memory`
+//! section, so a restore had to read and checksum every stored page before
+//! the guest ran. 2 splits them (`memory`, `memory.pages`): the index is
+//! read and checked eagerly, the pages are mapped. This vmm refuses a
+//! version-1 file by its version (take the snapshot again with this vmm).
 //!
 //!
 //! The `memory` section's own encoding is [`super::sparse`].
@@ -46,7 +53,7 @@ pub use read::ReadError;
 /// First bytes of every snapshot.
 const MAGIC: [u8; 8] = *b"VMMSNAP\0";
 /// The format this VMM writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// Size of the file header.
 const HEADER_SIZE: usize = 64;
 /// Size of one section table entry.
@@ -58,9 +65,12 @@ const NAME_LEN: usize = 40;
 pub const MAX_SECTIONS: u32 = 1024;
 /// Alignment of every section but `memory`.
 const SECTION_ALIGN: usize = 64;
-/// Alignment of the `memory` section: a host page, so a later version can
+/// Alignment of the `memory.pages` section: a host page, so a restore can
 /// map it instead of copying.
 const MEMORY_SECTION_ALIGN: usize = 4096;
+/// The section whose bytes are guest pages, placed page-aligned and, on
+/// restore, mapped rather than read.
+pub const PAGES_SECTION: &str = "memory.pages";
 
 /// Why a snapshot file was refused. Messages name the fault; the caller adds
 /// the file name.

@@ -6,6 +6,7 @@ fn sample() -> Container {
     let mut c = Container::new();
     c.push("meta", b"{\"a\":1}".to_vec());
     c.push("memory", vec![7u8; 5000]);
+    c.push(PAGES_SECTION, vec![9u8; 2 * PAGE_SIZE]);
     c.push("vcpu0.regs", (0..144u8).collect());
     c
 }
@@ -16,11 +17,11 @@ fn round_trip() {
     let bytes = c.to_bytes();
     assert_eq!(&bytes[..8], b"VMMSNAP\0");
     let table = read_table(&bytes).unwrap();
-    assert_eq!(table.len(), 3);
+    assert_eq!(table.len(), 4);
     assert_eq!(
-        table[1].offset % PAGE_SIZE as u64,
+        table[2].offset % PAGE_SIZE as u64,
         0,
-        "memory is page-aligned"
+        "memory.pages is page-aligned"
     );
     assert!(table.iter().all(|e| e.offset % 64 == 0));
     assert_eq!(Container::parse(&bytes).unwrap(), c);
@@ -44,7 +45,7 @@ fn every_flipped_byte_is_detected() {
 #[test]
 fn checksum_message_names_the_section() {
     let mut bytes = sample().to_bytes();
-    let e = read_table(&bytes).unwrap()[2].clone();
+    let e = read_table(&bytes).unwrap()[3].clone();
     bytes[e.offset as usize + 3] ^= 1;
     let err = Container::parse(&bytes).unwrap_err();
     assert!(matches!(err, FormatError::Checksum { .. }));
@@ -58,12 +59,16 @@ fn truncation_and_version() {
         let err = Container::parse(&bytes[..n]).unwrap_err();
         assert!(matches!(err, FormatError::Truncated { .. }), "{n}: {err}");
     }
-    let mut b = bytes.clone();
-    b[8] = 2;
-    assert_eq!(
-        Container::parse(&b).unwrap_err(),
-        FormatError::Version { found: 2 }
-    );
+    // Version 1 (the index and the pages in one section) is refused by
+    // its version, before anything else is looked at.
+    for v in [1u8, 3] {
+        let mut b = bytes.clone();
+        b[8] = v;
+        assert_eq!(
+            Container::parse(&b).unwrap_err(),
+            FormatError::Version { found: v.into() }
+        );
+    }
     let mut b = bytes;
     b[0] = b'X';
     assert!(matches!(
