@@ -197,6 +197,7 @@ pub(crate) fn build(
         raw: false,
         start,
         setup_time: start.elapsed(),
+        boot: None,
     })
 }
 
