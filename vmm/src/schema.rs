@@ -40,11 +40,13 @@ pub enum Document {
     FeaturesLint,
     /// `vmm bench peers --json`: [`crate::bench::peers::PeersBench`].
     BenchPeers,
+    /// `vmm bench startup --json`: [`crate::bench::startup::StartupBench`].
+    BenchStartup,
 }
 
 impl Document {
     /// Every document, in the order the schemas are listed.
-    pub const ALL: [Document; 10] = [
+    pub const ALL: [Document; 11] = [
         Document::Run,
         Document::Restore,
         Document::Features,
@@ -55,6 +57,7 @@ impl Document {
         Document::ProfileList,
         Document::FeaturesLint,
         Document::BenchPeers,
+        Document::BenchStartup,
     ];
 
     /// The document's name: the schema file is `<name>.schema.json`.
@@ -70,6 +73,7 @@ impl Document {
             Document::ProfileList => "profile-list",
             Document::FeaturesLint => "features-lint",
             Document::BenchPeers => "bench-peers",
+            Document::BenchStartup => "bench-startup",
         }
     }
 
@@ -86,6 +90,7 @@ impl Document {
             Document::ProfileList => "vmm features --list-profiles --json",
             Document::FeaturesLint => "vmm features lint --json",
             Document::BenchPeers => "vmm bench peers --json",
+            Document::BenchStartup => "vmm bench startup --json",
         }
     }
 
@@ -101,7 +106,8 @@ impl Document {
             | Document::SnapshotInfo
             | Document::ProfileList
             | Document::FeaturesLint
-            | Document::BenchPeers => 1,
+            | Document::BenchPeers
+            | Document::BenchStartup => 1,
         }
     }
 
@@ -136,6 +142,9 @@ impl Document {
             }
             Document::BenchPeers => {
                 Versioned::<crate::bench::peers::PeersBench>::json_schema(&mut gen)
+            }
+            Document::BenchStartup => {
+                Versioned::<crate::bench::startup::StartupBench>::json_schema(&mut gen)
             }
         };
         let defs = gen.take_definitions(true);
