@@ -21,8 +21,8 @@ const PAGE_2M: u64 = 2 << 20;
 const ENTRIES: u64 = 512;
 
 /// The PML4, PDPT and PD, in that order from [`BOOT_PAGE_TABLES_ADDR`],
-/// as `(guest address, entries)`: PML4[0] and PDPT[0] point at the next
-/// table, the PD maps [0, [`DIRECT_MAP_END`]) with 2 MiB pages,
+/// as `(guest address, entries)`: `PML4[0]` and `PDPT[0]` point at the next
+/// table, the PD maps 0 up to [`DIRECT_MAP_END`] with 2 MiB pages,
 /// read/write, supervisor only.
 pub fn identity_map() -> [(u64, Vec<u64>); 3] {
     let pml4 = BOOT_PAGE_TABLES_ADDR;

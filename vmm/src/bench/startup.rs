@@ -174,23 +174,6 @@ struct VmmSample {
     boot_entry: Option<String>,
 }
 
-/// `CLOCK_MONOTONIC` now, in ns: the clock `vmm run --json` reports
-/// `start_clock_monotonic_ns` on.
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always
-    // exists on Linux.
-    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) } != 0 {
-        return 0;
-    }
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
-}
-
 /// The last 400 bytes of a file, as text.
 fn tail(path: &Path) -> String {
     let bytes = std::fs::read(path).unwrap_or_default();
@@ -250,7 +233,8 @@ fn time_process(
     cmd.stdin(Stdio::null())
         .stdout(file(out)?)
         .stderr(file(err)?);
-    let spawned_ns = monotonic_ns();
+    // The clock `vmm run --json` reports `start_clock_monotonic_ns` on.
+    let spawned_ns = crate::vstate::launch::monotonic_now_ns();
     let start = Instant::now();
     let mut child = cmd.spawn().map_err(|source| StartupError::Spawn {
         what: what.to_string(),

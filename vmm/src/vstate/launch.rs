@@ -305,20 +305,25 @@ const MSR_IA32_TSC: u32 = 0x10;
 /// measures on Linux), so another process can place this run on its own
 /// clock: `vmm bench startup` subtracts the moment it spawned us.
 fn monotonic_ns(start: Instant) -> u64 {
+    let now = Instant::now();
+    monotonic_now_ns().saturating_sub(now.saturating_duration_since(start).as_nanos() as u64)
+}
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds (0 if the clock cannot be read).
+pub(crate) fn monotonic_now_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always
     // exists on Linux.
-    let now = Instant::now();
-    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) } != 0 {
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if r != 0 {
         return 0;
     }
-    let now_ns = (ts.tv_sec as u64)
+    (ts.tv_sec as u64)
         .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64);
-    now_ns.saturating_sub(now.saturating_duration_since(start).as_nanos() as u64)
+        .saturating_add(ts.tv_nsec as u64)
 }
 
 /// Refuse command-line words the VMM owns (`guest::protocol::VMM_OWNED_WORDS`):
