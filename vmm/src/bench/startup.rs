@@ -148,6 +148,10 @@ pub struct StartupBench {
     pub goal_ratio: f64,
     /// Whether the median ratio meets the goal.
     pub goal_met: bool,
+    /// Whether the ratio's min..p90 spread crosses the goal, so that the
+    /// machine's noise, not `vmm`, decides `goal_met` (rerun on a quiet
+    /// machine).
+    pub goal_within_noise: bool,
     /// vmm: process start to the start of the run (exec, dynamic linking,
     /// argument parsing, opening KVM), ms.
     pub vmm_to_run_start_ms: Spread,
@@ -382,6 +386,7 @@ fn summarise(pairs: u32, cc: &str, floors: &[f64], vmms: &[VmmSample]) -> Startu
         vmm_ms: of(|v| v.exit),
         goal_ratio: GOAL_RATIO,
         goal_met: ratio.median <= GOAL_RATIO,
+        goal_within_noise: ratio.min <= GOAL_RATIO && ratio.p90 > GOAL_RATIO,
         ratio,
         vmm_to_run_start_ms: of(|v| v.run_start),
         vmm_to_first_instruction_ms: first.and_then(|f| Spread::of(&f)),
@@ -443,8 +448,17 @@ impl StartupBench {
                 format!("{:.2}..{:.2}", self.ratio.min, self.ratio.p90),
             ],
         );
+        let noise = if self.goal_within_noise {
+            format!(
+                " (but the spread {:.2}..{:.2} crosses {:.1}x: the machine's noise decides; \
+                 rerun on a quiet machine)",
+                self.ratio.min, self.ratio.p90, self.goal_ratio
+            )
+        } else {
+            String::new()
+        };
         out.push_str(&format!(
-            "goal: vmm / floor <= {:.1}x: {}\n",
+            "goal: vmm / floor <= {:.1}x: {}{noise}\n",
             self.goal_ratio,
             if self.goal_met { "met" } else { "not met" }
         ));
@@ -492,6 +506,11 @@ mod tests {
         assert_eq!(b.ratio.median, 1.5);
         assert_eq!(b.ratio.min, 1.0);
         assert!(b.goal_met);
+        // 1.0..1.9 (p90) stays under 2.0: decided by vmm, not by noise.
+        assert!(!b.goal_within_noise);
+        let wide = summarise(2, "cc", &[1.0, 1.0], &[sample(1.0), sample(3.0)]);
+        assert!(wide.goal_within_noise, "{:?}", wide.ratio);
+        assert!(wide.to_table().contains("the machine's noise decides"));
         assert!(b.vmm_to_first_instruction_ms.is_none());
         assert!(b.to_table().contains("(PVH entry: not reported)"));
     }
