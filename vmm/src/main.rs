@@ -117,6 +117,11 @@ struct RunArgs {
     /// guest/native ratios as an SVG bar chart into FILE.
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
+    /// Where the kernel starts: `auto` = vmm's direct 64-bit entry when the
+    /// image declares one (the embedded guest does), else PVH; `pvh` = the
+    /// 32-bit PVH entry other VMMs use.
+    #[arg(long, value_enum, default_value = "auto")]
+    entry: vmm::arch::boot::EntryChoice,
     #[command(flatten)]
     session: SessionArgs,
 }
@@ -249,6 +254,7 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
         snapshot_after: args.session.snapshot_after,
         snapshot_file: args.session.snapshot_file.clone(),
         snapshot_force: args.session.force,
+        entry: args.entry,
     };
     let outcome = vstate::run(config)?;
     let extras = Extras {

@@ -42,6 +42,8 @@ pub enum Document {
     BenchPeers,
     /// `vmm bench snapshot --json`: [`crate::bench::snapshot::SnapshotBench`].
     BenchSnapshot,
+    /// `vmm bench startup --json`: [`crate::bench::startup::StartupBench`].
+    BenchStartup,
 }
 
 impl Document {
@@ -58,6 +60,7 @@ impl Document {
         Document::FeaturesLint,
         Document::BenchPeers,
         Document::BenchSnapshot,
+        Document::BenchStartup,
     ];
 
     /// The document's name: the schema file is `<name>.schema.json`.
@@ -74,6 +77,7 @@ impl Document {
             Document::FeaturesLint => "features-lint",
             Document::BenchPeers => "bench-peers",
             Document::BenchSnapshot => "bench-snapshot",
+            Document::BenchStartup => "bench-startup",
         }
     }
 
@@ -91,6 +95,7 @@ impl Document {
             Document::FeaturesLint => "vmm features lint --json",
             Document::BenchPeers => "vmm bench peers --json",
             Document::BenchSnapshot => "vmm bench snapshot --json",
+            Document::BenchStartup => "vmm bench startup --json",
         }
     }
 
@@ -107,7 +112,8 @@ impl Document {
             | Document::ProfileList
             | Document::FeaturesLint
             | Document::BenchPeers
-            | Document::BenchSnapshot => 1,
+            | Document::BenchSnapshot
+            | Document::BenchStartup => 1,
         }
     }
 
@@ -145,6 +151,9 @@ impl Document {
             }
             Document::BenchSnapshot => {
                 Versioned::<crate::bench::snapshot::SnapshotBench>::json_schema(&mut gen)
+            }
+            Document::BenchStartup => {
+                Versioned::<crate::bench::startup::StartupBench>::json_schema(&mut gen)
             }
         };
         let defs = gen.take_definitions(true);

@@ -60,8 +60,9 @@ fn scratch(env: &Env) -> Option<&'static mut [u8]> {
     arena::alloc_bytes(ctxsw::scratch_bytes(env).max(xcheck::scratch_bytes(env)))
 }
 
-/// Boot-time choice of the context-switch strategy (always runs when the
-/// CPU has XSAVE): fills `switch_*` in the report.
+/// Boot-time choice of the context-switch strategy (when the CPU has XSAVE
+/// and the run has workloads or benchmarks: see `needs_switch_strategy` in
+/// main.rs): fills `switch_*` in the report.
 pub fn calibrate_switch(report: &mut Report, env: Option<&Env>, quiet: bool, out: &mut Console) {
     let Some(env) = env else {
         return;

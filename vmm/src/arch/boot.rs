@@ -33,8 +33,51 @@ const E820_RESERVED: u32 = 2;
 pub struct LoadedKernel {
     /// The PVH entry point (physical, 32-bit).
     pub entry: u64,
+    /// vmm's direct 64-bit entry point, when the image declares one.
+    pub entry64: Option<u64>,
     /// First byte past the loaded segments.
     pub end: u64,
+}
+
+/// Which entry `vmm` may start a kernel at (`vmm run --entry`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum EntryChoice {
+    /// The direct 64-bit entry when the image declares one (our guest
+    /// does), else PVH.
+    #[default]
+    Auto,
+    /// The PVH 32-bit entry, as QEMU, Cloud Hypervisor and Firecracker
+    /// start the same image.
+    Pvh,
+}
+
+/// The entry the boot vCPU starts at, and its address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BootEntry {
+    /// PVH: 32-bit protected mode, paging off (see [`super::regs`]).
+    Pvh(u64),
+    /// vmm's direct entry: long mode on the VMM's page tables.
+    Direct64(u64),
+}
+
+impl BootEntry {
+    /// How reports name it: `pvh` or `direct64`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Pvh(_) => "pvh",
+            Self::Direct64(_) => "direct64",
+        }
+    }
+}
+
+impl LoadedKernel {
+    /// The entry `choice` selects for this kernel.
+    pub fn boot_entry(&self, choice: EntryChoice) -> BootEntry {
+        match (choice, self.entry64) {
+            (EntryChoice::Auto, Some(e)) => BootEntry::Direct64(e),
+            _ => BootEntry::Pvh(self.entry),
+        }
+    }
 }
 
 /// Load a PVH ELF kernel that [`check_image`] accepted (`plan`) into guest
@@ -59,6 +102,7 @@ pub fn load_kernel(
     })?;
     Ok(LoadedKernel {
         entry: plan.entry,
+        entry64: plan.entry64,
         end: plan.end,
     })
 }

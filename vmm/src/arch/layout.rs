@@ -3,9 +3,12 @@
 //! itself is created by `vstate::machine`.
 //!
 //! ```text
-//! 0x0000_0500  boot GDT (PVH asks for flat 32-bit segments)
+//! 0x0000_0500  boot GDT (PVH asks for flat 32-bit segments; the direct
+//!              entry's has a 64-bit code segment instead)
+//! 0x0000_5000  the direct entry's boot TSC slot (8 bytes)
 //! 0x0000_6000  hvm_start_info
 //! 0x0000_7000  memory map (hvm_memmap_table_entry[])
+//! 0x0000_9000  the direct entry's page tables: PML4, PDPT, PD (3 pages)
 //! 0x0002_0000  kernel command line (NUL-terminated, < 4 KiB)
 //! 0x0010_0000  kernel image (ELF PT_LOAD segments, at their physical addresses)
 //! mem_size     end of RAM (at most 3 GiB: the 3-4 GiB hole stays unbacked
@@ -15,6 +18,17 @@
 
 /// Where the boot GDT lives (PVH asks for flat 32-bit segments).
 pub const BOOT_GDT_ADDR: u64 = 0x500;
+/// Where a guest started at its direct 64-bit entry writes the TSC of its
+/// first instruction (the VMM passes this address in RSI; see
+/// [`super::regs`]). Zero until the guest writes it.
+pub const BOOT_TSC_ADDR: u64 = 0x5000;
+/// The direct entry's identity map: PML4 here, then PDPT and PD in the
+/// next two pages (see [`super::paging`]).
+pub const BOOT_PAGE_TABLES_ADDR: u64 = 0x9000;
+/// How much the direct entry's identity map covers: the first GiB (one PD
+/// of 2 MiB pages), enough for the boot structures and any kernel image
+/// `--mem` allows to start there.
+pub const DIRECT_MAP_END: u64 = 1 << 30;
 /// Where `hvm_start_info` lives; the guest finds it in EBX.
 pub const START_INFO_ADDR: u64 = 0x6000;
 /// Where the `hvm_memmap_table_entry` array lives.

@@ -6,6 +6,8 @@
 //!   and Firecracker.
 //! - `snapshot` ([`snapshot`]): snapshot and restore time and file size as
 //!   guest RAM grows.
+//! - `startup` ([`startup`]): `vmm run --workload none` against the floor, a
+//!   minimal C VMM, pair by pair.
 //!
 //! Shared by both: [`stats`] (median, min..p90 spread, within-noise
 //! verdicts), [`progress`] (the stderr progress bar), `--plot` through
@@ -19,6 +21,7 @@ pub mod init_xstate;
 pub mod peers;
 pub mod progress;
 pub mod snapshot;
+pub mod startup;
 pub mod stats;
 
 use std::path::{Path, PathBuf};
@@ -183,6 +186,25 @@ pub enum BenchCommand {
         /// Seconds one boot or restore may take.
         #[arg(long, value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=3600))]
         timeout: u64,
+        /// Print one JSON object instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// No progress bar (it is drawn on stderr only when stderr is a terminal).
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Start-up against the floor: `vmm run --workload none --no-native`
+    /// and a minimal C VMM (benches/floor/kvm_floor.c, embedded and
+    /// compiled with $CC or cc) that runs one `out` in 64-bit mode, pair by
+    /// pair, from process start to exit; vmm's time also split at the run
+    /// start, the guest's first instruction and the guest's exit.
+    ///
+    /// Each row is the median of the pairs with its min..p90 spread; the
+    /// ratio is taken pair by pair. The goal is vmm / floor <= 2.
+    Startup {
+        /// Pairs to measure (plus one unmeasured warm-up pair).
+        #[arg(long, default_value_t = startup::DEFAULT_PAIRS, value_parser = clap::value_parser!(u32).range(1..=startup::MAX_PAIRS as i64))]
+        pairs: u32,
         /// Print one JSON object instead of the table.
         #[arg(long)]
         json: bool,
@@ -482,6 +504,22 @@ pub fn main(args: BenchArgs) -> Result<i32> {
             if !b.all_ok() {
                 return Ok(crate::report::exit::EXIT_VMM_ERROR);
             }
+        }
+        BenchCommand::Startup { pairs, json, quiet } => {
+            let ours = std::env::current_exe()?;
+            let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+            let progress = Progress::new(u64::from(pairs), quiet);
+            let measured = startup::run(pairs, &ours, &cc, || progress.inc());
+            drop(progress);
+            // Printed here, not turned into `Error` (as for peers).
+            let b = match measured {
+                Ok(b) => b,
+                Err(e) => {
+                    crate::error::eprint(&e, e.hint());
+                    return Ok(crate::report::exit::EXIT_VMM_ERROR);
+                }
+            };
+            print(json.then_some(Document::BenchStartup), &b, b.to_table())?;
         }
     }
     Ok(0)

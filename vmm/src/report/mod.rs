@@ -20,7 +20,7 @@
 //! | `guest_cpuid` | the guest's view of leaf 0xD: supported mask, sizes, per-component size/offset |
 //! | `results` | workload results: `name`, `variant`, `size` and `size_unit` (`bytes`, `matrix order`, `events`), `mb_per_s` or `gflops`, `check`, `cycles`, `seconds`, `native_ratio`, `cycles_per_unit`, `ns_per_block` (AES); `residual` (linear algebra), `bytes_per_save` (`ctxsw`); `invalid`: why the row is not a measurement (after `vmm restore`: `spans a snapshot ...`, then it has no throughput), null otherwise |
 //! | `openssl_aes_128_cbc_mb_per_s` | the host's `openssl speed -evp aes-128-cbc` at 8192 B, when openssl is installed |
-//! | `switch_strategy`, `switch_cycles` | the context-switch strategy the guest chose at boot, and the cycles per switch it measured for each candidate |
+//! | `switch_strategy`, `switch_cycles` | the context-switch strategy the guest chose at boot, and the cycles per switch it measured for each candidate (null and empty when the run had no workloads and no `bench=`: nothing to switch) |
 //! | `skipped` | workload variants not run: `name`, `variant`, `reason` |
 //! | `fault` | the CPU exception that ended the run, if any |
 //! | `crash` | reason and register dump when the guest crashed |
@@ -32,7 +32,7 @@
 //! | `marks_dropped` | benchmark markers beyond the first 4096 |
 //! | `serial_bytes_dropped` | COM1 output older than the 1 MiB tail the VMM keeps (the pass-through to stdout/stderr is complete) |
 //! | `xstate_sync`, `xstate_stats` | the xstate sync policy and its `fetches`, `writebacks`, `standard_bytes`, `compacted_bytes` |
-//! | `timing_ms` | `setup`, `run`: wall time of VM setup and of the guest's run |
+//! | `timing_ms` | `setup`, `run`: wall time of VM setup and of the guest's run; `first_instruction`: from the start of the run to the guest's first instruction (direct 64-bit entry only); `boot_entry` (`direct64`, `pvh`); `start_clock_monotonic_ns` |
 //! | `xfeatures_resolution` | how `--xfeatures` was understood: `spec`, `requested`, `removed`, `implied` (prerequisites added), `dropped` (dependents removed), `result` (hex strings), `result_names`; null without `--xfeatures` |
 //! | `snapshot` | with `--snapshot-file`: `requested_after_s`, `written`, `path`, `save_ms` (stopped vCPU to file written), and `reason` when nothing was written (e.g. the guest exited before `--snapshot-after`); null otherwise |
 

@@ -196,6 +196,17 @@ pub struct Timing {
     pub setup: f64,
     /// The guest's run.
     pub run: f64,
+    /// From the start of the run (as `setup`) to the guest's first
+    /// instruction, from the TSC the guest read there: null unless it was
+    /// started at vmm's direct 64-bit entry.
+    pub first_instruction: Option<f64>,
+    /// The entry the guest was started at: `direct64`, `pvh`; null after a
+    /// restore.
+    pub boot_entry: Option<String>,
+    /// The start of the run as a `CLOCK_MONOTONIC` reading in nanoseconds:
+    /// subtract the moment you spawned `vmm` to get process start to run
+    /// start (`vmm bench startup` does).
+    pub start_clock_monotonic_ns: u64,
 }
 
 /// Everything `vmm run` prints, in one serialisable value.
@@ -513,6 +524,9 @@ impl RunSummary {
             timing_ms: Timing {
                 setup: outcome.setup_time.as_secs_f64() * 1e3,
                 run: outcome.run_time.as_secs_f64() * 1e3,
+                first_instruction: outcome.first_instruction.map(|d| d.as_secs_f64() * 1e3),
+                boot_entry: outcome.boot_entry.map(str::to_string),
+                start_clock_monotonic_ns: outcome.start_clock_monotonic_ns,
             },
             xfeatures_resolution: None,
             snapshot: None,

@@ -305,6 +305,7 @@ pub(crate) fn build(
         raw: false,
         start,
         setup_time: start.elapsed(),
+        boot: None,
     })
 }
 

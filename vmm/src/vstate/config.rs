@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use xstate::InitMode;
 
+use crate::arch::boot::EntryChoice;
 use crate::arch::elf::{ELF_MAGIC, MAX_KERNEL_BYTES};
 use crate::devices::SerialSink;
 use crate::error::{BootError, Result};
@@ -85,6 +86,8 @@ pub struct RunConfig {
     /// `--force`: a regular file already at `snapshot_file` may be replaced
     /// (never anything else; see [`crate::snapshot::write`]).
     pub snapshot_force: bool,
+    /// Which entry the kernel may be started at (`--entry`).
+    pub entry: EntryChoice,
 }
 
 impl Default for RunConfig {
@@ -102,6 +105,7 @@ impl Default for RunConfig {
             snapshot_after: None,
             snapshot_file: None,
             snapshot_force: false,
+            entry: EntryChoice::Auto,
         }
     }
 }

@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use xstate::XfeatureMask;
 
 use super::config::RunConfig;
@@ -13,8 +14,8 @@ use super::outcome::{xcr0_violation, ExitCounts, RunEnd, RunOutcome};
 use super::runner::VcpuRunner;
 use super::stop::{supervise, Deadlines};
 use super::vcpu;
-use crate::arch::boot;
-use crate::arch::layout::{MAX_MEM_MIB, MIN_MEM_MIB};
+use crate::arch::boot::{self, BootEntry};
+use crate::arch::layout::{BOOT_TSC_ADDR, MAX_MEM_MIB, MIN_MEM_MIB};
 use crate::cpuid::{validate_policy, Policy};
 use crate::devices::{Devices, FirstN, MAX_MARKS, SERIAL_CAPTURE_MAX};
 use crate::error::{Error, MemoryError, Result};
@@ -54,6 +55,7 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
         &plan,
     )?;
     boot::write_boot_info(&machine.mem, &cmdline)?;
+    let entry = kernel.boot_entry(config.entry);
 
     // The TSC rate is a vCPU property; it goes into the guest's CPUID so the
     // guest converts cycles to time without calibrating.
@@ -62,7 +64,7 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
     let check = vcpu::configure_boot_vcpu(
         &machine.vcpu,
         &machine.mem,
-        &kernel,
+        entry,
         &guest_cpuid,
         &host.xstate.info,
         config.init_xstate,
@@ -85,6 +87,7 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
         }),
         None => None,
     };
+    let boot = BootClock::new(entry, &machine.vcpu);
     let setup_time = start.elapsed();
     execute(Launch {
         machine,
@@ -104,7 +107,55 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
         raw: config.raw_loop,
         start,
         setup_time,
+        boot: Some(boot),
     })
+}
+
+/// How a booted guest was started, and what places its first instruction
+/// on the VMM's clock.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BootClock {
+    /// The entry the vCPU started at.
+    entry: BootEntry,
+    /// The guest's TSC (`KVM_GET_MSRS` IA32_TSC) and the VMM's clock read
+    /// together before the first `KVM_RUN`; `None` when KVM would not say.
+    anchor: Option<(Instant, u64)>,
+}
+
+impl BootClock {
+    /// Read the anchor: the guest TSC runs at `tsc_khz` from here on
+    /// whether or not the vCPU runs, so one pair converts any later guest
+    /// TSC value into the VMM's time.
+    fn new(entry: BootEntry, vcpu: &kvm_ioctls::VcpuFd) -> Self {
+        let anchor = match vcpu::get_msrs(vcpu, &[MSR_IA32_TSC]) {
+            Ok((values, _)) => values.first().map(|&(_, tsc)| (Instant::now(), tsc)),
+            Err(_) => None,
+        };
+        Self { entry, anchor }
+    }
+
+    /// When the guest ran its first instruction, after `start`: the TSC
+    /// the direct entry wrote at [`BOOT_TSC_ADDR`] (0: not written, or
+    /// the PVH entry, which has no slot), on the anchor's clock.
+    fn first_instruction(
+        &self,
+        mem: &GuestMemoryMmap,
+        start: Instant,
+        tsc_khz: u32,
+    ) -> Option<Duration> {
+        let BootEntry::Direct64(_) = self.entry else {
+            return None;
+        };
+        let (at, anchor_tsc) = self.anchor?;
+        let tsc: u64 = mem.read_obj(GuestAddress(BOOT_TSC_ADDR)).ok()?;
+        if tsc == 0 || tsc_khz == 0 {
+            return None;
+        }
+        let ticks = tsc.checked_sub(anchor_tsc)?;
+        let after_anchor =
+            Duration::from_nanos(ticks.saturating_mul(1_000_000) / u64::from(tsc_khz));
+        Some((at + after_anchor).saturating_duration_since(start))
+    }
 }
 
 /// `--mem` in bytes, refused when outside what the memory map allows.
@@ -153,6 +204,8 @@ pub(crate) struct Launch {
     pub start: Instant,
     /// How long building the machine took.
     pub setup_time: Duration,
+    /// How a booted guest was started (`None` after a restore).
+    pub boot: Option<BootClock>,
 }
 
 /// Run a configured machine to the end and collect what it produced.
@@ -193,6 +246,9 @@ pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
     }
     let run_time = run_start.elapsed();
 
+    let first_instruction = l
+        .boot
+        .and_then(|b| b.first_instruction(&runner.mem, l.start, l.tsc_khz));
     let final_xcr0 = vcpu::get_xcr0(&runner.vcpu).ok();
     // The last check of the guest's XCR0: a guest that left the policy and
     // then only spun, or exited, still broke it. A crash keeps its own
@@ -234,9 +290,40 @@ pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
         setup_time: l.setup_time,
         run_time,
         first_exit: runner.first_exit,
+        first_instruction,
+        boot_entry: l.boot.map(|b| b.entry.name()),
+        start_clock_monotonic_ns: monotonic_ns(l.start),
         snapshot_time: runner.snapshot_time,
         snapshot_errors: runner.snapshot_errors,
     })
+}
+
+/// The IA32_TSC MSR: the guest's time-stamp counter.
+const MSR_IA32_TSC: u32 = 0x10;
+
+/// `start` as a `CLOCK_MONOTONIC` reading in nanoseconds (what `Instant`
+/// measures on Linux), so another process can place this run on its own
+/// clock: `vmm bench startup` subtracts the moment it spawned us.
+fn monotonic_ns(start: Instant) -> u64 {
+    let now = Instant::now();
+    monotonic_now_ns().saturating_sub(now.saturating_duration_since(start).as_nanos() as u64)
+}
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds (0 if the clock cannot be read).
+pub(crate) fn monotonic_now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always
+    // exists on Linux.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if r != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
 }
 
 /// Refuse command-line words the VMM owns (`guest::protocol::VMM_OWNED_WORDS`):

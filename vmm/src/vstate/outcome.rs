@@ -137,6 +137,16 @@ pub struct RunOutcome {
     /// From the start of the run (or restore) to the first exit to user
     /// space: an upper bound of the time to the guest's first instruction.
     pub first_exit: Option<Duration>,
+    /// From the start of the run to the guest's first instruction, as the
+    /// guest's TSC there says (direct 64-bit entry only; `None` after the
+    /// PVH entry, a restore, or when KVM would not give the TSC).
+    pub first_instruction: Option<Duration>,
+    /// The entry the guest was started at (`pvh`, `direct64`); `None`
+    /// after a restore.
+    pub boot_entry: Option<&'static str>,
+    /// The start of the run as a `CLOCK_MONOTONIC` reading (ns), to place
+    /// the run on another process's clock.
+    pub start_clock_monotonic_ns: u64,
     /// How long writing the snapshot took (completing I/O, reading the
     /// vCPU and RAM, encoding, writing the file), when one was taken.
     pub snapshot_time: Option<Duration>,

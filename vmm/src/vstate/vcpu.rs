@@ -14,8 +14,8 @@ use vm_memory::GuestMemoryMmap;
 use xstate::kvm::KVM_XSAVE_REGION_SIZE;
 use xstate::{InitMode, XfeatureMask, XsaveBuf, XsaveInfo};
 
-use crate::arch::boot::LoadedKernel;
-use crate::arch::regs::setup_vcpu_regs;
+use crate::arch::boot::BootEntry;
+use crate::arch::regs::setup_entry;
 use crate::cpuid::{self, CpuidCheck, GuestCpuid};
 use crate::error::{Error, Result, VcpuError, XstateError};
 
@@ -58,12 +58,12 @@ fn msr_name(index: u32) -> String {
         .unwrap_or_else(|| format!("MSR {index:#x}"))
 }
 
-/// Give the boot vCPU the guest CPUID, the PVH entry state, XCR0 = reset
-/// value and the initial xsave image.
+/// Give the boot vCPU the guest CPUID, the state of `entry` (PVH or the
+/// direct 64-bit entry), XCR0 = reset value and the initial xsave image.
 pub fn configure_boot_vcpu(
     vcpu: &VcpuFd,
     mem: &GuestMemoryMmap,
-    kernel: &LoadedKernel,
+    entry: BootEntry,
     guest_cpuid: &GuestCpuid,
     info: &XsaveInfo,
     init: InitMode,
@@ -72,7 +72,7 @@ pub fn configure_boot_vcpu(
     let check = set_cpuid(vcpu, guest_cpuid)?;
 
     let mut sregs = vcpu.get_sregs().map_err(Error::kvm("KVM_GET_SREGS"))?;
-    let regs = setup_vcpu_regs(mem, &mut sregs, kernel)?;
+    let regs = setup_entry(mem, &mut sregs, entry)?;
     vcpu.set_sregs(&sregs)
         .map_err(Error::kvm("KVM_SET_SREGS"))?;
     vcpu.set_regs(&regs).map_err(Error::kvm("KVM_SET_REGS"))?;

@@ -19,6 +19,23 @@
     .p2align 2
     .popsection
 
+/* ---------------------------------------------------------------------- */
+/* vmm's direct 64-bit entry note: name "vmm", type 1, 8-byte entry. A    */
+/* VMM that knows it (vmm/src/arch/regs.rs) starts the vCPU at            */
+/* direct_start64 in long mode instead of at the PVH entry; others ignore */
+/* a note they do not know.                                                */
+/* ---------------------------------------------------------------------- */
+    .pushsection .note.vmm, "a", @note
+    .p2align 2
+    .long 4
+    .long 8
+    .long 1
+    .asciz "vmm"
+    .p2align 2
+    .quad direct_start64
+    .p2align 2
+    .popsection
+
     .pushsection .boot, "awx", @progbits
     .globl boot_start
 boot_start:
@@ -43,6 +60,25 @@ pvh_start32:
     movl ${cr0_long}, %eax
     movl %eax, %cr0
     ljmp ${kernel_cs}, $long_entry
+
+/* ---------------------------------------------------------------------- */
+/* vmm's direct entry: 64-bit CPL0, paging on (the VMM's identity map of   */
+/* the first GiB), CR0/CR4/EFER as pvh_start32 sets them, flat CS 0x08,    */
+/* EBX = hvm_start_info as for PVH, RSI = where to put the TSC of this     */
+/* first instruction (start-up timing), .bss already zero (fresh RAM).     */
+/* 7 instructions, then the PVH path's long_entry.                         */
+/* ---------------------------------------------------------------------- */
+    .code64
+    .globl direct_start64
+direct_start64:
+    rdtsc
+    movl %eax, (%rsi)
+    movl %edx, 4(%rsi)
+    lgdt gdt_ptr64
+    movl $pml4, %eax
+    movq %rax, %cr3
+    movl $1, bss_zeroed
+    jmp long_entry
 
 /* ---------------------------------------------------------------------- */
 /* 64-bit CPL0: stack, IDT, TSS, XSAVE, then iretq to CPL3.                */
@@ -83,13 +119,18 @@ boot_xsetbv_done:
 /* ---------------------------------------------------------------------- */
 user_entry:
     /* Zero .bss (the loader need not have): stacks, Rust statics. */
+    /* Not after the direct entry: its VMM hands over fresh, zero RAM, */
+    /* and touching every .bss page costs ~150 page faults.            */
     movq %rdi, %r12
+    cmpl $0, bss_zeroed
+    jne 2f
     movl $__bss_start, %edi
     movl $__bss_end, %ecx
     subl %edi, %ecx
     xorl %eax, %eax
     cld
     rep stosb
+2:
     /* x87 control word 0x37f: the power-on value is 0x40. */
     fninit
     movl $1, user_ready

@@ -14,7 +14,11 @@
 //!   data finished by the assembler and the linker; the boot path writes no
 //!   table entry at run time;
 //! - the boot path from the PVH entry to the first CPL3 instruction is 34
-//!   instructions (11 in 32-bit mode, 23 in 64-bit mode with XSAVE);
+//!   instructions (11 in 32-bit mode, 23 in 64-bit mode with XSAVE); from
+//!   vmm's direct 64-bit entry (`direct_start64`, declared by an ELF note
+//!   `"vmm"` type 1; the VMM sets long mode itself, see
+//!   `vmm/src/arch/regs.rs`) it is 31, and `.bss`, fresh RAM there, is not
+//!   zeroed again;
 //! - no Rust code ever runs at CPL0: Rust starts at CPL3 in
 //!   `user_main` (main.rs) and a task fault is reflected to CPL3
 //!   ([`crate::kernel::fault::kernel_on_fault`]).

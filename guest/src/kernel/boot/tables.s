@@ -33,6 +33,12 @@ gdt_ptr:
 
     .p2align 3
     .word 0, 0, 0
+gdt_ptr64:                      /* the same GDT, for LGDT in 64-bit mode */
+    .word gdt_end - gdt - 1
+    .quad gdt
+
+    .p2align 3
+    .word 0, 0, 0
 idt_ptr:
     .word idt_end - idt - 1
     .quad idt
@@ -91,6 +97,8 @@ kernel_fault:                   /* protocol::FaultRecord, 40 bytes */
 boot_xsetbv_failed:
     .long 0
 user_ready:
+    .long 0
+bss_zeroed:                     /* 1: the entry path found .bss zero */
     .long 0
 
 /* ---------------------------------------------------------------------- */

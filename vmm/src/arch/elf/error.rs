@@ -146,6 +146,33 @@ pub enum ImageError {
         /// The second note's segment.
         second: u16,
     },
+    /// vmm's 64-bit entry note's descriptor is not an 8-byte address.
+    #[error(
+        "PT_NOTE segment {index}: the vmm 64-bit entry note's descriptor is {descsz:#x} bytes; \
+         it must be 8"
+    )]
+    Entry64DescSize {
+        /// Program header index.
+        index: u16,
+        /// `n_descsz`.
+        descsz: u32,
+    },
+    /// Two vmm 64-bit entry notes.
+    #[error("more than one vmm 64-bit entry note (in PT_NOTE segments {first} and {second})")]
+    DuplicateEntry64 {
+        /// The first note's segment.
+        first: u16,
+        /// The second note's segment.
+        second: u16,
+    },
+    /// vmm's 64-bit entry point breaks a rule.
+    #[error("vmm 64-bit entry {entry:#x} {rule}")]
+    Entry64 {
+        /// The entry point from the note.
+        entry: u64,
+        /// The rule, for people.
+        rule: &'static str,
+    },
     /// No PVH entry note.
     #[error("no PVH entry note (\"Xen\", XEN_ELFNOTE_PHYS32_ENTRY): not a PVH kernel")]
     NoPvhEntry,

@@ -24,6 +24,11 @@ pub(super) const PT_NOTE: u32 = 4;
 pub(super) const XEN_ELFNOTE_PHYS32_ENTRY: u32 = 18;
 /// The PVH note's name, NUL included.
 pub(super) const XEN_NOTE_NAME: &[u8; 4] = b"Xen\0";
+/// The name of vmm's own notes, NUL included.
+pub(super) const VMM_NOTE_NAME: &[u8; 4] = b"vmm\0";
+/// vmm's note type that carries the direct 64-bit entry point (see
+/// `crate::arch::regs`), 8 bytes.
+pub(super) const VMM_NOTE_ENTRY64: u32 = 1;
 
 /// Little-endian reads of fixed-size fields, `None` past the end.
 pub(super) fn read<const N: usize>(bytes: &[u8], at: u64) -> Option<[u8; N]> {

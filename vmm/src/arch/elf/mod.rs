@@ -18,6 +18,7 @@
 //! | notes lie inside their `PT_NOTE` segment (4-byte aligned, as the loader walks them) | a `descsz` of `0xfffffff0` is refused, not skipped over |
 //! | exactly one PVH entry note (`"Xen"`, `XEN_ELFNOTE_PHYS32_ENTRY`), descriptor 4 or 8 bytes | 4 bytes is the 32-bit address; 8 is the `.quad` a 64-bit kernel emits |
 //! | the PVH entry is not 0, below 4 GiB, outside the MMIO hole, inside RAM, at or above 1 MiB and inside a `PT_LOAD` segment's file bytes | PVH starts the vCPU there in 32-bit mode |
+//! | at most one vmm 64-bit entry note (`"vmm"`, type 1), descriptor 8 bytes; its entry inside RAM, at or above 1 MiB, below [`DIRECT_MAP_END`] and inside a `PT_LOAD` segment's file bytes | optional: `vmm` starts the vCPU there in long mode on its own identity map of the first GiB (see [`super::regs`]) |
 //!
 //! The image is then loaded by linux-loader (see [`super::boot`]); the plan
 //! this returns supplies the entry point and the end of the image.
@@ -28,12 +29,12 @@ mod notes;
 
 pub use error::ImageError;
 
-use super::layout::{HIGHMEM_START, MAX_MEM_MIB};
+use super::layout::{DIRECT_MAP_END, HIGHMEM_START, MAX_MEM_MIB};
 use format::{
     span, u16_at, u32_at, u64_at, Phdr, EHDR_SIZE, ELFCLASS64, ELFDATA2LSB, EM_X86_64, ET_EXEC,
     PHDR_SIZE, PT_LOAD, PT_NOTE,
 };
-use notes::pvh_note;
+use notes::entry_notes;
 
 /// The largest kernel file `vmm run --kernel` reads: far above our guest
 /// (under 1 MiB) and a distribution vmlinux (tens of MiB), far below what
@@ -67,6 +68,9 @@ pub struct LoadSegment {
 pub struct ImagePlan {
     /// The PVH entry point (guest physical, below 4 GiB).
     pub entry: u64,
+    /// vmm's direct 64-bit entry point, when the image declares one
+    /// (guest physical, below [`DIRECT_MAP_END`]).
+    pub entry64: Option<u64>,
     /// Its `PT_LOAD` segments with any bytes, in program header order.
     pub segments: Vec<LoadSegment>,
     /// First byte past the highest segment.
@@ -119,6 +123,7 @@ pub fn check_image(bytes: &[u8], ram_bytes: u64) -> Result<ImagePlan, ImageError
 
     let mut segments = Vec::new();
     let mut pvh: Option<(u16, u64)> = None;
+    let mut entry64: Option<(u16, u64)> = None;
     for index in 0..phnum {
         let at = phoff + u64::from(index) * PHDR_SIZE;
         // Inside the table, checked above.
@@ -143,7 +148,8 @@ pub fn check_image(bytes: &[u8], ram_bytes: u64) -> Result<ImagePlan, ImageError
                     filesz: p.filesz,
                     len,
                 })?;
-                if let Some(entry) = pvh_note(data, &p)? {
+                let found = entry_notes(data, &p)?;
+                if let Some(entry) = found.pvh {
                     if let Some((first, _)) = pvh {
                         return Err(ImageError::DuplicatePvh {
                             first,
@@ -151,6 +157,15 @@ pub fn check_image(bytes: &[u8], ram_bytes: u64) -> Result<ImagePlan, ImageError
                         });
                     }
                     pvh = Some((index, entry));
+                }
+                if let Some(entry) = found.entry64 {
+                    if let Some((first, _)) = entry64 {
+                        return Err(ImageError::DuplicateEntry64 {
+                            first,
+                            second: index,
+                        });
+                    }
+                    entry64 = Some((index, entry));
                 }
             }
             _ => {}
@@ -173,6 +188,10 @@ pub fn check_image(bytes: &[u8], ram_bytes: u64) -> Result<ImagePlan, ImageError
     }
     let (_, entry) = pvh.ok_or(ImageError::NoPvhEntry)?;
     check_entry(entry, ram_bytes, &segments)?;
+    let entry64 = entry64.map(|(_, e)| e);
+    if let Some(e) = entry64 {
+        check_entry64(e, ram_bytes, &segments)?;
+    }
     let end = segments
         .iter()
         .map(|s| s.paddr + s.memsz)
@@ -180,6 +199,7 @@ pub fn check_image(bytes: &[u8], ram_bytes: u64) -> Result<ImagePlan, ImageError
         .unwrap_or(HIGHMEM_START);
     Ok(ImagePlan {
         entry,
+        entry64,
         segments,
         end,
     })
@@ -253,6 +273,33 @@ fn check_entry(entry: u64, ram: u64, segments: &[LoadSegment]) -> Result<(), Ima
         Some(rule) => Err(ImageError::PvhEntry { entry, rule }),
         None => Ok(()),
     }
+}
+
+/// The rules for vmm's 64-bit entry point: code the VMM's identity map
+/// reaches.
+fn check_entry64(entry: u64, ram: u64, segments: &[LoadSegment]) -> Result<(), ImageError> {
+    let rule = if entry >= ram {
+        Some("is past the end of guest RAM")
+    } else if entry >= DIRECT_MAP_END {
+        Some("is above the first GiB, which is all the direct entry's page tables map")
+    } else if entry < HIGHMEM_START {
+        Some("is below 1 MiB, among the boot structures")
+    } else if !in_file_bytes(entry, segments) {
+        Some("is not inside any PT_LOAD segment's file bytes: no code is loaded there")
+    } else {
+        None
+    };
+    match rule {
+        Some(rule) => Err(ImageError::Entry64 { entry, rule }),
+        None => Ok(()),
+    }
+}
+
+/// Whether `addr` holds bytes copied from the file.
+fn in_file_bytes(addr: u64, segments: &[LoadSegment]) -> bool {
+    segments
+        .iter()
+        .any(|s| addr >= s.paddr && addr - s.paddr < s.filesz)
 }
 
 #[cfg(test)]

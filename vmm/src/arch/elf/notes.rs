@@ -1,15 +1,27 @@
 //! The notes of `PT_NOTE` segments, walked as the loader walks them, for
-//! the PVH entry point.
+//! the PVH entry point and vmm's direct 64-bit entry point.
 
 use super::error::ImageError;
-use super::format::{span, u32_at, Phdr, NHDR_SIZE, XEN_ELFNOTE_PHYS32_ENTRY, XEN_NOTE_NAME};
+use super::format::{
+    span, u32_at, Phdr, NHDR_SIZE, VMM_NOTE_ENTRY64, VMM_NOTE_NAME, XEN_ELFNOTE_PHYS32_ENTRY,
+    XEN_NOTE_NAME,
+};
+
+/// The entry points one `PT_NOTE` segment declares.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct EntryNotes {
+    /// The PVH 32-bit entry (`"Xen"`, `XEN_ELFNOTE_PHYS32_ENTRY`).
+    pub pvh: Option<u64>,
+    /// vmm's direct 64-bit entry (`"vmm"`, type 1).
+    pub entry64: Option<u64>,
+}
 
 /// Walk the notes of a `PT_NOTE` segment (`data`, its file bytes) as the
-/// loader does (4-byte aligned name and descriptor); the PVH entry if one
-/// is there.
-pub(super) fn pvh_note(data: &[u8], p: &Phdr) -> Result<Option<u64>, ImageError> {
+/// loader does (4-byte aligned name and descriptor); the entry points
+/// found there.
+pub(super) fn entry_notes(data: &[u8], p: &Phdr) -> Result<EntryNotes, ImageError> {
     let align4 = |n: u32| (u64::from(n) + 3) & !3;
-    let mut found = None;
+    let mut found = EntryNotes::default();
     let mut at = 0u64;
     while at < data.len() as u64 {
         let past = |namesz, descsz| ImageError::NotePastSegment {
@@ -38,13 +50,28 @@ pub(super) fn pvh_note(data: &[u8], p: &Phdr) -> Result<Option<u64>, ImageError>
                     })
                 }
             };
-            if found.is_some() {
+            if found.pvh.is_some() {
                 return Err(ImageError::DuplicatePvh {
                     first: p.index,
                     second: p.index,
                 });
             }
-            found = Some(entry);
+            found.pvh = Some(entry);
+        }
+        if n_type == VMM_NOTE_ENTRY64 && name == VMM_NOTE_NAME {
+            let [a, b, c, d, e, f, g, h] = *desc else {
+                return Err(ImageError::Entry64DescSize {
+                    index: p.index,
+                    descsz,
+                });
+            };
+            if found.entry64.is_some() {
+                return Err(ImageError::DuplicateEntry64 {
+                    first: p.index,
+                    second: p.index,
+                });
+            }
+            found.entry64 = Some(u64::from_le_bytes([a, b, c, d, e, f, g, h]));
         }
         // The padding of the last note may run past the segment; no note
         // can follow it then.

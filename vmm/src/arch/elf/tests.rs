@@ -351,3 +351,76 @@ fn never_panics_on_truncations_or_single_byte_changes() {
         }
     }
 }
+
+fn entry64_note_bytes(entry: u64) -> Vec<u8> {
+    note(VMM_NOTE_NAME, VMM_NOTE_ENTRY64, &entry.to_le_bytes())
+}
+
+#[test]
+fn reads_the_optional_direct_entry_note() {
+    assert_eq!(check_image(&good(), RAM).unwrap().entry64, None);
+    let mut n = pvh_note_bytes(LOAD_AT);
+    n.extend(entry64_note_bytes(LOAD_AT + 4));
+    let plan = check_image(&elf(&[load(LOAD_AT, &[0; 16]), notes(n)]), RAM).unwrap();
+    assert_eq!((plan.entry, plan.entry64), (LOAD_AT, Some(LOAD_AT + 4)));
+    // Another owner's note of the same type is not ours.
+    let mut n = pvh_note_bytes(LOAD_AT);
+    n.extend(note(
+        b"GNU\0",
+        VMM_NOTE_ENTRY64,
+        &(LOAD_AT + 4).to_le_bytes(),
+    ));
+    let plan = check_image(&elf(&[load(LOAD_AT, &[0; 16]), notes(n)]), RAM).unwrap();
+    assert_eq!(plan.entry64, None);
+    // The embedded guest declares one, inside its image.
+    let plan = check_image(crate::GUEST_KERNEL, RAM).unwrap();
+    let e64 = plan.entry64.expect("the embedded guest has a direct entry");
+    assert!(
+        e64 >= LOAD_AT && e64 < plan.end && e64 != plan.entry,
+        "{plan:?}"
+    );
+}
+
+#[test]
+fn refuses_bad_direct_entries_naming_the_rule() {
+    let with = |extra: Vec<u8>| {
+        let mut n = pvh_note_bytes(LOAD_AT);
+        n.extend(extra);
+        err(&elf(&[load(LOAD_AT, &[0; 16]), notes(n)]))
+    };
+    assert_eq!(
+        with(note(VMM_NOTE_NAME, VMM_NOTE_ENTRY64, &[1, 2, 3, 4])),
+        "PT_NOTE segment 1: the vmm 64-bit entry note's descriptor is 0x4 bytes; it must be 8"
+    );
+    let mut two = entry64_note_bytes(LOAD_AT);
+    two.extend(entry64_note_bytes(LOAD_AT));
+    assert_eq!(
+        with(two),
+        "more than one vmm 64-bit entry note (in PT_NOTE segments 1 and 1)"
+    );
+    for (entry, rule) in [
+        (
+            LOAD_AT + 16,
+            "is not inside any PT_LOAD segment's file bytes",
+        ),
+        (0x8_0000, "is below 1 MiB"),
+        (RAM, "is past the end of guest RAM"),
+    ] {
+        let e = with(entry64_note_bytes(entry));
+        assert!(
+            e.starts_with(&format!("vmm 64-bit entry {entry:#x} ")) && e.contains(rule),
+            "{entry:#x}: {e}"
+        );
+    }
+    // Above the first GiB, which the direct entry's page tables map.
+    let big = 2u64 << 30;
+    let mut n = pvh_note_bytes(LOAD_AT);
+    n.extend(entry64_note_bytes(1 << 30));
+    let e = check_image(&elf(&[load(LOAD_AT, &[0; 16]), notes(n)]), big)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "vmm 64-bit entry 0x40000000 is above the first GiB, which is all the direct entry's page tables map"
+    );
+}
