@@ -48,7 +48,7 @@ pub enum Document {
 
 impl Document {
     /// Every document, in the order the schemas are listed.
-    pub const ALL: [Document; 11] = [
+    pub const ALL: [Document; 12] = [
         Document::Run,
         Document::Restore,
         Document::Features,
