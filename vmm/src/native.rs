@@ -2,13 +2,17 @@
 //! the same run, so every guest figure comes with a guest/native ratio; and
 //! the host's `openssl speed` as a reference users already trust.
 
+pub mod image;
+pub mod interleave;
+
 use std::process::Command;
 
-use guest::protocol::Report;
-use guest::workloads::{self, CpuFeatures, Selection};
+use guest::protocol::{Report, RowKind};
+use guest::workloads::{self, AesVariant, CpuFeatures, GemmVariant, Selection};
 
 use crate::error::{Error, Result};
-use crate::report::{result_rows, ResultRow};
+use crate::report::{result_rows, NativeView, RatioSpread, ResultRow};
+use interleave::{Interleaver, NativeCode, RepPair};
 
 /// Run `list` (the `--workload` syntax) on the host with every variant the
 /// host CPU and OS allow, and return the rows.
@@ -31,9 +35,10 @@ pub fn run_native(list: &str, tsc_khz: u64) -> Result<Vec<ResultRow>> {
 }
 
 /// Fill each guest row's `native_ratio` from the native row with the same
-/// workload, variant and size.
+/// workload, variant and size; rows with interleaved pairs
+/// ([`attach_interleaved`]) keep their median.
 pub fn attach_ratios(guest: &mut [ResultRow], native: &[ResultRow]) {
-    for g in guest.iter_mut() {
+    for g in guest.iter_mut().filter(|g| g.native_spread.is_none()) {
         let n = native
             .iter()
             .find(|n| n.name == g.name && n.variant == g.variant && n.size == g.size);
@@ -41,6 +46,97 @@ pub fn attach_ratios(guest: &mut [ResultRow], native: &[ResultRow]) {
             (Some(gv), Some(nv)) if nv > 0.0 => Some(gv / nv),
             _ => None,
         };
+    }
+}
+
+/// The row name, variant name and size a repetition key stands for.
+fn row_of(pair: &RepPair) -> Option<(&'static str, &'static str, u64)> {
+    let k = pair.key;
+    let variant = match k.kind {
+        RowKind::AesCbc | RowKind::AesCtr => AesVariant::ALL.get(usize::from(k.variant))?.name(),
+        RowKind::Dgemm | RowKind::Linpack => GemmVariant::ALL.get(usize::from(k.variant))?.name(),
+    };
+    Some((k.kind.name(), variant, u64::from(k.size)))
+}
+
+/// The median of `v` (sorted in place; the mean of the middle two for an
+/// even count), or `None` when empty.
+pub fn median(v: &mut [f64]) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
+/// The spread of one row's pairs and their median ratio.
+pub fn spread(pairs: &[&RepPair]) -> Option<(f64, RatioSpread)> {
+    let mut ratios: Vec<f64> = pairs.iter().filter_map(|p| p.ratio()).collect();
+    let med = median(&mut ratios)?;
+    let (min, max) = (ratios[0], ratios[ratios.len() - 1]);
+    let with_digest: Vec<_> = pairs.iter().filter(|p| p.guest.digest != 0).collect();
+    let same_result = (!with_digest.is_empty()).then(|| {
+        with_digest
+            .iter()
+            .all(|p| p.native.ran != 0 && p.native.digest == p.guest.digest)
+    });
+    Some((
+        med,
+        RatioSpread {
+            reps: ratios.len() as u32,
+            min,
+            max,
+            noisy: max - min > (med - 1.0).abs(),
+            same_result,
+        },
+    ))
+}
+
+/// Fill `native_ratio` (the median) and `native_spread` of every guest row
+/// the interleaved pairs measured, and say how the native side ran. Rows
+/// without pairs keep what they had. Returns the view for the summary.
+pub fn attach_interleaved(guest: &mut [ResultRow], native: &Interleaver) -> NativeView {
+    let mut noisy_rows = 0;
+    for g in guest.iter_mut() {
+        let pairs: Vec<&RepPair> = native
+            .pairs
+            .iter()
+            .filter(|p| {
+                row_of(p).is_some_and(|(n, v, s)| n == g.name && v == g.variant && s == g.size)
+            })
+            .collect();
+        if g.invalid.is_some() {
+            continue;
+        }
+        if let Some((med, sp)) = spread(&pairs) {
+            noisy_rows += usize::from(sp.noisy);
+            g.native_ratio = Some(med);
+            g.native_spread = Some(sp);
+        }
+    }
+    let (code, entry, fallback_reason) = match &native.code {
+        NativeCode::GuestImage { entry } => ("guest-image", Some(format!("{entry:#x}")), None),
+        NativeCode::VmmBuild { why } => ("vmm-build", None, Some(why.clone())),
+    };
+    NativeView {
+        code,
+        entry,
+        fallback_reason,
+        reps_per_row: native.reps,
+        pairs: native.pairs.len(),
+        noisy_rows,
+    }
+}
+
+/// The summary's view of what `--hugepages` did.
+pub fn hugepages_view(h: &crate::vstate::outcome::HugePages) -> crate::report::HugePagesView {
+    crate::report::HugePagesView {
+        advised: h.advised.is_ok(),
+        error: h.advised.clone().err(),
+        ram_kib: h.ram_kib,
+        anon_huge_kib: h.anon_huge_kib,
     }
 }
 

@@ -85,6 +85,20 @@ pub struct RunConfig {
     /// `--force`: a regular file already at `snapshot_file` may be replaced
     /// (never anything else; see [`crate::snapshot::write`]).
     pub snapshot_force: bool,
+    /// Interleave native repetitions of every workload row with the
+    /// guest's (None: the guest runs each row once, unobserved).
+    pub interleave: Option<InterleaveSpec>,
+    /// `--hugepages`: `MADV_HUGEPAGE` on guest RAM.
+    pub hugepages: bool,
+}
+
+/// What the native side of an interleaved run times.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InterleaveSpec {
+    /// The guest's `--workload` list.
+    pub workload: String,
+    /// Guest/native repetition pairs per row.
+    pub reps: u32,
 }
 
 impl Default for RunConfig {
@@ -102,6 +116,8 @@ impl Default for RunConfig {
             snapshot_after: None,
             snapshot_file: None,
             snapshot_force: false,
+            interleave: None,
+            hugepages: false,
         }
     }
 }
