@@ -179,6 +179,108 @@ fn parse_openssl_speed(text: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use guest::protocol::{NativeRowOut, RepRecord, RowKey, NATIVE_ROW_SYMBOL};
+    use interleave::InterleaveError;
+    use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+    fn pair(guest: (u64, u64, u64), native: (u64, u64, u64)) -> RepPair {
+        RepPair {
+            key: RowKey::decode(0x3000_0100).unwrap(),
+            guest: RepRecord {
+                key: 0x3000_0100,
+                rep: 0,
+                work: guest.0,
+                cycles: guest.1,
+                digest: guest.2,
+            },
+            native: NativeRowOut {
+                ran: 1,
+                check: 1,
+                work: native.0,
+                cycles: native.1,
+                digest: native.2,
+            },
+        }
+    }
+
+    #[test]
+    fn median_ratio_spread_and_noise_flag() {
+        // Ratios 0.5, 0.98, 0.99 (guest work/cycles over native's).
+        let p = [
+            pair((50, 100, 7), (100, 100, 7)),
+            pair((98, 100, 7), (100, 100, 7)),
+            pair((99, 100, 7), (100, 100, 7)),
+        ];
+        let refs: Vec<&RepPair> = p.iter().collect();
+        let (med, sp) = spread(&refs).unwrap();
+        assert_eq!(med, 0.98);
+        assert_eq!((sp.reps, sp.min, sp.max), (3, 0.5, 0.99));
+        // Spread 0.49 is wider than |0.98 - 1| = 0.02: noise decides.
+        assert!(sp.noisy);
+        assert_eq!(sp.same_result, Some(true));
+        // A tight row far from 1.0 is not noisy; a differing digest shows.
+        let q = [
+            pair((90, 100, 7), (100, 100, 7)),
+            pair((91, 100, 8), (100, 100, 7)),
+        ];
+        let refs: Vec<&RepPair> = q.iter().collect();
+        let (med, sp) = spread(&refs).unwrap();
+        assert!((med - 0.905).abs() < 1e-12);
+        assert!(!sp.noisy);
+        assert_eq!(sp.same_result, Some(false));
+        // AES rows carry no digest; nothing measured has no spread.
+        let a = [pair((1, 1, 0), (1, 1, 0))];
+        assert_eq!(spread(&[&a[0]]).unwrap().1.same_result, None);
+        let none = pair((0, 0, 0), (1, 1, 0));
+        assert_eq!(none.ratio(), None);
+        assert!(spread(&[&none]).is_none());
+        assert_eq!(median(&mut [3.0, 1.0, 2.0, 10.0]), Some(2.5));
+    }
+
+    #[test]
+    fn interleaver_falls_back_and_pairs_each_signal() {
+        let mut kernel = crate::GUEST_KERNEL.to_vec();
+        let name = NATIVE_ROW_SYMBOL.as_bytes();
+        let at = kernel
+            .windows(name.len() + 1)
+            .position(|w| &w[..name.len()] == name && w[name.len()] == 0)
+            .unwrap();
+        kernel[at] = b'X';
+        let mut n = Interleaver::new("gemm,quick", 3, 100, &kernel).unwrap();
+        match &n.code {
+            NativeCode::VmmBuild { why } => {
+                assert_eq!(why, "the guest kernel exports no `vmm_native_row` function")
+            }
+            other => panic!("{other:?}"),
+        }
+        let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 0x10000)]).unwrap();
+        // dgemm sse2 n=40, as a guest would write it.
+        let rec: [u64; 4] = [0x3000_0028, 1000, 2000, 0x1234];
+        for (i, w) in rec.iter().enumerate() {
+            mem.write_obj(*w, GuestAddress(0x800 + 8 * i as u64))
+                .unwrap();
+        }
+        n.on_rep(&mem, 0x800);
+        // Outside RAM, and an unknown row: counted, not run.
+        n.on_rep(&mem, 0xfff0);
+        mem.write_obj(0u64, GuestAddress(0x900)).unwrap();
+        n.on_rep(&mem, 0x900);
+        assert_eq!(n.pairs.len(), 1);
+        assert_eq!(n.ignored, 2);
+        let p = n.pairs[0];
+        assert_eq!(
+            (p.guest.work, p.guest.cycles, p.guest.digest),
+            (1000, 2000, 0x1234)
+        );
+        assert_eq!((p.native.ran, p.native.check), (1, 1));
+        assert!(p.ratio().is_some());
+        assert!(matches!(
+            Interleaver::new("gemm", 0, 100, &kernel),
+            Err(InterleaveError::Reps { reps: 0, max: 15 })
+        ));
+        let e = Interleaver::new("bogus", 3, 100, &kernel).unwrap_err();
+        assert!(e.to_string().starts_with("--workload \"bogus\": "), "{e}");
+    }
 
     #[test]
     fn parses_openssl_speed_table() {

@@ -111,25 +111,30 @@ pub fn find_function(elf: &[u8], name: &str) -> Result<Option<(u64, u64)>, Image
     let shdr = |i: u64| shoff.checked_add(i * SHDR_SIZE);
     for i in 0..u64::from(shnum) {
         let at = shdr(i).ok_or(bad("section header offset overflows"))?;
-        if u32_at(elf, at + 4).ok_or(bad("section header past the end"))? != SHT_SYMTAB {
+        if u32_at(elf, at.saturating_add(4)).ok_or(bad("section header past the end"))?
+            != SHT_SYMTAB
+        {
             continue;
         }
-        let off = u64_at(elf, at + 0x18).ok_or(bad("symtab header cut"))?;
-        let size = u64_at(elf, at + 0x20).ok_or(bad("symtab header cut"))?;
-        let link = u32_at(elf, at + 0x28).ok_or(bad("symtab header cut"))?;
+        let off = u64_at(elf, at.saturating_add(0x18)).ok_or(bad("symtab header cut"))?;
+        let size = u64_at(elf, at.saturating_add(0x20)).ok_or(bad("symtab header cut"))?;
+        let link = u32_at(elf, at.saturating_add(0x28)).ok_or(bad("symtab header cut"))?;
         let str_at = shdr(u64::from(link)).ok_or(bad("string table index overflows"))?;
-        let str_off = u64_at(elf, str_at + 0x18).ok_or(bad("string table header past the end"))?;
-        let str_size = u64_at(elf, str_at + 0x20).ok_or(bad("string table header past the end"))?;
+        let str_off = u64_at(elf, str_at.saturating_add(0x18))
+            .ok_or(bad("string table header past the end"))?;
+        let str_size = u64_at(elf, str_at.saturating_add(0x20))
+            .ok_or(bad("string table header past the end"))?;
         let strtab = usize::try_from(str_off)
             .ok()
             .and_then(|o| elf.get(o..o.checked_add(usize::try_from(str_size).ok()?)?))
             .ok_or(bad("string table past the end"))?;
         for s in 0..size / SYM_SIZE {
-            let sym = off + s * SYM_SIZE;
+            let sym = off.saturating_add(s * SYM_SIZE);
             let st_name = u32_at(elf, sym).ok_or(bad("symbol past the end"))? as usize;
-            let info = bytes_at::<1>(elf, sym + 4).ok_or(bad("symbol past the end"))?[0];
-            let value = u64_at(elf, sym + 8).ok_or(bad("symbol past the end"))?;
-            let st_size = u64_at(elf, sym + 16).ok_or(bad("symbol past the end"))?;
+            let info =
+                bytes_at::<1>(elf, sym.saturating_add(4)).ok_or(bad("symbol past the end"))?[0];
+            let value = u64_at(elf, sym.saturating_add(8)).ok_or(bad("symbol past the end"))?;
+            let st_size = u64_at(elf, sym.saturating_add(16)).ok_or(bad("symbol past the end"))?;
             let Some(rest) = strtab.get(st_name..) else {
                 return Err(bad("symbol name outside the string table"));
             };
@@ -235,5 +240,117 @@ impl Drop for GuestImage {
     fn drop(&mut self) {
         // SAFETY: the mapping made in `map`, no longer referenced.
         unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::sync::Mutex;
+
+    use guest::protocol::{Report, RowKey, RowKind};
+    use guest::workloads::{self, GemmVariant};
+
+    use super::*;
+
+    /// One mapping at the link address per process: the tests that make
+    /// one take turns.
+    pub(crate) static LINK_RANGE: Mutex<()> = Mutex::new(());
+
+    fn embedded() -> &'static [u8] {
+        crate::GUEST_KERNEL
+    }
+
+    #[test]
+    fn the_guest_code_computes_the_vmm_builds_dgemm_bit_for_bit() {
+        let _turn = LINK_RANGE.lock().unwrap_or_else(|e| e.into_inner());
+        let img = GuestImage::map(embedded()).unwrap();
+        let (addr, size) = find_function(embedded(), NATIVE_ROW_SYMBOL)
+            .unwrap()
+            .unwrap();
+        assert_eq!((img.entry_addr, img.entry_size), (addr, size));
+        assert!(addr >= 0x10_0000 && size > 0, "{addr:#x} {size}");
+        let mut scratch = vec![0u8; 4 << 20];
+        let mut ran = 0;
+        for (vi, _) in GemmVariant::ALL.iter().enumerate() {
+            for kind in [RowKind::Dgemm, RowKind::Linpack] {
+                let key = RowKey {
+                    kind,
+                    variant: vi as u8,
+                    size: 72,
+                };
+                let guest_code = img.run_row(key.encode(), true, 100, &mut scratch);
+                let mut report = Report::new();
+                let vmm_build = workloads::run_row(key, true, 100, &mut scratch, &mut report);
+                // Same variant availability, same checks, same bits.
+                assert_eq!(guest_code.ran, vmm_build.ran, "{key:?}");
+                assert_eq!(guest_code.check, vmm_build.check, "{key:?}");
+                assert_eq!(guest_code.digest, vmm_build.digest, "{key:?}");
+                if guest_code.ran == 1 {
+                    assert_eq!(guest_code.check, 1, "{key:?}");
+                    assert!(guest_code.work > 0 && guest_code.cycles > 0);
+                    ran += 1;
+                }
+            }
+        }
+        // SSE2 is baseline x86-64: at least that variant ran.
+        assert!(ran >= 2);
+    }
+
+    #[test]
+    fn a_taken_range_is_a_named_error() {
+        let _turn = LINK_RANGE.lock().unwrap_or_else(|e| e.into_inner());
+        let first = GuestImage::map(embedded()).unwrap();
+        let err = GuestImage::map(embedded()).unwrap_err();
+        assert!(
+            matches!(err, ImageMapError::RangeTaken { start: 0x10_0000, end } if end > start_of(&first)),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string().contains("already mapped in this process"),
+            "{err}"
+        );
+        drop(first);
+        // Unmapped on drop: the range is free again.
+        GuestImage::map(embedded()).unwrap();
+    }
+
+    fn start_of(img: &GuestImage) -> u64 {
+        img.base as u64
+    }
+
+    #[test]
+    fn kernels_without_the_entry_point_are_named() {
+        // The symbol renamed: a kernel that does not export it.
+        let mut other = embedded().to_vec();
+        let name = NATIVE_ROW_SYMBOL.as_bytes();
+        let at = other
+            .windows(name.len() + 1)
+            .position(|w| &w[..name.len()] == name && w[name.len()] == 0)
+            .unwrap();
+        other[at + name.len() - 1] = b'x';
+        assert!(matches!(
+            GuestImage::map(&other),
+            Err(ImageMapError::NoEntry)
+        ));
+        // Stripped of its section headers.
+        let mut stripped = embedded().to_vec();
+        stripped[0x3c..0x3e].copy_from_slice(&0u16.to_le_bytes());
+        let err = GuestImage::map(&stripped).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the guest kernel's symbol table is unreadable: no section headers (stripped image)"
+        );
+        // Not an ELF at all.
+        assert!(matches!(
+            GuestImage::map(b"MZ not an elf"),
+            Err(ImageMapError::Image(_))
+        ));
+        // A symbol table pointing past the end of the file.
+        let mut cut = embedded().to_vec();
+        cut[0x28..0x30].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(matches!(
+            find_function(&cut, NATIVE_ROW_SYMBOL),
+            Err(ImageMapError::Symtab(_))
+        ));
     }
 }
