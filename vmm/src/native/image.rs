@@ -314,6 +314,26 @@ pub(crate) mod tests {
         GuestImage::map(embedded()).unwrap();
     }
 
+    #[test]
+    fn corrupt_headers_never_panic_the_symbol_lookup() {
+        let elf = embedded();
+        let shoff = u64_at(elf, 0x28).unwrap() as usize;
+        let shnum = u16_at(elf, 0x3c).unwrap() as usize;
+        let offsets = (0..64).chain(shoff..shoff + shnum * 64);
+        let mut found = 0;
+        for at in offsets {
+            for v in [0x00, 0xff, 0x7f] {
+                let mut bad = elf.to_vec();
+                bad[at] = v;
+                // Any answer but a panic; most corruptions leave it found.
+                if let Ok(Some(_)) = find_function(&bad, NATIVE_ROW_SYMBOL) {
+                    found += 1;
+                }
+            }
+        }
+        assert!(found > 0);
+    }
+
     fn start_of(img: &GuestImage) -> u64 {
         img.base as u64
     }
