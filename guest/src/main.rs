@@ -12,8 +12,11 @@
 mod kernel;
 
 use core::fmt::Write;
-use guest::protocol::{fixed_str, Cmdline, ExitStatus, Report, SkipRecord, FAULT_KINDS};
-use guest::workloads::{self, CpuFeatures, Selection};
+use guest::protocol::{
+    fixed_str, Cmdline, ExitStatus, NativeRowArgs, NativeRowOut, RepRecord, Report, RowKey,
+    SkipRecord, FAULT_KINDS, MAX_ROW_REPS, REP_PORT,
+};
+use guest::workloads::{self, CpuFeatures, RepHook, Selection};
 use kernel::pvh::BootInfo;
 use kernel::serial::Console;
 use kernel::{arena, boot, report, selftest, syscall, xcr0};
@@ -212,5 +215,86 @@ fn run_workloads(report: &mut Report, cmdline: &Cmdline, out: &mut Console) -> b
         });
         return false;
     };
-    workloads::run(&sel, &feat, report.tsc_khz, scratch, report)
+    let mut hook = PortReps::ask();
+    workloads::run_with_hook(
+        &sel,
+        &workloads::runner::Sizes::for_selection(&sel),
+        &feat,
+        report.tsc_khz,
+        scratch,
+        report,
+        &mut hook,
+    )
+}
+
+/// Repetitions the VMM asked for on [`REP_PORT`], each signalled there so
+/// the VMM can time the same row natively before the next one.
+struct PortReps {
+    reps: u32,
+    record: RepRecord,
+}
+
+impl PortReps {
+    /// Ask the VMM: all-ones (nothing decodes the port, e.g. QEMU) or 0
+    /// means one repetition and no signals.
+    fn ask() -> Self {
+        let answer: u32;
+        // SAFETY: IOPL=3 grants CPL3 every port; an `in` touches no memory.
+        unsafe {
+            core::arch::asm!("in eax, dx", in("dx") REP_PORT, out("eax") answer,
+                options(nostack, nomem, preserves_flags));
+        }
+        let reps = if answer == u32::MAX {
+            1
+        } else {
+            answer.clamp(1, MAX_ROW_REPS)
+        };
+        Self {
+            reps,
+            record: RepRecord::default(),
+        }
+    }
+}
+
+impl RepHook for PortReps {
+    fn reps(&self) -> u32 {
+        self.reps
+    }
+
+    fn rep_done(&mut self, record: &RepRecord) {
+        if self.reps <= 1 {
+            return;
+        }
+        self.record = *record;
+        // Identity-mapped: the address is guest-physical (the user stack
+        // lies in the first 4 GiB, like all guest RAM).
+        let addr = core::ptr::addr_of!(self.record) as usize;
+        // The record must be in memory before the `out` (whose asm says
+        // it touches none).
+        core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
+        if let Ok(addr) = u32::try_from(addr) {
+            syscall::outl(REP_PORT, addr);
+        }
+    }
+}
+
+/// The VMM's native entry point ([`guest::protocol::NATIVE_ROW_SYMBOL`]):
+/// never called in the guest; the VMM maps this image into its own process
+/// at the link address and calls it, so the native repetition of a row runs
+/// these very instructions (the link argument `-u vmm_native_row` keeps it).
+///
+/// # Safety
+/// `args` and `out` must be valid, and `args.scratch` valid for writes of
+/// `args.scratch_len` bytes, for the duration of the call.
+#[no_mangle]
+pub unsafe extern "C" fn vmm_native_row(args: *const NativeRowArgs, out: *mut NativeRowOut) {
+    // SAFETY: the caller's contract above.
+    let (args, out) = unsafe { (&*args, &mut *out) };
+    // SAFETY: as above.
+    let scratch = unsafe { core::slice::from_raw_parts_mut(args.scratch, args.scratch_len) };
+    let mut report = Report::new();
+    *out = match RowKey::decode(args.key) {
+        Some(key) => workloads::run_row(key, args.quick != 0, args.tsc_khz, scratch, &mut report),
+        None => NativeRowOut::default(),
+    };
 }

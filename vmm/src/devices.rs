@@ -25,9 +25,11 @@ use std::io::Write;
 use std::time::Duration;
 
 use guest::protocol::{
-    Report, DEBUG_EXIT_PORT, EDIT_STATUS_NONE, MARK_PORT, REPORT_PORT, SERIAL_PORT,
+    Report, DEBUG_EXIT_PORT, EDIT_STATUS_NONE, MARK_PORT, REPORT_PORT, REP_PORT, SERIAL_PORT,
     XSTATE_EDIT_PORT,
 };
+
+use crate::native::interleave::Interleaver;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use vm_superio::{Serial, Trigger};
 
@@ -228,6 +230,9 @@ pub struct Devices {
     pub edit_status: u32,
     /// Accesses to ports nothing decodes (counted, not fatal, like hardware).
     pub unhandled_ports: u64,
+    /// The native side of interleaved repetitions ([`REP_PORT`]); without
+    /// it the port decodes nothing and the guest runs each row once.
+    pub native: Option<Box<Interleaver>>,
 }
 
 /// COM1 decodes eight ports from `SERIAL_PORT`.
@@ -251,6 +256,7 @@ impl Devices {
             refused_requests: FirstN::new(MAX_REFUSED_REQUESTS),
             edit_status: EDIT_STATUS_NONE,
             unhandled_ports: 0,
+            native: None,
         }
     }
 
@@ -266,6 +272,13 @@ impl Devices {
                 PortAction::Continue
             }
             DEBUG_EXIT_PORT => PortAction::Exit(le_value(data)),
+            REP_PORT if self.native.is_some() => {
+                // The vCPU waits in this exit while the native repetition runs.
+                if let Some(n) = self.native.as_mut() {
+                    n.on_rep(mem, u64::from(le_value(data)));
+                }
+                PortAction::Continue
+            }
             MARK_PORT => PortAction::Mark(le_value(data)),
             XSTATE_EDIT_PORT => PortAction::EditXmm(le_value(data)),
             REPORT_PORT => {
@@ -293,6 +306,12 @@ impl Devices {
                 let offset = (p - SERIAL_PORT) as u8;
                 for b in data.iter_mut() {
                     *b = self.serial.read(offset);
+                }
+            }
+            REP_PORT if self.native.is_some() => {
+                let v = self.native.as_ref().map_or(1, |n| n.reps).to_le_bytes();
+                for (i, b) in data.iter_mut().enumerate() {
+                    *b = v.get(i).copied().unwrap_or(0);
                 }
             }
             XSTATE_EDIT_PORT => {

@@ -122,6 +122,15 @@ struct RunArgs {
     /// 32-bit PVH entry other VMMs use.
     #[arg(long, value_enum, default_value = "auto")]
     entry: vmm::arch::boot::EntryChoice,
+    /// Guest/native repetition pairs per workload row, interleaved (guest,
+    /// native, guest, native ...); the ratio is their median (1..=15).
+    #[arg(long, value_name = "N", default_value_t = vmm::native::interleave::DEFAULT_REPS,
+          value_parser = clap::value_parser!(u32).range(1..=guest::protocol::MAX_ROW_REPS as i64))]
+    native_reps: u32,
+    /// Back guest RAM with transparent huge pages (MADV_HUGEPAGE); the
+    /// report says how much of it they backed.
+    #[arg(long)]
+    hugepages: bool,
     #[command(flatten)]
     session: SessionArgs,
 }
@@ -255,6 +264,11 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
         snapshot_file: args.session.snapshot_file.clone(),
         snapshot_force: args.session.force,
         entry: args.entry,
+        interleave: (!args.session.no_native).then(|| vstate::InterleaveSpec {
+            workload: args.workload.clone(),
+            reps: args.native_reps,
+        }),
+        hugepages: args.hugepages,
     };
     let outcome = vstate::run(config)?;
     let extras = Extras {
@@ -352,7 +366,18 @@ fn print_outcome(
             );
         }
     }
-    if let Some(workload) = native.filter(|_| !summary.results.is_empty()) {
+    let interleaved = outcome.native.as_deref().filter(|n| !n.pairs.is_empty());
+    if let Some(n) = interleaved {
+        summary.native = Some(native::attach_interleaved(&mut summary.results, n));
+    }
+    summary.hugepages = outcome.hugepages.as_ref().map(native::hugepages_view);
+    // Rows the guest did not repeat on the port (another kernel, a restored
+    // run): the native side runs once, after the guest.
+    let unpaired = summary.results.iter().any(|r| {
+        r.native_spread.is_none()
+            && (r.name.starts_with("aes") || r.name == "dgemm" || r.name == "linpack")
+    });
+    if let Some(workload) = native.filter(|_| unpaired) {
         let native = native::run_native(workload, summary.tsc_khz)?;
         native::attach_ratios(&mut summary.results, &native);
         if summary.results.iter().any(|r| r.name == "aes-128-cbc") {

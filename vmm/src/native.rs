@@ -2,13 +2,17 @@
 //! the same run, so every guest figure comes with a guest/native ratio; and
 //! the host's `openssl speed` as a reference users already trust.
 
+pub mod image;
+pub mod interleave;
+
 use std::process::Command;
 
-use guest::protocol::Report;
-use guest::workloads::{self, CpuFeatures, Selection};
+use guest::protocol::{Report, RowKind};
+use guest::workloads::{self, AesVariant, CpuFeatures, GemmVariant, Selection};
 
 use crate::error::{Error, Result};
-use crate::report::{result_rows, ResultRow};
+use crate::report::{result_rows, NativeView, RatioSpread, ResultRow};
+use interleave::{Interleaver, NativeCode, RepPair};
 
 /// Run `list` (the `--workload` syntax) on the host with every variant the
 /// host CPU and OS allow, and return the rows.
@@ -31,9 +35,10 @@ pub fn run_native(list: &str, tsc_khz: u64) -> Result<Vec<ResultRow>> {
 }
 
 /// Fill each guest row's `native_ratio` from the native row with the same
-/// workload, variant and size.
+/// workload, variant and size; rows with interleaved pairs
+/// ([`attach_interleaved`]) keep their median.
 pub fn attach_ratios(guest: &mut [ResultRow], native: &[ResultRow]) {
-    for g in guest.iter_mut() {
+    for g in guest.iter_mut().filter(|g| g.native_spread.is_none()) {
         let n = native
             .iter()
             .find(|n| n.name == g.name && n.variant == g.variant && n.size == g.size);
@@ -41,6 +46,97 @@ pub fn attach_ratios(guest: &mut [ResultRow], native: &[ResultRow]) {
             (Some(gv), Some(nv)) if nv > 0.0 => Some(gv / nv),
             _ => None,
         };
+    }
+}
+
+/// The row name, variant name and size a repetition key stands for.
+fn row_of(pair: &RepPair) -> Option<(&'static str, &'static str, u64)> {
+    let k = pair.key;
+    let variant = match k.kind {
+        RowKind::AesCbc | RowKind::AesCtr => AesVariant::ALL.get(usize::from(k.variant))?.name(),
+        RowKind::Dgemm | RowKind::Linpack => GemmVariant::ALL.get(usize::from(k.variant))?.name(),
+    };
+    Some((k.kind.name(), variant, u64::from(k.size)))
+}
+
+/// The median of `v` (sorted in place; the mean of the middle two for an
+/// even count), or `None` when empty.
+pub fn median(v: &mut [f64]) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
+/// The spread of one row's pairs and their median ratio.
+pub fn spread(pairs: &[&RepPair]) -> Option<(f64, RatioSpread)> {
+    let mut ratios: Vec<f64> = pairs.iter().filter_map(|p| p.ratio()).collect();
+    let med = median(&mut ratios)?;
+    let (min, max) = (ratios[0], ratios[ratios.len() - 1]);
+    let with_digest: Vec<_> = pairs.iter().filter(|p| p.guest.digest != 0).collect();
+    let same_result = (!with_digest.is_empty()).then(|| {
+        with_digest
+            .iter()
+            .all(|p| p.native.ran != 0 && p.native.digest == p.guest.digest)
+    });
+    Some((
+        med,
+        RatioSpread {
+            reps: ratios.len() as u32,
+            min,
+            max,
+            noisy: max - min > (med - 1.0).abs(),
+            same_result,
+        },
+    ))
+}
+
+/// Fill `native_ratio` (the median) and `native_spread` of every guest row
+/// the interleaved pairs measured, and say how the native side ran. Rows
+/// without pairs keep what they had. Returns the view for the summary.
+pub fn attach_interleaved(guest: &mut [ResultRow], native: &Interleaver) -> NativeView {
+    let mut noisy_rows = 0;
+    for g in guest.iter_mut() {
+        let pairs: Vec<&RepPair> = native
+            .pairs
+            .iter()
+            .filter(|p| {
+                row_of(p).is_some_and(|(n, v, s)| n == g.name && v == g.variant && s == g.size)
+            })
+            .collect();
+        if g.invalid.is_some() {
+            continue;
+        }
+        if let Some((med, sp)) = spread(&pairs) {
+            noisy_rows += usize::from(sp.noisy);
+            g.native_ratio = Some(med);
+            g.native_spread = Some(sp);
+        }
+    }
+    let (code, entry, fallback_reason) = match &native.code {
+        NativeCode::GuestImage { entry } => ("guest-image", Some(format!("{entry:#x}")), None),
+        NativeCode::VmmBuild { why } => ("vmm-build", None, Some(why.clone())),
+    };
+    NativeView {
+        code,
+        entry,
+        fallback_reason,
+        reps_per_row: native.reps,
+        pairs: native.pairs.len(),
+        noisy_rows,
+    }
+}
+
+/// The summary's view of what `--hugepages` did.
+pub fn hugepages_view(h: &crate::vstate::outcome::HugePages) -> crate::report::HugePagesView {
+    crate::report::HugePagesView {
+        advised: h.advised.is_ok(),
+        error: h.advised.clone().err(),
+        ram_kib: h.ram_kib,
+        anon_huge_kib: h.anon_huge_kib,
     }
 }
 
@@ -83,6 +179,108 @@ fn parse_openssl_speed(text: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use guest::protocol::{NativeRowOut, RepRecord, RowKey, NATIVE_ROW_SYMBOL};
+    use interleave::InterleaveError;
+    use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+    fn pair(guest: (u64, u64, u64), native: (u64, u64, u64)) -> RepPair {
+        RepPair {
+            key: RowKey::decode(0x3000_0100).unwrap(),
+            guest: RepRecord {
+                key: 0x3000_0100,
+                rep: 0,
+                work: guest.0,
+                cycles: guest.1,
+                digest: guest.2,
+            },
+            native: NativeRowOut {
+                ran: 1,
+                check: 1,
+                work: native.0,
+                cycles: native.1,
+                digest: native.2,
+            },
+        }
+    }
+
+    #[test]
+    fn median_ratio_spread_and_noise_flag() {
+        // Ratios 0.5, 0.98, 0.99 (guest work/cycles over native's).
+        let p = [
+            pair((50, 100, 7), (100, 100, 7)),
+            pair((98, 100, 7), (100, 100, 7)),
+            pair((99, 100, 7), (100, 100, 7)),
+        ];
+        let refs: Vec<&RepPair> = p.iter().collect();
+        let (med, sp) = spread(&refs).unwrap();
+        assert_eq!(med, 0.98);
+        assert_eq!((sp.reps, sp.min, sp.max), (3, 0.5, 0.99));
+        // Spread 0.49 is wider than |0.98 - 1| = 0.02: noise decides.
+        assert!(sp.noisy);
+        assert_eq!(sp.same_result, Some(true));
+        // A tight row far from 1.0 is not noisy; a differing digest shows.
+        let q = [
+            pair((90, 100, 7), (100, 100, 7)),
+            pair((91, 100, 8), (100, 100, 7)),
+        ];
+        let refs: Vec<&RepPair> = q.iter().collect();
+        let (med, sp) = spread(&refs).unwrap();
+        assert!((med - 0.905).abs() < 1e-12);
+        assert!(!sp.noisy);
+        assert_eq!(sp.same_result, Some(false));
+        // AES rows carry no digest; nothing measured has no spread.
+        let a = [pair((1, 1, 0), (1, 1, 0))];
+        assert_eq!(spread(&[&a[0]]).unwrap().1.same_result, None);
+        let none = pair((0, 0, 0), (1, 1, 0));
+        assert_eq!(none.ratio(), None);
+        assert!(spread(&[&none]).is_none());
+        assert_eq!(median(&mut [3.0, 1.0, 2.0, 10.0]), Some(2.5));
+    }
+
+    #[test]
+    fn interleaver_falls_back_and_pairs_each_signal() {
+        let mut kernel = crate::GUEST_KERNEL.to_vec();
+        let name = NATIVE_ROW_SYMBOL.as_bytes();
+        let at = kernel
+            .windows(name.len() + 1)
+            .position(|w| &w[..name.len()] == name && w[name.len()] == 0)
+            .unwrap();
+        kernel[at] = b'X';
+        let mut n = Interleaver::new("gemm,quick", 3, 100, &kernel).unwrap();
+        match &n.code {
+            NativeCode::VmmBuild { why } => {
+                assert_eq!(why, "the guest kernel exports no `vmm_native_row` function")
+            }
+            other => panic!("{other:?}"),
+        }
+        let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 0x10000)]).unwrap();
+        // dgemm sse2 n=40, as a guest would write it.
+        let rec: [u64; 4] = [0x3000_0028, 1000, 2000, 0x1234];
+        for (i, w) in rec.iter().enumerate() {
+            mem.write_obj(*w, GuestAddress(0x800 + 8 * i as u64))
+                .unwrap();
+        }
+        n.on_rep(&mem, 0x800);
+        // Outside RAM, and an unknown row: counted, not run.
+        n.on_rep(&mem, 0xfff0);
+        mem.write_obj(0u64, GuestAddress(0x900)).unwrap();
+        n.on_rep(&mem, 0x900);
+        assert_eq!(n.pairs.len(), 1);
+        assert_eq!(n.ignored, 2);
+        let p = n.pairs[0];
+        assert_eq!(
+            (p.guest.work, p.guest.cycles, p.guest.digest),
+            (1000, 2000, 0x1234)
+        );
+        assert_eq!((p.native.ran, p.native.check), (1, 1));
+        assert!(p.ratio().is_some());
+        assert!(matches!(
+            Interleaver::new("gemm", 0, 100, &kernel),
+            Err(InterleaveError::Reps { reps: 0, max: 15 })
+        ));
+        let e = Interleaver::new("bogus", 3, 100, &kernel).unwrap_err();
+        assert!(e.to_string().starts_with("--workload \"bogus\": "), "{e}");
+    }
 
     #[test]
     fn parses_openssl_speed_table() {

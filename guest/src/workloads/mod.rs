@@ -39,7 +39,7 @@ pub mod timing;
 pub use aes::{Aes128, AesVariant, RoundKeys};
 pub use features::{CpuFeatures, Requirement};
 pub use gemm::{Dgemm, GemmVariant};
-pub use runner::{run, scratch_bytes};
+pub use runner::{run, run_row, run_with_hook, scratch_bytes, NoReps, RepHook};
 pub use selection::Selection;
 pub use text::Reason;
 

@@ -18,7 +18,9 @@
 //! | `init_xstate` | `minimal` or `all` |
 //! | `standard_size`, `compacted_size` | xsave sizes for the policy |
 //! | `guest_cpuid` | the guest's view of leaf 0xD: supported mask, sizes, per-component size/offset |
-//! | `results` | workload results: `name`, `variant`, `size` and `size_unit` (`bytes`, `matrix order`, `events`), `mb_per_s` or `gflops`, `check`, `cycles`, `seconds`, `native_ratio`, `cycles_per_unit`, `ns_per_block` (AES); `residual` (linear algebra), `bytes_per_save` (`ctxsw`); `invalid`: why the row is not a measurement (after `vmm restore`: `spans a snapshot ...`, then it has no throughput), null otherwise |
+//! | `results` | workload results: `name`, `variant`, `size` and `size_unit` (`bytes`, `matrix order`, `events`), `mb_per_s` or `gflops`, `check`, `cycles`, `seconds`, `native_ratio` (the median of the interleaved guest/native pairs), `native_spread` (`reps`, `min`, `max`, `noisy`, `same_result`), `cycles_per_unit`, `ns_per_block` (AES); `residual` (linear algebra), `bytes_per_save` (`ctxsw`); `invalid`: why the row is not a measurement (after `vmm restore`: `spans a snapshot ...`, then it has no throughput), null otherwise |
+//! | `native` | how the native side ran: `code` (`guest-image`: the guest kernel's own bytes; `vmm-build`: the VMM's build, with `fallback_reason`), `entry`, `reps_per_row`, `pairs`, `noisy_rows` |
+//! | `hugepages` | with `--hugepages`: `advised`, `error`, `ram_kib`, `anon_huge_kib` (AnonHugePages of the RAM mapping at the end) |
 //! | `openssl_aes_128_cbc_mb_per_s` | the host's `openssl speed -evp aes-128-cbc` at 8192 B, when openssl is installed |
 //! | `switch_strategy`, `switch_cycles` | the context-switch strategy the guest chose at boot, and the cycles per switch it measured for each candidate (null and empty when the run had no workloads and no `bench=`: nothing to switch) |
 //! | `skipped` | workload variants not run: `name`, `variant`, `reason` |
@@ -48,6 +50,7 @@
 
 pub mod exit;
 pub mod hex;
+pub mod native_view;
 pub mod plot;
 pub mod render;
 pub mod spanning;
@@ -58,6 +61,7 @@ pub mod views;
 pub use exit::{
     EXIT_GUEST_CRASH, EXIT_PROTOCOL_VIOLATION, EXIT_TIMEOUT, EXIT_USAGE, EXIT_VMM_ERROR,
 };
+pub use native_view::{HugePagesView, NativeView, RatioSpread};
 pub use summary::{
     result_rows, ComponentRow, CrashView, FaultView, GuestCpuidView, ResultRow, RunSummary,
     SkipRow, SwitchFigure, Timing,

@@ -150,7 +150,15 @@ impl RunSummary {
                         v,
                         unit.to_string(),
                         r.check.to_string(),
-                        or_dash(r.native_ratio.map(|x| format!("{x:.3}"))),
+                        or_dash(r.native_ratio.map(|x| match &r.native_spread {
+                            Some(sp) => format!(
+                                "{x:.3} ({:.2}..{:.2}){}",
+                                sp.min,
+                                sp.max,
+                                if sp.noisy { " ~" } else { "" }
+                            ),
+                            None => format!("{x:.3}"),
+                        })),
                         per_op_cell(r),
                     ],
                 );
@@ -163,6 +171,38 @@ impl RunSummary {
                 let _ = writeln!(
                     s,
                     "  native = guest throughput / the same code on the host, same run"
+                );
+            }
+            if let Some(n) = &self.native {
+                let what = match n.code {
+                    "guest-image" => format!(
+                        "the guest kernel's own code (mapped in the VMM, entry {})",
+                        n.entry.as_deref().unwrap_or("?")
+                    ),
+                    _ => format!(
+                        "the VMM's build of the same source ({})",
+                        n.fallback_reason.as_deref().unwrap_or("?")
+                    ),
+                };
+                let _ = writeln!(
+                    s,
+                    "  native: median of {} interleaved guest/native pairs per row (min..max); \
+                     ran {what}; ~ = spread wider than the distance from 1.0 ({} rows)",
+                    n.reps_per_row, n.noisy_rows
+                );
+            }
+            if let Some(h) = &self.hugepages {
+                let _ = writeln!(
+                    s,
+                    "  hugepages: {}; AnonHugePages {} of {} KiB of guest RAM",
+                    if h.advised {
+                        "MADV_HUGEPAGE".to_string()
+                    } else {
+                        format!("not advised: {}", h.error.as_deref().unwrap_or("?"))
+                    },
+                    h.anon_huge_kib
+                        .map_or("unknown".to_string(), |k| k.to_string()),
+                    h.ram_kib
                 );
             }
             for r in self.results.iter().filter(|r| r.invalid.is_some()) {

@@ -58,6 +58,7 @@ pub fn mark_rows_spanning_snapshot(
     row.gflops = None;
     row.events_per_s = None;
     row.native_ratio = None;
+    row.native_spread = None;
     row.ns_per_block = None;
     row.invalid = Some(
         "spans a snapshot: timed across snapshot and restore, so its cycles include \

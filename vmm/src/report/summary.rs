@@ -64,8 +64,12 @@ pub struct ResultRow {
     /// Bytes written per save (`ctxsw` rows).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bytes_per_save: Option<u64>,
-    /// Guest throughput / native throughput of the same code, when measured.
+    /// Guest throughput / native throughput of the same code, when measured:
+    /// the median of the interleaved repetition pairs when there are any.
     pub native_ratio: Option<f64>,
+    /// The spread of the interleaved pairs (null when the native side ran
+    /// once, after the guest).
+    pub native_spread: Option<super::native_view::RatioSpread>,
     /// TSC cycles per unit of work (per byte, flop or event).
     pub cycles_per_unit: f64,
     /// Nanoseconds per 16-byte AES block (byte workloads; null otherwise or
@@ -311,6 +315,11 @@ pub struct RunSummary {
     pub xfeatures_resolution: Option<ResolutionView>,
     /// What became of a requested snapshot (null when none was requested).
     pub snapshot: Option<SnapshotView>,
+    /// How the guest/native ratios were measured (null when no repetition
+    /// was interleaved).
+    pub native: Option<super::native_view::NativeView>,
+    /// What `--hugepages` did (null without it).
+    pub hugepages: Option<super::native_view::HugePagesView>,
     /// The process exit status `vmm run` ends with.
     #[serde(skip)]
     pub process_exit: i32,
@@ -351,6 +360,7 @@ pub fn result_rows(report: &Report, tsc_khz: u64) -> Vec<ResultRow> {
                     .then_some(r.residual),
                 bytes_per_save: (field_str(&r.name) == "ctxsw").then(|| report.aux(i)),
                 native_ratio: None,
+                native_spread: None,
                 cycles_per_unit: r.cycles as f64 / r.work.max(1) as f64,
                 ns_per_block: (r.unit == WorkUnit::Bytes as u32 && r.work >= 16)
                     .then_some(seconds)
@@ -480,6 +490,8 @@ impl RunSummary {
             tsc_khz,
             results: report.map(|r| result_rows(r, tsc_khz)).unwrap_or_default(),
             openssl_aes_128_cbc_mb_per_s: None,
+            native: None,
+            hugepages: None,
             skipped: report
                 .map(|r| {
                     r.skipped()

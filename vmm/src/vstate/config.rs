@@ -88,6 +88,20 @@ pub struct RunConfig {
     pub snapshot_force: bool,
     /// Which entry the kernel may be started at (`--entry`).
     pub entry: EntryChoice,
+    /// Interleave native repetitions of every workload row with the
+    /// guest's (None: the guest runs each row once, unobserved).
+    pub interleave: Option<InterleaveSpec>,
+    /// `--hugepages`: `MADV_HUGEPAGE` on guest RAM.
+    pub hugepages: bool,
+}
+
+/// What the native side of an interleaved run times.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InterleaveSpec {
+    /// The guest's `--workload` list.
+    pub workload: String,
+    /// Guest/native repetition pairs per row.
+    pub reps: u32,
 }
 
 impl Default for RunConfig {
@@ -106,6 +120,8 @@ impl Default for RunConfig {
             snapshot_file: None,
             snapshot_force: false,
             entry: EntryChoice::Auto,
+            interleave: None,
+            hugepages: false,
         }
     }
 }

@@ -48,6 +48,12 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
     let cmdline = with_xfeatures_hint(&config.cmdline, xcr0);
 
     let machine = Machine::create(&host, config.mem_mib)?;
+    // Before anything touches guest RAM, so the kernel load faults in huge
+    // pages already.
+    let hugepages = config
+        .hugepages
+        .then(|| super::machine::advise_hugepages(&machine.mem).map_err(|e| e.to_string()));
+    let ram = machine.mem.clone();
     let kernel = boot::load_kernel(
         &machine.mem,
         &config.kernel.bytes,
@@ -88,10 +94,21 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
         None => None,
     };
     let boot = BootClock::new(entry, &machine.vcpu);
+    let mut devices = Devices::new(config.serial);
+    if let Some(spec) = &config.interleave {
+        let n = crate::native::interleave::Interleaver::new(
+            &spec.workload,
+            spec.reps,
+            u64::from(tsc_khz),
+            &config.kernel.bytes,
+        )
+        .map_err(|e| Error::Argument(e.to_string()))?;
+        devices.native = Some(Box::new(n));
+    }
     let setup_time = start.elapsed();
-    execute(Launch {
+    let mut outcome = execute(Launch {
         machine,
-        devices: Devices::new(config.serial),
+        devices,
         earlier_serial: Vec::new(),
         xstate: XstateManager::new(
             config.xstate_sync,
@@ -108,7 +125,32 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
         start,
         setup_time,
         boot: Some(boot),
-    })
+    })?;
+    outcome.hugepages = hugepages.map(|advised| {
+        let (host, len) = advised
+            .as_ref()
+            .copied()
+            .unwrap_or_else(|_| ram_range(&ram));
+        super::outcome::HugePages {
+            advised: advised.map(|_| ()),
+            ram_kib: config.mem_mib << 10,
+            anon_huge_kib: super::machine::anon_huge_kib(host, len).ok(),
+        }
+    });
+    drop(ram);
+    Ok(outcome)
+}
+
+/// The host address and length of guest RAM's (single) mapping.
+fn ram_range(mem: &vm_memory::GuestMemoryMmap) -> (u64, u64) {
+    use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
+    mem.iter()
+        .next()
+        .and_then(|r| {
+            let host = mem.get_host_address(r.start_addr()).ok()?;
+            Some((host as u64, r.len()))
+        })
+        .unwrap_or((0, 0))
 }
 
 /// How a booted guest was started, and what places its first instruction
@@ -295,6 +337,8 @@ pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
         start_clock_monotonic_ns: monotonic_ns(l.start),
         snapshot_time: runner.snapshot_time,
         snapshot_errors: runner.snapshot_errors,
+        native: devices.native,
+        hugepages: None,
     })
 }
 

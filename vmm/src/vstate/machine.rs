@@ -202,3 +202,77 @@ fn map_image(mem: &GuestMemoryMmap, image: &RamImage<'_>) -> Result<()> {
     }
     Ok(())
 }
+
+/// `--hugepages`: ask for transparent huge pages on guest RAM
+/// (`MADV_HUGEPAGE` on its anonymous mapping), before the guest touches
+/// it. Returns the host range advised.
+pub fn advise_hugepages(mem: &GuestMemoryMmap) -> std::io::Result<(u64, u64)> {
+    let mut range = (0, 0);
+    for region in mem.iter() {
+        let host = mem
+            .get_host_address(region.start_addr())
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let len = region.len() as usize;
+        // SAFETY: advice on a live anonymous mapping owned by `mem`; it
+        // changes how pages are backed, never their contents.
+        if unsafe { libc::madvise(host.cast(), len, libc::MADV_HUGEPAGE) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        range = (host as u64, len as u64);
+    }
+    Ok(range)
+}
+
+/// KiB of `AnonHugePages` in the `/proc/self/smaps` entries inside
+/// `start..start + len`: how much of guest RAM transparent huge pages back.
+pub fn anon_huge_kib(start: u64, len: u64) -> std::io::Result<u64> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps")?;
+    Ok(parse_anon_huge_kib(&smaps, start, start + len))
+}
+
+/// [`anon_huge_kib`] on the text of a smaps file.
+fn parse_anon_huge_kib(smaps: &str, start: u64, end: u64) -> u64 {
+    let mut inside = false;
+    let mut kib = 0;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or_default();
+        if let Some((a, b)) = first.split_once('-') {
+            if let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) {
+                inside = a >= start && b <= end;
+                continue;
+            }
+        }
+        if let (true, Some(v)) = (inside, line.strip_prefix("AnonHugePages:")) {
+            kib += v
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .unwrap_or(0);
+        }
+    }
+    kib
+}
+
+#[cfg(test)]
+mod hugepage_tests {
+    use super::*;
+
+    #[test]
+    fn anon_huge_pages_of_the_ram_range_only() {
+        let smaps = "7f0000000000-7f0004000000 rw-p 00000000 00:00 0 \n\
+                     Size:              65536 kB\n\
+                     AnonHugePages:     61440 kB\n\
+                     7f0004000000-7f0004200000 rw-p 00000000 00:00 0 \n\
+                     AnonHugePages:      2048 kB\n";
+        assert_eq!(
+            parse_anon_huge_kib(smaps, 0x7f00_0000_0000, 0x7f00_0400_0000),
+            61440
+        );
+        assert_eq!(
+            parse_anon_huge_kib(smaps, 0x7f00_0000_0000, 0x7f00_0420_0000),
+            63488
+        );
+        assert_eq!(parse_anon_huge_kib(smaps, 0x1000, 0x2000), 0);
+    }
+}

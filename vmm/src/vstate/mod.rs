@@ -19,7 +19,7 @@ pub(crate) mod runner;
 pub(crate) mod stop;
 pub mod vcpu;
 
-pub use config::{KernelImage, RunConfig};
+pub use config::{InterleaveSpec, KernelImage, RunConfig};
 pub use dump::RegisterDump;
 pub use launch::{check_cmdline_words, run};
 pub use outcome::{ExitCounts, RunEnd, RunOutcome};

@@ -9,6 +9,7 @@ use xstate::XfeatureMask;
 
 use super::dump::RegisterDump;
 use crate::cpuid::Policy;
+use crate::native::interleave::Interleaver;
 use crate::xstate_manager::{SyncPolicy, SyncStats};
 
 /// How the run ended.
@@ -153,6 +154,22 @@ pub struct RunOutcome {
     /// Snapshots that could not be written, each naming the file and the
     /// cause; the guest was resumed after each (at most 16 kept).
     pub snapshot_errors: Vec<String>,
+    /// The interleaved native repetitions, when they were asked for.
+    pub native: Option<Box<Interleaver>>,
+    /// What `--hugepages` did, when asked for.
+    pub hugepages: Option<HugePages>,
+}
+
+/// What `--hugepages` did to guest RAM.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HugePages {
+    /// `Err`: why `madvise(MADV_HUGEPAGE)` failed.
+    pub advised: std::result::Result<(), String>,
+    /// Guest RAM in KiB.
+    pub ram_kib: u64,
+    /// `AnonHugePages` of the RAM mapping at the end of the run, KiB (None
+    /// when `/proc/self/smaps` could not be read).
+    pub anon_huge_kib: Option<u64>,
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use core::fmt::Write;
 
 use super::ctx::Ctx;
 use super::sizes::{aes_scratch, Sizes, AES_BUF, AES_FIXED_BYTES, AES_KEY};
-use crate::protocol::WorkUnit;
+use crate::protocol::{RowKey, RowKind, WorkUnit};
 use crate::workloads::aes::{self, Aes128, AesVariant};
 use crate::workloads::features::CpuFeatures;
 use crate::workloads::scratch::Scratch;
@@ -43,7 +43,15 @@ pub(super) fn aes_suite(
     for (i, b) in buf.iter_mut().enumerate() {
         *b = i as u8;
     }
-    for v in AesVariant::ALL {
+    for (vi, v) in AesVariant::ALL.into_iter().enumerate() {
+        if !(ctx.wants(RowKind::AesCbc, vi) || ctx.wants(RowKind::AesCtr, vi)) {
+            continue;
+        }
+        let key = |kind, size: usize| RowKey {
+            kind,
+            variant: vi as u8,
+            size: size as u32,
+        };
         // CBC is serial: only the XMM variants (legacy vs VEX) are timed.
         let cbc = matches!(v, AesVariant::AesniSse | AesVariant::AesniAvx);
         let aes = match Aes128::with_detected(v, usable) {
@@ -84,10 +92,11 @@ pub(super) fn aes_suite(
                 let msg = &mut buf[..size];
                 let mut iv = aes::kat::CBC_IV;
                 let fixed = fixed_bytes / (size as u64 + 64);
-                let (reps, cycles) = ctx.budget.measure(fixed, || {
-                    // Whole blocks by construction: cannot fail.
-                    let _ = aes.cbc_encrypt(&rk, &mut iv, msg);
-                });
+                let (reps, cycles) =
+                    ctx.measure(key(RowKind::AesCbc, size), fixed, size as u64, 0, || {
+                        // Whole blocks by construction: cannot fail.
+                        let _ = aes.cbc_encrypt(&rk, &mut iv, msg);
+                    });
                 ctx.result(
                     CBC,
                     v.name(),
@@ -108,9 +117,10 @@ pub(super) fn aes_suite(
             let msg = &mut buf[..size];
             let mut ctr = aes::kat::CTR_INITIAL_COUNTER;
             let fixed = fixed_bytes / (size as u64 + 64);
-            let (reps, cycles) = ctx
-                .budget
-                .measure(fixed, || aes.ctr_xor(&rk, &mut ctr, msg));
+            let (reps, cycles) =
+                ctx.measure(key(RowKind::AesCtr, size), fixed, size as u64, 0, || {
+                    aes.ctr_xor(&rk, &mut ctr, msg)
+                });
             ctx.result(
                 CTR,
                 v.name(),

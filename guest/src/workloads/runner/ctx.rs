@@ -4,7 +4,10 @@
 
 use core::fmt::Write;
 
-use crate::protocol::{fixed_str, Report, ResultRecord, SkipRecord, WorkUnit};
+use super::reps::RepHook;
+use crate::protocol::{
+    fixed_str, RepRecord, Report, ResultRecord, RowKey, RowKind, SkipRecord, WorkUnit,
+};
 use crate::workloads::features::CpuFeatures;
 use crate::workloads::gemm::{Dgemm, GemmVariant};
 use crate::workloads::text::Reason;
@@ -20,9 +23,77 @@ pub(super) struct Ctx<'r> {
     pub(super) full: usize,
     /// False once a check failed.
     pub(super) ok: bool,
+    /// Told about every timed repetition.
+    pub(super) hook: &'r mut dyn RepHook,
+    /// Run only this row (the native entry point), or every row.
+    pub(super) only: Option<RowKey>,
 }
 
 impl Ctx<'_> {
+    /// Whether variant number `variant` of `kind` runs at all.
+    pub(super) fn wants(&self, kind: RowKind, variant: usize) -> bool {
+        self.only
+            .is_none_or(|k| k.kind == kind && usize::from(k.variant) == variant)
+    }
+
+    /// Time `f` like [`Budget::measure`], once per repetition the hook
+    /// asks for, telling the hook after each (`work` units per call of
+    /// `f`, `digest` of the row's checked result). Returns the totals.
+    pub(super) fn measure(
+        &mut self,
+        key: RowKey,
+        fixed: u64,
+        work: u64,
+        digest: u64,
+        mut f: impl FnMut(),
+    ) -> (u64, u64) {
+        let (mut reps, mut cycles) = (0u64, 0u64);
+        for rep in 0..self.hook.reps().max(1) {
+            let (r, c) = self.budget.measure(fixed, &mut f);
+            reps += r;
+            cycles += c;
+            self.hook.rep_done(&RepRecord {
+                key: key.encode(),
+                rep,
+                work: r * work,
+                cycles: c,
+                digest,
+            });
+        }
+        (reps, cycles)
+    }
+
+    /// [`Budget::measure_with_setup`] per repetition, like [`Ctx::measure`];
+    /// the digest is taken from the state after each repetition.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn measure_with_setup<S>(
+        &mut self,
+        key: RowKey,
+        fixed: u64,
+        work: u64,
+        state: &mut S,
+        mut prepare: impl FnMut(&mut S),
+        mut f: impl FnMut(&mut S),
+        digest: impl Fn(&S) -> u64,
+    ) -> (u64, u64) {
+        let (mut reps, mut cycles) = (0u64, 0u64);
+        for rep in 0..self.hook.reps().max(1) {
+            let (r, c) = self
+                .budget
+                .measure_with_setup(fixed, state, &mut prepare, &mut f);
+            reps += r;
+            cycles += c;
+            self.hook.rep_done(&RepRecord {
+                key: key.encode(),
+                rep,
+                work: r * work,
+                cycles: c,
+                digest: digest(state),
+            });
+        }
+        (reps, cycles)
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(super) fn result(
         &mut self,

@@ -2,7 +2,7 @@
 
 use super::ctx::Ctx;
 use super::sizes::{gemm_scratch, leading_dim, FLOPS_FIXED, MATRIX_SEED};
-use crate::protocol::WorkUnit;
+use crate::protocol::{digest_f64, RowKey, RowKind, WorkUnit};
 use crate::workloads::features::CpuFeatures;
 use crate::workloads::gemm::{GemmVariant, PACK_LEN};
 use crate::workloads::linpack;
@@ -67,7 +67,10 @@ fn gemm_error(n: usize, ld: usize, a: &[f64], b: &[f64], c: &[f64]) -> f64 {
 const DGEMM: &str = "dgemm";
 
 pub(super) fn gemm_suite(ctx: &mut Ctx, usable: &CpuFeatures, sizes: &[usize], scratch: &mut [u8]) {
-    for v in GemmVariant::ALL {
+    for (vi, v) in GemmVariant::ALL.into_iter().enumerate() {
+        if !ctx.wants(RowKind::Dgemm, vi) {
+            continue;
+        }
         let Some(d) = ctx.dgemm(DGEMM, v, usable) else {
             continue;
         };
@@ -96,7 +99,14 @@ pub(super) fn gemm_suite(ctx: &mut Ctx, usable: &CpuFeatures, sizes: &[usize], s
             };
             let flops = 2 * (n as u64).pow(3);
             let fixed = FLOPS_FIXED[ctx.full] / flops;
-            let (reps, cycles) = ctx.budget.measure(fixed, || {
+            // The checked product, bit for bit (guest and native compare it).
+            let digest = digest_f64(c);
+            let key = RowKey {
+                kind: RowKind::Dgemm,
+                variant: vi as u8,
+                size: n as u32,
+            };
+            let (reps, cycles) = ctx.measure(key, fixed, flops, digest, || {
                 let _ = d.gemm(n, n, n, 1.0, a, ld, b, ld, c, ld, pack);
             });
             ctx.result(

@@ -3,7 +3,7 @@
 
 use super::ctx::Ctx;
 use super::sizes::{leading_dim, linpack_scratch, FLOPS_FIXED, MATRIX_SEED};
-use crate::protocol::WorkUnit;
+use crate::protocol::{digest_f64, RowKey, RowKind, WorkUnit};
 use crate::workloads::features::CpuFeatures;
 use crate::workloads::gemm::{GemmVariant, PACK_LEN};
 use crate::workloads::linpack::{self, LuError};
@@ -28,7 +28,10 @@ pub(super) fn linpack_suite(
     sizes: &[usize],
     scratch: &mut [u8],
 ) {
-    for v in GemmVariant::ALL {
+    for (vi, v) in GemmVariant::ALL.into_iter().enumerate() {
+        if !ctx.wants(RowKind::Linpack, vi) {
+            continue;
+        }
         let Some(d) = ctx.dgemm(LINPACK, v, usable) else {
             continue;
         };
@@ -59,8 +62,15 @@ pub(super) fn linpack_suite(
             };
             let flops = linpack::flops(n);
             let fixed = FLOPS_FIXED[ctx.full] / flops;
-            let (reps, cycles) = ctx.budget.measure_with_setup(
+            let key = RowKey {
+                kind: RowKind::Linpack,
+                variant: vi as u8,
+                size: n as u32,
+            };
+            let (reps, cycles) = ctx.measure_with_setup(
+                key,
                 fixed,
+                flops,
                 &mut sys,
                 |s| linpack::random_system(seed, s.n, s.a, s.ld, s.b),
                 |s| {
@@ -70,6 +80,8 @@ pub(super) fn linpack_suite(
                         s.result = r;
                     }
                 },
+                // The last solution, bit for bit.
+                |s| digest_f64(&s.b[..s.n]),
             );
             // The last solution against a fresh copy of the same system.
             x.copy_from_slice(&sys.b[..n]);

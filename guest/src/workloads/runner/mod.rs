@@ -23,6 +23,7 @@ mod aes_suite;
 mod ctx;
 mod gemm_suite;
 mod linpack_suite;
+mod reps;
 mod sizes;
 
 use aes_suite::aes_suite;
@@ -34,7 +35,8 @@ use sizes::{TARGET_MS_FULL, TARGET_MS_QUICK};
 use super::features::CpuFeatures;
 use super::selection::Selection;
 use super::timing::Budget;
-use crate::protocol::Report;
+use crate::protocol::{NativeRowOut, Report, RowKey, RowKind};
+pub use reps::{NoReps, RepHook};
 
 pub use sizes::{
     leading_dim, scratch_bytes, Sizes, AES_BUF, CBC_SIZES, CTR_SIZES, CTR_SIZES_QUICK, GEMM_SIZES,
@@ -78,6 +80,87 @@ pub fn run_sizes(
     scratch: &mut [u8],
     report: &mut Report,
 ) -> bool {
+    run_with_hook(sel, sizes, feat, tsc_khz, scratch, report, &mut NoReps)
+}
+
+/// [`run_sizes`] with every row repeated [`RepHook::reps`] times and each
+/// repetition told to `hook` (the guest kernel signals them to its VMM,
+/// see [`crate::protocol::rep`]); a row's result is the total of its
+/// repetitions.
+pub fn run_with_hook(
+    sel: &Selection,
+    sizes: &Sizes,
+    feat: &CpuFeatures,
+    tsc_khz: u64,
+    scratch: &mut [u8],
+    report: &mut Report,
+    hook: &mut dyn RepHook,
+) -> bool {
+    run_inner(sel, sizes, feat, tsc_khz, scratch, report, hook, None)
+}
+
+/// One repetition of the one row `key` names, measured exactly as a guest
+/// run measures it (`quick`: quick-run targets): what the VMM times
+/// natively between two guest repetitions. `ran = 0` when the host cannot
+/// run the variant or `scratch` is too small; `report` receives the row or
+/// the skip record saying why.
+pub fn run_row(
+    key: RowKey,
+    quick: bool,
+    tsc_khz: u64,
+    scratch: &mut [u8],
+    report: &mut Report,
+) -> NativeRowOut {
+    let size = [key.size as usize];
+    let none: &[usize] = &[];
+    let mut sel = Selection::NONE;
+    sel.quick = quick;
+    let pick = |k: RowKind| if key.kind == k { &size[..] } else { none };
+    let sizes = Sizes {
+        cbc: pick(RowKind::AesCbc),
+        ctr: pick(RowKind::AesCtr),
+        gemm: pick(RowKind::Dgemm),
+        linpack: pick(RowKind::Linpack),
+    };
+    match key.kind {
+        RowKind::AesCbc | RowKind::AesCtr => sel.aes = true,
+        RowKind::Dgemm => sel.gemm = true,
+        RowKind::Linpack => sel.linpack = true,
+    }
+    let mut last = reps::LastRep::default();
+    let ok = run_inner(
+        &sel,
+        &sizes,
+        &CpuFeatures::detect(),
+        tsc_khz,
+        scratch,
+        report,
+        &mut last,
+        Some(key),
+    );
+    match last.0 {
+        Some(r) => NativeRowOut {
+            ran: 1,
+            check: u32::from(ok),
+            work: r.work,
+            cycles: r.cycles,
+            digest: r.digest,
+        },
+        None => NativeRowOut::default(),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_inner(
+    sel: &Selection,
+    sizes: &Sizes,
+    feat: &CpuFeatures,
+    tsc_khz: u64,
+    scratch: &mut [u8],
+    report: &mut Report,
+    hook: &mut dyn RepHook,
+    only: Option<RowKey>,
+) -> bool {
     let usable = feat.intersect(&CpuFeatures::detect());
     let mut ctx = Ctx {
         report,
@@ -91,6 +174,8 @@ pub fn run_sizes(
         ),
         full: usize::from(!sel.quick),
         ok: true,
+        hook,
+        only,
     };
     if sel.aes {
         aes_suite(&mut ctx, &usable, sel, sizes, scratch);

@@ -1,0 +1,180 @@
+//! Interleaved guest/native repetitions: the guest signals each repetition
+//! of a workload row on [`REP_PORT`], and the VMM, while the vCPU is stopped
+//! in that exit, times the same row natively before resuming the guest, so
+//! guest and native repetitions alternate (guest, native, guest, native
+//! ...) and both see the same machine noise.
+//!
+//! | port | width | direction | meaning |
+//! |------|-------|-----------|---------|
+//! | 0xe0 | 32 | in  | how many repetitions per row the VMM wants (1..=[`MAX_ROW_REPS`]); all-ones where nothing decodes the port: one repetition, no signals |
+//! | 0xe0 | 32 | out | guest-physical address of a [`RepRecord`]: "row `key`, repetition `rep` done" |
+//!
+//! The native side runs the guest kernel's own machine code where it can:
+//! the kernel exports [`NATIVE_ROW_SYMBOL`] with the `extern "C"` ABI
+//! `fn(*const NativeRowArgs, *mut NativeRowOut)`, which runs one repetition
+//! of one row exactly as the guest does.
+
+/// The repetition port (see the module table).
+pub const REP_PORT: u16 = 0xe0;
+/// The most repetitions per row a guest runs, whatever the VMM answers.
+pub const MAX_ROW_REPS: u32 = 15;
+/// The symbol of the guest kernel's native entry point.
+pub const NATIVE_ROW_SYMBOL: &str = "vmm_native_row";
+
+/// Which workload a [`RowKey`] names.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowKind {
+    /// `aes-128-cbc`.
+    AesCbc = 1,
+    /// `aes-128-ctr`.
+    AesCtr = 2,
+    /// `dgemm`.
+    Dgemm = 3,
+    /// `linpack`.
+    Linpack = 4,
+}
+
+impl RowKind {
+    /// The row name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            RowKind::AesCbc => "aes-128-cbc",
+            RowKind::AesCtr => "aes-128-ctr",
+            RowKind::Dgemm => "dgemm",
+            RowKind::Linpack => "linpack",
+        }
+    }
+
+    fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            1 => RowKind::AesCbc,
+            2 => RowKind::AesCtr,
+            3 => RowKind::Dgemm,
+            4 => RowKind::Linpack,
+            _ => return None,
+        })
+    }
+}
+
+/// One result row as a 32-bit word: kind (bits 28..32), variant index in
+/// its family's `ALL` order (bits 24..28), size (bits 0..24).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowKey {
+    /// The workload.
+    pub kind: RowKind,
+    /// Index into `AesVariant::ALL` or `GemmVariant::ALL`.
+    pub variant: u8,
+    /// Message bytes or matrix order.
+    pub size: u32,
+}
+
+impl RowKey {
+    /// The largest size a key holds.
+    pub const MAX_SIZE: u32 = (1 << 24) - 1;
+
+    /// The word for this key (sizes above [`RowKey::MAX_SIZE`] are cut to it).
+    pub fn encode(self) -> u32 {
+        (self.kind as u32) << 28
+            | u32::from(self.variant & 15) << 24
+            | self.size.min(Self::MAX_SIZE)
+    }
+
+    /// The key of a word, or `None` for an unknown kind.
+    pub fn decode(word: u32) -> Option<Self> {
+        Some(RowKey {
+            kind: RowKind::from_u8((word >> 28) as u8)?,
+            variant: ((word >> 24) & 15) as u8,
+            size: word & Self::MAX_SIZE,
+        })
+    }
+}
+
+/// What the guest hands over for one repetition (at the address written to
+/// [`REP_PORT`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RepRecord {
+    /// [`RowKey::encode`] of the row.
+    pub key: u32,
+    /// Repetition index, from 0.
+    pub rep: u32,
+    /// Work units of the timed repetitions (bytes or flops).
+    pub work: u64,
+    /// TSC cycles they took.
+    pub cycles: u64,
+    /// A digest of the row's checked result (DGEMM: the product's bits;
+    /// Linpack: the solution's bits; AES: 0), to show that guest and native
+    /// computed bit for bit the same thing.
+    pub digest: u64,
+}
+
+impl RepRecord {
+    /// Size in guest memory.
+    pub const SIZE: usize = core::mem::size_of::<RepRecord>();
+}
+
+/// The arguments of [`NATIVE_ROW_SYMBOL`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NativeRowArgs {
+    /// [`RowKey::encode`] of the row to run.
+    pub key: u32,
+    /// Nonzero: quick-run measurement targets.
+    pub quick: u32,
+    /// TSC rate for the measurement target (0 = fixed work).
+    pub tsc_khz: u64,
+    /// Scratch memory for the row's buffers.
+    pub scratch: *mut u8,
+    /// Its length in bytes.
+    pub scratch_len: usize,
+}
+
+/// What [`NATIVE_ROW_SYMBOL`] returns.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct NativeRowOut {
+    /// 1 when the row ran (0: the host cannot run the variant, or the
+    /// scratch was too small).
+    pub ran: u32,
+    /// 1 when its check passed.
+    pub check: u32,
+    /// Work units timed.
+    pub work: u64,
+    /// TSC cycles they took.
+    pub cycles: u64,
+    /// The same digest as [`RepRecord::digest`].
+    pub digest: u64,
+}
+
+/// FNV-1a over the bits of `values`: the digest of [`RepRecord::digest`].
+pub fn digest_f64(values: &[f64]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for v in values {
+        for b in v.to_bits().to_le_bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip() {
+        let k = RowKey {
+            kind: RowKind::Linpack,
+            variant: 2,
+            size: 1000,
+        };
+        assert_eq!(k.encode(), 0x4200_03e8);
+        assert_eq!(RowKey::decode(k.encode()), Some(k));
+        assert_eq!(RowKey::decode(0x0200_0010), None);
+        assert_eq!(RepRecord::SIZE, 32);
+        assert_eq!(digest_f64(&[]), 0xcbf2_9ce4_8422_2325);
+        assert_ne!(digest_f64(&[0.0]), digest_f64(&[-0.0]));
+    }
+}

@@ -1,0 +1,131 @@
+//! Guest and native repetitions interleaved (issue 16 §4): every workload
+//! row gets a median guest/native ratio with its spread, the native side
+//! runs the guest kernel's own machine code (and computes its DGEMM
+//! product bit for bit), a kernel without the native entry point falls
+//! back with a named reason, and `--hugepages` reports what backed RAM.
+
+mod common;
+
+use common::{guest_kernel_file, kvm_or_skip, stderr, temp_file, vmm, vmm_json};
+use serde_json::Value;
+
+fn dgemm_rows(v: &Value) -> Vec<&Value> {
+    v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["name"] == "dgemm")
+        .collect()
+}
+
+/// Each row's spread is consistent with its median and pair count.
+fn check_spread(r: &Value, reps: u64) {
+    let med = r["native_ratio"].as_f64().unwrap_or_else(|| panic!("{r}"));
+    let sp = &r["native_spread"];
+    assert_eq!(sp["reps"].as_u64(), Some(reps), "{r}");
+    let (min, max) = (sp["min"].as_f64().unwrap(), sp["max"].as_f64().unwrap());
+    assert!(min > 0.0 && min <= med && med <= max, "{r}");
+    assert_eq!(
+        sp["noisy"].as_bool(),
+        Some(max - min > (med - 1.0).abs()),
+        "{r}"
+    );
+}
+
+#[test]
+fn every_row_gets_a_median_ratio_with_its_spread_from_the_guests_own_code() {
+    if !kvm_or_skip("every_row_gets_a_median_ratio_with_its_spread_from_the_guests_own_code") {
+        return;
+    }
+    let (out, v) = vmm_json(&["run", "--workload", "gemm,quick", "--native-reps", "3"]);
+    assert!(out.status.success(), "{v:#}");
+    let rows = dgemm_rows(&v);
+    assert!(!rows.is_empty(), "{v:#}");
+    for r in &rows {
+        check_spread(r, 3);
+        // The guest kernel's code, run natively, computed the guest's
+        // product bit for bit in every repetition.
+        assert_eq!(r["native_spread"]["same_result"], true, "{r}");
+    }
+    let n = &v["native"];
+    assert_eq!(n["code"], "guest-image", "{n}");
+    assert!(n["entry"].as_str().unwrap().starts_with("0x"), "{n}");
+    assert!(n["fallback_reason"].is_null(), "{n}");
+    assert_eq!(n["reps_per_row"], 3, "{n}");
+    assert_eq!(n["pairs"].as_u64(), Some(3 * rows.len() as u64), "{n}");
+    let noisy = rows
+        .iter()
+        .filter(|r| r["native_spread"]["noisy"] == true)
+        .count();
+    assert_eq!(n["noisy_rows"].as_u64(), Some(noisy as u64), "{n}");
+    assert!(v["hugepages"].is_null(), "{v:#}");
+}
+
+#[test]
+fn a_kernel_without_the_native_entry_falls_back_and_says_why() {
+    if !kvm_or_skip("a_kernel_without_the_native_entry_falls_back_and_says_why") {
+        return;
+    }
+    let mut kernel = std::fs::read(guest_kernel_file()).unwrap();
+    let name = b"vmm_native_row\0";
+    let at = kernel
+        .windows(name.len())
+        .position(|w| w == name)
+        .expect("the guest kernel names its native entry point");
+    kernel[at] = b'X';
+    let path = temp_file("no-native-entry.elf", &kernel);
+    let (out, v) = vmm_json(&[
+        "run",
+        "--kernel",
+        path.to_str().unwrap(),
+        "--workload",
+        "gemm,quick",
+        "--native-reps",
+        "2",
+    ]);
+    assert!(out.status.success(), "{v:#}");
+    let n = &v["native"];
+    assert_eq!(n["code"], "vmm-build", "{n}");
+    assert_eq!(
+        n["fallback_reason"], "the guest kernel exports no `vmm_native_row` function",
+        "{n}"
+    );
+    for r in dgemm_rows(&v) {
+        check_spread(r, 2);
+    }
+}
+
+#[test]
+fn hugepages_are_advised_and_measured() {
+    if !kvm_or_skip("hugepages_are_advised_and_measured") {
+        return;
+    }
+    let (out, v) = vmm_json(&[
+        "run",
+        "--workload",
+        "none",
+        "--no-native",
+        "--hugepages",
+        "--mem",
+        "128",
+    ]);
+    assert!(out.status.success(), "{v:#}");
+    let h = &v["hugepages"];
+    // MADV_HUGEPAGE exists wherever the kernel has transparent huge pages.
+    let thp = std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists();
+    assert_eq!(h["advised"].as_bool(), Some(thp), "{h}");
+    assert_eq!(h["error"].is_null(), thp, "{h}");
+    assert_eq!(h["ram_kib"], 128 * 1024, "{h}");
+    let huge = h["anon_huge_kib"].as_u64().unwrap_or_else(|| panic!("{h}"));
+    assert!(huge <= 128 * 1024 && huge % 2048 == 0, "{h}");
+}
+
+#[test]
+fn repetitions_out_of_range_are_refused() {
+    for bad in ["0", "16", "x"] {
+        let out = vmm(&["run", "--native-reps", bad]);
+        assert!(!out.status.success(), "{bad}");
+        let err = stderr(&out);
+        assert!(err.contains("--native-reps"), "{bad}: {err}");
+    }
+}

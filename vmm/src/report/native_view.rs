@@ -1,0 +1,61 @@
+//! How the guest/native ratios were measured: per row the spread of the
+//! interleaved repetitions ([`RatioSpread`]), for the run which machine code
+//! ran natively ([`NativeView`]), and what `--hugepages` achieved
+//! ([`HugePagesView`]).
+
+use serde::Serialize;
+
+/// The spread of one row's per-repetition guest/native ratios
+/// (`native_spread` in a result row; its median is `native_ratio`).
+#[derive(schemars::JsonSchema, Clone, Debug, Serialize, PartialEq)]
+pub struct RatioSpread {
+    /// Guest/native repetition pairs measured.
+    pub reps: u32,
+    /// The lowest pair's ratio.
+    pub min: f64,
+    /// The highest pair's ratio.
+    pub max: f64,
+    /// True when `max - min` is wider than the median's distance from 1.0:
+    /// noise, not the guest, decides whether this row is above or below
+    /// native speed.
+    pub noisy: bool,
+    /// Whether every native repetition computed bit for bit the guest's
+    /// result (DGEMM product, Linpack solution; null for AES rows, whose
+    /// known answers are checked on both sides instead).
+    pub same_result: Option<bool>,
+}
+
+/// How the native side ran (`native` in the JSON; null without interleaving).
+#[derive(schemars::JsonSchema, Clone, Debug, Serialize, PartialEq)]
+pub struct NativeView {
+    /// `guest-image`: the guest kernel's own bytes, mapped at its link
+    /// address in the VMM and called through `vmm_native_row`;
+    /// `vmm-build`: the VMM's build of the same source (other machine code).
+    pub code: &'static str,
+    /// Address of the entry point (`guest-image` only).
+    pub entry: Option<String>,
+    /// Why the guest image could not be used (`vmm-build` only).
+    pub fallback_reason: Option<String>,
+    /// Repetitions per row the guest was asked for.
+    pub reps_per_row: u32,
+    /// Guest/native pairs measured.
+    pub pairs: usize,
+    /// Rows with a ratio whose spread is wider than its distance from 1.0.
+    pub noisy_rows: usize,
+}
+
+/// What `--hugepages` did to guest RAM (`hugepages` in the JSON; null
+/// without the option).
+#[derive(schemars::JsonSchema, Clone, Debug, Serialize, PartialEq)]
+pub struct HugePagesView {
+    /// Whether `madvise(MADV_HUGEPAGE)` on the RAM mapping succeeded.
+    pub advised: bool,
+    /// Why not (null when it did).
+    pub error: Option<String>,
+    /// Guest RAM in KiB.
+    pub ram_kib: u64,
+    /// KiB of the RAM mapping backed by transparent huge pages at the end
+    /// of the run (`AnonHugePages` in `/proc/self/smaps`); null when it
+    /// could not be read.
+    pub anon_huge_kib: Option<u64>,
+}
