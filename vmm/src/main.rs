@@ -208,6 +208,8 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
     // before booting; an invalid mask stops here, before any VM exists.
     let resolution = match &args.xfeatures {
         Some(spec) => {
+            // Before KVM is asked: its table lacks AMX until permitted.
+            vmm::arch::amx::permit_guest(Some(spec))?;
             let host = vmm::kvm::HostKvm::open()?;
             let r = vmm::cpuid::validate_policy_resolution(
                 Some(spec),
