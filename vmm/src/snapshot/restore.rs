@@ -164,6 +164,16 @@ pub(crate) fn build(
     })?;
 
     let tsc_khz = load_vcpu(&machine, v, meta.tsc_khz, &resolved, &mut policy)?;
+    // XFD after the CPUID that gives the guest XFD, before the xsave image.
+    let listed = host
+        .kvm
+        .get_msr_index_list()
+        .map_err(Error::kvm("KVM_GET_MSR_INDEX_LIST"))?;
+    crate::vstate::xfd::restore(
+        &machine.vcpu,
+        v.xfd,
+        crate::vstate::xfd::supported(listed.as_slice()),
+    )?;
 
     // The xsave image last, through the manager's validation.
     let sync = opts.xstate_sync.unwrap_or(checked.sync);
