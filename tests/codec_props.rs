@@ -65,18 +65,20 @@ fn vcpu(id: u32) -> impl Strategy<Value = VcpuState> {
         proptest::option::of(any::<(u64, u64)>()),
     )
         .prop_map(
-            move |(cpuid, regs, sregs, xcrs, msrs, events, mp_state, debugregs, x, xfd)| VcpuState {
-                id,
-                cpuid,
-                regs,
-                sregs,
-                xcrs,
-                msrs,
-                events,
-                mp_state,
-                debugregs,
-                xfd: xfd.map(|(xfd, xfd_err)| XfdMsrs { xfd, xfd_err }),
-                xstate: XsaveBuf::from_bytes(&x).expect(">= 576 bytes"),
+            move |(cpuid, regs, sregs, xcrs, msrs, events, mp_state, debugregs, x, xfd)| {
+                VcpuState {
+                    id,
+                    cpuid,
+                    regs,
+                    sregs,
+                    xcrs,
+                    msrs,
+                    events,
+                    mp_state,
+                    debugregs,
+                    xfd: xfd.map(|(xfd, xfd_err)| XfdMsrs { xfd, xfd_err }),
+                    xstate: XsaveBuf::from_bytes(&x).expect(">= 576 bytes"),
+                }
             },
         )
 }

@@ -103,7 +103,8 @@ struct RunArgs {
     #[arg(long, value_enum, default_value = "lazy")]
     xstate_sync: SyncPolicy,
     /// Workloads the guest runs, comma-separated: none, quick (every
-    /// workload at small sizes), aes, gemm, linpack, all (full sizes);
+    /// workload at small sizes), aes, gemm, linpack, amx (the AMX tile
+    /// product, only when named), all (full sizes);
     /// `aes,quick` runs one workload at small sizes.
     #[arg(long, value_name = "LIST", default_value = "quick")]
     workload: String,

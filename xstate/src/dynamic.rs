@@ -88,7 +88,11 @@ pub struct DynamicSizes {
 impl DynamicSizes {
     /// Sizes of `xcr0` (user state) and `xss` (supervisor state, compacted
     /// only) laid out by `info`.
-    pub fn of(info: &XsaveInfo, xcr0: XfeatureMask, xss: XfeatureMask) -> Result<Self, LayoutError> {
+    pub fn of(
+        info: &XsaveInfo,
+        xcr0: XfeatureMask,
+        xss: XfeatureMask,
+    ) -> Result<Self, LayoutError> {
         let dynamic = xcr0 & dynamic_components(info);
         let static_xcr0 = without_dynamic(xcr0, dynamic);
         Ok(Self {
@@ -195,7 +199,10 @@ mod tests {
         let amx = XfeatureMask::from_bits(0x60003);
         assert_eq!(needs_permission(amx, Some(&info)), XTILEDATA);
         assert_eq!(needs_permission(amx, None), XTILEDATA);
-        assert_eq!(needs_permission(XfeatureMask::from_bits(0x2e7), Some(&info)), XfeatureMask::EMPTY);
+        assert_eq!(
+            needs_permission(XfeatureMask::from_bits(0x2e7), Some(&info)),
+            XfeatureMask::EMPTY
+        );
         assert_eq!(permission_request(XTILEDATA), Some(18));
         assert_eq!(permission_request(XfeatureMask::EMPTY), None);
         // A host without AMX: the request still names the feature (and fails there).

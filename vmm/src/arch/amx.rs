@@ -311,6 +311,18 @@ pub fn permit_policy(xcr0: XfeatureMask) -> Result<Permit, PermissionError> {
     request_permission(&mut ArchPrctl, Scope::Guest, wanted, host.as_ref()).map(Permit::Granted)
 }
 
+/// Ask Linux to let this process's own threads use the CPU's dynamic
+/// components (`ARCH_REQ_XCOMP_PERM`), for the native run of the AMX
+/// workload. False when the CPU has none or the kernel refuses.
+pub fn permit_native() -> bool {
+    let Ok(host) = XsaveInfo::host() else {
+        return false;
+    };
+    let wanted = xstate::dynamic::dynamic_components(&host);
+    !wanted.is_empty()
+        && request_permission(&mut ArchPrctl, Scope::Process, wanted, Some(&host)).is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -382,12 +394,24 @@ mod tests {
         assert_eq!(wanted_by_request(Some("0x602e7"), Some(&spr)), tiles);
         assert_eq!(wanted_by_request(None, Some(&spr)), tiles);
         assert_eq!(wanted_by_request(Some("host"), Some(&spr)), tiles);
-        assert_eq!(wanted_by_request(Some("-amx"), Some(&spr)), XfeatureMask::EMPTY);
-        assert_eq!(wanted_by_request(Some("avx512"), Some(&spr)), XfeatureMask::EMPTY);
+        assert_eq!(
+            wanted_by_request(Some("-amx"), Some(&spr)),
+            XfeatureMask::EMPTY
+        );
+        assert_eq!(
+            wanted_by_request(Some("avx512"), Some(&spr)),
+            XfeatureMask::EMPTY
+        );
         assert_eq!(wanted_by_request(None, Some(&zen)), XfeatureMask::EMPTY);
-        assert_eq!(wanted_by_request(Some("host"), Some(&zen)), XfeatureMask::EMPTY);
+        assert_eq!(
+            wanted_by_request(Some("host"), Some(&zen)),
+            XfeatureMask::EMPTY
+        );
         // The grammar's refusal is the policy check's to report.
-        assert_eq!(wanted_by_request(Some("bogus"), Some(&spr)), XfeatureMask::EMPTY);
+        assert_eq!(
+            wanted_by_request(Some("bogus"), Some(&spr)),
+            XfeatureMask::EMPTY
+        );
     }
 
     #[test]
@@ -395,7 +419,10 @@ mod tests {
         let mut sys = fake(Ok(()), Ok(0x602e7));
         let p = permit_for_request(&mut sys, Some("amx"), Some(&spr())).unwrap();
         assert_eq!(p, Permit::Granted(XfeatureMask::from_bits(0x602e7)));
-        assert_eq!(sys.calls, vec![(Scope::Guest, Some(18)), (Scope::Guest, None)]);
+        assert_eq!(
+            sys.calls,
+            vec![(Scope::Guest, Some(18)), (Scope::Guest, None)]
+        );
         // Nothing dynamic wanted: no call at all.
         let mut sys = fake(Err(libc::EINVAL), Err(libc::EINVAL));
         let p = permit_for_request(&mut sys, Some("avx512"), Some(&spr())).unwrap();
@@ -417,7 +444,10 @@ mod tests {
         // On an AMX CPU the same refusal blames the kernel.
         let mut sys = fake(Err(libc::EINVAL), Ok(0));
         let e = permit_for_request(&mut sys, Some("amx"), Some(&spr())).unwrap_err();
-        assert!(e.to_string().contains("the CPU has it, so this kernel"), "{e}");
+        assert!(
+            e.to_string().contains("the CPU has it, so this kernel"),
+            "{e}"
+        );
     }
 
     #[test]

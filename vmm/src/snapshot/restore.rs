@@ -122,8 +122,7 @@ pub fn restore(
     };
     // A policy with AMX tile data needs the host's permission before KVM's
     // table is read.
-    crate::arch::amx::permit_policy(snap.meta.policy())
-        .map_err(|e| vmm_err(e.into()))?;
+    crate::arch::amx::permit_policy(snap.meta.policy()).map_err(|e| vmm_err(e.into()))?;
     // System ioctls only (KVM_GET_SUPPORTED_CPUID, ...): no VM yet.
     let host = HostKvm::open().map_err(vmm_err)?;
     let validated = validate(path, &snap, &host)?;

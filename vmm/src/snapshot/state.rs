@@ -481,7 +481,10 @@ impl Snapshot {
                     .get(&n("debugregs"))
                     .map(|b| pod_from(&n("debugregs"), b))
                     .transpose()?,
-                xfd: c.get(&n("xfd")).map(|b| xfd_from(&n("xfd"), b)).transpose()?,
+                xfd: c
+                    .get(&n("xfd"))
+                    .map(|b| xfd_from(&n("xfd"), b))
+                    .transpose()?,
                 xstate,
             });
         }
@@ -581,7 +584,10 @@ mod tests {
         let mut c = with_xfd(None).to_container();
         c.push("vcpu0.xfd", pairs_to_bytes(&[(MSR_IA32_XFD, 0), (0x10, 0)]));
         let e = Snapshot::from_container(&c).unwrap_err().to_string();
-        assert!(e.contains("section \"vcpu0.xfd\" must hold exactly IA32_XFD"), "{e}");
+        assert!(
+            e.contains("section \"vcpu0.xfd\" must hold exactly IA32_XFD"),
+            "{e}"
+        );
     }
 
     #[test]
