@@ -163,6 +163,9 @@ pub fn info(path: &Path) -> Result<SnapshotInfo, SnapshotError> {
             }
         })
         .collect();
+    // As `vmm restore` does: KVM's table lacks AMX until this process may
+    // give it to guests. A refusal shows as the validation's own reason.
+    let _ = crate::arch::amx::permit_policy(snap.meta.policy());
     let (restorable_here, restore_refusal) = match HostKvm::open() {
         // Exactly what `vmm restore` runs before it creates a VM.
         Ok(host) => match restore::validate(path, &snap, &host) {

@@ -121,8 +121,12 @@ pub fn restore(
         source,
     };
     // A policy with AMX tile data needs the host's permission before KVM's
-    // table is read.
-    crate::arch::amx::permit_policy(snap.meta.policy()).map_err(|e| vmm_err(e.into()))?;
+    // table is read. Refused, KVM's table lacks the tiles and the
+    // validation below refuses the snapshot, naming the state; the
+    // kernel's answer is printed first.
+    if let Err(e) = crate::arch::amx::permit_policy(snap.meta.policy()) {
+        eprintln!("vmm: warning: dynamic xfeature: {e}");
+    }
     // System ioctls only (KVM_GET_SUPPORTED_CPUID, ...): no VM yet.
     let host = HostKvm::open().map_err(vmm_err)?;
     let validated = validate(path, &snap, &host)?;
