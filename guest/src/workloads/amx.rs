@@ -11,7 +11,7 @@
 //! Shapes (palette 1, the largest tiles): `C[16x16] i32 += A[16x64] i8 .
 //! B[64x16] i8`. TDPBSSD wants B in the VNNI layout: four consecutive K
 //! values of one column side by side, `Bt[k/4][4n + k%4] = B[k][n]`
-//! ([`pack_vnni`]). [`reference`] is the plain triple loop;
+//! ([`pack_vnni`]). [`reference()`] is the plain triple loop;
 //! [`tdpbssd_model`] computes the instruction's definition over the tile
 //! layouts, so the packing is checked natively on any CPU.
 //!
