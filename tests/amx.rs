@@ -174,6 +174,11 @@ fn xfd_section_follows_the_host() {
     if !has_xfd {
         eprintln!("this KVM has no XFD MSRs: the section is absent, as checked");
     }
+    let (out, info) = vmm_json(&["snapshot", "info", snap_s]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let vcpu = &info["vcpus"][0];
+    assert_eq!(vcpu["ia32_xfd"].is_string(), has_xfd, "{info}");
+    assert_eq!(vcpu["ia32_xfd_err"].is_string(), has_xfd, "{info}");
     let (out, v) = vmm_json(&["restore", snap_s, "--no-native", "--timeout", "60"]);
     assert_eq!(v["exit_status"], 0, "{v}\n{}", text(&out.stderr));
 }

@@ -189,7 +189,10 @@ mod tests {
         );
         assert!(!Selection::parse("amx").unwrap().is_empty());
         assert_eq!(
-            (Selection::parse("all").unwrap().amx, Selection::parse("").unwrap().amx),
+            (
+                Selection::parse("all").unwrap().amx,
+                Selection::parse("").unwrap().amx
+            ),
             (false, false)
         );
         assert!(Selection::parse("none,aes").is_err());
