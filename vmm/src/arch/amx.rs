@@ -13,10 +13,11 @@
 //! [`permit_for_request`] decides from the `--xfeatures` request (and the
 //! host CPU's leaf 0xD, see [`xstate::dynamic`]) whether to ask, asks, and
 //! reads the grant back with `ARCH_GET_XCOMP_GUEST_PERM`. A request that
-//! names a dynamic component and is refused is a [`PermissionError`]
-//! naming the feature, the call and the errno; the default policy ("all
-//! KVM offers") only asks when the CPU has such a component and carries on
-//! without it when refused, as KVM then does. The system call sits behind
+//! names a dynamic component (by name or number) and is refused is a
+//! [`PermissionError`] naming the feature, the call and the errno; a
+//! request that only reaches it through "all KVM offers" (the default,
+//! `host`, `all`, `-avx`) asks when the CPU has such a component and
+//! carries on without it when refused, as KVM then does. The system call sits behind
 //! [`XcompPerm`] so the decision and the error paths are tested on any
 //! host.
 
@@ -269,10 +270,27 @@ pub fn wanted_by_request(spec: Option<&str>, host: Option<&XsaveInfo>) -> Xfeatu
     needs_permission(requested, host)
 }
 
+/// The dynamic components an `--xfeatures` request names itself (by name
+/// or number), as opposed to reaching them through `host`/`all` or a
+/// leading `-`: those mean "whatever KVM can give", which is less when the
+/// permission is refused.
+pub fn named_by_request(spec: Option<&str>, host: Option<&XsaveInfo>) -> XfeatureMask {
+    let Some(s) = spec else {
+        return XfeatureMask::EMPTY;
+    };
+    let cpu = host.map_or(XfeatureMask::LEGACY, |i| i.supported_xcr0());
+    let without = cpu - needs_permission(cpu, host);
+    match XfeatureMask::resolve(s, without) {
+        Ok(r) => needs_permission(r.result, host),
+        Err(_) => XfeatureMask::EMPTY,
+    }
+}
+
 /// Ask for the guest permission an `--xfeatures` request needs, before any
-/// KVM table is read or vCPU created (see the module docs). An explicit
-/// request that is refused is an error; the default's is a
-/// [`Permit::Unavailable`].
+/// KVM table is read or vCPU created (see the module docs). A refusal is
+/// an error when the request names a dynamic component
+/// ([`named_by_request`]); otherwise (the default, `host`, `-avx`) it is a
+/// [`Permit::Unavailable`] and the guest goes without, as KVM then offers.
 pub fn permit_for_request(
     sys: &mut impl XcompPerm,
     spec: Option<&str>,
@@ -282,9 +300,10 @@ pub fn permit_for_request(
     if wanted.is_empty() {
         return Ok(Permit::NotNeeded);
     }
+    let named = !named_by_request(spec, host).is_empty();
     match request_permission(sys, Scope::Guest, wanted, host) {
         Ok(granted) => Ok(Permit::Granted(granted)),
-        Err(e) if spec.is_none() => Ok(Permit::Unavailable(e.to_string())),
+        Err(e) if !named => Ok(Permit::Unavailable(e.to_string())),
         Err(e) => Err(e),
     }
 }
@@ -452,12 +471,29 @@ mod tests {
 
     #[test]
     fn default_policy_goes_without() {
-        let mut sys = fake(Err(libc::EPERM), Ok(0));
-        let p = permit_for_request(&mut sys, None, Some(&spr())).unwrap();
-        let Permit::Unavailable(why) = p else {
-            panic!("{p:?}")
-        };
-        assert!(why.contains("EPERM"), "{why}");
+        for spec in [None, Some("host"), Some("-avx"), Some("all")] {
+            let mut sys = fake(Err(libc::EPERM), Ok(0));
+            let p = permit_for_request(&mut sys, spec, Some(&spr())).unwrap();
+            let Permit::Unavailable(why) = p else {
+                panic!("{spec:?}: {p:?}")
+            };
+            assert!(why.contains("EPERM"), "{why}");
+            assert_eq!(sys.calls[0], (Scope::Guest, Some(18)), "{spec:?} asked");
+        }
+        // Named by name or number: the refusal is an error.
+        let spr = spr();
+        for spec in ["amx", "xtiledata", "host,+xtiledata", "0x602e7"] {
+            assert_eq!(
+                named_by_request(Some(spec), Some(&spr)),
+                XfeatureMask::from_bits(1 << 18),
+                "{spec}"
+            );
+            let mut sys = fake(Err(libc::EPERM), Ok(0));
+            assert!(
+                permit_for_request(&mut sys, Some(spec), Some(&spr)).is_err(),
+                "{spec}"
+            );
+        }
     }
 
     #[test]
