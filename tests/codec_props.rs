@@ -15,6 +15,7 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use vmm::snapshot::format::{Container, SparseMemory, PAGE_SIZE};
 use vmm::snapshot::state::{Meta, SerialRegs, Snapshot, VcpuState};
+use vmm::vstate::xfd::XfdMsrs;
 use xstate::{CpuidEntry, Hex32, XsaveBuf};
 use zerocopy::FromBytes;
 
@@ -61,19 +62,23 @@ fn vcpu(id: u32) -> impl Strategy<Value = VcpuState> {
         proptest::option::of(any::<u32>()),
         proptest::option::of(pod::<kvm_debugregs>()),
         xstate_image(),
+        proptest::option::of(any::<(u64, u64)>()),
     )
         .prop_map(
-            move |(cpuid, regs, sregs, xcrs, msrs, events, mp_state, debugregs, x)| VcpuState {
-                id,
-                cpuid,
-                regs,
-                sregs,
-                xcrs,
-                msrs,
-                events,
-                mp_state,
-                debugregs,
-                xstate: XsaveBuf::from_bytes(&x).expect(">= 576 bytes"),
+            move |(cpuid, regs, sregs, xcrs, msrs, events, mp_state, debugregs, x, xfd)| {
+                VcpuState {
+                    id,
+                    cpuid,
+                    regs,
+                    sregs,
+                    xcrs,
+                    msrs,
+                    events,
+                    mp_state,
+                    debugregs,
+                    xfd: xfd.map(|(xfd, xfd_err)| XfdMsrs { xfd, xfd_err }),
+                    xstate: XsaveBuf::from_bytes(&x).expect(">= 576 bytes"),
+                }
             },
         )
 }

@@ -40,6 +40,9 @@ pub enum Error {
     /// The requested xfeature / CPUID policy is invalid for this host.
     #[error("invalid xstate policy: {0}")]
     Policy(#[from] PolicyError),
+    /// The host refused a dynamic xfeature (AMX tile data) the policy asks for.
+    #[error("dynamic xfeature: {0}")]
+    DynamicXfeature(#[from] crate::arch::amx::PermissionError),
     /// A command-line value other than the xstate policy was refused.
     #[error("invalid argument: {0}")]
     Argument(String),
@@ -572,6 +575,11 @@ impl Error {
                 _ => "`ls -l /dev/kvm` and `dmesg | grep -i kvm` show what is wrong".into(),
             }),
             Error::Policy(p) => p.hint(),
+            Error::DynamicXfeature(_) => Some(
+                "leave AMX out (`--xfeatures host,-amx`) or run on a host whose CPU and kernel \
+                 offer it to guests; `vmm features --no-boot` shows what this host offers"
+                    .into(),
+            ),
             Error::Boot(BootError::NotElf { .. } | BootError::Image { .. }) => Some(
                 "--kernel takes a PVH ELF kernel (one with a XEN_ELFNOTE_PHYS32_ENTRY note); \
                  without --kernel the embedded guest boots"

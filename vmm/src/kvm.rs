@@ -63,15 +63,70 @@ impl HostKvm {
             .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
             .map_err(Error::kvm("KVM_GET_SUPPORTED_CPUID"))?;
         let xstate = KvmXstate::from_supported(&supported_cpuid)?;
-        // 0 (absent) and anything below the legacy region mean the same:
-        // KVM_GET_XSAVE's 4 KiB holds everything.
-        let xsave2_size =
-            (kvm.check_extension_int(Cap::Xsave2).max(0) as usize).max(KVM_XSAVE_REGION_SIZE);
+        // Read after any dynamic-xfeature permission (crate::arch::amx): KVM
+        // sizes it by what this process may give its guests.
+        let xsave2_size = xsave_image_size(kvm.check_extension_int(Cap::Xsave2), &xstate.info)?;
         Ok(Self {
             kvm,
             supported_cpuid,
             xstate,
             xsave2_size,
         })
+    }
+}
+
+/// The xsave image size KVM exchanges, from `KVM_CAP_XSAVE2` (`cap`, 0 when
+/// absent): 0 and anything below the legacy region mean KVM_GET_XSAVE's
+/// 4 KiB. Refused when smaller than the standard-format size of the user
+/// state KVM's own table offers (`info`): every image would be truncated,
+/// which is how AMX tile data (8 KiB at offset 0xb00) gets lost.
+pub fn xsave_image_size(cap: i32, info: &XsaveInfo) -> Result<usize> {
+    let size = usize::try_from(cap).unwrap_or(0).max(KVM_XSAVE_REGION_SIZE);
+    let needed = info
+        .standard_size(info.supported_xcr0())
+        .map_err(|_| Error::KvmCapability("a consistent leaf 0xD layout"))?;
+    if (needed as usize) > size {
+        return Err(Error::KvmCapability(
+            "KVM_CAP_XSAVE2 as large as the state its CPUID table offers \
+             (KVM_GET_XSAVE's 4 KiB cannot hold it)",
+        ));
+    }
+    Ok(size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xstate::CpuidRegs;
+
+    fn leaf_d(xcr0: u32, max: u32) -> XsaveInfo {
+        XsaveInfo::from_leaf_0xd(|i| match i {
+            0 => CpuidRegs::new(xcr0, max, max, 0),
+            1 => CpuidRegs::new(0x1f, 0, 0, 0),
+            2 => CpuidRegs::new(0x100, 0x240, 0, 0),
+            5 => CpuidRegs::new(0x40, 0x440, 0, 0),
+            6 => CpuidRegs::new(0x200, 0x480, 0, 0),
+            7 => CpuidRegs::new(0x400, 0x680, 0, 0),
+            9 => CpuidRegs::new(0x8, 0xa80, 0, 0),
+            17 => CpuidRegs::new(0x40, 0xac0, 2, 0),
+            18 => CpuidRegs::new(0x2000, 0xb00, 6, 0),
+            _ => CpuidRegs::default(),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn xsave_image_is_sized_by_xsave2() {
+        // Sapphire Rapids with the AMX permission: 0x2b00 bytes, XSAVE2 needed.
+        let amx = leaf_d(0x602e7, 0x2b00);
+        assert_eq!(xsave_image_size(0x2b00, &amx).unwrap(), 0x2b00);
+        let e = xsave_image_size(0, &amx).unwrap_err().to_string();
+        assert!(e.contains("KVM_CAP_XSAVE2"), "{e}");
+        assert!(xsave_image_size(4096, &amx).is_err());
+        // Without it KVM's table has no AMX and 4 KiB holds everything.
+        let no_amx = leaf_d(0x2e7, 0xa88);
+        assert_eq!(xsave_image_size(0, &no_amx).unwrap(), 4096);
+        assert_eq!(xsave_image_size(-1, &no_amx).unwrap(), 4096);
+        assert_eq!(xsave_image_size(0xa88, &no_amx).unwrap(), 4096);
     }
 }

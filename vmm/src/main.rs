@@ -103,7 +103,8 @@ struct RunArgs {
     #[arg(long, value_enum, default_value = "lazy")]
     xstate_sync: SyncPolicy,
     /// Workloads the guest runs, comma-separated: none, quick (every
-    /// workload at small sizes), aes, gemm, linpack, all (full sizes);
+    /// workload at small sizes), aes, gemm, linpack, amx (the AMX tile
+    /// product, only when named), all (full sizes);
     /// `aes,quick` runs one workload at small sizes.
     #[arg(long, value_name = "LIST", default_value = "quick")]
     workload: String,
@@ -227,6 +228,8 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
     // before booting; an invalid mask stops here, before any VM exists.
     let resolution = match &args.xfeatures {
         Some(spec) => {
+            // Before KVM is asked: its table lacks AMX until permitted.
+            vmm::arch::amx::permit_guest(Some(spec))?;
             let host = vmm::kvm::HostKvm::open()?;
             let r = vmm::cpuid::validate_policy_resolution(
                 Some(spec),

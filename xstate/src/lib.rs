@@ -32,6 +32,9 @@
 //! - [`compat`]: whether saved state can be restored on a host
 //!   ([`restorable_on`]), the largest valid XCR0 of a mask, and masks
 //!   described for messages ([`Described`]).
+//! - [`dynamic`]: dynamic xfeatures (AMX tile data): which components need
+//!   an OS permission (XFD-capable), the permission request, and buffer sizes
+//!   with and without them ([`dynamic::DynamicSizes`]).
 //! - [`area`]: the fixed part of every area: the legacy region and header
 //!   byte map ([`area::offsets`]), [`XSAVE_MIN_SIZE`], the x87/SSE init values.
 //! - [`buffer`]: XSAVE areas: [`XsaveRef`]/[`XsaveMut`] views over caller
@@ -75,6 +78,7 @@ pub mod area;
 pub mod buffer;
 pub mod compat;
 pub mod convert;
+pub mod dynamic;
 pub mod feature;
 pub mod info;
 pub mod init;

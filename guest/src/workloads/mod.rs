@@ -17,6 +17,7 @@
 //!
 //! - [`features`]: CPUID + XCR0 -> usable variants, and skip reasons.
 //! - [`selection`]: the `workload=` list.
+//! - [`amx`]: the AMX tile product (TDPBSSD) and its scalar reference.
 //! - [`aes`], [`gemm`], [`linpack`]: the building blocks, public for tests
 //!   and benchmarks.
 //! - [`runner`]: sizes, checks, timing and report records ([`run`]).
@@ -26,6 +27,7 @@
 extern crate std;
 
 pub mod aes;
+pub mod amx;
 pub mod features;
 pub mod gemm;
 pub mod linpack;

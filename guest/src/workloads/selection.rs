@@ -10,6 +10,9 @@ pub struct Selection {
     pub gemm: bool,
     /// Linpack (LU with partial pivoting + solve) per ISA variant.
     pub linpack: bool,
+    /// The AMX tile product (TDPBSSD), only when named (`amx`): on a CPU or
+    /// XCR0 without AMX its row says why it is not available.
+    pub amx: bool,
     /// Small sizes and short measurements: the whole set takes a few seconds.
     pub quick: bool,
     /// Fault injection: corrupt one AES round key after key expansion, so
@@ -22,13 +25,14 @@ impl Selection {
     /// The words users may give, as help texts and errors list them (the
     /// test hook `corrupt-aes-key` is accepted by [`Selection::parse`] but
     /// deliberately not listed).
-    pub const WORDS: [&'static str; 6] = ["none", "quick", "aes", "gemm", "linpack", "all"];
+    pub const WORDS: [&'static str; 7] = ["none", "quick", "aes", "gemm", "linpack", "amx", "all"];
 
     /// Nothing at all (`none`).
     pub const NONE: Selection = Selection {
         aes: false,
         gemm: false,
         linpack: false,
+        amx: false,
         quick: false,
         corrupt_aes_key: false,
     };
@@ -38,6 +42,7 @@ impl Selection {
         aes: true,
         gemm: true,
         linpack: true,
+        amx: false,
         quick: true,
         corrupt_aes_key: false,
     };
@@ -47,6 +52,7 @@ impl Selection {
         aes: true,
         gemm: true,
         linpack: true,
+        amx: false,
         quick: false,
         corrupt_aes_key: false,
     };
@@ -57,6 +63,8 @@ impl Selection {
     /// - `none`: nothing (cannot be combined with other words);
     /// - `aes`, `gemm`, `linpack`: those workloads at full sizes, or at quick
     ///   sizes when `quick` is in the list too (`aes,quick`);
+    /// - `amx`: the AMX tile product (not part of `quick` or `all`: it is
+    ///   one fixed-size product, and most CPUs have no AMX);
     /// - `all`: every workload at full sizes;
     /// - `corrupt-aes-key`: a test hook, not for users, so it appears in no
     ///   help text or error list ([`Selection::WORDS`]): fault injection (see
@@ -82,6 +90,7 @@ impl Selection {
                 "aes" => (sel.aes, named) = (true, true),
                 "gemm" => (sel.gemm, named) = (true, true),
                 "linpack" => (sel.linpack, named) = (true, true),
+                "amx" => (sel.amx, named) = (true, true),
                 "all" => {
                     (sel.aes, sel.gemm, sel.linpack) = (true, true, true);
                     named = true;
@@ -90,7 +99,7 @@ impl Selection {
                 "" => return Err("empty item in workload list"),
                 _ => {
                     return Err(
-                        "unknown workload (valid, comma-separated: none, quick, aes, gemm, linpack, all)",
+                        "unknown workload (valid, comma-separated: none, quick, aes, gemm, linpack, amx, all)",
                     )
                 }
             }
@@ -111,7 +120,7 @@ impl Selection {
 
     /// Whether anything at all runs.
     pub fn is_empty(&self) -> bool {
-        !(self.aes || self.gemm || self.linpack)
+        !(self.aes || self.gemm || self.linpack || self.amx)
     }
 }
 
@@ -171,6 +180,21 @@ mod tests {
             })
         );
         assert_eq!(Selection::parse("all,quick"), Ok(Selection::QUICK));
+        assert_eq!(
+            Selection::parse("amx"),
+            Ok(Selection {
+                amx: true,
+                ..Selection::NONE
+            })
+        );
+        assert!(!Selection::parse("amx").unwrap().is_empty());
+        assert_eq!(
+            (
+                Selection::parse("all").unwrap().amx,
+                Selection::parse("").unwrap().amx
+            ),
+            (false, false)
+        );
         assert!(Selection::parse("none,aes").is_err());
         assert!(Selection::parse("aes,,gemm").is_err());
         assert!(Selection::parse("AES").is_err());

@@ -328,6 +328,11 @@ pub fn main(args: BenchArgs) -> Result<i32> {
                 plot::check_target(p)?;
             }
             let (save_to, against) = bl.resolve(&exits::KIND)?;
+            // An --xfeatures naming AMX needs the guest permission before
+            // KVM's table is read (see crate::arch::amx).
+            for spec in &xfeatures {
+                crate::arch::amx::permit_guest(Some(spec))?;
+            }
             let host = HostKvm::open()?;
             let masks = if !xfeatures.is_empty() {
                 xfeatures

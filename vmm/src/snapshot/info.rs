@@ -118,6 +118,11 @@ pub struct VcpuInfo {
     pub mp_state: Option<u32>,
     /// Whether debug registers were saved.
     pub debugregs: bool,
+    /// `IA32_XFD` as saved (`vcpuN.xfd`); absent where the source KVM had
+    /// no XFD MSRs.
+    pub ia32_xfd: Option<String>,
+    /// `IA32_XFD_ERR` as saved, likewise.
+    pub ia32_xfd_err: Option<String>,
 }
 
 fn reg(v: u64) -> String {
@@ -160,9 +165,14 @@ pub fn info(path: &Path) -> Result<SnapshotInfo, SnapshotError> {
                 events: v.events.is_some(),
                 mp_state: v.mp_state,
                 debugregs: v.debugregs.is_some(),
+                ia32_xfd: v.xfd.map(|x| reg(x.xfd)),
+                ia32_xfd_err: v.xfd.map(|x| reg(x.xfd_err)),
             }
         })
         .collect();
+    // As `vmm restore` does: KVM's table lacks AMX until this process may
+    // give it to guests. A refusal shows as the validation's own reason.
+    let _ = crate::arch::amx::permit_policy(snap.meta.policy());
     let (restorable_here, restore_refusal) = match HostKvm::open() {
         // Exactly what `vmm restore` runs before it creates a VM.
         Ok(host) => match restore::validate(path, &snap, &host) {

@@ -214,6 +214,13 @@ pub fn restore(
         path: path.to_path_buf(),
         source,
     };
+    // A policy with AMX tile data needs the host's permission before KVM's
+    // table is read. Refused, KVM's table lacks the tiles and the
+    // validation below refuses the snapshot, naming the state; the
+    // kernel's answer is printed first.
+    if let Err(e) = crate::arch::amx::permit_policy(snap.meta.policy()) {
+        eprintln!("vmm: warning: dynamic xfeature: {e}");
+    }
     // System ioctls only (KVM_GET_SUPPORTED_CPUID, ...): no VM yet.
     let host = HostKvm::open().map_err(vmm_err)?;
     let validated = validate(path, &snap, &host)?;
@@ -268,6 +275,16 @@ pub(crate) fn build(
     })?;
 
     let tsc_khz = load_vcpu(&machine, v, meta.tsc_khz, &resolved, &mut policy)?;
+    // XFD after the CPUID that gives the guest XFD, before the xsave image.
+    let listed = host
+        .kvm
+        .get_msr_index_list()
+        .map_err(Error::kvm("KVM_GET_MSR_INDEX_LIST"))?;
+    crate::vstate::xfd::restore(
+        &machine.vcpu,
+        v.xfd,
+        crate::vstate::xfd::supported(listed.as_slice()),
+    )?;
 
     // The xsave image last, through the manager's validation.
     let sync = opts.xstate_sync.unwrap_or(checked.sync);

@@ -33,6 +33,7 @@ use crate::devices::Devices;
 use crate::error::{Error, MemoryError, Result};
 use crate::kvm::HostKvm;
 use crate::vstate::vcpu::{self, SAVED_MSRS};
+use crate::vstate::xfd;
 use crate::xstate_manager::{SyncPolicy, XstateManager};
 
 /// How much guest RAM is copied out at a time to be encoded.
@@ -85,6 +86,8 @@ pub struct SaveContext {
     pub cpuid: Vec<kvm_cpuid_entry2>,
     /// The MSRs of [`SAVED_MSRS`] this KVM lists.
     pub msrs: Vec<u32>,
+    /// This KVM lists the XFD MSRs ([`xfd::supported`]).
+    pub xfd: bool,
 }
 
 impl SaveContext {
@@ -111,6 +114,7 @@ impl SaveContext {
             .map(|(i, _)| *i)
             .filter(|i| listed.contains(i))
             .collect();
+        let xfd = xfd::supported(listed);
         Ok(Self {
             path,
             force: false,
@@ -124,6 +128,7 @@ impl SaveContext {
             tsc_khz,
             cpuid,
             msrs,
+            xfd,
         })
     }
 }
@@ -167,6 +172,7 @@ pub fn capture(ctx: &SaveContext, trigger: Trigger, vm: Running<'_>) -> Result<S
     let events = vcpu.get_vcpu_events().ok();
     let mp_state = vcpu.get_mp_state().ok().map(|m| m.mp_state);
     let debugregs = vcpu.get_debug_regs().ok();
+    let xfd = xfd::save(vcpu, ctx.xfd)?;
     let compacted = xstate.state(vcpu)?.clone();
 
     let memory = encode_memory(mem)?;
@@ -212,6 +218,7 @@ pub fn capture(ctx: &SaveContext, trigger: Trigger, vm: Running<'_>) -> Result<S
             events,
             mp_state,
             debugregs,
+            xfd,
             xstate: compacted,
         }],
     })

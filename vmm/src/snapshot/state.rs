@@ -14,6 +14,7 @@
 //! | `vcpuN.events` | `struct kvm_vcpu_events` (64 bytes), when KVM has it |
 //! | `vcpuN.mp_state` | `struct kvm_mp_state` (4 bytes), when KVM has it |
 //! | `vcpuN.debugregs` | `struct kvm_debugregs` (128 bytes), when KVM has it |
+//! | `vcpuN.xfd` | `IA32_XFD` and `IA32_XFD_ERR` as (index u32, 0 u32, value u64), exactly those two, when KVM lists them (hosts with XFD, see [`crate::vstate::xfd`]); optional: a snapshot without it restores as before |
 //! | `vcpuN.xstate` | the extended state **compacted with only the components in use**: an XSAVEC-format image whose XCOMP_BV (bit 63 set) equals its XSTATE_BV, laid out by the source KVM's leaf 0xD in `meta` |
 //!
 //! KVM structures are stored as their Linux UAPI layout (little-endian x86-64),
@@ -25,6 +26,7 @@ use xstate::{CpuidEntry, CpuidProfile, XfeatureMask, XsaveBuf, XsaveInfo};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
 use super::format::{Container, FormatError, SectionInfo, SparseMemory, PAGES_SECTION};
+use crate::vstate::xfd::XfdMsrs;
 
 /// Everything in a snapshot, decoded.
 #[derive(Clone, Debug)]
@@ -167,6 +169,8 @@ pub struct VcpuState {
     pub mp_state: Option<u32>,
     /// Debug registers, when KVM has them.
     pub debugregs: Option<kvm_debugregs>,
+    /// `IA32_XFD` / `IA32_XFD_ERR`, where the source KVM has XFD.
+    pub xfd: Option<XfdMsrs>,
     /// Compacted, in-use components only.
     pub xstate: XsaveBuf,
 }
@@ -236,6 +240,18 @@ fn pairs_from(name: &str, b: &[u8]) -> Result<Vec<(u32, u64)>, FormatError> {
     Ok(out)
 }
 
+/// The `vcpuN.xfd` section: exactly `IA32_XFD` and `IA32_XFD_ERR`.
+fn xfd_from(name: &str, b: &[u8]) -> Result<XfdMsrs, FormatError> {
+    let pairs = pairs_from(name, b)?;
+    XfdMsrs::from_pairs(&pairs).ok_or_else(|| {
+        FormatError::Malformed(format!(
+            "section \"{name}\" must hold exactly IA32_XFD (0x1c4) and IA32_XFD_ERR (0x1c5), \
+             holds {:x?}",
+            pairs.iter().map(|(i, _)| i).collect::<Vec<_>>()
+        ))
+    })
+}
+
 fn cpuid_to_bytes(entries: &[kvm_cpuid_entry2]) -> Vec<u8> {
     let mut out = Vec::with_capacity(40 * entries.len());
     for e in entries {
@@ -298,6 +314,7 @@ pub const VCPU_SECTIONS: &[&str] = &[
     "events",
     "mp_state",
     "debugregs",
+    "xfd",
     "xstate",
 ];
 
@@ -417,6 +434,9 @@ impl Snapshot {
             if let Some(d) = &v.debugregs {
                 c.push(&n("debugregs"), pod_bytes(d));
             }
+            if let Some(x) = &v.xfd {
+                c.push(&n("xfd"), pairs_to_bytes(&x.pairs()));
+            }
             c.push(&n("xstate"), v.xstate.to_vec());
         }
         c.push("serial", self.serial_output.clone());
@@ -493,6 +513,10 @@ impl Snapshot {
                     .get(&n("debugregs"))
                     .map(|b| pod_from(&n("debugregs"), b))
                     .transpose()?,
+                xfd: c
+                    .get(&n("xfd"))
+                    .map(|b| xfd_from(&n("xfd"), b))
+                    .transpose()?,
                 xstate,
             });
         }
@@ -537,6 +561,65 @@ mod tests {
         assert_eq!(std::mem::size_of::<kvm_sregs>(), 312);
         assert_eq!(std::mem::size_of::<kvm_vcpu_events>(), 64);
         assert_eq!(std::mem::size_of::<kvm_debugregs>(), 128);
+    }
+
+    /// A one-vCPU snapshot with the given XFD section.
+    fn with_xfd(xfd: Option<XfdMsrs>) -> Snapshot {
+        Snapshot {
+            meta: serde_json::from_value(serde_json::json!({
+                "vmm_version": "0", "created_unix_s": 0, "trigger": "time", "mem_mib": 1,
+                "cmdline": "", "policy_xcr0": 0x60003, "init_xstate": "minimal",
+                "xstate_sync": "lazy", "kvm_xcr0": 0x602e7, "kvm_xss": 0, "kvm_leaf_0xd": [],
+                "xsave2_size": 0x2b00, "tsc_khz": 0, "irqchip": "none",
+                "serial": SerialRegs::default(), "exits": 0, "guest_ran_ms": 0.0
+            }))
+            .unwrap(),
+            memory: SparseMemory::from_bytes(&SparseMemory::empty().to_bytes()).unwrap(),
+            serial_output: Vec::new(),
+            vcpus: vec![VcpuState {
+                id: 0,
+                cpuid: Vec::new(),
+                regs: kvm_regs::default(),
+                sregs: kvm_sregs::default(),
+                xcrs: vec![(0, 0x60003)],
+                msrs: Vec::new(),
+                events: None,
+                mp_state: None,
+                debugregs: None,
+                xfd,
+                xstate: XsaveBuf::new(576),
+            }],
+        }
+    }
+
+    #[test]
+    fn xfd_section_round_trips_and_is_optional() {
+        use crate::vstate::xfd::{MSR_IA32_XFD, MSR_IA32_XFD_ERR};
+        let armed = XfdMsrs {
+            xfd: 1 << 18,
+            xfd_err: 1 << 18,
+        };
+        let c = with_xfd(Some(armed)).to_container();
+        let b = c.get("vcpu0.xfd").expect("section written");
+        assert_eq!(b.len(), 32);
+        assert_eq!(
+            pairs_from("x", b).unwrap(),
+            vec![(MSR_IA32_XFD, 1 << 18), (MSR_IA32_XFD_ERR, 1 << 18)]
+        );
+        let back = Snapshot::from_container(&c).unwrap();
+        assert_eq!(back.vcpus[0].xfd, Some(armed));
+        // A snapshot without the section (older, or a host without XFD).
+        let c = with_xfd(None).to_container();
+        assert!(c.get("vcpu0.xfd").is_none());
+        assert_eq!(Snapshot::from_container(&c).unwrap().vcpus[0].xfd, None);
+        // Anything but exactly the two MSRs is refused by name.
+        let mut c = with_xfd(None).to_container();
+        c.push("vcpu0.xfd", pairs_to_bytes(&[(MSR_IA32_XFD, 0), (0x10, 0)]));
+        let e = Snapshot::from_container(&c).unwrap_err().to_string();
+        assert!(
+            e.contains("section \"vcpu0.xfd\" must hold exactly IA32_XFD"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -30,6 +30,9 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
     // creates a VM it could corrupt.
     let ram_bytes = ram_bytes(config.mem_mib)?;
     let plan = boot::check_kernel(&config.kernel.bytes, &config.kernel.name, ram_bytes)?;
+    // Dynamic xfeatures (AMX) need the host's permission before KVM's table
+    // and KVM_CAP_XSAVE2 are read and before any vCPU exists.
+    crate::arch::amx::permit_guest(config.xfeatures.as_deref())?;
     let host = HostKvm::open()?;
     // Validate the policy first, once: an invalid mask never creates a VM.
     let xcr0 = validate_policy(

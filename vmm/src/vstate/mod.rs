@@ -2,6 +2,8 @@
 //!
 //! - `machine`: VM, guest RAM and vCPU creation (`Machine`).
 //! - [`vcpu`]: vCPU ioctls: CPUID, XCRs, xsave images, MSRs.
+//! - [`xfd`]: `IA32_XFD`/`IA32_XFD_ERR` saved and restored with the vCPU
+//!   where KVM has XFD (dynamic xfeatures such as AMX).
 //! - [`dump`]: register dumps for crash reports.
 //! - [`config`]: what a run is asked to do ([`RunConfig`]).
 //! - `launch`: booting a guest ([`run`]) and running a configured machine
@@ -18,6 +20,7 @@ pub mod outcome;
 pub(crate) mod runner;
 pub(crate) mod stop;
 pub mod vcpu;
+pub mod xfd;
 
 pub use config::{InterleaveSpec, KernelImage, RunConfig};
 pub use dump::RegisterDump;

@@ -16,10 +16,15 @@
 //!   not); `residual` is the scaled residual of the last solve, passing
 //!   below [`linpack::RESIDUAL_THRESHOLD`](crate::workloads::linpack::RESIDUAL_THRESHOLD). Work: `2/3 n^3 + 2 n^2` flops.
 //!
+//! - AMX (`amx`, only when named): one int8 tile product (TDPBSSD) equal
+//!   to the scalar reference, then timed; without AMX-TILE/AMX-INT8 or the
+//!   tile components in XCR0 a `not available: ...` skip record.
+//!
 //! A variant the CPU or XCR0 does not allow, or a size the scratch region
 //! is too small for, gets a skip record with the reason.
 
 mod aes_suite;
+mod amx_suite;
 mod ctx;
 mod gemm_suite;
 mod linpack_suite;
@@ -27,6 +32,7 @@ mod reps;
 mod sizes;
 
 use aes_suite::aes_suite;
+use amx_suite::amx_suite;
 use ctx::Ctx;
 use gemm_suite::gemm_suite;
 use linpack_suite::linpack_suite;
@@ -185,6 +191,9 @@ fn run_inner(
     }
     if sel.linpack {
         linpack_suite(&mut ctx, &usable, sizes.linpack, scratch);
+    }
+    if sel.amx {
+        amx_suite(&mut ctx, &usable);
     }
     ctx.ok
 }

@@ -1,0 +1,528 @@
+//! Dynamic xfeatures (AMX tile data) on the host: the permission Linux
+//! wants before a guest may use them.
+//!
+//! Linux hands out XTILEDATA (8 KiB per thread) only on request. For its
+//! guests a VMM asks with `arch_prctl(ARCH_REQ_XCOMP_GUEST_PERM, 18)`, and
+//! must do so **before** it reads KVM's supported CPUID or
+//! `KVM_CAP_XSAVE2` and before it creates any vCPU: until then KVM leaves
+//! XTILECFG and XTILEDATA out of its table, sizes the xsave image without
+//! them, and a vCPU created earlier keeps the old permission for good.
+//! The grant is per process and cannot be taken back, so asking twice is
+//! harmless.
+//!
+//! [`permit_for_request`] decides from the `--xfeatures` request (and the
+//! host CPU's leaf 0xD, see [`xstate::dynamic`]) whether to ask, asks, and
+//! reads the grant back with `ARCH_GET_XCOMP_GUEST_PERM`. A request that
+//! names a dynamic component (by name or number) and is refused is a
+//! [`PermissionError`] naming the feature, the call and the errno; a
+//! request that only reaches it through "all KVM offers" (the default,
+//! `host`, `all`, `-avx`) asks when the CPU has such a component and
+//! carries on without it when refused, as KVM then does. The system call sits behind
+//! [`XcompPerm`] so the decision and the error paths are tested on any
+//! host.
+
+use xstate::dynamic::{needs_permission, permission_request};
+use xstate::{Xfeature, XfeatureMask, XsaveInfo};
+
+/// `arch_prctl` code: the components a thread of this process may use
+/// (Linux `arch/x86/include/uapi/asm/prctl.h`).
+pub const ARCH_GET_XCOMP_PERM: libc::c_int = 0x1022;
+/// `arch_prctl` code: ask for a component for this process's threads.
+pub const ARCH_REQ_XCOMP_PERM: libc::c_int = 0x1023;
+/// `arch_prctl` code: the components this process's guests (KVM vCPUs) may use.
+pub const ARCH_GET_XCOMP_GUEST_PERM: libc::c_int = 0x1024;
+/// `arch_prctl` code: ask for a component for this process's guests.
+pub const ARCH_REQ_XCOMP_GUEST_PERM: libc::c_int = 0x1025;
+
+/// Whose permission: the process's own threads or its KVM guests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// `ARCH_*_XCOMP_GUEST_PERM`: vCPUs created after the grant.
+    Guest,
+    /// `ARCH_*_XCOMP_PERM`: the process's own threads (the native run).
+    Process,
+}
+
+impl Scope {
+    /// The request call's name, for messages.
+    pub fn request_name(self) -> &'static str {
+        match self {
+            Self::Guest => "ARCH_REQ_XCOMP_GUEST_PERM",
+            Self::Process => "ARCH_REQ_XCOMP_PERM",
+        }
+    }
+
+    /// The read-back call's name, for messages.
+    pub fn get_name(self) -> &'static str {
+        match self {
+            Self::Guest => "ARCH_GET_XCOMP_GUEST_PERM",
+            Self::Process => "ARCH_GET_XCOMP_PERM",
+        }
+    }
+}
+
+/// The two `arch_prctl` calls, as a trait so tests can answer for the
+/// kernel. Errors are the raw errno.
+pub trait XcompPerm {
+    /// `ARCH_REQ_XCOMP_[GUEST_]PERM` with component number `feature`.
+    fn request(&mut self, scope: Scope, feature: u32) -> Result<(), i32>;
+    /// `ARCH_GET_XCOMP_[GUEST_]PERM`: the permitted components.
+    fn permitted(&mut self, scope: Scope) -> Result<u64, i32>;
+}
+
+/// The real system call.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ArchPrctl;
+
+impl XcompPerm for ArchPrctl {
+    fn request(&mut self, scope: Scope, feature: u32) -> Result<(), i32> {
+        let code = match scope {
+            Scope::Guest => ARCH_REQ_XCOMP_GUEST_PERM,
+            Scope::Process => ARCH_REQ_XCOMP_PERM,
+        };
+        // SAFETY: arch_prctl with a REQ code takes a plain integer argument
+        // and touches no memory of ours.
+        let r = unsafe { libc::syscall(libc::SYS_arch_prctl, code, libc::c_ulong::from(feature)) };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO))
+        }
+    }
+
+    fn permitted(&mut self, scope: Scope) -> Result<u64, i32> {
+        let code = match scope {
+            Scope::Guest => ARCH_GET_XCOMP_GUEST_PERM,
+            Scope::Process => ARCH_GET_XCOMP_PERM,
+        };
+        let mut mask: u64 = 0;
+        // SAFETY: the GET codes write one u64 through the pointer, which
+        // points at `mask`, alive and writable for the whole call.
+        let r = unsafe { libc::syscall(libc::SYS_arch_prctl, code, &mut mask as *mut u64) };
+        if r == 0 {
+            Ok(mask)
+        } else {
+            Err(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO))
+        }
+    }
+}
+
+/// The symbolic name of the errnos these calls return, for messages.
+fn errno_name(errno: i32) -> &'static str {
+    match errno {
+        libc::EINVAL => "EINVAL",
+        libc::EPERM => "EPERM",
+        libc::ENOSYS => "ENOSYS",
+        libc::EOPNOTSUPP => "EOPNOTSUPP",
+        libc::ENOMEM => "ENOMEM",
+        libc::EBUSY => "EBUSY",
+        libc::EFAULT => "EFAULT",
+        _ => "errno",
+    }
+}
+
+/// Why a dynamic component could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum PermissionError {
+    /// The kernel refused the request.
+    #[error(
+        "{feature} (xfeature {index}) for the guest: arch_prctl({call}, {index}) failed: \
+         {errno_name} ({source}); {why}"
+    )]
+    Refused {
+        /// The component, by its long name.
+        feature: &'static str,
+        /// Its number.
+        index: u32,
+        /// The `arch_prctl` code's name.
+        call: &'static str,
+        /// The errno's symbolic name.
+        errno_name: &'static str,
+        /// What the host CPU offers, to tell "no AMX here" from "kernel said no".
+        why: String,
+        /// The errno.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The request succeeded but reading the grant back failed.
+    #[error("{feature}: arch_prctl({call}) failed after the request: {errno_name} ({source})")]
+    ReadBack {
+        /// The component, by its long name.
+        feature: &'static str,
+        /// The `arch_prctl` code's name.
+        call: &'static str,
+        /// The errno's symbolic name.
+        errno_name: &'static str,
+        /// The errno.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The request succeeded but the grant lacks what was asked for.
+    #[error(
+        "{feature}: arch_prctl({call}) reads {permitted:#x} after the request, \
+         without {missing}"
+    )]
+    NotGranted {
+        /// The component, by its long name.
+        feature: &'static str,
+        /// The `arch_prctl` code's name.
+        call: &'static str,
+        /// The permitted components read back.
+        permitted: u64,
+        /// The components asked for and missing.
+        missing: XfeatureMask,
+    },
+}
+
+/// The long name of component `index` for messages.
+fn feature_name(index: u32) -> &'static str {
+    Xfeature::from_index(index).map_or("an unknown xfeature", |f| f.long_name())
+}
+
+/// What the host CPU offers of `wanted`, for a refusal's message.
+fn host_offer(wanted: XfeatureMask, host: Option<&XsaveInfo>) -> String {
+    match host {
+        None => "this CPU enumerates no XSAVE state (CPUID leaf 0xD)".into(),
+        Some(info) if !info.supported_xcr0().contains_all(wanted) => format!(
+            "this host's CPU lacks it (CPUID leaf 0xD offers XCR0 {:#x}, without {})",
+            info.supported_xcr0().bits(),
+            wanted - info.supported_xcr0()
+        ),
+        Some(_) => "the CPU has it, so this kernel does not offer it to guests \
+                    (Linux 5.17 or newer with AMX support is needed)"
+            .into(),
+    }
+}
+
+/// Ask for `wanted` (dynamic components) for `scope` and read the grant
+/// back. Returns the permitted components.
+pub fn request_permission(
+    sys: &mut impl XcompPerm,
+    scope: Scope,
+    wanted: XfeatureMask,
+    host: Option<&XsaveInfo>,
+) -> Result<XfeatureMask, PermissionError> {
+    let Some(index) = permission_request(wanted) else {
+        return Ok(XfeatureMask::EMPTY);
+    };
+    let feature = feature_name(index);
+    sys.request(scope, index)
+        .map_err(|errno| PermissionError::Refused {
+            feature,
+            index,
+            call: scope.request_name(),
+            errno_name: errno_name(errno),
+            why: host_offer(wanted, host),
+            source: std::io::Error::from_raw_os_error(errno),
+        })?;
+    let permitted = sys
+        .permitted(scope)
+        .map_err(|errno| PermissionError::ReadBack {
+            feature,
+            call: scope.get_name(),
+            errno_name: errno_name(errno),
+            source: std::io::Error::from_raw_os_error(errno),
+        })?;
+    let permitted = XfeatureMask::from_bits(permitted);
+    if !permitted.contains_all(wanted) {
+        return Err(PermissionError::NotGranted {
+            feature,
+            call: scope.get_name(),
+            permitted: permitted.bits(),
+            missing: wanted - permitted,
+        });
+    }
+    Ok(permitted)
+}
+
+/// What [`permit_for_request`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Permit {
+    /// No dynamic component is wanted: nothing was asked.
+    NotNeeded,
+    /// Granted: these components are permitted to guests.
+    Granted(XfeatureMask),
+    /// The default policy wanted them and the kernel refused: the guest
+    /// goes without (KVM leaves them out of its table); the reason is kept
+    /// for a warning.
+    Unavailable(String),
+}
+
+/// The dynamic components an `--xfeatures` request asks for (`None`: the
+/// default, everything the host offers), decided before KVM is asked
+/// anything. Names and numbers count whatever the host CPU has (so
+/// `--xfeatures amx` asks, and fails, on a CPU without AMX); `host`/`all`
+/// count what the CPU enumerates. A request the grammar refuses asks for
+/// nothing: the policy check reports it.
+pub fn wanted_by_request(spec: Option<&str>, host: Option<&XsaveInfo>) -> XfeatureMask {
+    let cpu = host.map_or(XfeatureMask::LEGACY, |i| i.supported_xcr0());
+    let requested = match spec {
+        None => cpu,
+        Some(s) => match XfeatureMask::resolve(s, cpu) {
+            Ok(r) => r.result,
+            Err(_) => return XfeatureMask::EMPTY,
+        },
+    };
+    needs_permission(requested, host)
+}
+
+/// The dynamic components an `--xfeatures` request names itself (by name
+/// or number), as opposed to reaching them through `host`/`all` or a
+/// leading `-`: those mean "whatever KVM can give", which is less when the
+/// permission is refused.
+pub fn named_by_request(spec: Option<&str>, host: Option<&XsaveInfo>) -> XfeatureMask {
+    let Some(s) = spec else {
+        return XfeatureMask::EMPTY;
+    };
+    let cpu = host.map_or(XfeatureMask::LEGACY, |i| i.supported_xcr0());
+    let without = cpu - needs_permission(cpu, host);
+    match XfeatureMask::resolve(s, without) {
+        Ok(r) => needs_permission(r.result, host),
+        Err(_) => XfeatureMask::EMPTY,
+    }
+}
+
+/// Ask for the guest permission an `--xfeatures` request needs, before any
+/// KVM table is read or vCPU created (see the module docs). A refusal is
+/// an error when the request names a dynamic component
+/// ([`named_by_request`]); otherwise (the default, `host`, `-avx`) it is a
+/// [`Permit::Unavailable`] and the guest goes without, as KVM then offers.
+pub fn permit_for_request(
+    sys: &mut impl XcompPerm,
+    spec: Option<&str>,
+    host: Option<&XsaveInfo>,
+) -> Result<Permit, PermissionError> {
+    let wanted = wanted_by_request(spec, host);
+    if wanted.is_empty() {
+        return Ok(Permit::NotNeeded);
+    }
+    let named = !named_by_request(spec, host).is_empty();
+    match request_permission(sys, Scope::Guest, wanted, host) {
+        Ok(granted) => Ok(Permit::Granted(granted)),
+        Err(e) if !named => Ok(Permit::Unavailable(e.to_string())),
+        Err(e) => Err(e),
+    }
+}
+
+/// [`permit_for_request`] with the real system call and this CPU's leaf
+/// 0xD; a default policy's refusal is printed as a warning on stderr.
+pub fn permit_guest(spec: Option<&str>) -> Result<Permit, PermissionError> {
+    let host = XsaveInfo::host().ok();
+    let permit = permit_for_request(&mut ArchPrctl, spec, host.as_ref())?;
+    if let Permit::Unavailable(why) = &permit {
+        eprintln!("vmm: warning: the guest goes without dynamic xfeatures: {why}");
+    }
+    Ok(permit)
+}
+
+/// A policy already decided (a snapshot's): ask for its dynamic components
+/// explicitly, so a refusal is an error before any VM exists.
+pub fn permit_policy(xcr0: XfeatureMask) -> Result<Permit, PermissionError> {
+    let host = XsaveInfo::host().ok();
+    let wanted = needs_permission(xcr0, host.as_ref());
+    if wanted.is_empty() {
+        return Ok(Permit::NotNeeded);
+    }
+    request_permission(&mut ArchPrctl, Scope::Guest, wanted, host.as_ref()).map(Permit::Granted)
+}
+
+/// Ask Linux to let this process's own threads use the CPU's dynamic
+/// components (`ARCH_REQ_XCOMP_PERM`), for the native run of the AMX
+/// workload. False when the CPU has none or the kernel refuses.
+pub fn permit_native() -> bool {
+    let Ok(host) = XsaveInfo::host() else {
+        return false;
+    };
+    let wanted = xstate::dynamic::dynamic_components(&host);
+    !wanted.is_empty()
+        && request_permission(&mut ArchPrctl, Scope::Process, wanted, Some(&host)).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xstate::CpuidRegs;
+
+    /// The kernel's answers, scripted; records the calls.
+    struct Fake {
+        request: Result<(), i32>,
+        permitted: Result<u64, i32>,
+        calls: Vec<(Scope, Option<u32>)>,
+    }
+
+    impl XcompPerm for Fake {
+        fn request(&mut self, scope: Scope, feature: u32) -> Result<(), i32> {
+            self.calls.push((scope, Some(feature)));
+            self.request
+        }
+        fn permitted(&mut self, scope: Scope) -> Result<u64, i32> {
+            self.calls.push((scope, None));
+            self.permitted
+        }
+    }
+
+    fn fake(request: Result<(), i32>, permitted: Result<u64, i32>) -> Fake {
+        Fake {
+            request,
+            permitted,
+            calls: Vec::new(),
+        }
+    }
+
+    /// Leaf 0xD of a Sapphire Rapids (AMX, XFD) and of a CPU with AVX-512
+    /// and no AMX.
+    fn spr() -> XsaveInfo {
+        XsaveInfo::from_leaf_0xd(|i| match i {
+            0 => CpuidRegs::new(0x602e7, 0x2b00, 0x2b00, 0),
+            1 => CpuidRegs::new(0x1f, 0x2a80, 0, 0),
+            2 => CpuidRegs::new(0x100, 0x240, 0, 0),
+            5 => CpuidRegs::new(0x40, 0x440, 0, 0),
+            6 => CpuidRegs::new(0x200, 0x480, 0, 0),
+            7 => CpuidRegs::new(0x400, 0x680, 0, 0),
+            9 => CpuidRegs::new(0x8, 0xa80, 0, 0),
+            17 => CpuidRegs::new(0x40, 0xac0, 2, 0),
+            18 => CpuidRegs::new(0x2000, 0xb00, 6, 0),
+            _ => CpuidRegs::default(),
+        })
+        .unwrap()
+    }
+
+    fn no_amx() -> XsaveInfo {
+        XsaveInfo::from_leaf_0xd(|i| match i {
+            0 => CpuidRegs::new(0xe7, 0x980, 0x980, 0),
+            1 => CpuidRegs::new(0xf, 0x980, 0, 0),
+            2 => CpuidRegs::new(0x100, 0x240, 0, 0),
+            5 => CpuidRegs::new(0x40, 0x340, 0, 0),
+            6 => CpuidRegs::new(0x200, 0x380, 0, 0),
+            7 => CpuidRegs::new(0x400, 0x580, 0, 0),
+            _ => CpuidRegs::default(),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn which_requests_ask() {
+        let (spr, zen) = (spr(), no_amx());
+        let tiles = XfeatureMask::from_bits(1 << 18);
+        assert_eq!(wanted_by_request(Some("amx"), Some(&zen)), tiles);
+        assert_eq!(wanted_by_request(Some("xtiledata"), Some(&spr)), tiles);
+        assert_eq!(wanted_by_request(Some("0x602e7"), Some(&spr)), tiles);
+        assert_eq!(wanted_by_request(None, Some(&spr)), tiles);
+        assert_eq!(wanted_by_request(Some("host"), Some(&spr)), tiles);
+        assert_eq!(
+            wanted_by_request(Some("-amx"), Some(&spr)),
+            XfeatureMask::EMPTY
+        );
+        assert_eq!(
+            wanted_by_request(Some("avx512"), Some(&spr)),
+            XfeatureMask::EMPTY
+        );
+        assert_eq!(wanted_by_request(None, Some(&zen)), XfeatureMask::EMPTY);
+        assert_eq!(
+            wanted_by_request(Some("host"), Some(&zen)),
+            XfeatureMask::EMPTY
+        );
+        // The grammar's refusal is the policy check's to report.
+        assert_eq!(
+            wanted_by_request(Some("bogus"), Some(&spr)),
+            XfeatureMask::EMPTY
+        );
+    }
+
+    #[test]
+    fn granted_is_read_back() {
+        let mut sys = fake(Ok(()), Ok(0x602e7));
+        let p = permit_for_request(&mut sys, Some("amx"), Some(&spr())).unwrap();
+        assert_eq!(p, Permit::Granted(XfeatureMask::from_bits(0x602e7)));
+        assert_eq!(
+            sys.calls,
+            vec![(Scope::Guest, Some(18)), (Scope::Guest, None)]
+        );
+        // Nothing dynamic wanted: no call at all.
+        let mut sys = fake(Err(libc::EINVAL), Err(libc::EINVAL));
+        let p = permit_for_request(&mut sys, Some("avx512"), Some(&spr())).unwrap();
+        assert_eq!(p, Permit::NotNeeded);
+        assert!(sys.calls.is_empty());
+    }
+
+    #[test]
+    fn explicit_refusal_names_feature_call_and_errno() {
+        let mut sys = fake(Err(libc::EINVAL), Ok(0));
+        let e = permit_for_request(&mut sys, Some("amx"), Some(&no_amx())).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "AMX tile data TMM0-7 (xfeature 18) for the guest: \
+             arch_prctl(ARCH_REQ_XCOMP_GUEST_PERM, 18) failed: EINVAL (Invalid argument (os error 22)); \
+             this host's CPU lacks it (CPUID leaf 0xD offers XCR0 0xe7, without xtiledata)"
+        );
+        assert!(std::error::Error::source(&e).is_some());
+        // On an AMX CPU the same refusal blames the kernel.
+        let mut sys = fake(Err(libc::EINVAL), Ok(0));
+        let e = permit_for_request(&mut sys, Some("amx"), Some(&spr())).unwrap_err();
+        assert!(
+            e.to_string().contains("the CPU has it, so this kernel"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn default_policy_goes_without() {
+        for spec in [None, Some("host"), Some("-avx"), Some("all")] {
+            let mut sys = fake(Err(libc::EPERM), Ok(0));
+            let p = permit_for_request(&mut sys, spec, Some(&spr())).unwrap();
+            let Permit::Unavailable(why) = p else {
+                panic!("{spec:?}: {p:?}")
+            };
+            assert!(why.contains("EPERM"), "{why}");
+            assert_eq!(sys.calls[0], (Scope::Guest, Some(18)), "{spec:?} asked");
+        }
+        // Named by name or number: the refusal is an error.
+        let spr = spr();
+        for spec in ["amx", "xtiledata", "host,+xtiledata", "0x602e7"] {
+            assert_eq!(
+                named_by_request(Some(spec), Some(&spr)),
+                XfeatureMask::from_bits(1 << 18),
+                "{spec}"
+            );
+            let mut sys = fake(Err(libc::EPERM), Ok(0));
+            assert!(
+                permit_for_request(&mut sys, Some(spec), Some(&spr)).is_err(),
+                "{spec}"
+            );
+        }
+    }
+
+    #[test]
+    fn grant_must_hold_what_was_asked() {
+        let mut sys = fake(Ok(()), Ok(0x2e7));
+        let e = permit_for_request(&mut sys, Some("amx"), Some(&spr())).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "AMX tile data TMM0-7: arch_prctl(ARCH_GET_XCOMP_GUEST_PERM) reads 0x2e7 after the \
+             request, without xtiledata"
+        );
+        let mut sys = fake(Ok(()), Err(libc::EFAULT));
+        let e = permit_for_request(&mut sys, Some("amx"), Some(&spr())).unwrap_err();
+        assert!(e.to_string().contains("EFAULT"), "{e}");
+    }
+
+    #[test]
+    fn real_call_matches_the_cpu() {
+        // The permission request itself on this host: granted where the
+        // CPU has XTILEDATA and the kernel offers it, refused (never a
+        // panic) where it does not.
+        let host = XsaveInfo::host().ok();
+        let cpu_has = host
+            .as_ref()
+            .is_some_and(|i| i.supported_xcr0().contains(Xfeature::XtileData));
+        let r = permit_for_request(&mut ArchPrctl, Some("amx"), host.as_ref());
+        if !cpu_has {
+            let e = r.unwrap_err().to_string();
+            assert!(e.contains("ARCH_REQ_XCOMP_GUEST_PERM, 18"), "{e}");
+        }
+    }
+}
