@@ -12,16 +12,21 @@
 //! measures `aesenc` latency; CTR interleaves 8 registers of independent
 //! blocks and measures throughput.
 
+pub mod borrow;
+pub mod gcm;
+pub mod ghash;
 pub mod kat;
+pub mod kat_modes;
 mod key;
 mod ni;
 pub mod soft;
 mod vaes;
+pub mod xts;
 
 use super::features::{CpuFeatures, Requirement};
 use super::text::Reason;
 
-pub use key::{RoundKeys, BLOCK};
+pub use key::{RoundKeys, RoundKeys256, BLOCK};
 
 /// An implementation of AES-128.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,3 +170,6 @@ impl Aes128 {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
