@@ -6,6 +6,13 @@
 pub struct Selection {
     /// AES-128 CBC and CTR, every variant the CPU allows.
     pub aes: bool,
+    /// XTS-AES-256 per variant, plain and with an XSAVE + XRSTOR borrow per
+    /// message (opt-in: not part of `all` or the default, which would
+    /// overflow the report's result rows).
+    pub xts: bool,
+    /// AES-128-GCM per variant, plain and with an XSAVE + XRSTOR borrow per
+    /// message (opt-in like `xts`).
+    pub gcm: bool,
     /// Blocked DGEMM per ISA variant.
     pub gemm: bool,
     /// Linpack (LU with partial pivoting + solve) per ISA variant.
@@ -22,11 +29,15 @@ impl Selection {
     /// The words users may give, as help texts and errors list them (the
     /// test hook `corrupt-aes-key` is accepted by [`Selection::parse`] but
     /// deliberately not listed).
-    pub const WORDS: [&'static str; 6] = ["none", "quick", "aes", "gemm", "linpack", "all"];
+    pub const WORDS: [&'static str; 8] = [
+        "none", "quick", "aes", "xts", "gcm", "gemm", "linpack", "all",
+    ];
 
     /// Nothing at all (`none`).
     pub const NONE: Selection = Selection {
         aes: false,
+        xts: false,
+        gcm: false,
         gemm: false,
         linpack: false,
         quick: false,
@@ -36,6 +47,8 @@ impl Selection {
     /// The default: every workload at quick sizes (`quick`).
     pub const QUICK: Selection = Selection {
         aes: true,
+        xts: false,
+        gcm: false,
         gemm: true,
         linpack: true,
         quick: true,
@@ -45,6 +58,8 @@ impl Selection {
     /// Every workload at full sizes (`all`).
     pub const ALL: Selection = Selection {
         aes: true,
+        xts: false,
+        gcm: false,
         gemm: true,
         linpack: true,
         quick: false,
@@ -57,7 +72,10 @@ impl Selection {
     /// - `none`: nothing (cannot be combined with other words);
     /// - `aes`, `gemm`, `linpack`: those workloads at full sizes, or at quick
     ///   sizes when `quick` is in the list too (`aes,quick`);
-    /// - `all`: every workload at full sizes;
+    /// - `xts`, `gcm`: XTS-AES-256 and AES-128-GCM with the per-message
+    ///   register-borrow rows; like `aes`, full or quick sizes; never implied
+    ///   by `all` or the default (the report holds 64 result rows);
+    /// - `all`: aes, gemm and linpack at full sizes;
     /// - `corrupt-aes-key`: a test hook, not for users, so it appears in no
     ///   help text or error list ([`Selection::WORDS`]): fault injection (see
     ///   [`Selection::corrupt_aes_key`]); alone it applies to the default
@@ -80,6 +98,8 @@ impl Selection {
                 "none" => none = true,
                 "quick" => sel.quick = true,
                 "aes" => (sel.aes, named) = (true, true),
+                "xts" => (sel.xts, named) = (true, true),
+                "gcm" => (sel.gcm, named) = (true, true),
                 "gemm" => (sel.gemm, named) = (true, true),
                 "linpack" => (sel.linpack, named) = (true, true),
                 "all" => {
@@ -90,7 +110,7 @@ impl Selection {
                 "" => return Err("empty item in workload list"),
                 _ => {
                     return Err(
-                        "unknown workload (valid, comma-separated: none, quick, aes, gemm, linpack, all)",
+                        "unknown workload (valid, comma-separated: none, quick, aes, xts, gcm, gemm, linpack, all)",
                     )
                 }
             }
@@ -111,7 +131,7 @@ impl Selection {
 
     /// Whether anything at all runs.
     pub fn is_empty(&self) -> bool {
-        !(self.aes || self.gemm || self.linpack)
+        !(self.aes || self.xts || self.gcm || self.gemm || self.linpack)
     }
 }
 
@@ -171,6 +191,17 @@ mod tests {
             })
         );
         assert_eq!(Selection::parse("all,quick"), Ok(Selection::QUICK));
+        assert_eq!(
+            Selection::parse("xts,gcm,quick"),
+            Ok(Selection {
+                xts: true,
+                gcm: true,
+                quick: true,
+                ..Selection::NONE
+            })
+        );
+        assert!(!Selection::parse("xts").unwrap().is_empty());
+        assert!(!Selection::ALL.xts && !Selection::ALL.gcm);
         assert!(Selection::parse("none,aes").is_err());
         assert!(Selection::parse("aes,,gemm").is_err());
         assert!(Selection::parse("AES").is_err());

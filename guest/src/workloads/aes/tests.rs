@@ -109,3 +109,113 @@ fn every_host_gcm_variant_passes_known_answers() {
     }
     let _ = kat::KEY_2B7E;
 }
+
+mod suite {
+    use crate::protocol::{field_str, Report, WorkUnit};
+    use crate::workloads::aes::gcm::GcmVariant;
+    use crate::workloads::aes::xts::XtsVariant;
+    use crate::workloads::features::CpuFeatures;
+    use crate::workloads::runner::{run_sizes, Sizes};
+    use crate::workloads::selection::Selection;
+    use crate::workloads::std::{string::String, vec};
+
+    const SIZES: Sizes<'static> = Sizes {
+        cbc: &[],
+        ctr: &[],
+        modes: &[512, 4096, 100],
+        gemm: &[],
+        linpack: &[],
+    };
+
+    fn run(list: &str) -> (bool, Report) {
+        let mut scratch = vec![0u8; 1 << 20];
+        let mut report = Report::new();
+        let sel = Selection::parse(list).unwrap();
+        let f = CpuFeatures::detect();
+        let ok = run_sizes(&sel, &SIZES, &f, 100, &mut scratch, &mut report);
+        (ok, report)
+    }
+
+    fn skip(report: &Report, name: &str, variant: &str) -> Option<String> {
+        report
+            .skipped()
+            .iter()
+            .find(|s| field_str(&s.name) == name && field_str(&s.variant) == variant)
+            .map(|s| field_str(&s.reason).into())
+    }
+
+    #[test]
+    fn rows_per_variant_size_and_borrow() {
+        let f = CpuFeatures::detect();
+        let (ok, report) = run("xts,gcm");
+        assert!(ok);
+        let count = |name: &str, variant: &str, size: u64| {
+            report
+                .results()
+                .iter()
+                .filter(|r| {
+                    field_str(&r.name) == name
+                        && field_str(&r.variant) == variant
+                        && r.size == size
+                        && r.check == 1
+                        && r.unit == WorkUnit::Bytes as u32
+                        && r.work == r.work / size * size
+                        && r.work > 0
+                        && r.cycles > 0
+                })
+                .count()
+        };
+        let xts_ok = [
+            f.aesni,
+            f.avx && f.aesni,
+            f.vaes && f.avx2,
+            f.vaes && f.avx512f,
+        ];
+        for (v, ok) in XtsVariant::ALL.iter().zip(xts_ok) {
+            for size in [512, 4096] {
+                assert_eq!(count("aes-256-xts", v.name(), size), ok as usize, "{v:?}");
+            }
+            // 100 bytes is not a whole number of blocks: skipped, with why.
+            if ok {
+                let why = skip(&report, "aes-256-xts", v.name()).unwrap();
+                assert!(why.contains("message size 100 unsupported"), "{why}");
+                let zmm = std::format!("{} +xsave/zmm", v.name());
+                assert_eq!(count("aes-256-xts", &zmm, 512), f.avx512f as usize);
+                let xmm = std::format!("{} +xsave/xmm", v.name());
+                assert_eq!(count("aes-256-xts", &xmm, 512), 1);
+            } else {
+                assert!(skip(&report, "aes-256-xts", v.name()).is_some());
+            }
+        }
+        for v in GcmVariant::ALL {
+            let usable = f.check(v.requirements()).is_ok();
+            assert_eq!(
+                count("aes-128-gcm", v.name(), 4096),
+                usable as usize,
+                "{v:?}"
+            );
+        }
+        assert_eq!(count("aes-256-xts", "soft", 512), 1);
+        assert_eq!(count("aes-128-gcm", "soft", 512), 1);
+    }
+
+    #[test]
+    fn corrupt_key_fails_every_variant_and_the_run() {
+        let (ok, report) = run("xts,gcm,corrupt-aes-key");
+        assert!(!ok);
+        assert!(report.results().iter().all(|r| r.check == 0));
+        let f = CpuFeatures::detect();
+        if f.aesni {
+            assert_eq!(
+                skip(&report, "aes-256-xts", "aesni").unwrap(),
+                "KAT failed: IEEE 1619 vector 10 (corrupt-aes-key)"
+            );
+        }
+        assert!(report
+            .results()
+            .iter()
+            .any(|r| field_str(&r.variant) == "soft" && r.work == 0));
+    }
+
+    use crate::workloads::std;
+}
