@@ -344,9 +344,10 @@ fn print_outcome(
     if let Some(workload) = native.filter(|_| !summary.results.is_empty()) {
         let native = native::run_native(workload, summary.tsc_khz)?;
         native::attach_ratios(&mut summary.results, &native);
-        if summary.results.iter().any(|r| r.name == "aes-128-cbc") {
-            summary.openssl_aes_128_cbc_mb_per_s = native::openssl_aes_128_cbc_8192(1);
-        }
+        let quick = guest::workloads::Selection::parse(workload).is_ok_and(|s| s.quick);
+        summary.openssl_yardsticks = native::aes_yardsticks(&summary.results, quick);
+        summary.openssl_aes_128_cbc_mb_per_s = native::cbc_8192(&summary.openssl_yardsticks);
+        summary.seed_xts_4k_ice_lake = native::seed_reference(&summary.results);
     }
     if let Some(doc) = json {
         println!("{}", vmm::schema::to_json(doc, &summary)?);

@@ -4,6 +4,8 @@
 //! - `init-xstate` ([`init_xstate`]): the illumos initial-state experiment.
 //! - `peers` ([`peers`]): the same guest under `vmm`, QEMU, Cloud Hypervisor
 //!   and Firecracker.
+//! - [`openssl`]: the host's `openssl speed` beside the guest's AES rows
+//!   (used by `vmm run`).
 //!
 //! Shared by both: [`stats`] (median, min..p90 spread, within-noise
 //! verdicts), [`progress`] (the stderr progress bar), `--plot` through
@@ -14,6 +16,7 @@ pub mod baseline;
 pub mod compare;
 pub mod exits;
 pub mod init_xstate;
+pub mod openssl;
 pub mod peers;
 pub mod progress;
 pub mod stats;
