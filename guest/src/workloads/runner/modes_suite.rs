@@ -32,6 +32,14 @@ fn borrowed(variant: &str, live: Live) -> Reason {
     r
 }
 
+/// `not available: WHY`, the skip reason of a variant or borrow row this
+/// CPU or XCR0 does not allow.
+fn unavailable(why: &Reason) -> Reason {
+    let mut r = Reason::new();
+    let _ = write!(r, "not available: {}", why.as_str());
+    r
+}
+
 fn bad_size(size: usize) -> Reason {
     let mut r = Reason::new();
     let _ = write!(
@@ -81,7 +89,7 @@ fn rows(
         let mut b = match Borrow::new(area, live, usable) {
             Ok(b) => b,
             Err(why) => {
-                ctx.skip(name, v.as_str(), &why);
+                ctx.skip(name, v.as_str(), &unavailable(&why));
                 continue;
             }
         };
@@ -155,7 +163,7 @@ pub(super) fn xts_suite(
         let x = match Xts256::with_detected(v, usable) {
             Ok(x) => x,
             Err(why) => {
-                ctx.skip(XTS, v.name(), &why);
+                ctx.skip(XTS, v.name(), &unavailable(&why));
                 continue;
             }
         };
@@ -197,7 +205,7 @@ pub(super) fn gcm_suite(
         let g = match Gcm128::with_detected(v, usable) {
             Ok(g) => g,
             Err(why) => {
-                ctx.skip(GCM, v.name(), &why);
+                ctx.skip(GCM, v.name(), &unavailable(&why));
                 continue;
             }
         };
