@@ -86,6 +86,12 @@ macro_rules! aesni_flavor {
             }
 
             /// `data.len()` must be a multiple of 16 (checked by the caller).
+            ///
+            /// The chain C_i -> C_(i+1) is serial, so only its latency
+            /// counts: the next plaintext and round key 0 are folded into the
+            /// last round key (`aesenclast(t, k10 ^ P_(i+1) ^ k0)` =
+            /// `C_i ^ P_(i+1) ^ k0`, the next block's input), which takes the
+            /// XOR off the chain: 10 AES latencies per block, not 10 + 1.
             #[target_feature(enable = $features)]
             #[inline(never)]
             pub unsafe fn cbc_encrypt(rk: &RoundKeys, iv: &mut [u8; 16], data: &mut [u8]) {
@@ -93,23 +99,31 @@ macro_rules! aesni_flavor {
                 // features it is compiled for, and the pointers and lengths it is
                 // given), which is all its intrinsics and pointer accesses rely on.
                 unsafe {
+                    let n = data.len() / 16;
+                    if n == 0 {
+                        return;
+                    }
                     let k = load_keys(rk);
-                    let mut x = _mm_loadu_si128(iv.as_ptr().cast());
-                    for block in data.chunks_exact_mut(16) {
-                        let p = block.as_mut_ptr().cast::<__m128i>();
-                        // Round key 0 goes into the plaintext off the
-                        // critical path; the chain is one XOR + 10 rounds.
-                        let t = _mm_xor_si128(_mm_loadu_si128(p), k[0]);
-                        x = _mm_xor_si128(x, t);
+                    let p = data.as_mut_ptr().cast::<__m128i>();
+                    let ivx = _mm_loadu_si128(iv.as_ptr().cast());
+                    let mut s = _mm_xor_si128(_mm_xor_si128(_mm_loadu_si128(p), k[0]), ivx);
+                    for i in 0..n {
+                        let mut t = s;
                         let mut r = 1;
                         while r < 10 {
-                            x = _mm_aesenc_si128(x, k[r]);
+                            t = _mm_aesenc_si128(t, k[r]);
                             r += 1;
                         }
-                        x = _mm_aesenclast_si128(x, k[10]);
-                        _mm_storeu_si128(p, x);
+                        if i + 1 < n {
+                            let pk = _mm_xor_si128(_mm_loadu_si128(p.add(i + 1)), k[0]);
+                            s = _mm_aesenclast_si128(t, _mm_xor_si128(k[10], pk));
+                            _mm_storeu_si128(p.add(i), _mm_xor_si128(s, pk));
+                        } else {
+                            let c = _mm_aesenclast_si128(t, k[10]);
+                            _mm_storeu_si128(p.add(i), c);
+                            _mm_storeu_si128(iv.as_mut_ptr().cast(), c);
+                        }
                     }
-                    _mm_storeu_si128(iv.as_mut_ptr().cast(), x);
                 }
             }
 
