@@ -3,13 +3,6 @@
 //! functions are `inline(never)` so a caller with other target features
 //! can never inline (and so re-encode) them.
 
-/// Byte-reversal shuffle: big-endian counter block <-> little-endian u128.
-macro_rules! bswap128 {
-    () => {
-        _mm_set_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
-    };
-}
-
 /// One AES-128 key-expansion step: AESKEYGENASSIST gives
 /// SubWord(RotWord(w3)) ^ Rcon in dword 3; broadcast it and XOR it into the
 /// running prefix-XOR of the previous round key's words.
@@ -135,28 +128,30 @@ macro_rules! aesni_flavor {
                 // given), which is all its intrinsics and pointer accesses rely on.
                 unsafe {
                     let k = load_keys(rk);
-                    let bswap = bswap128!();
+                    // Round key 0's last dword: XORed into each counter word
+                    // in a general-purpose register, off the vector pipes.
+                    let k0w = _mm_extract_epi32::<3>(k[0]) as u32;
                     let mut c = u128::from_be_bytes(*ctr);
                     let mut chunks = data.chunks_exact_mut(16 * LANES);
                     for chunk in &mut chunks {
                         let mut b = [_mm_setzero_si128(); LANES];
-                        let lo = c as u64;
-                        if lo <= u64::MAX - (LANES as u64 - 1) {
-                            // No carry out of the low 64 bits in this batch:
-                            // add in the little-endian domain, then byte-swap.
-                            let base = _mm_set_epi64x((c >> 64) as i64, lo as i64);
+                        let lo = c as u32;
+                        if lo <= u32::MAX - (LANES as u32 - 1) {
+                            // No carry out of the low 32 bits in this batch:
+                            // the blocks share their first 12 bytes (XORed
+                            // with round key 0 once) and differ in the last
+                            // word, big-endian `lo + i` ^ the key's word.
+                            let cb = c.to_be_bytes();
+                            let pk = _mm_xor_si128(_mm_loadu_si128(cb.as_ptr().cast()), k[0]);
                             for (i, b) in b.iter_mut().enumerate() {
-                                let inc = _mm_set_epi64x(0, i as i64);
-                                *b = _mm_shuffle_epi8(_mm_add_epi64(base, inc), bswap);
+                                let w = (lo + i as u32).swap_bytes() ^ k0w;
+                                *b = _mm_insert_epi32::<3>(pk, w as i32);
                             }
                         } else {
                             for (i, b) in b.iter_mut().enumerate() {
                                 let cb = c.wrapping_add(i as u128).to_be_bytes();
-                                *b = _mm_loadu_si128(cb.as_ptr().cast());
+                                *b = _mm_xor_si128(_mm_loadu_si128(cb.as_ptr().cast()), k[0]);
                             }
-                        }
-                        for b in b.iter_mut() {
-                            *b = _mm_xor_si128(*b, k[0]);
                         }
                         let mut r = 1;
                         while r < 10 {
