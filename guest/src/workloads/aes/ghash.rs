@@ -29,6 +29,10 @@ const MONT: u64 = 0xc200_0000_0000_0000;
 pub struct GhashKey {
     /// Descending key powers.
     pub kd: [[u8; 16]; POWERS],
+    /// For each power, the XOR of its two halves in both halves: the
+    /// middle factor of a Karatsuba product (3 carry-less multiplications
+    /// per block instead of 4).
+    pub kk: [[u8; 16]; POWERS],
 }
 
 impl GhashKey {
@@ -37,12 +41,15 @@ impl GhashKey {
         let hr = u128::from_be_bytes(*h);
         let k1 = (hr << 1) ^ ((hr >> 127) * POLY_LOW);
         let mut kd = [[0u8; 16]; POWERS];
+        let mut kk = [[0u8; 16]; POWERS];
         let mut k = k1;
         for n in 1..=POWERS {
             kd[POWERS - n] = k.to_le_bytes();
+            let half = (k as u64) ^ ((k >> 64) as u64);
+            kk[POWERS - n] = ((half as u128) << 64 | half as u128).to_le_bytes();
             k = mont_mul(k, k1);
         }
-        GhashKey { kd }
+        GhashKey { kd, kk }
     }
 }
 
@@ -160,6 +167,18 @@ macro_rules! clmul_acc {
     }};
 }
 
+/// Karatsuba form of [`clmul_acc`]: `$m` collects `(x0 ^ x1)(h0 ^ h1)`,
+/// whose sum with the low and high parts is the middle part.
+macro_rules! clmul_acc_karatsuba {
+    ($f:ident, $xor:ident, $swap:ident, $x:expr, $h:expr, $hk:expr, $lo:ident, $hi:ident, $m:ident) => {{
+        let (x, h) = ($x, $h);
+        let xs = $xor(x, $swap::<0x4e>(x));
+        $lo = $xor($lo, $f::<0x00>(x, h));
+        $hi = $xor($hi, $f::<0x11>(x, h));
+        $m = $xor($m, $f::<0x00>(xs, $hk));
+    }};
+}
+
 /// Fold the middle part in and reduce: `(hi:lo) * y^-128`.
 #[inline(always)]
 unsafe fn reduce(lo: __m128i, hi: __m128i, mid: __m128i) -> __m128i {
@@ -230,9 +249,20 @@ unsafe fn update_xmm(key: &GhashKey, acc: u128, data: &[u8]) -> u128 {
                     x = _mm_xor_si128(x, acc);
                 }
                 let h = _mm_loadu_si128(key.kd[POWERS - N + i].as_ptr().cast());
-                clmul_acc!(_mm_clmulepi64_si128, _mm_xor_si128, x, h, lo, hi, mid);
+                let hk = _mm_loadu_si128(key.kk[POWERS - N + i].as_ptr().cast());
+                clmul_acc_karatsuba!(
+                    _mm_clmulepi64_si128,
+                    _mm_xor_si128,
+                    _mm_shuffle_epi32,
+                    x,
+                    h,
+                    hk,
+                    lo,
+                    hi,
+                    mid
+                );
             }
-            acc = reduce(lo, hi, mid);
+            acc = reduce(lo, hi, _mm_xor_si128(mid, _mm_xor_si128(lo, hi)));
         }
         acc = tail_xmm(key, acc, chunks.remainder());
         let mut out = [0u8; 16];
