@@ -114,9 +114,10 @@ pub fn yardsticks(
         sizes.dedup();
         if quick {
             sizes = sizes
-                .into_iter()
-                .filter(|&s| s <= 8192)
-                .last()
+                .iter()
+                .rev()
+                .find(|&&s| s <= 8192)
+                .copied()
                 .into_iter()
                 .collect();
         }

@@ -121,7 +121,7 @@ impl Xts256 {
         unit: u128,
         data: &mut [u8],
     ) -> Result<(), PartialBlock> {
-        if data.len() % BLOCK != 0 {
+        if !data.len().is_multiple_of(BLOCK) {
             return Err(PartialBlock { len: data.len() });
         }
         // SAFETY: `with_detected` checked that the CPU and XCR0 support the
@@ -141,7 +141,7 @@ impl Xts256 {
 /// The portable reference: IEEE 1619 5.3.1 block by block with
 /// [`soft::encrypt_block_256`] and the tweak doubled as a u128.
 pub fn soft_encrypt_unit(keys: &XtsKeys, unit: u128, data: &mut [u8]) -> Result<(), PartialBlock> {
-    if data.len() % BLOCK != 0 {
+    if !data.len().is_multiple_of(BLOCK) {
         return Err(PartialBlock { len: data.len() });
     }
     let mut t = unit.to_le_bytes();
