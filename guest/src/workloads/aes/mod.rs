@@ -11,6 +11,11 @@
 //! CBC encryption is serial (each block waits for the previous one), so it
 //! measures `aesenc` latency; CTR interleaves 8 registers of independent
 //! blocks and measures throughput.
+//!
+//! The modes the seed thread on VAES measures live beside them: [`xts`]
+//! (XTS-AES-256, four variants), [`gcm`] with [`ghash`] (AES-128-GCM, three
+//! variants), their known answers in [`kat_modes`], and [`borrow`], the
+//! XRSTOR + XSAVE pair a kernel pays to borrow the vector registers.
 
 pub mod borrow;
 pub mod gcm;
