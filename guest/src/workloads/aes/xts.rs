@@ -7,8 +7,10 @@
 //! (legacy-SSE `aesenc`), `aesni-avx` (the same code VEX-encoded),
 //! `vaes-avx2` (two blocks per YMM register) and `vaes-512` (four per ZMM).
 //! Each keeps 8 registers of blocks in flight; the tweaks of a batch live
-//! in registers and advance by alpha^(blocks per batch) with shifts and
-//! XORs only, so no variant needs carry-less multiplication.
+//! in registers and advance by alpha^(blocks per batch): in the XMM
+//! variants a one-byte shift and one PCLMULQDQ by 0x87 (four vector
+//! operations, where shifts and XORs alone take ten: they compete with
+//! `aesenc` for the same pipes), in the VAES variants shifts and XORs.
 //!
 //! Data units must be a whole number of blocks (disk sectors are):
 //! ciphertext stealing is not implemented, and a partial unit is an error.
@@ -51,12 +53,13 @@ impl XtsVariant {
         }
     }
 
-    /// What the CPU and XCR0 must provide.
+    /// What the CPU and XCR0 must provide (the XMM variants advance their
+    /// tweaks by alpha^8 with one carry-less multiplication).
     pub fn requirements(self) -> &'static [Requirement] {
         use Requirement::*;
         match self {
-            XtsVariant::Aesni => &[Sse2, AesNi],
-            XtsVariant::AesniAvx => &[Avx, AesNi],
+            XtsVariant::Aesni => &[Sse2, AesNi, Pclmulqdq],
+            XtsVariant::AesniAvx => &[Avx, AesNi, Pclmulqdq],
             XtsVariant::VaesAvx2 => &[Avx, AesNi, Avx2, Vaes],
             XtsVariant::Vaes512 => &[Avx, AesNi, Avx2, Vaes, Avx512f],
         }
@@ -274,6 +277,7 @@ macro_rules! xts_xmm_flavor {
                     let k = load_keys_256!(keys.data);
                     let kt = load_keys_256!(keys.tweak);
                     let lo = _mm_set_epi64x(0, -1);
+                    let poly = _mm_set_epi64x(0, 0x87);
                     let u = unit.to_le_bytes();
                     let t0 = encrypt1_256!(kt, _mm_loadu_si128(u.as_ptr().cast()));
                     let mut tw = [t0; LANES];
@@ -298,7 +302,11 @@ macro_rules! xts_xmm_flavor {
                         for (i, b) in b.iter().enumerate() {
                             let c = _mm_aesenclast_si128(*b, k[14]);
                             _mm_storeu_si128(p.add(i), _mm_xor_si128(c, tw[i]));
-                            tw[i] = mul_alpha_k!(xmm, tw[i], 8, lo);
+                            // alpha^8: a one-byte shift of the whole lane,
+                            // the byte shifted out folded back times 0x87.
+                            let top = _mm_srli_si128::<15>(tw[i]);
+                            let red = _mm_clmulepi64_si128::<0x00>(top, poly);
+                            tw[i] = _mm_xor_si128(_mm_slli_si128::<1>(tw[i]), red);
                         }
                     }
                     xts_tail!(k, tw[0], chunks.into_remainder(), lo);
@@ -309,8 +317,8 @@ macro_rules! xts_xmm_flavor {
 }
 
 // No `avx` here: this must stay legacy-SSE-encoded (see `ni`).
-xts_xmm_flavor!(sse, "aes,sse2,ssse3,sse4.1");
-xts_xmm_flavor!(avx, "aes,avx");
+xts_xmm_flavor!(sse, "aes,pclmulqdq,sse2,ssse3,sse4.1");
+xts_xmm_flavor!(avx, "aes,pclmulqdq,avx");
 
 use core::arch::x86_64::*;
 
