@@ -102,9 +102,11 @@ struct RunArgs {
     /// When the VMM moves the guest's xsave state across exits.
     #[arg(long, value_enum, default_value = "lazy")]
     xstate_sync: SyncPolicy,
-    /// Workloads the guest runs, comma-separated: none, quick (every
-    /// workload at small sizes), aes, gemm, linpack, all (full sizes);
-    /// `aes,quick` runs one workload at small sizes.
+    /// Workloads the guest runs, comma-separated: none, quick (aes, gemm
+    /// and linpack at small sizes), aes, xts, gcm (XTS-AES-256 and
+    /// AES-128-GCM with their register-borrow rows, opt-in), gemm, linpack,
+    /// all (aes, gemm, linpack at full sizes); `aes,quick` runs one
+    /// workload at small sizes.
     #[arg(long, value_name = "LIST", default_value = "quick")]
     workload: String,
     /// Extra words for the guest's command line.
