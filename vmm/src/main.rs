@@ -102,10 +102,11 @@ struct RunArgs {
     /// When the VMM moves the guest's xsave state across exits.
     #[arg(long, value_enum, default_value = "lazy")]
     xstate_sync: SyncPolicy,
-    /// Workloads the guest runs, comma-separated: none, quick (every
-    /// workload at small sizes), aes, gemm, linpack, amx (the AMX tile
-    /// product, only when named), all (full sizes);
-    /// `aes,quick` runs one workload at small sizes.
+    /// Workloads the guest runs, comma-separated: none, quick (aes, gemm
+    /// and linpack at small sizes), aes, xts, gcm (XTS-AES-256 and
+    /// AES-128-GCM with their register-borrow rows, opt-in), gemm, linpack,
+    /// amx (the AMX tile product, only when named), all (aes, gemm, linpack
+    /// at full sizes); `aes,quick` runs one workload at small sizes.
     #[arg(long, value_name = "LIST", default_value = "quick")]
     workload: String,
     /// Extra words for the guest's command line.
@@ -383,9 +384,10 @@ fn print_outcome(
     if let Some(workload) = native.filter(|_| unpaired) {
         let native = native::run_native(workload, summary.tsc_khz)?;
         native::attach_ratios(&mut summary.results, &native);
-        if summary.results.iter().any(|r| r.name == "aes-128-cbc") {
-            summary.openssl_aes_128_cbc_mb_per_s = native::openssl_aes_128_cbc_8192(1);
-        }
+        let quick = guest::workloads::Selection::parse(workload).is_ok_and(|s| s.quick);
+        summary.openssl_yardsticks = native::aes_yardsticks(&summary.results, quick);
+        summary.openssl_aes_128_cbc_mb_per_s = native::cbc_8192(&summary.openssl_yardsticks);
+        summary.seed_xts_4k_ice_lake = native::seed_reference(&summary.results);
     }
     if let Some(doc) = json {
         println!("{}", vmm::schema::to_json(doc, &summary)?);

@@ -5,12 +5,12 @@
 pub mod image;
 pub mod interleave;
 
-use std::process::Command;
-
 use guest::protocol::{Report, RowKind};
 use guest::workloads::{self, AesVariant, CpuFeatures, GemmVariant, Selection};
 
+use crate::bench::openssl::{self, GuestFigure, Yardstick};
 use crate::error::{Error, Result};
+use crate::report::summary::SeedFigure;
 use crate::report::{result_rows, NativeView, RatioSpread, ResultRow};
 use interleave::{Interleaver, NativeCode, RepPair};
 
@@ -146,40 +146,40 @@ pub fn hugepages_view(h: &crate::vstate::outcome::HugePages) -> crate::report::H
     }
 }
 
-/// `openssl speed -evp aes-128-cbc` at 8192-byte blocks on the host, in
-/// MB/s (10^6 bytes per second), or `None` when openssl is not installed or
-/// its output cannot be read.
-pub fn openssl_aes_128_cbc_8192(seconds: u32) -> Option<f64> {
-    let out = Command::new("openssl")
-        .args([
-            "speed",
-            "-elapsed",
-            "-evp",
-            "aes-128-cbc",
-            "-bytes",
-            "8192",
-            "-seconds",
-        ])
-        .arg(seconds.to_string())
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    parse_openssl_speed(&String::from_utf8_lossy(&out.stdout))
+/// The AES yardsticks for the guest's rows: the host's `openssl speed` per
+/// mode and size (see [`openssl::yardsticks`]; `quick` keeps one size per
+/// mode), rows whose timing is invalid left out.
+pub fn aes_yardsticks(guest: &[ResultRow], quick: bool) -> Vec<Yardstick> {
+    let figures: Vec<GuestFigure<'_>> = guest
+        .iter()
+        .filter(|r| r.invalid.is_none() && r.check == "pass")
+        .map(|r| GuestFigure {
+            name: &r.name,
+            variant: &r.variant,
+            size: r.size,
+            mb_per_s: r.mb_per_s,
+        })
+        .collect();
+    openssl::yardsticks(&figures, quick, &mut openssl::openssl_speed)
 }
 
-/// Read the last figure of the `aes-128-cbc` row: openssl prints thousands
-/// of bytes per second with a `k` suffix.
-fn parse_openssl_speed(text: &str) -> Option<f64> {
-    let line = text.lines().rev().find(|l| {
-        l.trim_start()
-            .to_ascii_lowercase()
-            .starts_with("aes-128-cbc")
-    })?;
-    let last = line.split_whitespace().last()?;
-    let kbs: f64 = last.trim_end_matches('k').parse().ok()?;
-    Some(kbs * 1000.0 / 1e6)
+/// The seed's Ice Lake AES-256-XTS 4 KiB figures, when `guest` has XTS
+/// rows to read them against.
+pub fn seed_reference(guest: &[ResultRow]) -> Vec<SeedFigure> {
+    if !guest.iter().any(|r| r.name == "aes-256-xts") {
+        return Vec::new();
+    }
+    openssl::SEED_ICE_LAKE_XTS_4K
+        .iter()
+        .map(|&(variant, mb_per_s)| SeedFigure { variant, mb_per_s })
+        .collect()
+}
+
+/// The `openssl speed -evp aes-128-cbc` 8192-byte figure among `ys`.
+pub fn cbc_8192(ys: &[Yardstick]) -> Option<f64> {
+    ys.iter()
+        .find(|y| y.cipher == "aes-128-cbc" && y.size == 8192)
+        .and_then(|y| y.openssl_mb_per_s)
 }
 
 #[cfg(test)]
@@ -286,15 +286,5 @@ mod tests {
         ));
         let e = Interleaver::new("bogus", 3, 100, &kernel).unwrap_err();
         assert!(e.to_string().starts_with("--workload \"bogus\": "), "{e}");
-    }
-
-    #[test]
-    fn parses_openssl_speed_table() {
-        let text = "version: 3.0.17\nThe 'numbers' are in 1000s of bytes per second processed.\n\
-                    type             8192 bytes\n\
-                    AES-128-CBC    1428000.77k\n";
-        let v = parse_openssl_speed(text).unwrap();
-        assert!((v - 1428.00077).abs() < 1e-6, "{v}");
-        assert_eq!(parse_openssl_speed("garbage"), None);
     }
 }

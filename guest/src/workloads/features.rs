@@ -210,6 +210,12 @@ pub enum Requirement {
     Vaes,
     /// AVX512F instructions and the three AVX-512 state components in XCR0.
     Avx512f,
+    /// PCLMULQDQ (carry-less multiplication on XMM registers).
+    Pclmulqdq,
+    /// VPCLMULQDQ (carry-less multiplication on YMM/ZMM registers).
+    Vpclmulqdq,
+    /// AVX512BW (byte and word operations on ZMM registers).
+    Avx512bw,
 }
 
 impl Requirement {
@@ -223,6 +229,9 @@ impl Requirement {
             Requirement::Fma => f.fma,
             Requirement::Vaes => f.vaes,
             Requirement::Avx512f => f.avx512f,
+            Requirement::Pclmulqdq => f.pclmul,
+            Requirement::Vpclmulqdq => f.vpclmulqdq,
+            Requirement::Avx512bw => f.avx512bw,
         }
     }
 
@@ -231,12 +240,16 @@ impl Requirement {
     /// off is cleared by [`CpuFeatures::from_cpuid`] whatever CPUID says.
     pub fn reason(self, f: &CpuFeatures) -> Reason {
         let mut r = Reason::new();
-        let needs_avx_state = !matches!(self, Requirement::Sse2 | Requirement::AesNi);
+        let needs_avx_state = !matches!(
+            self,
+            Requirement::Sse2 | Requirement::AesNi | Requirement::Pclmulqdq
+        );
+        let avx512 = matches!(self, Requirement::Avx512f | Requirement::Avx512bw);
         let x = f.xcr0;
         // `Reason` truncates instead of failing, so these writes cannot fail.
         let _ = if needs_avx_state && x & XCR0_AVX_STATE != XCR0_AVX_STATE {
             write!(r, "needs {}: XCR0 {x:#x} lacks AVX state", self.name())
-        } else if self == Requirement::Avx512f && x & XCR0_AVX512_STATE != XCR0_AVX512_STATE {
+        } else if avx512 && x & XCR0_AVX512_STATE != XCR0_AVX512_STATE {
             write!(r, "needs AVX-512: XCR0 {x:#x} lacks opmask/ZMM state")
         } else if needs_avx_state && self != Requirement::Avx && !f.avx {
             write!(r, "needs {}: CPUID.1:ECX.AVX clear", self.name())
@@ -256,6 +269,9 @@ impl Requirement {
             Requirement::Fma => "FMA",
             Requirement::Vaes => "VAES",
             Requirement::Avx512f => "AVX512F",
+            Requirement::Pclmulqdq => "PCLMULQDQ",
+            Requirement::Vpclmulqdq => "VPCLMULQDQ",
+            Requirement::Avx512bw => "AVX512BW",
         }
     }
 
@@ -269,6 +285,9 @@ impl Requirement {
             Requirement::Fma => "CPUID.1:ECX.FMA",
             Requirement::Vaes => "CPUID.7.0:ECX.VAES",
             Requirement::Avx512f => "CPUID.7.0:EBX.AVX512F",
+            Requirement::Pclmulqdq => "CPUID.1:ECX.PCLMULQDQ",
+            Requirement::Vpclmulqdq => "CPUID.7.0:ECX.VPCLMULQDQ",
+            Requirement::Avx512bw => "CPUID.7.0:EBX.AVX512BW",
         }
     }
 }

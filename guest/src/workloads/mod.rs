@@ -1,6 +1,7 @@
 //! The compute workloads the guest times inside the VM and the VMM times
-//! natively on the host, to report guest/native ratios: AES-128 (CBC, CTR)
-//! and double-precision linear algebra (DGEMM, Linpack), each in the ISA
+//! natively on the host, to report guest/native ratios: AES-128 (CBC, CTR),
+//! XTS-AES-256 and AES-128-GCM (with the per-message register-borrow
+//! rows), and double-precision linear algebra (DGEMM, Linpack), each in the ISA
 //! variants whose cost depends on how a VMM handles extended state.
 //!
 //! The same code runs in both places, so it is `no_std`, allocation-free
@@ -11,8 +12,8 @@
 //! variant deliberately without AVX so it keeps the non-VEX encoding whose
 //! slowdown under live AVX upper state motivated the project.
 //!
-//! Every result is checked before or as it is timed: AES against FIPS-197
-//! and SP 800-38A known answers, DGEMM against dot products, Linpack by
+//! Every result is checked before or as it is timed: AES against FIPS-197,
+//! SP 800-38A, IEEE 1619 and GCM known answers, DGEMM against dot products, Linpack by
 //! its scaled residual.
 //!
 //! - [`features`]: CPUID + XCR0 -> usable variants, and skip reasons.

@@ -6,6 +6,13 @@
 pub struct Selection {
     /// AES-128 CBC and CTR, every variant the CPU allows.
     pub aes: bool,
+    /// XTS-AES-256 per variant, plain and with an XSAVE + XRSTOR borrow per
+    /// message (opt-in: not part of `all` or the default, which would
+    /// overflow the report's result rows).
+    pub xts: bool,
+    /// AES-128-GCM per variant, plain and with an XSAVE + XRSTOR borrow per
+    /// message (opt-in like `xts`).
+    pub gcm: bool,
     /// Blocked DGEMM per ISA variant.
     pub gemm: bool,
     /// Linpack (LU with partial pivoting + solve) per ISA variant.
@@ -25,11 +32,15 @@ impl Selection {
     /// The words users may give, as help texts and errors list them (the
     /// test hook `corrupt-aes-key` is accepted by [`Selection::parse`] but
     /// deliberately not listed).
-    pub const WORDS: [&'static str; 7] = ["none", "quick", "aes", "gemm", "linpack", "amx", "all"];
+    pub const WORDS: [&'static str; 9] = [
+        "none", "quick", "aes", "xts", "gcm", "gemm", "linpack", "amx", "all",
+    ];
 
     /// Nothing at all (`none`).
     pub const NONE: Selection = Selection {
         aes: false,
+        xts: false,
+        gcm: false,
         gemm: false,
         linpack: false,
         amx: false,
@@ -40,6 +51,8 @@ impl Selection {
     /// The default: every workload at quick sizes (`quick`).
     pub const QUICK: Selection = Selection {
         aes: true,
+        xts: false,
+        gcm: false,
         gemm: true,
         linpack: true,
         amx: false,
@@ -50,6 +63,8 @@ impl Selection {
     /// Every workload at full sizes (`all`).
     pub const ALL: Selection = Selection {
         aes: true,
+        xts: false,
+        gcm: false,
         gemm: true,
         linpack: true,
         amx: false,
@@ -63,9 +78,12 @@ impl Selection {
     /// - `none`: nothing (cannot be combined with other words);
     /// - `aes`, `gemm`, `linpack`: those workloads at full sizes, or at quick
     ///   sizes when `quick` is in the list too (`aes,quick`);
+    /// - `xts`, `gcm`: XTS-AES-256 and AES-128-GCM with the per-message
+    ///   register-borrow rows; like `aes`, full or quick sizes; never implied
+    ///   by `all` or the default (the report holds 64 result rows);
     /// - `amx`: the AMX tile product (not part of `quick` or `all`: it is
     ///   one fixed-size product, and most CPUs have no AMX);
-    /// - `all`: every workload at full sizes;
+    /// - `all`: aes, gemm and linpack at full sizes;
     /// - `corrupt-aes-key`: a test hook, not for users, so it appears in no
     ///   help text or error list ([`Selection::WORDS`]): fault injection (see
     ///   [`Selection::corrupt_aes_key`]); alone it applies to the default
@@ -88,6 +106,8 @@ impl Selection {
                 "none" => none = true,
                 "quick" => sel.quick = true,
                 "aes" => (sel.aes, named) = (true, true),
+                "xts" => (sel.xts, named) = (true, true),
+                "gcm" => (sel.gcm, named) = (true, true),
                 "gemm" => (sel.gemm, named) = (true, true),
                 "linpack" => (sel.linpack, named) = (true, true),
                 "amx" => (sel.amx, named) = (true, true),
@@ -99,7 +119,7 @@ impl Selection {
                 "" => return Err("empty item in workload list"),
                 _ => {
                     return Err(
-                        "unknown workload (valid, comma-separated: none, quick, aes, gemm, linpack, amx, all)",
+                        "unknown workload (valid, comma-separated: none, quick, aes, xts, gcm, gemm, linpack, amx, all)",
                     )
                 }
             }
@@ -120,7 +140,7 @@ impl Selection {
 
     /// Whether anything at all runs.
     pub fn is_empty(&self) -> bool {
-        !(self.aes || self.gemm || self.linpack || self.amx)
+        !(self.aes || self.xts || self.gcm || self.gemm || self.linpack || self.amx)
     }
 }
 
@@ -195,6 +215,17 @@ mod tests {
             ),
             (false, false)
         );
+        assert_eq!(
+            Selection::parse("xts,gcm,quick"),
+            Ok(Selection {
+                xts: true,
+                gcm: true,
+                quick: true,
+                ..Selection::NONE
+            })
+        );
+        assert!(!Selection::parse("xts").unwrap().is_empty());
+        assert_eq!((Selection::ALL.xts, Selection::ALL.gcm), (false, false));
         assert!(Selection::parse("none,aes").is_err());
         assert!(Selection::parse("aes,,gemm").is_err());
         assert!(Selection::parse("AES").is_err());

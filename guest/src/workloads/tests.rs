@@ -134,6 +134,7 @@ fn corrupted_round_key_fails_known_answers() {
 const TINY: Sizes<'static> = Sizes {
     cbc: &[16, 1024],
     ctr: &[100, 8192],
+    modes: &[512, 4096],
     gemm: &[40, 101],
     linpack: &[60, 150],
 };

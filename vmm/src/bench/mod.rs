@@ -8,6 +8,8 @@
 //!   guest RAM grows.
 //! - `startup` ([`startup`]): `vmm run --workload none` against the floor, a
 //!   minimal C VMM, pair by pair.
+//! - [`openssl`]: the host's `openssl speed` beside the guest's AES rows
+//!   (used by `vmm run`).
 //!
 //! Shared by both: [`stats`] (median, min..p90 spread, within-noise
 //! verdicts), [`progress`] (the stderr progress bar), `--plot` through
@@ -18,6 +20,7 @@ pub mod baseline;
 pub mod compare;
 pub mod exits;
 pub mod init_xstate;
+pub mod openssl;
 pub mod peers;
 pub mod progress;
 pub mod snapshot;

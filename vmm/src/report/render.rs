@@ -222,6 +222,10 @@ impl RunSummary {
                 "  host openssl speed -evp aes-128-cbc (8192 B): {o:.0} MB/s"
             );
         }
+        s.push_str(&crate::bench::openssl::render(
+            &self.openssl_yardsticks,
+            !self.seed_xts_4k_ice_lake.is_empty(),
+        ));
         for sk in &self.skipped {
             let _ = writeln!(s, "  skipped {} {}: {}", sk.name, sk.variant, sk.reason);
         }

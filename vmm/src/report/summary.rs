@@ -213,6 +213,15 @@ pub struct Timing {
     pub start_clock_monotonic_ns: u64,
 }
 
+/// A published figure quoted for comparison (not measured by this run).
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct SeedFigure {
+    /// Implementation name as the source gives it.
+    pub variant: &'static str,
+    /// Throughput, MB/s.
+    pub mb_per_s: f64,
+}
+
 /// Everything `vmm run` prints, in one serialisable value.
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct RunSummary {
@@ -275,6 +284,12 @@ pub struct RunSummary {
     pub results: Vec<ResultRow>,
     /// The host's `openssl speed -evp aes-128-cbc` at 8192-byte blocks, MB/s.
     pub openssl_aes_128_cbc_mb_per_s: Option<f64>,
+    /// The host's `openssl speed -evp` for each AES mode and size the guest
+    /// timed, with every guest variant's ratio to it.
+    pub openssl_yardsticks: Vec<crate::bench::openssl::Yardstick>,
+    /// The seed thread's AES-256-XTS 4 KiB figures on Ice Lake (MB/s), a
+    /// static reference shown when the run has XTS rows.
+    pub seed_xts_4k_ice_lake: Vec<SeedFigure>,
     /// Workload variants not run.
     pub skipped: Vec<SkipRow>,
     /// The context-switch strategy the guest chose by measuring at boot.
@@ -492,6 +507,8 @@ impl RunSummary {
             openssl_aes_128_cbc_mb_per_s: None,
             native: None,
             hugepages: None,
+            openssl_yardsticks: Vec::new(),
+            seed_xts_4k_ice_lake: Vec::new(),
             skipped: report
                 .map(|r| {
                     r.skipped()

@@ -10,3 +10,8 @@ pub const BLOCK: usize = 16;
 /// cipher XORs them into the state (FIPS-197 w[4r..4r+4]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RoundKeys(pub [[u8; 16]; 11]);
+
+/// An expanded AES-256 key: round keys 0..=14 (FIPS-197 5.2 with Nk = 8),
+/// the data and tweak keys of XTS-AES-256.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RoundKeys256(pub [[u8; 16]; 15]);

@@ -11,17 +11,27 @@
 //! CBC encryption is serial (each block waits for the previous one), so it
 //! measures `aesenc` latency; CTR interleaves 8 registers of independent
 //! blocks and measures throughput.
+//!
+//! The modes the seed thread on VAES measures live beside them: [`xts`]
+//! (XTS-AES-256, four variants), [`gcm`] with [`ghash`] (AES-128-GCM, three
+//! variants), their known answers in [`kat_modes`], and [`borrow`], the
+//! XRSTOR + XSAVE pair a kernel pays to borrow the vector registers.
 
+pub mod borrow;
+pub mod gcm;
+pub mod ghash;
 pub mod kat;
+pub mod kat_modes;
 mod key;
 mod ni;
 pub mod soft;
 mod vaes;
+pub mod xts;
 
 use super::features::{CpuFeatures, Requirement};
 use super::text::Reason;
 
-pub use key::{RoundKeys, BLOCK};
+pub use key::{RoundKeys, RoundKeys256, BLOCK};
 
 /// An implementation of AES-128.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,3 +175,6 @@ impl Aes128 {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -3,13 +3,6 @@
 //! functions are `inline(never)` so a caller with other target features
 //! can never inline (and so re-encode) them.
 
-/// Byte-reversal shuffle: big-endian counter block <-> little-endian u128.
-macro_rules! bswap128 {
-    () => {
-        _mm_set_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
-    };
-}
-
 /// One AES-128 key-expansion step: AESKEYGENASSIST gives
 /// SubWord(RotWord(w3)) ^ Rcon in dword 3; broadcast it and XOR it into the
 /// running prefix-XOR of the previous round key's words.
@@ -86,6 +79,12 @@ macro_rules! aesni_flavor {
             }
 
             /// `data.len()` must be a multiple of 16 (checked by the caller).
+            ///
+            /// The chain C_i -> C_(i+1) is serial, so only its latency
+            /// counts: the next plaintext and round key 0 are folded into the
+            /// last round key (`aesenclast(t, k10 ^ P_(i+1) ^ k0)` =
+            /// `C_i ^ P_(i+1) ^ k0`, the next block's input), which takes the
+            /// XOR off the chain: 10 AES latencies per block, not 10 + 1.
             #[target_feature(enable = $features)]
             #[inline(never)]
             pub unsafe fn cbc_encrypt(rk: &RoundKeys, iv: &mut [u8; 16], data: &mut [u8]) {
@@ -93,23 +92,31 @@ macro_rules! aesni_flavor {
                 // features it is compiled for, and the pointers and lengths it is
                 // given), which is all its intrinsics and pointer accesses rely on.
                 unsafe {
+                    let n = data.len() / 16;
+                    if n == 0 {
+                        return;
+                    }
                     let k = load_keys(rk);
-                    let mut x = _mm_loadu_si128(iv.as_ptr().cast());
-                    for block in data.chunks_exact_mut(16) {
-                        let p = block.as_mut_ptr().cast::<__m128i>();
-                        // Round key 0 goes into the plaintext off the
-                        // critical path; the chain is one XOR + 10 rounds.
-                        let t = _mm_xor_si128(_mm_loadu_si128(p), k[0]);
-                        x = _mm_xor_si128(x, t);
+                    let p = data.as_mut_ptr().cast::<__m128i>();
+                    let ivx = _mm_loadu_si128(iv.as_ptr().cast());
+                    let mut s = _mm_xor_si128(_mm_xor_si128(_mm_loadu_si128(p), k[0]), ivx);
+                    for i in 0..n {
+                        let mut t = s;
                         let mut r = 1;
                         while r < 10 {
-                            x = _mm_aesenc_si128(x, k[r]);
+                            t = _mm_aesenc_si128(t, k[r]);
                             r += 1;
                         }
-                        x = _mm_aesenclast_si128(x, k[10]);
-                        _mm_storeu_si128(p, x);
+                        if i + 1 < n {
+                            let pk = _mm_xor_si128(_mm_loadu_si128(p.add(i + 1)), k[0]);
+                            s = _mm_aesenclast_si128(t, _mm_xor_si128(k[10], pk));
+                            _mm_storeu_si128(p.add(i), _mm_xor_si128(s, pk));
+                        } else {
+                            let c = _mm_aesenclast_si128(t, k[10]);
+                            _mm_storeu_si128(p.add(i), c);
+                            _mm_storeu_si128(iv.as_mut_ptr().cast(), c);
+                        }
                     }
-                    _mm_storeu_si128(iv.as_mut_ptr().cast(), x);
                 }
             }
 
@@ -121,28 +128,30 @@ macro_rules! aesni_flavor {
                 // given), which is all its intrinsics and pointer accesses rely on.
                 unsafe {
                     let k = load_keys(rk);
-                    let bswap = bswap128!();
+                    // Round key 0's last dword: XORed into each counter word
+                    // in a general-purpose register, off the vector pipes.
+                    let k0w = _mm_extract_epi32::<3>(k[0]) as u32;
                     let mut c = u128::from_be_bytes(*ctr);
                     let mut chunks = data.chunks_exact_mut(16 * LANES);
                     for chunk in &mut chunks {
                         let mut b = [_mm_setzero_si128(); LANES];
-                        let lo = c as u64;
-                        if lo <= u64::MAX - (LANES as u64 - 1) {
-                            // No carry out of the low 64 bits in this batch:
-                            // add in the little-endian domain, then byte-swap.
-                            let base = _mm_set_epi64x((c >> 64) as i64, lo as i64);
+                        let lo = c as u32;
+                        if lo <= u32::MAX - (LANES as u32 - 1) {
+                            // No carry out of the low 32 bits in this batch:
+                            // the blocks share their first 12 bytes (XORed
+                            // with round key 0 once) and differ in the last
+                            // word, big-endian `lo + i` ^ the key's word.
+                            let cb = c.to_be_bytes();
+                            let pk = _mm_xor_si128(_mm_loadu_si128(cb.as_ptr().cast()), k[0]);
                             for (i, b) in b.iter_mut().enumerate() {
-                                let inc = _mm_set_epi64x(0, i as i64);
-                                *b = _mm_shuffle_epi8(_mm_add_epi64(base, inc), bswap);
+                                let w = (lo + i as u32).swap_bytes() ^ k0w;
+                                *b = _mm_insert_epi32::<3>(pk, w as i32);
                             }
                         } else {
                             for (i, b) in b.iter_mut().enumerate() {
                                 let cb = c.wrapping_add(i as u128).to_be_bytes();
-                                *b = _mm_loadu_si128(cb.as_ptr().cast());
+                                *b = _mm_xor_si128(_mm_loadu_si128(cb.as_ptr().cast()), k[0]);
                             }
-                        }
-                        for b in b.iter_mut() {
-                            *b = _mm_xor_si128(*b, k[0]);
                         }
                         let mut r = 1;
                         while r < 10 {

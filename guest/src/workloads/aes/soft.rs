@@ -4,7 +4,7 @@
 //! (tens of MB/s) on purpose: nothing here shares code or tables with the
 //! hardware paths.
 
-use super::key::{RoundKeys, BLOCK};
+use super::key::{RoundKeys, RoundKeys256, BLOCK};
 
 /// Multiplication in GF(2^8) modulo x^8 + x^4 + x^3 + x + 1.
 const fn gmul(mut a: u8, mut b: u8) -> u8 {
@@ -58,30 +58,46 @@ const RCON: [u8; 10] = [0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80, 0x1b, 0x
 
 /// FIPS-197 5.2 KeyExpansion for Nk = 4.
 pub fn expand_key(key: &[u8; 16]) -> RoundKeys {
-    let mut w = [[0u8; 4]; 44];
-    for (i, word) in w.iter_mut().take(4).enumerate() {
+    let mut rk = RoundKeys([[0; 16]; 11]);
+    expand::<4>(key, &mut rk.0);
+    rk
+}
+
+/// FIPS-197 5.2 KeyExpansion for Nk = 8 (AES-256): the schedule the XTS
+/// implementations use (key setup is not what they time).
+pub fn expand_key_256(key: &[u8; 32]) -> RoundKeys256 {
+    let mut rk = RoundKeys256([[0; 16]; 15]);
+    expand::<8>(key, &mut rk.0);
+    rk
+}
+
+/// KeyExpansion for a key of `NK` words into `out.len()` round keys.
+fn expand<const NK: usize>(key: &[u8], out: &mut [[u8; 16]]) {
+    let total = 4 * out.len();
+    let mut w = [[0u8; 4]; 60];
+    for (i, word) in w.iter_mut().take(NK).enumerate() {
         word.copy_from_slice(&key[4 * i..4 * i + 4]);
     }
-    for i in 4..44 {
+    for i in NK..total {
         let mut t = w[i - 1];
-        if i % 4 == 0 {
+        if i % NK == 0 {
             t = [
-                SBOX[t[1] as usize] ^ RCON[i / 4 - 1],
+                SBOX[t[1] as usize] ^ RCON[i / NK - 1],
                 SBOX[t[2] as usize],
                 SBOX[t[3] as usize],
                 SBOX[t[0] as usize],
             ];
+        } else if NK > 6 && i % NK == 4 {
+            t = t.map(|b| SBOX[b as usize]);
         }
-        let prev = w[i - 4];
+        let prev = w[i - NK];
         w[i] = core::array::from_fn(|b| prev[b] ^ t[b]);
     }
-    let mut rk = RoundKeys([[0; 16]; 11]);
-    for (r, key) in rk.0.iter_mut().enumerate() {
+    for (r, key) in out.iter_mut().enumerate() {
         for c in 0..4 {
             key[4 * c..4 * c + 4].copy_from_slice(&w[4 * r + c]);
         }
     }
-    rk
 }
 
 fn add_round_key(s: &mut [u8; 16], k: &[u8; 16]) {
@@ -118,8 +134,19 @@ fn mix_columns(s: &mut [u8; 16]) {
 
 /// FIPS-197 5.1 Cipher on one block, in place.
 pub fn encrypt_block(rk: &RoundKeys, s: &mut [u8; 16]) {
-    add_round_key(s, &rk.0[0]);
-    for key in &rk.0[1..10] {
+    cipher(&rk.0, s);
+}
+
+/// FIPS-197 5.1 Cipher with an AES-256 schedule (14 rounds), in place.
+pub fn encrypt_block_256(rk: &RoundKeys256, s: &mut [u8; 16]) {
+    cipher(&rk.0, s);
+}
+
+/// The cipher for any schedule: `rk.len() - 1` rounds.
+fn cipher(rk: &[[u8; 16]], s: &mut [u8; 16]) {
+    let last = rk.len() - 1;
+    add_round_key(s, &rk[0]);
+    for key in &rk[1..last] {
         sub_bytes(s);
         shift_rows(s);
         mix_columns(s);
@@ -127,7 +154,7 @@ pub fn encrypt_block(rk: &RoundKeys, s: &mut [u8; 16]) {
     }
     sub_bytes(s);
     shift_rows(s);
-    add_round_key(s, &rk.0[10]);
+    add_round_key(s, &rk[last]);
 }
 
 /// CBC encryption in place (SP 800-38A 6.2); `data.len()` must be a

@@ -7,6 +7,14 @@
 //!   `aesni-avx`) at 16..8192-byte messages and CTR (all four variants)
 //!   encrypt one buffer repeatedly, chaining IV/counter, as `openssl speed
 //!   -evp` does. Work unit: bytes.
+//! - XTS-AES-256 and AES-128-GCM (`xts`, `gcm`): every variant first
+//!   passes [`kat_modes`](crate::workloads::aes::kat_modes) (IEEE 1619
+//!   vector 10, GCM test cases 2-4, bulk vs the portable references); each
+//!   message is one data unit (XTS tweak = a sector number that advances
+//!   per message) or one GCM encryption + tag with a fixed IV. Rows at
+//!   512 B, 4 KiB, 64 KiB; at 512 B also `VARIANT +xsave/xmm|ymm|zmm` (an
+//!   XRSTOR + XSAVE of that live state around every message, see
+//!   [`borrow`](crate::workloads::aes::borrow)) and the portable `soft` row.
 //! - DGEMM: `C += A B` on random `n x n` matrices; the first product is
 //!   checked against dot products on sampled entries (all entries for
 //!   n <= 64); `residual` is the worst error divided by `(n + 2) eps
@@ -29,6 +37,7 @@ mod ctx;
 mod gemm_suite;
 mod linpack_suite;
 mod reps;
+mod modes_suite;
 mod sizes;
 
 use aes_suite::aes_suite;
@@ -36,6 +45,7 @@ use amx_suite::amx_suite;
 use ctx::Ctx;
 use gemm_suite::gemm_suite;
 use linpack_suite::linpack_suite;
+use modes_suite::{gcm_suite, xts_suite};
 use sizes::{TARGET_MS_FULL, TARGET_MS_QUICK};
 
 use super::features::CpuFeatures;
@@ -45,8 +55,9 @@ use crate::protocol::{NativeRowOut, Report, RowKey, RowKind};
 pub use reps::{NoReps, RepHook};
 
 pub use sizes::{
-    leading_dim, scratch_bytes, Sizes, AES_BUF, CBC_SIZES, CTR_SIZES, CTR_SIZES_QUICK, GEMM_SIZES,
-    GEMM_SIZES_QUICK, LINPACK_SIZES, LINPACK_SIZES_QUICK,
+    leading_dim, scratch_bytes, Sizes, AES_BUF, BORROW_SIZE, CBC_SIZES, CTR_SIZES, CTR_SIZES_QUICK,
+    GEMM_SIZES, GEMM_SIZES_QUICK, LINPACK_SIZES, LINPACK_SIZES_QUICK, MODE_BUF, MODE_SIZES,
+    MODE_SIZES_QUICK,
 };
 
 /// Runs what `sel` asks for and `feat` allows; pushes a [`ResultRecord`](crate::protocol::ResultRecord)
@@ -127,6 +138,7 @@ pub fn run_row(
         ctr: pick(RowKind::AesCtr),
         gemm: pick(RowKind::Dgemm),
         linpack: pick(RowKind::Linpack),
+        modes: none,
     };
     match key.kind {
         RowKind::AesCbc | RowKind::AesCtr => sel.aes = true,
@@ -185,6 +197,12 @@ fn run_inner(
     };
     if sel.aes {
         aes_suite(&mut ctx, &usable, sel, sizes, scratch);
+    }
+    if sel.xts {
+        xts_suite(&mut ctx, &usable, sel, sizes.modes, scratch);
+    }
+    if sel.gcm {
+        gcm_suite(&mut ctx, &usable, sel, sizes.modes, scratch);
     }
     if sel.gemm {
         gemm_suite(&mut ctx, &usable, sizes.gemm, scratch);

@@ -13,6 +13,14 @@ pub const CBC_SIZES: [usize; 5] = [16, 64, 256, 1024, 8192];
 pub const CTR_SIZES: [usize; 2] = [1024, 8192];
 /// AES-128-CTR message sizes in quick runs.
 pub const CTR_SIZES_QUICK: [usize; 1] = [8192];
+/// XTS-AES-256 and AES-128-GCM message sizes: a disk sector, a page, and
+/// a large I/O (the seed thread's 4 KiB in the middle).
+pub const MODE_SIZES: [usize; 3] = [512, 4096, 65536];
+/// XTS and GCM message sizes in quick runs.
+pub const MODE_SIZES_QUICK: [usize; 2] = [512, 4096];
+/// The message size of the register-borrow rows and the portable rows: one
+/// 512-byte sector, the seed's question.
+pub const BORROW_SIZE: usize = 512;
 /// DGEMM orders.
 pub const GEMM_SIZES: [usize; 4] = [128, 256, 512, 1024];
 /// DGEMM orders in quick runs.
@@ -29,6 +37,9 @@ pub struct Sizes<'a> {
     pub cbc: &'a [usize],
     /// AES-128-CTR message bytes (at most [`AES_BUF`]).
     pub ctr: &'a [usize],
+    /// XTS-AES-256 and AES-128-GCM message bytes (at most [`MODE_BUF`];
+    /// XTS needs multiples of 16).
+    pub modes: &'a [usize],
     /// DGEMM orders.
     pub gemm: &'a [usize],
     /// Linpack orders.
@@ -42,6 +53,7 @@ impl Sizes<'static> {
             Sizes {
                 cbc: &CBC_SIZES,
                 ctr: &CTR_SIZES_QUICK,
+                modes: &MODE_SIZES_QUICK,
                 gemm: &GEMM_SIZES_QUICK,
                 linpack: &LINPACK_SIZES_QUICK,
             }
@@ -49,6 +61,7 @@ impl Sizes<'static> {
             Sizes {
                 cbc: &CBC_SIZES,
                 ctr: &CTR_SIZES,
+                modes: &MODE_SIZES,
                 gemm: &GEMM_SIZES,
                 linpack: &LINPACK_SIZES,
             }
@@ -105,6 +118,15 @@ pub(super) fn aes_scratch() -> usize {
     bytes_for::<u8>(AES_BUF)
 }
 
+/// The XTS/GCM message buffer: the largest mode message size.
+pub const MODE_BUF: usize = 65536;
+
+/// Scratch bytes of the XTS and GCM suites: the message buffer and the
+/// XSAVE area of the borrow rows.
+pub(super) fn modes_scratch() -> usize {
+    bytes_for::<u8>(MODE_BUF) + bytes_for::<u8>(aes::borrow::AREA_BYTES)
+}
+
 /// Scratch bytes [`super::run`] needs so that no size of `sel` is skipped for
 /// lack of memory: about 26 MiB for `all` (three padded 1024 x 1024
 /// matrices and the 1.7 MiB DGEMM pack buffer), under 4 MiB for `quick`.
@@ -113,6 +135,9 @@ pub fn scratch_bytes(sel: &Selection) -> usize {
     let mut need = 0;
     if sel.aes {
         need = need.max(aes_scratch());
+    }
+    if sel.xts || sel.gcm {
+        need = need.max(modes_scratch());
     }
     if sel.gemm {
         for &n in sizes.gemm {

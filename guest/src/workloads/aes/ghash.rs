@@ -1,0 +1,377 @@
+//! GHASH (NIST SP 800-38D 6.4), the authenticator of GCM: the portable
+//! bit-serial reference straight from the standard, and carry-less
+//! multiplication on XMM (PCLMULQDQ), YMM and ZMM (VPCLMULQDQ) registers.
+//!
+//! The fast paths work on byte-reversed blocks, where GHASH's reflected bit
+//! order becomes a product of reciprocal polynomials: with `v = rev(p)`,
+//! `v_a * v_b = y^127 * v_(a*b)` modulo `y^128 + y^127 + y^126 + y^121 + 1`
+//! (POLYVAL's polynomial). The key is stored pre-multiplied by `y`
+//! ([`GhashKey::new`]), so each product needs one Montgomery reduction by
+//! `y^-128`: two carry-less multiplications by `0xc2 << 56` (the
+//! polynomial's middle terms), no bit shifts. Batches of blocks are
+//! multiplied by descending key powers and summed before one reduction.
+
+use core::arch::x86_64::*;
+
+/// Blocks of key powers kept: one ZMM batch (8 registers of 4 blocks).
+pub const POWERS: usize = 32;
+
+/// `y^127 + y^126 + y^121 + 1`: `y^128` reduced, for doubling the key.
+const POLY_LOW: u128 = (1 << 127) | (1 << 126) | (1 << 121) | 1;
+/// The Montgomery constant `y^63 + y^62 + y^57`.
+const MONT: u64 = 0xc200_0000_0000_0000;
+
+/// A GHASH key expanded for the carry-less paths: `kd[i]` is the
+/// Montgomery power `K_(POWERS - i)` of the doubled, byte-reversed hash key
+/// (`K_1 = H*y`, `K_(n+1) = K_n * K_1 * y^-128`), as little-endian bytes.
+/// Block `j` of a batch of `n` is multiplied by `kd[POWERS - n + j]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GhashKey {
+    /// Descending key powers.
+    pub kd: [[u8; 16]; POWERS],
+    /// For each power, the XOR of its two halves in both halves: the
+    /// middle factor of a Karatsuba product (3 carry-less multiplications
+    /// per block instead of 4).
+    pub kk: [[u8; 16]; POWERS],
+}
+
+impl GhashKey {
+    /// Expand the hash subkey `h` (E_K(0^128)).
+    pub fn new(h: &[u8; 16]) -> Self {
+        let hr = u128::from_be_bytes(*h);
+        let k1 = (hr << 1) ^ ((hr >> 127) * POLY_LOW);
+        let mut kd = [[0u8; 16]; POWERS];
+        let mut kk = [[0u8; 16]; POWERS];
+        let mut k = k1;
+        for n in 1..=POWERS {
+            kd[POWERS - n] = k.to_le_bytes();
+            let half = (k as u64) ^ ((k >> 64) as u64);
+            kk[POWERS - n] = ((half as u128) << 64 | half as u128).to_le_bytes();
+            k = mont_mul(k, k1);
+        }
+        GhashKey { kd, kk }
+    }
+}
+
+/// Carry-less 64 x 64 -> 128-bit product (portable; key setup only).
+fn clmul64(a: u64, b: u64) -> u128 {
+    let mut r = 0u128;
+    for i in 0..64 {
+        if (b >> i) & 1 != 0 {
+            r ^= (a as u128) << i;
+        }
+    }
+    r
+}
+
+/// `a * b * y^-128` in the reversed domain, portably (key setup and tests).
+pub fn mont_mul(a: u128, b: u128) -> u128 {
+    let (a0, a1, b0, b1) = (a as u64, (a >> 64) as u64, b as u64, (b >> 64) as u64);
+    let mid = clmul64(a0, b1) ^ clmul64(a1, b0);
+    let lo = clmul64(a0, b0) ^ (mid << 64);
+    let hi = clmul64(a1, b1) ^ (mid >> 64);
+    let (x0, x1) = (lo as u64, (lo >> 64) as u64);
+    let a = clmul64(x0, MONT);
+    let (u0, u1) = (x1 ^ a as u64, x0 ^ (a >> 64) as u64);
+    let b = clmul64(u0, MONT);
+    hi ^ (((u0 as u128) << 64) | u1 as u128) ^ b
+}
+
+/// GHASH state in the reversed domain: `u128::from_be_bytes` of the
+/// standard's `Y`. Start from 0; [`Ghash::finish`] gives `Y` as bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ghash(pub u128);
+
+impl Ghash {
+    /// The standard's output block.
+    pub fn finish(self) -> [u8; 16] {
+        self.0.to_be_bytes()
+    }
+}
+
+/// GF(2^128) multiplication exactly as SP 800-38D Algorithm 1 states it,
+/// on big-endian block values.
+pub fn gf_mul_spec(x: u128, y: u128) -> u128 {
+    let mut z = 0u128;
+    let mut v = y;
+    for i in 0..128 {
+        if (x >> (127 - i)) & 1 != 0 {
+            z ^= v;
+        }
+        v = if v & 1 == 0 {
+            v >> 1
+        } else {
+            (v >> 1) ^ (0xe1 << 120)
+        };
+    }
+    z
+}
+
+/// The reference GHASH update: `data` zero-padded to whole blocks,
+/// `Y = (Y ^ X) * H` per block.
+pub fn soft_update(h: &[u8; 16], acc: Ghash, data: &[u8]) -> Ghash {
+    let h = u128::from_be_bytes(*h);
+    let mut y = acc.0;
+    for chunk in data.chunks(16) {
+        let mut b = [0u8; 16];
+        b[..chunk.len()].copy_from_slice(chunk);
+        y = gf_mul_spec(y ^ u128::from_be_bytes(b), h);
+    }
+    Ghash(y)
+}
+
+/// Which carry-less path [`update`] takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GhashPath {
+    /// PCLMULQDQ on XMM registers (VEX-encoded), 8 blocks per reduction.
+    Xmm,
+    /// VPCLMULQDQ on YMM registers, 16 blocks per reduction.
+    Ymm,
+    /// VPCLMULQDQ on ZMM registers, 32 blocks per reduction.
+    Zmm,
+}
+
+/// GHASH `data`, zero-padded to whole blocks, into `acc`.
+///
+/// # Safety
+/// The CPU must support the path's instructions: PCLMULQDQ and AVX (Xmm);
+/// plus AVX2 and VPCLMULQDQ (Ymm); plus AVX512F and AVX512BW (Zmm), with
+/// XCR0 enabling the matching state.
+pub unsafe fn update(path: GhashPath, key: &GhashKey, acc: Ghash, data: &[u8]) -> Ghash {
+    let whole = data.len() & !15;
+    // SAFETY: the caller guarantees the path's CPU features.
+    let mut acc = unsafe {
+        match path {
+            GhashPath::Xmm => update_xmm(key, acc.0, &data[..whole]),
+            GhashPath::Ymm => update_ymm(key, acc.0, &data[..whole]),
+            GhashPath::Zmm => update_zmm(key, acc.0, &data[..whole]),
+        }
+    };
+    if whole < data.len() {
+        let mut b = [0u8; 16];
+        b[..data.len() - whole].copy_from_slice(&data[whole..]);
+        // SAFETY: as above; Xmm needs the least of the three.
+        acc = unsafe { update_xmm(key, acc, &b) };
+    }
+    Ghash(acc)
+}
+
+/// Sum of 128 x 128 carry-less products, kept as three parts until the
+/// reduction: low (`a0 b0`), high (`a1 b1`), middle (`a0 b1 + a1 b0`).
+macro_rules! clmul_acc {
+    ($f:ident, $xor:ident, $x:expr, $h:expr, $lo:ident, $hi:ident, $mid:ident) => {{
+        let (x, h) = ($x, $h);
+        $lo = $xor($lo, $f::<0x00>(x, h));
+        $hi = $xor($hi, $f::<0x11>(x, h));
+        $mid = $xor($mid, $xor($f::<0x01>(x, h), $f::<0x10>(x, h)));
+    }};
+}
+
+/// Karatsuba form of [`clmul_acc`]: `$m` collects `(x0 ^ x1)(h0 ^ h1)`,
+/// whose sum with the low and high parts is the middle part.
+macro_rules! clmul_acc_karatsuba {
+    ($f:ident, $xor:ident, $swap:ident, $x:expr, $h:expr, $hk:expr, $lo:ident, $hi:ident, $m:ident) => {{
+        let (x, h) = ($x, $h);
+        let xs = $xor(x, $swap::<0x4e>(x));
+        $lo = $xor($lo, $f::<0x00>(x, h));
+        $hi = $xor($hi, $f::<0x11>(x, h));
+        $m = $xor($m, $f::<0x00>(xs, $hk));
+    }};
+}
+
+/// Fold the middle part in and reduce: `(hi:lo) * y^-128`.
+#[inline(always)]
+unsafe fn reduce(lo: __m128i, hi: __m128i, mid: __m128i) -> __m128i {
+    // SAFETY: SSE2 and PCLMULQDQ, which every caller is compiled for.
+    unsafe {
+        let lo = _mm_xor_si128(lo, _mm_slli_si128::<8>(mid));
+        let hi = _mm_xor_si128(hi, _mm_srli_si128::<8>(mid));
+        let poly = _mm_set_epi64x(MONT as i64, 0);
+        // [X0 ^ A1 : X1 ^ A0] with A = X0 * c: X0 cancelled.
+        let u = _mm_xor_si128(
+            _mm_shuffle_epi32::<0x4e>(lo),
+            _mm_clmulepi64_si128::<0x10>(lo, poly),
+        );
+        // Same for the new low qword U0, then drop 128 zero bits.
+        let b = _mm_clmulepi64_si128::<0x10>(u, poly);
+        _mm_xor_si128(_mm_xor_si128(hi, _mm_shuffle_epi32::<0x4e>(u)), b)
+    }
+}
+
+/// Byte reversal of a 16-byte lane.
+macro_rules! bswap_mask {
+    () => {
+        _mm_set_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+    };
+}
+
+/// One block at a time (Horner with `K_1`): batch tails and padding.
+#[inline(always)]
+unsafe fn tail_xmm(key: &GhashKey, mut acc: __m128i, data: &[u8]) -> __m128i {
+    // SAFETY: callers are compiled for PCLMULQDQ and SSSE3 (or AVX); every
+    // load reads one 16-byte block inside `data` or `key`.
+    unsafe {
+        let bswap = bswap_mask!();
+        let h = _mm_loadu_si128(key.kd[POWERS - 1].as_ptr().cast());
+        for block in data.chunks_exact(16) {
+            let x = _mm_shuffle_epi8(_mm_loadu_si128(block.as_ptr().cast()), bswap);
+            let x = _mm_xor_si128(x, acc);
+            let z = _mm_setzero_si128();
+            let (mut lo, mut hi, mut mid) = (z, z, z);
+            clmul_acc!(_mm_clmulepi64_si128, _mm_xor_si128, x, h, lo, hi, mid);
+            acc = reduce(lo, hi, mid);
+        }
+        acc
+    }
+}
+
+/// # Safety
+/// PCLMULQDQ and AVX; `data.len()` a multiple of 16.
+#[target_feature(enable = "pclmulqdq,avx")]
+#[inline(never)]
+unsafe fn update_xmm(key: &GhashKey, acc: u128, data: &[u8]) -> u128 {
+    // SAFETY: the caller upholds this function's contract (the CPU
+    // features it is compiled for, and the pointers and lengths it is
+    // given), which is all its intrinsics and pointer accesses rely on.
+    unsafe {
+        const N: usize = 8;
+        let bswap = bswap_mask!();
+        let a = acc.to_le_bytes();
+        let mut acc = _mm_loadu_si128(a.as_ptr().cast());
+        let mut chunks = data.chunks_exact(16 * N);
+        for chunk in &mut chunks {
+            let p = chunk.as_ptr().cast::<__m128i>();
+            let z = _mm_setzero_si128();
+            let (mut lo, mut hi, mut mid) = (z, z, z);
+            for i in 0..N {
+                let mut x = _mm_shuffle_epi8(_mm_loadu_si128(p.add(i)), bswap);
+                if i == 0 {
+                    x = _mm_xor_si128(x, acc);
+                }
+                let h = _mm_loadu_si128(key.kd[POWERS - N + i].as_ptr().cast());
+                let hk = _mm_loadu_si128(key.kk[POWERS - N + i].as_ptr().cast());
+                clmul_acc_karatsuba!(
+                    _mm_clmulepi64_si128,
+                    _mm_xor_si128,
+                    _mm_shuffle_epi32,
+                    x,
+                    h,
+                    hk,
+                    lo,
+                    hi,
+                    mid
+                );
+            }
+            acc = reduce(lo, hi, _mm_xor_si128(mid, _mm_xor_si128(lo, hi)));
+        }
+        acc = tail_xmm(key, acc, chunks.remainder());
+        let mut out = [0u8; 16];
+        _mm_storeu_si128(out.as_mut_ptr().cast(), acc);
+        u128::from_le_bytes(out)
+    }
+}
+
+/// # Safety
+/// VPCLMULQDQ, PCLMULQDQ and AVX2; `data.len()` a multiple of 16.
+#[target_feature(enable = "vpclmulqdq,pclmulqdq,avx2")]
+#[inline(never)]
+unsafe fn update_ymm(key: &GhashKey, acc: u128, data: &[u8]) -> u128 {
+    // SAFETY: the caller upholds this function's contract (the CPU
+    // features it is compiled for, and the pointers and lengths it is
+    // given), which is all its intrinsics and pointer accesses rely on.
+    unsafe {
+        const REGS: usize = 8;
+        const N: usize = 2 * REGS;
+        let bswap = _mm256_broadcastsi128_si256(bswap_mask!());
+        let a = acc.to_le_bytes();
+        let mut acc = _mm_loadu_si128(a.as_ptr().cast());
+        let mut chunks = data.chunks_exact(16 * N);
+        for chunk in &mut chunks {
+            let p = chunk.as_ptr().cast::<__m256i>();
+            let z = _mm256_setzero_si256();
+            let (mut lo, mut hi, mut mid) = (z, z, z);
+            for i in 0..REGS {
+                let mut x = _mm256_shuffle_epi8(_mm256_loadu_si256(p.add(i)), bswap);
+                if i == 0 {
+                    x = _mm256_xor_si256(x, _mm256_inserti128_si256::<0>(z, acc));
+                }
+                let h = _mm256_loadu_si256(key.kd[POWERS - N + 2 * i].as_ptr().cast());
+                clmul_acc!(
+                    _mm256_clmulepi64_epi128,
+                    _mm256_xor_si256,
+                    x,
+                    h,
+                    lo,
+                    hi,
+                    mid
+                );
+            }
+            macro_rules! fold {
+                ($v:expr) => {{
+                    let v = $v;
+                    _mm_xor_si128(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v))
+                }};
+            }
+            acc = reduce(fold!(lo), fold!(hi), fold!(mid));
+        }
+        acc = tail_xmm(key, acc, chunks.remainder());
+        let mut out = [0u8; 16];
+        _mm_storeu_si128(out.as_mut_ptr().cast(), acc);
+        u128::from_le_bytes(out)
+    }
+}
+
+/// # Safety
+/// VPCLMULQDQ, PCLMULQDQ, AVX512F, AVX512BW and AVX2; `data.len()` a
+/// multiple of 16.
+#[target_feature(enable = "vpclmulqdq,pclmulqdq,avx512f,avx512bw,avx2")]
+#[inline(never)]
+unsafe fn update_zmm(key: &GhashKey, acc: u128, data: &[u8]) -> u128 {
+    // SAFETY: the caller upholds this function's contract (the CPU
+    // features it is compiled for, and the pointers and lengths it is
+    // given), which is all its intrinsics and pointer accesses rely on.
+    unsafe {
+        const REGS: usize = 8;
+        const N: usize = 4 * REGS;
+        let bswap = _mm512_broadcast_i32x4(bswap_mask!());
+        let a = acc.to_le_bytes();
+        let mut acc = _mm_loadu_si128(a.as_ptr().cast());
+        let mut chunks = data.chunks_exact(16 * N);
+        for chunk in &mut chunks {
+            let p = chunk.as_ptr().cast::<__m512i>();
+            let z = _mm512_setzero_si512();
+            let (mut lo, mut hi, mut mid) = (z, z, z);
+            for i in 0..REGS {
+                let mut x = _mm512_shuffle_epi8(_mm512_loadu_si512(p.add(i).cast()), bswap);
+                if i == 0 {
+                    x = _mm512_xor_si512(x, _mm512_inserti32x4::<0>(z, acc));
+                }
+                let h = _mm512_loadu_si512(key.kd[POWERS - N + 4 * i].as_ptr().cast());
+                clmul_acc!(
+                    _mm512_clmulepi64_epi128,
+                    _mm512_xor_si512,
+                    x,
+                    h,
+                    lo,
+                    hi,
+                    mid
+                );
+            }
+            macro_rules! fold {
+                ($v:expr) => {{
+                    let v = $v;
+                    let v = _mm256_xor_si256(
+                        _mm512_castsi512_si256(v),
+                        _mm512_extracti64x4_epi64::<1>(v),
+                    );
+                    _mm_xor_si128(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v))
+                }};
+            }
+            acc = reduce(fold!(lo), fold!(hi), fold!(mid));
+        }
+        acc = tail_xmm(key, acc, chunks.remainder());
+        let mut out = [0u8; 16];
+        _mm_storeu_si128(out.as_mut_ptr().cast(), acc);
+        u128::from_le_bytes(out)
+    }
+}

@@ -1,0 +1,263 @@
+//! The XTS-AES-256 and AES-128-GCM rows: known answers first, then
+//! throughput per message size, then at one 512-byte sector the same
+//! message with the register borrow (XRSTOR + XSAVE) around it for XMM,
+//! YMM and ZMM live state, and the portable implementation.
+
+use core::fmt::Write;
+
+use super::ctx::Ctx;
+use super::sizes::{modes_scratch, AES_FIXED_BYTES, BORROW_SIZE, MODE_BUF};
+use crate::protocol::WorkUnit;
+use crate::workloads::aes::borrow::{Borrow, Live, AREA_BYTES};
+use crate::workloads::aes::gcm::{self, Gcm128, GcmKey, GcmVariant};
+use crate::workloads::aes::kat_modes::{self, XTS_V10_KEY};
+use crate::workloads::aes::xts::{self, Xts256, XtsKeys, XtsVariant};
+use crate::workloads::aes::{kat, soft, BLOCK};
+use crate::workloads::features::CpuFeatures;
+use crate::workloads::scratch::Scratch;
+use crate::workloads::selection::Selection;
+use crate::workloads::text::Reason;
+
+const XTS: &str = "aes-256-xts";
+const GCM: &str = "aes-128-gcm";
+/// The GCM IV of every timed message.
+const IV: [u8; 12] = [
+    0xca, 0xfe, 0xba, 0xbe, 0xfa, 0xce, 0xdb, 0xad, 0xde, 0xca, 0xf8, 0x88,
+];
+
+/// `VARIANT +xsave/WIDTH`, the borrow rows' variant name.
+fn borrowed(variant: &str, live: Live) -> Reason {
+    let mut r = Reason::new();
+    let _ = write!(r, "{variant} +xsave/{}", live.name());
+    r
+}
+
+/// `not available: WHY`, the skip reason of a variant or borrow row this
+/// CPU or XCR0 does not allow.
+fn unavailable(why: &Reason) -> Reason {
+    let mut r = Reason::new();
+    let _ = write!(r, "not available: {}", why.as_str());
+    r
+}
+
+fn bad_size(size: usize) -> Reason {
+    let mut r = Reason::new();
+    let _ = write!(
+        r,
+        "message size {size} unsupported: a multiple of 16 up to {MODE_BUF}"
+    );
+    r
+}
+
+/// One mode's rows for one variant that passed its known answers: `enc`
+/// encrypts one message (and advances whatever per-message state it has).
+#[allow(clippy::too_many_arguments)]
+fn rows(
+    ctx: &mut Ctx,
+    name: &str,
+    variant: &str,
+    sizes: &[usize],
+    buf: &mut [u8],
+    area: &mut [u8],
+    usable: &CpuFeatures,
+    enc: &mut dyn FnMut(&mut [u8]),
+) {
+    let fixed_bytes = AES_FIXED_BYTES[ctx.full];
+    for &size in sizes {
+        if size > buf.len() || !size.is_multiple_of(BLOCK) {
+            ctx.skip(name, variant, &bad_size(size));
+            continue;
+        }
+        let msg = &mut buf[..size];
+        let (reps, cycles) = ctx
+            .budget
+            .measure(fixed_bytes / (size as u64 + 64), || enc(msg));
+        let work = reps * size as u64;
+        ctx.result(
+            name,
+            variant,
+            size,
+            work,
+            cycles,
+            WorkUnit::Bytes,
+            true,
+            0.0,
+        );
+    }
+    let size = BORROW_SIZE;
+    for live in Live::ALL {
+        let v = borrowed(variant, live);
+        let mut b = match Borrow::new(area, live, usable) {
+            Ok(b) => b,
+            Err(why) => {
+                ctx.skip(name, v.as_str(), &unavailable(&why));
+                continue;
+            }
+        };
+        let msg = &mut buf[..size];
+        let (reps, cycles) = ctx.budget.measure(fixed_bytes / (size as u64 + 64), || {
+            b.pair();
+            enc(msg)
+        });
+        let work = reps * size as u64;
+        ctx.result(
+            name,
+            v.as_str(),
+            size,
+            work,
+            cycles,
+            WorkUnit::Bytes,
+            true,
+            0.0,
+        );
+    }
+}
+
+/// The buffers both suites carve: the message and the XSAVE area; `None`
+/// after skip records when the scratch is too small.
+fn buffers<'a>(
+    ctx: &mut Ctx,
+    name: &str,
+    variants: &[&str],
+    scratch: &'a mut [u8],
+) -> Option<(&'a mut [u8], &'a mut [u8])> {
+    let mut s = Scratch::new(scratch);
+    let have = s.remaining();
+    match (s.take::<u8>(MODE_BUF), s.take::<u8>(AREA_BYTES)) {
+        (Some(buf), Some(area)) => {
+            for (i, b) in buf.iter_mut().enumerate() {
+                *b = i as u8;
+            }
+            Some((buf, area))
+        }
+        _ => {
+            for v in variants {
+                ctx.skip_for_scratch(name, v, MODE_BUF, modes_scratch(), have);
+            }
+            None
+        }
+    }
+}
+
+/// A variant that failed its known answers: an unchecked, untimed result
+/// per size and a skip record naming the vector.
+fn failed(ctx: &mut Ctx, name: &str, variant: &str, sizes: &[usize], why: &Reason) {
+    for &size in sizes {
+        ctx.result(name, variant, size, 0, 0, WorkUnit::Bytes, false, 0.0);
+    }
+    ctx.skip(name, variant, why);
+}
+
+pub(super) fn xts_suite(
+    ctx: &mut Ctx,
+    usable: &CpuFeatures,
+    sel: &Selection,
+    sizes: &[usize],
+    scratch: &mut [u8],
+) {
+    let names = XtsVariant::ALL.map(XtsVariant::name);
+    let Some((buf, area)) = buffers(ctx, XTS, &names, scratch) else {
+        return;
+    };
+    let keys = XtsKeys::new(&XTS_V10_KEY);
+    for v in XtsVariant::ALL {
+        let x = match Xts256::with_detected(v, usable) {
+            Ok(x) => x,
+            Err(why) => {
+                ctx.skip(XTS, v.name(), &unavailable(&why));
+                continue;
+            }
+        };
+        if let Err(why) = kat_modes::verify_xts(&x, sel.corrupt_aes_key) {
+            failed(ctx, XTS, v.name(), sizes, &why);
+            continue;
+        }
+        // Consecutive sectors, as a disk writes them.
+        let mut unit = 0u128;
+        let mut enc = |m: &mut [u8]| {
+            // Whole blocks by construction (`rows` checks): cannot fail.
+            let _ = x.encrypt_unit(&keys, unit, m);
+            unit += 1;
+        };
+        rows(ctx, XTS, v.name(), sizes, buf, area, usable, &mut enc);
+    }
+    // The portable row ("generic C" in the seed): vector 10 first.
+    let mut d = kat_modes::XTS_V10_PLAINTEXT;
+    let kat_keys = kat_modes::xts_keys(&XTS_V10_KEY, sel.corrupt_aes_key);
+    let ok = xts::soft_encrypt_unit(&kat_keys, kat_modes::XTS_V10_UNIT, &mut d).is_ok()
+        && d == kat_modes::XTS_V10_CIPHERTEXT;
+    soft_row(ctx, XTS, ok, buf, &mut |m| {
+        let _ = xts::soft_encrypt_unit(&keys, 7, m);
+    });
+}
+
+pub(super) fn gcm_suite(
+    ctx: &mut Ctx,
+    usable: &CpuFeatures,
+    sel: &Selection,
+    sizes: &[usize],
+    scratch: &mut [u8],
+) {
+    let names = GcmVariant::ALL.map(GcmVariant::name);
+    let Some((buf, area)) = buffers(ctx, GCM, &names, scratch) else {
+        return;
+    };
+    for v in GcmVariant::ALL {
+        let g = match Gcm128::with_detected(v, usable) {
+            Ok(g) => g,
+            Err(why) => {
+                ctx.skip(GCM, v.name(), &unavailable(&why));
+                continue;
+            }
+        };
+        if let Err(why) = kat_modes::verify_gcm(&g, sel.corrupt_aes_key) {
+            failed(ctx, GCM, v.name(), sizes, &why);
+            continue;
+        }
+        let key = GcmKey::new(g.expand_key(&kat::KEY_2B7E));
+        let mut enc = |m: &mut [u8]| {
+            // At most 64 KiB: far below GCM's limit, cannot fail.
+            let _ = g.encrypt(&key, &IV, &[], m);
+        };
+        rows(ctx, GCM, v.name(), sizes, buf, area, usable, &mut enc);
+    }
+    let v = &kat_modes::GCM_VECTORS[1];
+    let mut rk = soft::expand_key(&v.key);
+    if sel.corrupt_aes_key {
+        kat::corrupt(&mut rk);
+    }
+    let mut d = [0u8; 64];
+    d.copy_from_slice(v.plaintext);
+    let ok = gcm::soft_encrypt(&GcmKey::new(rk), &v.iv, v.aad, &mut d) == Ok(v.tag)
+        && d == *v.ciphertext;
+    let key = GcmKey::new(soft::expand_key(&kat::KEY_2B7E));
+    soft_row(ctx, GCM, ok, buf, &mut |m| {
+        let _ = gcm::soft_encrypt(&key, &IV, &[], m);
+    });
+}
+
+/// The `soft` row at one sector, or a failed check when its known answer
+/// (`ok`) did not hold.
+fn soft_row(ctx: &mut Ctx, name: &str, ok: bool, buf: &mut [u8], enc: &mut dyn FnMut(&mut [u8])) {
+    let size = BORROW_SIZE;
+    if !ok {
+        let mut why = Reason::new();
+        let _ = write!(why, "KAT failed: portable reference");
+        failed(ctx, name, "soft", &[size], &why);
+        return;
+    }
+    let msg = &mut buf[..size];
+    // The portable code is ~100x slower: a smaller fixed amount of work.
+    let fixed = AES_FIXED_BYTES[ctx.full] / 64 / (size as u64 + 64);
+    let (reps, cycles) = ctx.budget.measure(fixed.max(1), || enc(msg));
+    ctx.result(
+        name,
+        "soft",
+        size,
+        reps * size as u64,
+        cycles,
+        WorkUnit::Bytes,
+        true,
+        0.0,
+    );
+}

@@ -1,0 +1,214 @@
+//! XTS-AES-256 and AES-128-GCM: every variant this host runs against the
+//! portable references on random keys, tweaks, IVs, AAD and lengths
+//! (proptest, natively); and in the guest under KVM the known answers gate
+//! every row (a corrupted key fails the run and names the vector), the
+//! register-borrow rows exist, and variants XCR0 forbids say why.
+
+mod common;
+
+use common::{kvm_or_skip, vmm_json};
+use guest::workloads::aes::gcm::{self, Gcm128, GcmKey, GcmVariant};
+use guest::workloads::aes::soft;
+use guest::workloads::aes::xts::{self, Xts256, XtsKeys, XtsVariant};
+use guest::workloads::CpuFeatures;
+use proptest::prelude::*;
+use serde_json::Value;
+
+fn host_xts() -> Vec<Xts256> {
+    let f = CpuFeatures::detect();
+    XtsVariant::ALL
+        .iter()
+        .filter_map(|&v| Xts256::new(v, &f).ok())
+        .collect()
+}
+
+fn host_gcm() -> Vec<Gcm128> {
+    let f = CpuFeatures::detect();
+    GcmVariant::ALL
+        .iter()
+        .filter_map(|&v| Gcm128::new(v, &f).ok())
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn xts_variants_match_reference(
+        key in prop::collection::vec(any::<u8>(), 64),
+        unit in any::<u128>(),
+        data in (0usize..300).prop_flat_map(|blocks| prop::collection::vec(any::<u8>(), 16 * blocks)),
+    ) {
+        let key: [u8; 64] = key.try_into().unwrap();
+        let keys = XtsKeys::new(&key);
+        let mut want = data.clone();
+        xts::soft_encrypt_unit(&keys, unit, &mut want).unwrap();
+        for x in host_xts() {
+            let mut got = data.clone();
+            x.encrypt_unit(&keys, unit, &mut got).unwrap();
+            prop_assert_eq!(&got, &want, "{:?}", x.variant());
+        }
+    }
+
+    #[test]
+    fn gcm_variants_match_reference(
+        key in any::<[u8; 16]>(),
+        iv in any::<[u8; 12]>(),
+        aad in prop::collection::vec(any::<u8>(), 0..70),
+        data in prop::collection::vec(any::<u8>(), 0..3000),
+    ) {
+        let reference = GcmKey::new(soft::expand_key(&key));
+        let mut want = data.clone();
+        let want_tag = gcm::soft_encrypt(&reference, &iv, &aad, &mut want).unwrap();
+        for g in host_gcm() {
+            let k = GcmKey::new(g.expand_key(&key));
+            let mut got = data.clone();
+            let tag = g.encrypt(&k, &iv, &aad, &mut got).unwrap();
+            prop_assert_eq!(&got, &want, "{:?}", g.variant());
+            prop_assert_eq!(tag, want_tag, "{:?}", g.variant());
+        }
+    }
+}
+
+#[test]
+fn partial_xts_units_are_refused() {
+    let keys = XtsKeys::new(&[7; 64]);
+    let mut d = [0u8; 33];
+    assert_eq!(
+        xts::soft_encrypt_unit(&keys, 0, &mut d).unwrap_err().len,
+        33
+    );
+    for x in host_xts() {
+        assert_eq!(x.encrypt_unit(&keys, 0, &mut d).unwrap_err().len, 33);
+        assert_eq!(d, [0; 33], "{:?} touched a refused unit", x.variant());
+    }
+}
+
+fn results(v: &Value) -> &Vec<Value> {
+    v["results"].as_array().unwrap()
+}
+
+fn skipped<'a>(v: &'a Value, name: &str, variant: &str) -> Option<&'a str> {
+    v["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name && s["variant"] == variant)
+        .map(|s| s["reason"].as_str().unwrap())
+}
+
+#[test]
+fn guest_xts_gcm_rows_pass_known_answers() {
+    if !kvm_or_skip("guest_xts_gcm_rows_pass_known_answers") {
+        return;
+    }
+    let (out, v) = vmm_json(&["run", "--workload", "xts,gcm,quick", "--no-native"]);
+    assert!(out.status.success(), "{v:#}");
+    let rows = results(&v);
+    assert!(!rows.is_empty(), "{v:#}");
+    for r in rows {
+        assert_eq!(r["check"], "pass", "{r}");
+        assert!(r["mb_per_s"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let has = |name: &str, variant: &str, size: u64| {
+        rows.iter()
+            .any(|r| r["name"] == name && r["variant"] == variant && r["size"] == size)
+    };
+    // What the guest may run follows from the guest's XCR0 (the default
+    // policy gives it the host's) and this CPU.
+    let xcr0 = u64::from_str_radix(
+        v["guest_xcr0"].as_str().unwrap().trim_start_matches("0x"),
+        16,
+    )
+    .unwrap();
+    let f = CpuFeatures::detect();
+    if f.aesni && f.pclmul {
+        for size in [512, 4096] {
+            assert!(has("aes-256-xts", "aesni", size), "{v:#}");
+        }
+        assert!(has("aes-256-xts", "aesni +xsave/xmm", 512), "{v:#}");
+        assert!(has("aes-256-xts", "soft", 512), "{v:#}");
+    }
+    let zmm = xcr0 & 0xe6 == 0xe6 && f.avx512f;
+    if f.vaes && zmm {
+        assert!(has("aes-256-xts", "vaes-512", 4096), "{v:#}");
+        assert!(has("aes-256-xts", "vaes-512 +xsave/zmm", 512), "{v:#}");
+    }
+    if f.vpclmulqdq && f.avx512bw && zmm {
+        assert!(
+            has("aes-128-gcm", "vaes-vpclmul-512 +xsave/zmm", 512),
+            "{v:#}"
+        );
+    }
+    assert!(has("aes-128-gcm", "soft", 512), "{v:#}");
+}
+
+#[test]
+fn guest_xts_gcm_corrupt_key_fails_and_names_the_vector() {
+    if !kvm_or_skip("guest_xts_gcm_corrupt_key_fails_and_names_the_vector") {
+        return;
+    }
+    let (out, v) = vmm_json(&[
+        "run",
+        "--workload",
+        "xts,gcm,quick,corrupt-aes-key",
+        "--no-native",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{v:#}");
+    assert!(results(&v).iter().all(|r| r["check"] == "fail"), "{v:#}");
+    if CpuFeatures::detect().aesni && CpuFeatures::detect().pclmul {
+        assert_eq!(
+            skipped(&v, "aes-256-xts", "aesni"),
+            Some("KAT failed: IEEE 1619 vector 10 (corrupt-aes-key)")
+        );
+    }
+    let f = CpuFeatures::detect();
+    if f.pclmul && f.avx && f.aesni {
+        assert_eq!(
+            skipped(&v, "aes-128-gcm", "aesni-pclmul"),
+            Some("KAT failed: GCM test case 2 (corrupt-aes-key)")
+        );
+    }
+    assert_eq!(
+        skipped(&v, "aes-256-xts", "soft"),
+        Some("KAT failed: portable reference")
+    );
+}
+
+#[test]
+fn guest_without_avx_state_says_which_variants_are_not_available() {
+    if !kvm_or_skip("guest_without_avx_state_says_which_variants_are_not_available") {
+        return;
+    }
+    let (out, v) = vmm_json(&[
+        "run",
+        "--workload",
+        "xts,gcm,quick",
+        "--xfeatures",
+        "x87,sse",
+        "--no-native",
+    ]);
+    assert!(out.status.success(), "{v:#}");
+    assert_eq!(v["guest_xcr0"], "0x3");
+    for r in results(&v) {
+        let variant = r["variant"].as_str().unwrap();
+        assert!(
+            ["aesni", "aesni +xsave/xmm", "soft"].contains(&variant),
+            "ran {variant} with XCR0 0x3: {r}"
+        );
+    }
+    assert_eq!(
+        skipped(&v, "aes-256-xts", "vaes-512"),
+        Some("not available: needs AVX: XCR0 0x3 lacks AVX state")
+    );
+    assert_eq!(
+        skipped(&v, "aes-128-gcm", "aesni-pclmul"),
+        Some("not available: needs AVX: XCR0 0x3 lacks AVX state")
+    );
+    if CpuFeatures::detect().aesni && CpuFeatures::detect().pclmul {
+        assert_eq!(
+            skipped(&v, "aes-256-xts", "aesni +xsave/ymm"),
+            Some("not available: ymm state not usable: XCR0 0x3")
+        );
+    }
+}

@@ -1,0 +1,310 @@
+//! The AES yardsticks of `vmm run`: the host's `openssl speed -evp` for the
+//! mode and message size of every AES row the guest produced, run in the
+//! same process right after the guest and its native rows, and the seed
+//! thread's Ice Lake XTS figures as a labelled static reference.
+//!
+//! Each figure costs one `openssl speed -elapsed -evp CIPHER -bytes N
+//! -seconds 1` (one second); quick runs keep one size per cipher. Ratios
+//! are reported, never asserted: the goal (every AES-NI variant >= 1.0x
+//! openssl for the same mode and size, VAES ahead of it) is read off the
+//! table.
+
+use std::fmt::Write as _;
+use std::process::Command;
+
+use serde::Serialize;
+
+/// The seed thread's AES-256-XTS figures at 4 KiB messages on Ice Lake,
+/// MB/s: a static reference, not measured here.
+pub const SEED_ICE_LAKE_XTS_4K: [(&str, f64); 5] = [
+    ("aesni", 5136.0),
+    ("aesni-avx", 5366.0),
+    ("vaes-avx2", 9337.0),
+    ("vaes-avx10_256", 9876.0),
+    ("vaes-avx10_512", 10215.0),
+];
+
+/// The modes the guest reports that openssl can time, by row name (the
+/// row names are openssl's cipher names).
+pub const CIPHERS: [&str; 4] = ["aes-128-cbc", "aes-128-ctr", "aes-128-gcm", "aes-256-xts"];
+
+/// Smallest message size timed against openssl: below it `openssl speed`
+/// measures its own call overhead more than the cipher.
+pub const MIN_SIZE: u64 = 512;
+
+/// Why a yardstick has no figure.
+#[derive(Debug, thiserror::Error)]
+pub enum OpensslError {
+    /// The `openssl` program could not be started.
+    #[error("openssl not available: {0}")]
+    NotInstalled(#[source] std::io::Error),
+    /// It ran and failed (e.g. a cipher this build lacks).
+    #[error("openssl speed failed ({status}): {stderr}")]
+    Failed {
+        /// Its exit status.
+        status: std::process::ExitStatus,
+        /// The first line of its standard error.
+        stderr: String,
+    },
+    /// Its output had no figure for the cipher.
+    #[error("openssl speed printed no {cipher} row")]
+    Unparsable {
+        /// The cipher asked for.
+        cipher: String,
+    },
+}
+
+/// One guest variant against the yardstick.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct VariantRatio {
+    /// Guest variant (`aesni`, `vaes-512`, ...).
+    pub variant: String,
+    /// Guest MB/s.
+    pub mb_per_s: f64,
+    /// Guest MB/s / openssl MB/s (null when openssl gave no figure).
+    pub vs_openssl: Option<f64>,
+}
+
+/// `openssl speed` for one cipher and message size, beside the guest's
+/// variants of that mode and size.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct Yardstick {
+    /// openssl's cipher name, also the guest's row name.
+    pub cipher: String,
+    /// Message bytes (`-bytes`).
+    pub size: u64,
+    /// openssl's throughput in MB/s (10^6 bytes per second).
+    pub openssl_mb_per_s: Option<f64>,
+    /// Why there is no figure (openssl missing, failed, unreadable).
+    pub error: Option<String>,
+    /// The guest's variants of this mode and size (register-borrow rows
+    /// and the portable row excluded).
+    pub guest: Vec<VariantRatio>,
+}
+
+/// A guest row as the yardsticks need it.
+#[derive(Clone, Debug)]
+pub struct GuestFigure<'a> {
+    /// Row name (the mode).
+    pub name: &'a str,
+    /// Variant.
+    pub variant: &'a str,
+    /// Message bytes.
+    pub size: u64,
+    /// Guest MB/s, when timed.
+    pub mb_per_s: Option<f64>,
+}
+
+/// Every yardstick for `rows`: one per cipher and size the guest timed
+/// (sizes >= [`MIN_SIZE`]; with `quick`, only each cipher's largest size up
+/// to 8 KiB), measured with `speed` (normally [`openssl_speed`]).
+pub fn yardsticks(
+    rows: &[GuestFigure<'_>],
+    quick: bool,
+    speed: &mut dyn FnMut(&str, u64) -> Result<f64, OpensslError>,
+) -> Vec<Yardstick> {
+    let mut out = Vec::new();
+    for cipher in CIPHERS {
+        let mut sizes: Vec<u64> = rows
+            .iter()
+            .filter(|r| r.name == cipher && r.size >= MIN_SIZE && timed_variant(r.variant))
+            .map(|r| r.size)
+            .collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        if quick {
+            sizes = sizes
+                .iter()
+                .rev()
+                .find(|&&s| s <= 8192)
+                .copied()
+                .into_iter()
+                .collect();
+        }
+        for size in sizes {
+            let (openssl_mb_per_s, error) = match speed(cipher, size) {
+                Ok(v) => (Some(v), None),
+                Err(e) => (None, Some(e.to_string())),
+            };
+            let guest = rows
+                .iter()
+                .filter(|r| r.name == cipher && r.size == size && timed_variant(r.variant))
+                .filter_map(|r| {
+                    let g = r.mb_per_s?;
+                    Some(VariantRatio {
+                        variant: r.variant.to_string(),
+                        mb_per_s: g,
+                        vs_openssl: openssl_mb_per_s.filter(|&o| o > 0.0).map(|o| g / o),
+                    })
+                })
+                .collect();
+            out.push(Yardstick {
+                cipher: cipher.to_string(),
+                size,
+                openssl_mb_per_s,
+                error,
+                guest,
+            });
+        }
+    }
+    out
+}
+
+/// Whether a variant is a plain implementation (not a register-borrow row,
+/// not the portable reference).
+fn timed_variant(v: &str) -> bool {
+    !v.contains("+xsave") && v != "soft"
+}
+
+/// `openssl speed -elapsed -evp CIPHER -bytes SIZE -seconds 1` on the host,
+/// in MB/s.
+pub fn openssl_speed(cipher: &str, size: u64) -> Result<f64, OpensslError> {
+    let out = Command::new("openssl")
+        .args(["speed", "-elapsed", "-evp", cipher, "-bytes"])
+        .arg(size.to_string())
+        .args(["-seconds", "1"])
+        .output()
+        .map_err(OpensslError::NotInstalled)?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(OpensslError::Failed {
+            status: out.status,
+            stderr: err.lines().next().unwrap_or_default().to_string(),
+        });
+    }
+    parse_speed(&String::from_utf8_lossy(&out.stdout), cipher).ok_or(OpensslError::Unparsable {
+        cipher: cipher.to_string(),
+    })
+}
+
+/// The last figure of `cipher`'s row: openssl prints thousands of bytes
+/// per second with a `k` suffix, one column per `-bytes` size.
+pub fn parse_speed(text: &str, cipher: &str) -> Option<f64> {
+    let line = text.lines().rev().find(|l| {
+        l.trim_start()
+            .to_ascii_lowercase()
+            .starts_with(&cipher.to_ascii_lowercase())
+    })?;
+    let last = line.split_whitespace().last()?;
+    let kbs: f64 = last.strip_suffix('k')?.parse().ok()?;
+    Some(kbs * 1000.0 / 1e6)
+}
+
+/// The yardsticks as table lines (after the results table).
+pub fn render(ys: &[Yardstick], with_seed: bool) -> String {
+    let mut s = String::new();
+    if ys.is_empty() {
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "yardsticks (host `openssl speed -evp`, 1 s each; guest MB/s and guest/openssl)"
+    );
+    for y in ys {
+        let o = match (y.openssl_mb_per_s, &y.error) {
+            (Some(v), _) => format!("openssl {v:>8.0} MB/s"),
+            (None, Some(e)) => format!("openssl: {e}"),
+            (None, None) => "openssl: no figure".to_string(),
+        };
+        let _ = write!(s, "  {:<12} {:>6} B  {o}", y.cipher, y.size);
+        for g in &y.guest {
+            match g.vs_openssl {
+                Some(r) => {
+                    let _ = write!(s, "  {} {:.0} ({r:.2}x)", g.variant, g.mb_per_s);
+                }
+                None => {
+                    let _ = write!(s, "  {} {:.0}", g.variant, g.mb_per_s);
+                }
+            }
+        }
+        s.push('\n');
+    }
+    if with_seed {
+        let _ = write!(
+            s,
+            "  seed reference (Ice Lake, aes-256-xts 4096 B, not measured here):"
+        );
+        for (v, mb) in SEED_ICE_LAKE_XTS_4K {
+            let _ = write!(s, " {v} {mb:.0}");
+        }
+        s.push_str(" MB/s\n");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_openssl_speed_rows() {
+        let text = "version: 3.0.17\nThe 'numbers' are in 1000s of bytes per second processed.\n\
+                    type             4096 bytes\n\
+                    AES-256-XTS    5136000.50k\n";
+        let v = parse_speed(text, "aes-256-xts").unwrap();
+        assert!((v - 5136.0005).abs() < 1e-6, "{v}");
+        assert_eq!(parse_speed(text, "aes-128-gcm"), None);
+        assert_eq!(parse_speed("aes-256-xts 12.5", "aes-256-xts"), None);
+        assert_eq!(parse_speed("garbage", "aes-256-xts"), None);
+    }
+
+    fn row<'a>(name: &'a str, variant: &'a str, size: u64, mb: f64) -> GuestFigure<'a> {
+        GuestFigure {
+            name,
+            variant,
+            size,
+            mb_per_s: Some(mb),
+        }
+    }
+
+    #[test]
+    fn one_yardstick_per_cipher_and_size_with_ratios() {
+        let rows = [
+            row("aes-256-xts", "aesni", 512, 1000.0),
+            row("aes-256-xts", "aesni", 4096, 2000.0),
+            row("aes-256-xts", "aesni +xsave/zmm", 512, 500.0),
+            row("aes-256-xts", "soft", 512, 20.0),
+            row("aes-128-cbc", "aesni-sse", 16, 300.0),
+            row("aes-128-cbc", "aesni-sse", 8192, 1500.0),
+            row("dgemm", "avx2", 512, 1.0),
+        ];
+        let mut asked = Vec::new();
+        let mut speed = |c: &str, n: u64| {
+            asked.push((c.to_string(), n));
+            if c == "aes-128-cbc" {
+                Err(OpensslError::Unparsable { cipher: c.into() })
+            } else {
+                Ok(4000.0)
+            }
+        };
+        let ys = yardsticks(&rows, false, &mut speed);
+        assert_eq!(
+            asked,
+            [
+                ("aes-128-cbc".to_string(), 8192),
+                ("aes-256-xts".to_string(), 512),
+                ("aes-256-xts".to_string(), 4096)
+            ]
+        );
+        assert_eq!(ys.len(), 3);
+        assert_eq!(
+            ys[0].error.as_deref(),
+            Some("openssl speed printed no aes-128-cbc row")
+        );
+        assert_eq!(ys[0].guest[0].vs_openssl, None);
+        assert_eq!(ys[1].guest.len(), 1);
+        assert_eq!(ys[1].guest[0].vs_openssl, Some(0.25));
+        assert_eq!(ys[2].guest[0].vs_openssl, Some(0.5));
+        let quick = yardsticks(&rows, true, &mut |_, _| Ok(1.0));
+        assert_eq!(
+            quick.iter().map(|y| y.size).collect::<Vec<_>>(),
+            [8192, 4096]
+        );
+        let text = render(&ys, true);
+        assert!(
+            text.contains("  aes-256-xts    4096 B  openssl     4000 MB/s  aesni 2000 (0.50x)\n"),
+            "{text}"
+        );
+        assert!(text.contains("vaes-avx10_512 10215"), "{text}");
+    }
+}
