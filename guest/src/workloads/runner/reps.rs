@@ -62,6 +62,7 @@ mod tests {
         ctr: &[],
         gemm: &[40],
         linpack: &[],
+        modes: &[],
     };
 
     #[test]
