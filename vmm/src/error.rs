@@ -55,6 +55,10 @@ pub enum Error {
     /// The vCPU thread or its state could not be driven.
     #[error(transparent)]
     Vcpu(#[from] VcpuError),
+    /// `--vcpus` was refused (0, above KVM's or the guest's limit): a usage
+    /// error, so `vmm run` ends with `EXIT_USAGE`.
+    #[error("invalid argument: {0}")]
+    VcpuCount(#[from] crate::vstate::smp::VcpuCountError),
     /// The guest's run did not end the way the operation needs (a crash, a
     /// non-zero exit status, a failed workload check).
     #[error("guest error: {0}")]

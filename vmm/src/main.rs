@@ -110,6 +110,10 @@ struct RunArgs {
     /// Extra words for the guest's command line.
     #[arg(long, value_name = "WORDS")]
     cmdline: Option<String>,
+    /// vCPUs, each a host thread; more than one adds an in-kernel irqchip
+    /// and the guest starts the others with INIT-SIPI-SIPI.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    vcpus: u32,
     /// Also show the guest's own serial report (on stderr with --json).
     #[arg(long)]
     serial: bool,
@@ -244,8 +248,15 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
         snapshot_after: args.session.snapshot_after,
         snapshot_file: args.session.snapshot_file.clone(),
         snapshot_force: args.session.force,
+        vcpus: args.vcpus,
     };
-    let outcome = vstate::run(config)?;
+    let outcome = match vstate::run(config) {
+        Err(e @ vmm::error::Error::VcpuCount(_)) => {
+            eprintln!("vmm: {e}");
+            return Ok(EXIT_USAGE);
+        }
+        other => other?,
+    };
     let extras = Extras {
         resolution,
         snapshot: args.session.snapshot_view(&outcome),

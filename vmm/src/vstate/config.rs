@@ -85,6 +85,9 @@ pub struct RunConfig {
     /// `--force`: a regular file already at `snapshot_file` may be replaced
     /// (never anything else; see [`crate::snapshot::write`]).
     pub snapshot_force: bool,
+    /// `--vcpus`: how many vCPUs, each a host thread (see
+    /// [`super::smp`]); 1 is the VM `vmm` always built.
+    pub vcpus: u32,
 }
 
 impl Default for RunConfig {
@@ -102,6 +105,7 @@ impl Default for RunConfig {
             snapshot_after: None,
             snapshot_file: None,
             snapshot_force: false,
+            vcpus: 1,
         }
     }
 }

@@ -8,6 +8,7 @@
 //!   (what restore uses too).
 //! - `runner`: the run loops and exit decoding.
 //! - `stop`: why and how a running vCPU is stopped from outside.
+//! - [`smp`]: `--vcpus N`: the limits, the irqchip, how APs start.
 //! - [`outcome`]: what a run produced ([`RunOutcome`], [`RunEnd`]).
 
 pub mod config;
@@ -16,10 +17,12 @@ pub(crate) mod launch;
 pub(crate) mod machine;
 pub mod outcome;
 pub(crate) mod runner;
+pub mod smp;
 pub(crate) mod stop;
 pub mod vcpu;
 
 pub use config::{KernelImage, RunConfig};
 pub use dump::RegisterDump;
 pub use launch::{check_cmdline_words, run};
-pub use outcome::{ExitCounts, RunEnd, RunOutcome};
+pub use outcome::{ExitCounts, RunEnd, RunOutcome, VcpuOutcome};
+pub use smp::{ApStart, VcpuCountError};
