@@ -24,5 +24,6 @@ pub mod pvh;
 pub mod report;
 pub mod selftest;
 pub mod serial;
+pub mod smp;
 pub mod syscall;
 pub mod xcr0;

@@ -82,6 +82,13 @@ pub struct Cmdline<'a> {
     /// `hostile=MODE`: misbehave on purpose (see [`HOSTILE_MODES`]); the
     /// last one wins.
     pub hostile: Option<&'a str>,
+    /// `cpus=N`: how many CPUs to bring up, overriding what the firmware
+    /// tables (MADT, MP table) say; `Some(0)` when the value is no number.
+    pub cpus: Option<u32>,
+    /// `xfeatures.cpuN=MASK`: XCR0 for CPU N instead of the policy (tests
+    /// of per-CPU state); index = CPU, at most
+    /// [`MAX_CPUS`](crate::protocol::record::MAX_CPUS).
+    pub cpu_xfeatures: [Option<u64>; crate::protocol::record::MAX_CPUS as usize],
 }
 
 /// Exceptions `fault=` can provoke: invalid opcode, divide error, page
@@ -122,6 +129,18 @@ impl<'a> Cmdline<'a> {
                     _ => {
                         c.exits = None;
                         c.bad_exits = Some(n);
+                    }
+                }
+            } else if let Some(n) = word.strip_prefix("cpus=") {
+                c.cpus = Some(n.parse::<u32>().unwrap_or(0));
+            } else if let Some((cpu, mask)) = word
+                .strip_prefix("xfeatures.cpu")
+                .and_then(|rest| rest.split_once('='))
+            {
+                let digits = mask.strip_prefix("0x").unwrap_or(mask);
+                if let (Ok(cpu), Ok(v)) = (cpu.parse::<usize>(), u64::from_str_radix(digits, 16)) {
+                    if let Some(slot) = c.cpu_xfeatures.get_mut(cpu) {
+                        *slot = Some(v);
                     }
                 }
             } else if let Some(mask) = word.strip_prefix("xfeatures=") {
@@ -191,6 +210,8 @@ impl<'a> Cmdline<'a> {
                 && !w.starts_with("bench=")
                 && !w.starts_with("exits=")
                 && !w.starts_with("hostile=")
+                && !w.starts_with("cpus=")
+                && !w.starts_with("xfeatures.cpu")
         })
     }
 }
@@ -222,6 +243,17 @@ mod tests {
         assert!(t.selftest);
         assert_eq!(t.fault, Some("pf"));
         assert_eq!(t.unknown_words().count(), 0);
+    }
+
+    #[test]
+    fn cmdline_cpu_words() {
+        let c = Cmdline::parse("cpus=2 xfeatures.cpu1=0x3 xfeatures.cpu9=0x7 xfeatures.cpux=1");
+        assert_eq!(c.cpus, Some(2));
+        assert_eq!(c.cpu_xfeatures[1], Some(0x3));
+        assert_eq!(c.cpu_xfeatures[0], None);
+        assert_eq!(c.unknown_words().count(), 0);
+        assert_eq!(Cmdline::parse("cpus=x").cpus, Some(0));
+        assert_eq!(vmm_owned_word("xfeatures.cpu1=0x3"), None);
     }
 
     #[test]

@@ -52,7 +52,15 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
     // CPUID table (kvm_pvm) our guest still limits XCR0 to it. That word is
     // the VMM's alone.
     check_cmdline_words(&config.cmdline)?;
-    let cmdline = with_xfeatures_hint(&config.cmdline, xcr0);
+    let mut cmdline = with_xfeatures_hint(&config.cmdline, xcr0);
+    // The CPU count, unless the caller's command line overrides it.
+    if config.vcpus > 1
+        && guest::protocol::Cmdline::parse(&config.cmdline)
+            .cpus
+            .is_none()
+    {
+        cmdline.push_str(&format!(" cpus={}", config.vcpus));
+    }
 
     let (mut machine, ap_fds) = Machine::create_smp(&host, config.mem_mib, config.vcpus)?;
     let kernel = boot::load_kernel(

@@ -113,6 +113,10 @@ pub const FAULT_STACK_SIZE: usize = 64 * 1024;
 pub const KERNEL_STACK_SIZE: usize = 4096;
 /// Size of the #DF stack (IST1).
 pub const DF_STACK_SIZE: usize = 4096;
+/// log2 of each AP's CPL0 stack (and #DF stack) size (`boot/ap.s`).
+pub const AP_KERNEL_STACK_SHIFT: u32 = 12;
+/// log2 of each AP's CPL3 stack size (`boot/ap.s`): 128 KiB.
+pub const AP_USER_STACK_SHIFT: u32 = 17;
 
 /// CR0 in long mode: PE, MP (WAIT honours TS), ET, NE (native x87 errors),
 /// WP, PG. EM and TS clear: x87/SSE instructions execute.
@@ -144,6 +148,7 @@ core::arch::global_asm!(
     include_str!("faults.s"),
     include_str!("syscalls.s"),
     include_str!("tables.s"),
+    include_str!("ap.s"),
     cr4_boot = const CR4_BOOT,
     cr4_xsave = const CR4_BOOT | CR4_OSXSAVE,
     msr_efer = const MSR_EFER,
@@ -165,6 +170,9 @@ core::arch::global_asm!(
     fault_stack_size = const FAULT_STACK_SIZE,
     kernel_stack_size = const KERNEL_STACK_SIZE,
     df_stack_size = const DF_STACK_SIZE,
+    max_cpus = const guest::protocol::record::MAX_CPUS,
+    ap_kstack_shift = const AP_KERNEL_STACK_SHIFT,
+    ap_ustack_shift = const AP_USER_STACK_SHIFT,
     options(att_syntax)
 );
 
