@@ -60,6 +60,6 @@ pub use exit::{
 };
 pub use summary::{
     result_rows, ComponentRow, CrashView, FaultView, GuestCpuidView, ResultRow, RunSummary,
-    SkipRow, SwitchFigure, Timing,
+    SkipRow, SmpView, SwitchFigure, Timing, VcpuRow,
 };
 pub use views::{ResolutionView, SnapshotView};

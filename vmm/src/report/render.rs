@@ -221,6 +221,32 @@ impl RunSummary {
         for e in &self.snapshot_errors {
             let _ = writeln!(s, "snapshot not written (the guest was resumed): {e}");
         }
+        if let Some(smp) = &self.smp {
+            let _ = writeln!(
+                s,
+                "vCPUs: {} (APs started by {}); the run's end came from vCPU {}",
+                smp.vcpus.len(),
+                smp.ap_start.map_or("-", |a| a.name()),
+                smp.ended_by
+            );
+            for v in &smp.vcpus {
+                let mask = |m: Option<xstate::XfeatureMask>| {
+                    m.map_or("-".to_string(), |m| format!("{:#x}", m.bits()))
+                };
+                let _ = writeln!(
+                    s,
+                    "  vcpu{}: guest xcr0 {} xinuse {} final xcr0 {}, {} results, {} exits, {} xsave fetches; {}",
+                    v.index,
+                    mask(v.guest_xcr0),
+                    mask(v.guest_xinuse),
+                    mask(v.final_xcr0),
+                    v.results.len(),
+                    v.exits,
+                    v.xstate_stats.fetches,
+                    v.end
+                );
+            }
+        }
         if let Some(c) = &self.crash {
             let _ = writeln!(s, "guest crashed: {}", c.reason);
             let _ = write!(s, "{}", c.registers);
