@@ -69,6 +69,9 @@ static START_TSC: AtomicU64 = AtomicU64::new(0);
 static ONLINE_TSC: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
 /// Per CPU: the XCR0 it is to set (written by the BSP before INIT).
 static TARGET_XCR0: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
+/// Per CPU: 1 + the index in `FAULT_KINDS` of a fault to provoke once up
+/// (`fault.cpuN=`), 0 for none.
+static FAULT: [AtomicU32; N] = [const { AtomicU32::new(0) }; N];
 /// Per CPU: 1 once its report is handed over.
 static DONE: [AtomicU32; N] = [const { AtomicU32::new(0) }; N];
 
@@ -127,6 +130,20 @@ pub fn start_aps(cmdline: &Cmdline, out: &mut Console) -> Started {
             cmdline.cpu_xfeatures[i].unwrap_or(policy),
             Ordering::Relaxed,
         );
+    }
+    if let Some((cpu, kind)) = cmdline.cpu_fault {
+        match guest::protocol::FAULT_KINDS.iter().position(|k| *k == kind) {
+            Some(k) if (1..wanted as usize).contains(&cpu) => {
+                FAULT[cpu].store(k as u32 + 1, Ordering::Relaxed)
+            }
+            _ => {
+                let _ = writeln!(
+                    out,
+                    "guest: fault.cpu{cpu}={kind}: no such AP or fault kind (known: {:?})",
+                    guest::protocol::FAULT_KINDS
+                );
+            }
+        }
     }
     // SAFETY: the two symbols delimit the trampoline in .boot; the page at
     // AP_TRAMPOLINE is identity-mapped RAM nothing else uses (below the
@@ -251,6 +268,14 @@ extern "C" fn ap_main(cpu: u32) -> ! {
             // was the reset value), and the mask passed the XCR0 rules.
             let _ = unsafe { xcr0::xsetbv(0, mask) };
         }
+    }
+    if let Some(kind) = FAULT[cpu]
+        .load(Ordering::Relaxed)
+        .checked_sub(1)
+        .and_then(|k| guest::protocol::FAULT_KINDS.get(k as usize))
+    {
+        // The fault path reports and exits from this vCPU.
+        super::fault::provoke(kind);
     }
     let _ = report::fill_cpu(report);
     report::fill_xinuse(report);

@@ -89,6 +89,9 @@ pub struct Cmdline<'a> {
     /// of per-CPU state); index = CPU, at most
     /// [`MAX_CPUS`](crate::protocol::record::MAX_CPUS).
     pub cpu_xfeatures: [Option<u64>; crate::protocol::record::MAX_CPUS as usize],
+    /// `fault.cpuN=KIND`: CPU N (an AP) provokes a [`FAULT_KINDS`] fault
+    /// once it is up (tests of how an AP's exception ends the run).
+    pub cpu_fault: Option<(usize, &'a str)>,
 }
 
 /// Exceptions `fault=` can provoke: invalid opcode, divide error, page
@@ -130,6 +133,13 @@ impl<'a> Cmdline<'a> {
                         c.exits = None;
                         c.bad_exits = Some(n);
                     }
+                }
+            } else if let Some((cpu, kind)) = word
+                .strip_prefix("fault.cpu")
+                .and_then(|rest| rest.split_once('='))
+            {
+                if let Ok(cpu) = cpu.parse::<usize>() {
+                    c.cpu_fault = Some((cpu, kind));
                 }
             } else if let Some(n) = word.strip_prefix("cpus=") {
                 c.cpus = Some(n.parse::<u32>().unwrap_or(0));
@@ -212,6 +222,7 @@ impl<'a> Cmdline<'a> {
                 && !w.starts_with("hostile=")
                 && !w.starts_with("cpus=")
                 && !w.starts_with("xfeatures.cpu")
+                && !w.starts_with("fault.cpu")
         })
     }
 }
@@ -253,6 +264,7 @@ mod tests {
         assert_eq!(c.cpu_xfeatures[0], None);
         assert_eq!(c.unknown_words().count(), 0);
         assert_eq!(Cmdline::parse("cpus=x").cpus, Some(0));
+        assert_eq!(Cmdline::parse("fault.cpu1=ud").cpu_fault, Some((1, "ud")));
         assert_eq!(vmm_owned_word("xfeatures.cpu1=0x3"), None);
     }
 
