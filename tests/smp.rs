@@ -1,0 +1,148 @@
+//! `vmm run --vcpus N`: the APs start (INIT-SIPI-SIPI), each CPU reports its
+//! own XCR0, an AP's exception ends the run naming that vCPU, bad counts are
+//! refused by name, and the same guest runs SMP under QEMU.
+
+mod common;
+
+use std::process::Command;
+
+/// `--vcpus 2`: both CPUs report; CPU 1 runs the XCR0 its
+/// `xfeatures.cpu1=0x3` asks for, CPU 0 the policy (KVM's mask by default).
+#[test]
+fn two_vcpus_boot_and_report_their_own_xcr0() {
+    if !common::kvm_or_skip("two_vcpus_boot_and_report_their_own_xcr0") {
+        return;
+    }
+    let (out, v) =
+        common::run_bare_json("120", &["--vcpus", "2", "--cmdline", "xfeatures.cpu1=0x3"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let policy = common::hex(&v["policy_xfeatures"]);
+    let smp = &v["smp"];
+    assert_eq!(smp["ap_start"], "init-sipi");
+    assert_eq!(smp["ended_by"], 0);
+    let vcpus = smp["vcpus"].as_array().unwrap();
+    assert_eq!(vcpus.len(), 2);
+    assert_eq!(vcpus[0]["index"], 0);
+    assert_eq!(common::hex(&vcpus[0]["guest_xcr0"]), policy);
+    assert_eq!(common::hex(&vcpus[0]["final_xcr0"]), policy);
+    assert_eq!(vcpus[1]["index"], 1);
+    assert_eq!(common::hex(&vcpus[1]["guest_xcr0"]), 0x3);
+    assert_eq!(common::hex(&vcpus[1]["final_xcr0"]), 0x3);
+    assert_eq!(vcpus[1]["end"], "stopped");
+    // The totals stay where they were: vCPU 0's XCR0 and the summed exits.
+    assert_eq!(common::hex(&v["guest_xcr0"]), policy);
+    let sum: u64 = vcpus.iter().map(|c| c["exits"].as_u64().unwrap()).sum();
+    assert_eq!(v["exits"].as_u64().unwrap(), sum);
+}
+
+/// With no override every AP takes the policy: three vCPUs, three reports.
+#[test]
+fn every_ap_takes_the_policy_by_default() {
+    if !common::kvm_or_skip("every_ap_takes_the_policy_by_default") {
+        return;
+    }
+    let (out, v) = common::run_bare_json("120", &["--vcpus", "3", "--xfeatures", "0x7"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let vcpus = v["smp"]["vcpus"].as_array().unwrap();
+    assert_eq!(vcpus.len(), 3);
+    for c in vcpus {
+        assert_eq!(common::hex(&c["guest_xcr0"]), 0x7, "{c}");
+        assert_eq!(common::hex(&c["final_xcr0"]), 0x7, "{c}");
+    }
+}
+
+/// An exception on the AP ends the run with the guest's exception status
+/// (2), from vCPU 1, with the fault in the report.
+#[test]
+fn an_ap_exception_names_the_vcpu() {
+    if !common::kvm_or_skip("an_ap_exception_names_the_vcpu") {
+        return;
+    }
+    let (out, v) =
+        common::run_bare_json("120", &["--vcpus", "2", "--cmdline", "quiet fault.cpu1=ud"]);
+    assert_eq!(out.status.code(), Some(2), "{}", common::stderr(&out));
+    assert_eq!(v["exit_status"], 2);
+    assert_eq!(v["smp"]["ended_by"], 1);
+    assert_eq!(v["fault"]["mnemonic"], "#UD", "{}", v["fault"]);
+    let vcpus = v["smp"]["vcpus"].as_array().unwrap();
+    assert!(
+        vcpus[1]["end"].as_str().unwrap().contains("status 2"),
+        "{}",
+        vcpus[1]["end"]
+    );
+}
+
+/// 0, above KVM's limit and above the guest's: each refused by name, with
+/// the usage status, before a VM exists.
+#[test]
+fn bad_vcpu_counts_are_refused_by_name() {
+    if !common::kvm_or_skip("bad_vcpu_counts_are_refused_by_name") {
+        return;
+    }
+    for (n, says) in [
+        ("0", "--vcpus 0: a guest needs at least one vCPU"),
+        ("100000", "KVM allows at most"),
+        ("9", "the guest kernel supports at most 8 CPUs"),
+    ] {
+        let out = common::vmm(&["run", "--workload", "none", "--vcpus", n]);
+        assert_eq!(out.status.code(), Some(68), "{n}: {}", common::stderr(&out));
+        assert!(
+            common::stderr(&out).contains(says),
+            "{n}: {}",
+            common::stderr(&out)
+        );
+    }
+    let out = common::vmm(&["run", "--workload", "none", "--vcpus", "x"]);
+    assert_eq!(out.status.code(), Some(68));
+}
+
+/// The same guest image under QEMU microvm `-smp 2`: its BSP starts the
+/// second CPU with INIT-SIPI-SIPI and both report on the serial console.
+#[test]
+fn qemu_smp2_reports_both_cpus() {
+    if !common::kvm_or_skip("qemu_smp2_reports_both_cpus")
+        || !common::qemu_or_skip("qemu_smp2_reports_both_cpus")
+    {
+        return;
+    }
+    let kernel = common::guest_kernel_file();
+    let log = std::env::temp_dir().join(format!("vmm-qemu-smp-{}.log", std::process::id()));
+    let out = Command::new("qemu-system-x86_64")
+        .args([
+            "-M",
+            "microvm",
+            "-enable-kvm",
+            "-cpu",
+            "host,arch-capabilities=off",
+        ])
+        .args([
+            "-smp",
+            "2",
+            "-m",
+            "64",
+            "-display",
+            "none",
+            "-no-reboot",
+            "-nodefaults",
+        ])
+        .arg("-serial")
+        .arg(format!("file:{}", log.display()))
+        .args(["-device", "isa-debug-exit,iobase=0xf4,iosize=4"])
+        .args(["-append", "workload=none cpus=2 xfeatures.cpu1=0x3"])
+        .arg("-kernel")
+        .arg(&kernel)
+        .output()
+        .expect("cannot start QEMU");
+    let _ = std::fs::remove_file(&kernel);
+    let serial = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "QEMU run failed:\n{serial}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(serial.contains("guest: cpu0 xcr0 "), "{serial}");
+    assert!(serial.contains("guest: cpu1 up "), "{serial}");
+    assert!(serial.contains("xcr0 0x3 (x87 sse)"), "{serial}");
+}
