@@ -12,7 +12,7 @@ use super::machine::{Ap, Machine};
 use super::outcome::{xcr0_violation, ExitCounts, RunEnd, RunOutcome, VcpuOutcome};
 use super::runner::VcpuRunner;
 use super::smp;
-use super::stop::{supervise, supervise_all, Deadlines, StopFlag, StopReason};
+use super::stop::{supervise, supervise_all, Deadlines, StopFlag, StopReason, VcpuBody};
 use super::vcpu;
 use crate::arch::boot;
 use crate::arch::layout::{MAX_MEM_MIB, MIN_MEM_MIB};
@@ -325,7 +325,7 @@ fn execute_smp(l: Launch) -> Result<RunOutcome> {
     for ap in aps {
         runners.push(runner(ap.vcpu, Devices::new(serial_sink), ap.xstate));
     }
-    let bodies: Vec<Box<dyn FnOnce(&StopFlag) -> VcpuResult + Send>> = runners
+    let bodies: Vec<VcpuBody<VcpuResult>> = runners
         .into_iter()
         .map(|mut r| {
             Box::new(move |stop: &StopFlag| {
@@ -333,7 +333,7 @@ fn execute_smp(l: Launch) -> Result<RunOutcome> {
                 let stopped = stop.requested() == Some(StopReason::Peer)
                     && matches!(end, Ok(RunEnd::TimedOut(d)) if d.is_zero());
                 (r, end, stopped)
-            }) as Box<dyn FnOnce(&StopFlag) -> VcpuResult + Send>
+            }) as VcpuBody<VcpuResult>
         })
         .collect();
     let (results, ended_by, timed_out) = supervise_all(l.timeout, bodies, |(_, end, stopped)| {

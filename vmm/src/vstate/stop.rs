@@ -173,6 +173,9 @@ pub fn supervise<R: Send + 'static>(
     Ok(Supervised { value, timed_out })
 }
 
+/// One vCPU thread's body for [`supervise_all`].
+pub type VcpuBody<R> = Box<dyn FnOnce(&StopFlag) -> R + Send>;
+
 /// Run one body per vCPU, each on its own thread (`vcpu0`, `vcpu1`, ...),
 /// until one of them ends the run: the first thread to finish with a
 /// result `ends_run` accepts stops all the others ([`StopReason::Peer`],
@@ -185,7 +188,7 @@ pub fn supervise<R: Send + 'static>(
 /// exists), so only the timeout deadline applies.
 pub fn supervise_all<R: Send + 'static>(
     timeout: Option<Duration>,
-    bodies: Vec<Box<dyn FnOnce(&StopFlag) -> R + Send>>,
+    bodies: Vec<VcpuBody<R>>,
     ends_run: impl Fn(&R) -> bool,
 ) -> Result<(Vec<R>, Option<usize>, bool)> {
     register_signal_handler(kick_signal(), kick_handler).map_err(VcpuError::KickHandler)?;
@@ -293,7 +296,7 @@ mod all_tests {
 
     #[test]
     fn the_first_ending_thread_stops_the_others() {
-        let bodies: Vec<Box<dyn FnOnce(&StopFlag) -> (usize, bool) + Send>> = vec![
+        let bodies: Vec<VcpuBody<(usize, bool)>> = vec![
             Box::new(|stop: &StopFlag| {
                 // Waits for the peer's end, as an AP halted in KVM would.
                 while stop.requested().is_none() {
@@ -318,8 +321,7 @@ mod all_tests {
             }
             stop.requested()
         };
-        let bodies: Vec<Box<dyn FnOnce(&StopFlag) -> Option<StopReason> + Send>> =
-            vec![Box::new(spin), Box::new(spin)];
+        let bodies: Vec<VcpuBody<Option<StopReason>>> = vec![Box::new(spin), Box::new(spin)];
         let (values, ended_by, timed_out) =
             supervise_all(Some(Duration::from_millis(50)), bodies, |_| false).unwrap();
         assert_eq!(values, vec![Some(StopReason::Timeout); 2]);
