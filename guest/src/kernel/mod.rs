@@ -20,6 +20,7 @@ pub mod cpu;
 pub mod fault;
 pub mod hostile;
 pub mod libc;
+pub mod percpu;
 pub mod pvh;
 pub mod report;
 pub mod selftest;

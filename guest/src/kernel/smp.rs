@@ -28,7 +28,6 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use guest::protocol::record::MAX_CPUS;
 use guest::protocol::{Cmdline, Report};
 
-use super::boot::AP_USER_STACK_SHIFT;
 use super::cpu::rdtsc;
 use super::report::{self, MaskNames};
 use super::serial::Console;
@@ -59,8 +58,6 @@ const N: usize = MAX_CPUS as usize;
 extern "C" {
     static ap_trampoline: u8;
     static ap_trampoline_end: u8;
-    static ap_user_stacks_base: u8;
-    static ap_user_stacks_end: u8;
 }
 
 /// TSC when the BSP sent INIT.
@@ -82,23 +79,7 @@ unsafe impl Sync for Reports {}
 /// Per AP: its report (in .bss; each AP initialises its own).
 static AP_REPORTS: Reports = Reports(UnsafeCell::new([const { MaybeUninit::uninit() }; N]));
 
-/// The index of the CPU running this code: 0 for the BSP; an AP is known
-/// by its user stack (each has its own, `boot/ap.s`). Code on the shared
-/// fault stack counts as CPU 0.
-pub fn this_cpu() -> usize {
-    let sp: u64;
-    // SAFETY: reads RSP only.
-    unsafe {
-        core::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags))
-    };
-    let base = core::ptr::addr_of!(ap_user_stacks_base) as u64;
-    let end = core::ptr::addr_of!(ap_user_stacks_end) as u64;
-    if (base..end).contains(&sp) {
-        (((sp - base) >> AP_USER_STACK_SHIFT) + 1).min(N as u64 - 1) as usize
-    } else {
-        0
-    }
-}
+pub use super::percpu::this_cpu;
 
 /// How many CPUs to run: `cpus=N` when given (the VMM's count, or a
 /// user's override), else 1; at most [`MAX_CPUS`].
@@ -217,8 +198,13 @@ pub fn finish(started: Started, bsp: &Report, quiet: bool, out: &mut Console) ->
         MaskNames(bsp.xcr0),
         bsp.xinuse
     );
-    for i in 1..started.wanted as usize {
-        if !up(i) {
+    for (i, online) in ONLINE_TSC
+        .iter()
+        .enumerate()
+        .take(started.wanted as usize)
+        .skip(1)
+    {
+        if online.load(Ordering::Acquire) == 0 {
             let _ = writeln!(out, "guest: cpu{i} did not come up");
             continue;
         }
@@ -229,7 +215,7 @@ pub fn finish(started: Started, bsp: &Report, quiet: bool, out: &mut Console) ->
             let _ = writeln!(
                 out,
                 "guest: cpu{i} up {} TSC cycles after INIT, xcr0 {} xinuse {:#x}",
-                ONLINE_TSC[i].load(Ordering::Relaxed).wrapping_sub(start),
+                online.load(Ordering::Relaxed).wrapping_sub(start),
                 MaskNames(r.xcr0),
                 r.xinuse
             );

@@ -37,7 +37,7 @@ static XCR0_SET: [AtomicU64; guest::protocol::record::MAX_CPUS as usize] =
 
 /// Remember an XCR0 the kernel set after boot on this CPU.
 pub fn record_xcr0(value: u64) {
-    XCR0_SET[super::smp::this_cpu()].store(value, Ordering::Relaxed);
+    XCR0_SET[super::percpu::this_cpu()].store(value, Ordering::Relaxed);
 }
 
 /// XCR0 as the kernel set it, or 0 when the OS has not enabled XSAVE.
@@ -55,7 +55,7 @@ pub fn xcr0_given(cpuid1_ecx: u32) -> u64 {
     if cpuid1_ecx & leaf_1_ecx::OSXSAVE == 0 {
         return 0;
     }
-    let cpu = super::smp::this_cpu();
+    let cpu = super::percpu::this_cpu();
     match XCR0_SET[cpu].load(Ordering::Relaxed) {
         // APs leave XCR0 at its reset value until they set their own.
         0 if cpu != 0 => 1,

@@ -30,35 +30,12 @@ use kvm_ioctls::{Cap, Kvm, VcpuFd};
 use serde::Serialize;
 
 use crate::cpuid::GuestCpuid;
+pub use crate::error::VcpuCountError;
 use crate::error::{Error, Result};
 
 /// The most vCPUs the embedded guest kernel brings up (its per-CPU stacks,
 /// TSSes and report slots are static).
 pub const GUEST_MAX_CPUS: u32 = guest::protocol::record::MAX_CPUS;
-
-/// A `--vcpus` value refused before any VM exists.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum VcpuCountError {
-    /// `--vcpus 0`.
-    #[error("--vcpus 0: a guest needs at least one vCPU")]
-    Zero,
-    /// More than `KVM_CAP_MAX_VCPUS`.
-    #[error("--vcpus {asked}: KVM allows at most {max} vCPUs per VM (KVM_CAP_MAX_VCPUS)")]
-    AboveKvm {
-        /// What was asked.
-        asked: u32,
-        /// `KVM_CAP_MAX_VCPUS`.
-        max: u32,
-    },
-    /// More than the guest kernel brings up.
-    #[error("--vcpus {asked}: the guest kernel supports at most {max} CPUs (guest MAX_CPUS)")]
-    AboveGuest {
-        /// What was asked.
-        asked: u32,
-        /// [`GUEST_MAX_CPUS`].
-        max: u32,
-    },
-}
 
 /// `KVM_CAP_MAX_VCPUS` (falling back to `KVM_CAP_NR_VCPUS`, then 4, as the
 /// KVM API documents).
