@@ -79,8 +79,6 @@ unsafe impl Sync for Reports {}
 /// Per AP: its report (in .bss; each AP initialises its own).
 static AP_REPORTS: Reports = Reports(UnsafeCell::new([const { MaybeUninit::uninit() }; N]));
 
-pub use super::percpu::this_cpu;
-
 /// How many CPUs to run: `cpus=N` when given (the VMM's count, or a
 /// user's override), else 1; at most [`MAX_CPUS`].
 pub fn cpu_count(cmdline: &Cmdline) -> u32 {

@@ -115,7 +115,7 @@ pub fn hold_for_sipi(ap: &VcpuFd, index: u32) -> Result<ApStart> {
 }
 
 /// The guest CPUID table for vCPU `index`: the boot table with the APIC ID
-/// in leaf 1 EBX[31:24] and the x2APIC ID of leaves 0xB/0x1F EDX set to
+/// in leaf 1 EBX bits 31:24 and the x2APIC ID of leaves 0xB/0x1F EDX set to
 /// `index` (KVM gives LAPIC `index` the APIC ID `index`; a guest that reads
 /// its ID from CPUID must see the same).
 pub fn cpuid_for(table: &GuestCpuid, index: u32) -> GuestCpuid {
