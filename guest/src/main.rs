@@ -153,6 +153,10 @@ extern "C" fn user_main(start_info: u32) -> ! {
     {
         status = ExitStatus::SetupFailed;
     }
+    if !kernel::smp::ap_checks_passed() && status == ExitStatus::Success {
+        let _ = writeln!(out, "guest: a check on an application processor failed");
+        status = ExitStatus::CheckFailed;
+    }
     if !cmdline.quiet {
         report::print_human(report, status, &mut out);
     }

@@ -359,6 +359,15 @@ fn print_outcome(
             summary.openssl_aes_128_cbc_mb_per_s = native::openssl_aes_128_cbc_8192(1);
         }
     }
+    // `bench=parallel` with several vCPUs: the same set on as many host threads.
+    if let Some(smp) = summary
+        .smp
+        .as_mut()
+        .filter(|s| native.is_some() && !s.parallel.is_empty())
+    {
+        let (solo, threads) = native::run_parallel_native(smp.vcpus.len(), summary.tsc_khz);
+        vmm::report::parallel::attach_native(&mut smp.parallel, &solo, &threads);
+    }
     if let Some(doc) = json {
         println!("{}", vmm::schema::to_json(doc, &summary)?);
     } else {

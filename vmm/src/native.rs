@@ -44,6 +44,39 @@ pub fn attach_ratios(guest: &mut [ResultRow], native: &[ResultRow]) {
     }
 }
 
+/// `bench=parallel` on the host: the guest's scaling set on one thread,
+/// then on `threads` threads at once, holding a barrier before each part
+/// as the guest's CPUs do. Returns (one thread's rows, each concurrent
+/// thread's rows), variants unsuffixed.
+pub fn run_parallel_native(threads: usize, tsc_khz: u64) -> (Vec<ResultRow>, Vec<Vec<ResultRow>>) {
+    use guest::bench::parallel::{self, Part};
+    let feat = CpuFeatures::detect();
+    let run = |barrier: Option<&std::sync::Barrier>| {
+        let mut scratch = vec![0u8; parallel::scratch_bytes()];
+        let mut report = Box::new(Report::new());
+        for part in Part::ALL {
+            if let Some(b) = barrier {
+                b.wait();
+            }
+            parallel::run_part(part, &feat, tsc_khz, &mut scratch, &mut report);
+        }
+        result_rows(&report, tsc_khz)
+    };
+    let solo = run(None);
+    let barrier = std::sync::Barrier::new(threads.max(1));
+    let together = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads.max(1))
+            .map(|_| s.spawn(|| run(Some(&barrier))))
+            .collect();
+        // A workload thread that panicked has no rows.
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    (solo, together)
+}
+
 /// `openssl speed -evp aes-128-cbc` at 8192-byte blocks on the host, in
 /// MB/s (10^6 bytes per second), or `None` when openssl is not installed or
 /// its output cannot be read.

@@ -26,7 +26,7 @@ use guest::workloads::Reason;
 use xstate::{CpuidRegs, InitMode, XfeatureMask, XsaveInfo};
 
 use super::serial::Console;
-use super::{arena, cpu, syscall};
+use super::{arena, cpu, smp, syscall};
 use guest::protocol::{
     fixed_str, Cmdline, Report, ResultRecord, SkipRecord, WorkUnit, BENCH_MMIO_ADDR, BENCH_NAMES,
     BENCH_PIO_PORT, MARK_END, MARK_PORT,
@@ -134,13 +134,7 @@ pub fn run(report: &mut Report, cmdline: &Cmdline, env: Option<&Env>, out: &mut 
         exit_rows(report, env, count, quiet, out);
     }
     if cmdline.wants_bench("xstate-check") {
-        let kinds = [
-            ("pio", CheckExit::Pio),
-            ("mmio", CheckExit::Mmio),
-            ("cpuid", CheckExit::Cpuid),
-            ("edit", CheckExit::Edit(EDIT_REG)),
-        ];
-        ok &= register_checks(report, env, "xstate-check", &kinds, count, quiet, out);
+        ok &= bsp_xstate_checks(report, env, count, quiet, out);
     }
     if cmdline.wants_bench("snapshot-check") {
         let kinds = [("snapshot", CheckExit::Snapshot)];
@@ -149,8 +143,112 @@ pub fn run(report: &mut Report, cmdline: &Cmdline, env: Option<&Env>, out: &mut 
     if cmdline.wants_bench("ctxsw") {
         ok &= ctxsw_rows(report, env, quiet, out);
     }
+    if cmdline.wants_bench("parallel") {
+        ok &= smp::parallel_bench(report, quiet, out);
+    }
     out.flush();
     ok
+}
+
+/// The `xstate-check` rows' exits, in order.
+const XCHECK_KINDS: [(&str, CheckExit); 4] = [
+    ("pio", CheckExit::Pio),
+    ("mmio", CheckExit::Mmio),
+    ("cpuid", CheckExit::Cpuid),
+    ("edit", CheckExit::Edit(EDIT_REG)),
+];
+
+/// Where a CPU runs its share of the concurrent xstate check: its index
+/// (which salts its register pattern), its scratch, and what to do before
+/// each check (hold the barrier with the other CPUs).
+pub struct OnCpu<'a> {
+    /// The CPU index; 0 is the BSP, whose pattern is the single-CPU one.
+    pub cpu: u32,
+    /// Memory for the xsave images.
+    pub scratch: &'a mut [u8],
+    /// Called before each check.
+    pub before_each: &'a mut dyn FnMut(),
+}
+
+/// `bench=xstate-check` on the BSP: with APs up, they run the same checks
+/// at the same moments, each CPU with its own pattern.
+fn bsp_xstate_checks(
+    report: &mut Report,
+    env: Option<&Env>,
+    count: u64,
+    quiet: bool,
+    out: &mut Console,
+) -> bool {
+    let Some(e) = env else {
+        skip(
+            report,
+            "xstate-check",
+            "",
+            "CPU has no XSAVE (XCR0 not set)",
+        );
+        return true;
+    };
+    let Some(buf) = scratch(e) else {
+        skip(
+            report,
+            "xstate-check",
+            "",
+            "no arena memory for the xsave images",
+        );
+        return false;
+    };
+    let n = smp::publish(
+        smp::Work::Xcheck,
+        smp::xcheck_scratch_len(e, report.cpuid_xcr0_supported),
+    );
+    register_checks_on(
+        report,
+        e,
+        "xstate-check",
+        &XCHECK_KINDS,
+        count,
+        quiet,
+        out,
+        OnCpu {
+            cpu: 0,
+            scratch: buf,
+            before_each: &mut || smp::barrier(smp::Work::Xcheck, n),
+        },
+    )
+}
+
+/// An AP's share of the concurrent `xstate-check` (quiet: the rows and
+/// skip reasons go into its own report).
+pub fn xstate_checks_on(
+    report: &mut Report,
+    env: Option<&Env>,
+    count: u64,
+    out: &mut Console,
+    on: OnCpu<'_>,
+) -> bool {
+    let Some(env) = env else {
+        skip(
+            report,
+            "xstate-check",
+            "",
+            "CPU has no XSAVE (XCR0 not set)",
+        );
+        // Still hold the barriers the others wait at.
+        for _ in XCHECK_KINDS {
+            (on.before_each)();
+        }
+        return true;
+    };
+    register_checks_on(
+        report,
+        env,
+        "xstate-check",
+        &XCHECK_KINDS,
+        count,
+        true,
+        out,
+        on,
+    )
 }
 
 fn skip(report: &mut Report, name: &str, variant: &str, reason: &str) {
@@ -321,8 +419,29 @@ fn register_checks(
         skip(report, name, "", "no arena memory for the xsave images");
         return false;
     };
+    let on = OnCpu {
+        cpu: 0,
+        scratch: buf,
+        before_each: &mut || {},
+    };
+    register_checks_on(report, env, name, kinds, count, quiet, out, on)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn register_checks_on(
+    report: &mut Report,
+    env: &Env,
+    name: &str,
+    kinds: &[(&str, CheckExit)],
+    count: u64,
+    quiet: bool,
+    out: &mut Console,
+    on: OnCpu<'_>,
+) -> bool {
+    let buf = on.scratch;
     let mut ok = true;
     for &(variant, exit) in kinds {
+        (on.before_each)();
         if matches!(exit, CheckExit::Edit(_)) && !env.xcr0.contains(xstate::Xfeature::Sse) {
             skip(
                 report,
@@ -340,7 +459,7 @@ fn register_checks(
         // SAFETY: ports granted by the TSS bitmap, BENCH_MMIO_ADDR mapped
         // and unbacked, and the checked components are in the XCR0 the
         // kernel set (which the hardware XCR0 includes).
-        let outcome = match unsafe { xcheck::run(env, exit, n, buf) } {
+        let outcome = match unsafe { xcheck::run_on(env, exit, n, buf, on.cpu) } {
             Ok(o) => o,
             Err(e) => {
                 skip_fmt(report, name, variant, format_args!("{e}"));

@@ -15,23 +15,38 @@
 //! # What an AP does
 //!
 //! It sets its own XCR0 (the BSP's policy, or `xfeatures.cpuN=` for CPU N),
-//! fills its own [`Report`] (CPUID view, XCR0, XINUSE), hands it to the VMM
-//! through the report port from its own vCPU, says it is done and parks
-//! (HLT, interrupts off). The BSP waits for every AP that came up before
-//! it reports and exits.
+//! fills its own [`Report`] (CPUID view, XCR0, XINUSE), does the shared
+//! work the BSP asked for (below), hands its report to the VMM through the
+//! report port from its own vCPU, says it is done and parks (HLT,
+//! interrupts off). The BSP waits for every AP that came up before it
+//! reports and exits.
+//!
+//! # Shared work
+//!
+//! Two benchmarks run on every CPU at once: `bench=xstate-check` (each CPU
+//! its own register pattern, the exits concurrent) and `bench=parallel`
+//! (the scaling set of [`guest::bench::parallel`]). The BSP says which
+//! before INIT ([`Work`]); each AP then waits, spinning at CPL3, until the
+//! BSP reaches that benchmark and publishes the participants and their
+//! scratch memory (the arena is the BSP's), and every participant holds a
+//! [`Barrier`] in shared memory before each timed or checked step. An AP
+//! that came up too late to be counted is not enlisted and only reports.
 
 use core::cell::UnsafeCell;
 use core::fmt::Write;
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use guest::bench::parallel::{self, Part, SMP_SUFFIX, SOLO_SUFFIX};
+use guest::bench::xcheck;
 use guest::protocol::record::MAX_CPUS;
-use guest::protocol::{Cmdline, Report};
+use guest::protocol::{fixed_str, Cmdline, Report, SkipRecord};
+use guest::workloads::CpuFeatures;
 
 use super::cpu::rdtsc;
 use super::report::{self, MaskNames};
 use super::serial::Console;
-use super::{syscall, xcr0};
+use super::{arena, syscall, xcr0};
 
 /// Guest-physical page the trampoline is copied to: SIPI vector 0x08.
 pub const AP_TRAMPOLINE: u64 = 0x8000;
@@ -71,6 +86,72 @@ static TARGET_XCR0: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
 static FAULT: [AtomicU32; N] = [const { AtomicU32::new(0) }; N];
 /// Per CPU: 1 once its report is handed over.
 static DONE: [AtomicU32; N] = [const { AtomicU32::new(0) }; N];
+/// CPUs asked for (BSP included), once [`start_aps`] ran.
+static WANTED: AtomicU32 = AtomicU32::new(1);
+
+/// A benchmark every CPU runs at once, in the order the BSP reaches them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Work {
+    /// `bench=xstate-check`.
+    Xcheck = 0,
+    /// `bench=parallel`.
+    Parallel = 1,
+}
+
+impl Work {
+    const ALL: [Work; 2] = [Work::Xcheck, Work::Parallel];
+}
+
+/// Per [`Work`]: 1 when the APs are to wait for it (set before INIT).
+static WANTS: [AtomicU32; 2] = [const { AtomicU32::new(0) }; 2];
+/// Per [`Work`]: 0 not yet, [`GO`] published, [`CANCELLED`] never coming.
+static STATE: [AtomicU32; 2] = [const { AtomicU32::new(0) }; 2];
+/// [`STATE`]: the participants and their scratch are published.
+const GO: u32 = 1;
+/// [`STATE`]: the BSP did not run the benchmark (the APs go on).
+const CANCELLED: u32 = 2;
+/// Per [`Work`]: how many CPUs take part (the BSP included).
+static PARTICIPANTS: [AtomicU32; 2] = [const { AtomicU32::new(0) }; 2];
+/// Per [`Work`] and CPU: its scratch (address; 0 = not enlisted).
+static SCRATCH: [[AtomicU64; N]; 2] = [const { [const { AtomicU64::new(0) }; N] }; 2];
+/// Per [`Work`]: the length of every participant's scratch.
+static SCRATCH_LEN: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
+/// `exits=` for the APs' xstate checks.
+static XCHECK_COUNT: AtomicU64 = AtomicU64::new(1);
+/// Per [`Work`]: the barrier its participants hold before each step.
+static BARRIERS: [Barrier; 2] = [const { Barrier::new() }; 2];
+/// Per CPU: 1 when one of its own checks failed (APs; read after DONE).
+static AP_CHECK_FAILED: [AtomicU32; N] = [const { AtomicU32::new(0) }; N];
+
+/// A reusable barrier in shared memory: the last of `n` arrivals opens
+/// the current generation; the others spin at CPL3 (no exits).
+pub struct Barrier {
+    arrived: AtomicU32,
+    generation: AtomicU32,
+}
+
+impl Barrier {
+    const fn new() -> Self {
+        Barrier {
+            arrived: AtomicU32::new(0),
+            generation: AtomicU32::new(0),
+        }
+    }
+
+    /// Wait until `n` CPUs (this one included) have arrived.
+    pub fn wait(&self, n: u32) {
+        let generation = self.generation.load(Ordering::Acquire);
+        if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 >= n {
+            self.arrived.store(0, Ordering::Relaxed);
+            self.generation
+                .store(generation.wrapping_add(1), Ordering::Release);
+        } else {
+            while self.generation.load(Ordering::Acquire) == generation {
+                core::hint::spin_loop();
+            }
+        }
+    }
+}
 
 struct Reports(UnsafeCell<[MaybeUninit<Report>; N]>);
 // SAFETY: CPU i alone writes slot i (in `ap_main`), the BSP reads it only
@@ -103,6 +184,13 @@ pub fn start_aps(cmdline: &Cmdline, out: &mut Console) -> Started {
     if wanted <= 1 {
         return Started { wanted, online: 0 };
     }
+    WANTED.store(wanted, Ordering::Relaxed);
+    WANTS[Work::Xcheck as usize].store(
+        cmdline.wants_bench("xstate-check") as u32,
+        Ordering::Relaxed,
+    );
+    WANTS[Work::Parallel as usize].store(cmdline.wants_bench("parallel") as u32, Ordering::Relaxed);
+    XCHECK_COUNT.store(cmdline.exit_count(), Ordering::Relaxed);
     let policy = xcr0::xcr0();
     for (i, slot) in TARGET_XCR0.iter().enumerate().take(wanted as usize).skip(1) {
         slot.store(
@@ -179,6 +267,12 @@ unsafe fn icr(low: u32) {
 pub fn finish(started: Started, bsp: &Report, quiet: bool, out: &mut Console) -> bool {
     if started.wanted <= 1 {
         return true;
+    }
+    // Work the BSP never reached (a bad benchmark list, no XSAVE): the
+    // APs waiting for it go on.
+    for w in Work::ALL {
+        let _ =
+            STATE[w as usize].compare_exchange(0, CANCELLED, Ordering::AcqRel, Ordering::Acquire);
     }
     let begin = rdtsc();
     let up = |i: usize| ONLINE_TSC[i].load(Ordering::Acquire) != 0;
@@ -262,8 +356,176 @@ extern "C" fn ap_main(cpu: u32) -> ! {
         super::fault::provoke(kind);
     }
     let _ = report::fill_cpu(report);
+    let mut ok = true;
+    for w in Work::ALL {
+        if WANTS[w as usize].load(Ordering::Relaxed) != 0 {
+            ok &= ap_work(w, cpu, report);
+        }
+    }
+    if !ok {
+        AP_CHECK_FAILED[cpu].store(1, Ordering::Relaxed);
+    }
     report::fill_xinuse(report);
     report::send(report);
     DONE[cpu].store(1, Ordering::Release);
     syscall::park_forever()
+}
+
+/// Whether every AP's own checks passed (after [`finish`]).
+pub fn ap_checks_passed() -> bool {
+    AP_CHECK_FAILED
+        .iter()
+        .all(|f| f.load(Ordering::Relaxed) == 0)
+}
+
+/// The enlisted CPU `cpu`'s scratch for `w`.
+fn scratch_of(w: Work, cpu: usize) -> Option<&'static mut [u8]> {
+    let addr = SCRATCH[w as usize][cpu].load(Ordering::Relaxed);
+    let len = SCRATCH_LEN[w as usize].load(Ordering::Relaxed) as usize;
+    if addr == 0 {
+        return None;
+    }
+    // SAFETY: the BSP allocated `len` bytes at `addr` from the arena for
+    // this CPU alone and published them before GO (Release, read after an
+    // Acquire of STATE); nothing else uses them for the rest of the run.
+    Some(unsafe { core::slice::from_raw_parts_mut(addr as *mut u8, len) })
+}
+
+/// AP: wait for `w`, then do this CPU's share. Returns false when one of
+/// its checks failed.
+fn ap_work(w: Work, cpu: usize, report: &mut Report) -> bool {
+    let state = loop {
+        match STATE[w as usize].load(Ordering::Acquire) {
+            0 => core::hint::spin_loop(),
+            s => break s,
+        }
+    };
+    if state != GO {
+        return true;
+    }
+    let Some(scratch) = scratch_of(w, cpu) else {
+        return true;
+    };
+    let n = PARTICIPANTS[w as usize].load(Ordering::Relaxed);
+    let barrier = &BARRIERS[w as usize];
+    match w {
+        Work::Parallel => {
+            let feat = features(report);
+            let start = report.results().len();
+            let mut ok = true;
+            for part in Part::ALL {
+                barrier.wait(n);
+                ok &= parallel::run_part(part, &feat, report.tsc_khz, scratch, report);
+            }
+            parallel::mark_rows(report, start, SMP_SUFFIX);
+            ok
+        }
+        Work::Xcheck => {
+            let env = super::bench::env(report);
+            let mut out = Console::new();
+            super::bench::xstate_checks_on(
+                report,
+                env.as_ref(),
+                XCHECK_COUNT.load(Ordering::Relaxed),
+                &mut out,
+                super::bench::OnCpu {
+                    cpu: cpu as u32,
+                    scratch,
+                    before_each: &mut || barrier.wait(n),
+                },
+            )
+        }
+    }
+}
+
+/// The workloads' view of the CPU from its own report.
+fn features(report: &Report) -> CpuFeatures {
+    CpuFeatures::from_cpuid(
+        report.cpuid1_ecx,
+        report.cpuid1_edx,
+        report.cpuid7_ebx,
+        report.cpuid7_ecx,
+        report.xcr0,
+    )
+}
+
+/// BSP: enlist every AP that is up for `w`, each with `len` bytes of
+/// scratch, and let them go. Returns the number of participants (the BSP
+/// included; 1 when no AP could take part).
+pub fn publish(w: Work, len: usize) -> u32 {
+    let mut n = 1;
+    for cpu in 1..WANTED.load(Ordering::Relaxed) as usize {
+        if ONLINE_TSC[cpu].load(Ordering::Acquire) == 0 {
+            continue;
+        }
+        if let Some(buf) = arena::alloc_bytes(len) {
+            SCRATCH[w as usize][cpu].store(buf.as_mut_ptr() as u64, Ordering::Relaxed);
+            n += 1;
+        }
+    }
+    SCRATCH_LEN[w as usize].store(len as u64, Ordering::Relaxed);
+    PARTICIPANTS[w as usize].store(n, Ordering::Relaxed);
+    STATE[w as usize].store(if n > 1 { GO } else { CANCELLED }, Ordering::Release);
+    n
+}
+
+/// BSP's step barrier for `w` among its `n` participants.
+pub fn barrier(w: Work, n: u32) {
+    if n > 1 {
+        BARRIERS[w as usize].wait(n);
+    }
+}
+
+/// `bench=parallel` on the BSP: the set alone (rows `…/solo`), then on
+/// every CPU at once (rows `…/smp`, each CPU's in its own report).
+/// Returns false when a check failed or there was no memory.
+pub fn parallel_bench(report: &mut Report, quiet: bool, out: &mut Console) -> bool {
+    let len = parallel::scratch_bytes();
+    let Some(scratch) = arena::alloc_bytes(len) else {
+        let _ = writeln!(
+            out,
+            "guest: bench parallel: no arena memory ({} KiB)",
+            len >> 10
+        );
+        report.push_skipped(SkipRecord {
+            name: fixed_str("parallel"),
+            variant: fixed_str(""),
+            reason: fixed_str("not enough guest RAM for the parallel set"),
+        });
+        STATE[Work::Parallel as usize].store(CANCELLED, Ordering::Release);
+        return false;
+    };
+    let feat = features(report);
+    let mut ok = true;
+    let start = report.results().len();
+    for part in Part::ALL {
+        ok &= parallel::run_part(part, &feat, report.tsc_khz, scratch, report);
+    }
+    parallel::mark_rows(report, start, SOLO_SUFFIX);
+    let n = publish(Work::Parallel, len);
+    if n > 1 {
+        let start = report.results().len();
+        for part in Part::ALL {
+            barrier(Work::Parallel, n);
+            ok &= parallel::run_part(part, &feat, report.tsc_khz, scratch, report);
+        }
+        parallel::mark_rows(report, start, SMP_SUFFIX);
+    }
+    if !quiet {
+        let _ = writeln!(
+            out,
+            "guest: bench parallel: AES-128-CTR and DGEMM on cpu0 alone, then on {n} CPUs at once"
+        );
+    }
+    ok
+}
+
+/// Scratch bytes an AP's xstate check needs: enough for every component
+/// the CPU supports, whatever XCR0 the AP sets.
+pub fn xcheck_scratch_len(env: &guest::bench::Env, supported: u64) -> usize {
+    let all = guest::bench::Env {
+        info: env.info,
+        xcr0: xstate::XfeatureMask::from_bits(supported),
+    };
+    xcheck::scratch_bytes(&all).max(xcheck::scratch_bytes(env))
 }

@@ -48,6 +48,7 @@
 
 pub mod exit;
 pub mod hex;
+pub mod parallel;
 pub mod plot;
 pub mod render;
 pub mod spanning;
@@ -58,6 +59,7 @@ pub mod views;
 pub use exit::{
     EXIT_GUEST_CRASH, EXIT_PROTOCOL_VIOLATION, EXIT_TIMEOUT, EXIT_USAGE, EXIT_VMM_ERROR,
 };
+pub use parallel::ParallelRow;
 pub use summary::{
     result_rows, ComponentRow, CrashView, FaultView, GuestCpuidView, ResultRow, RunSummary,
     SkipRow, SmpView, SwitchFigure, Timing, VcpuRow,

@@ -238,6 +238,10 @@ pub struct SmpView {
     pub ended_by: u32,
     /// Every vCPU, in index order.
     pub vcpus: Vec<VcpuRow>,
+    /// `bench=parallel`: each variant on vCPU 0 alone and on every vCPU at
+    /// once, with the native comparison (absent without that benchmark).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub parallel: Vec<super::parallel::ParallelRow>,
 }
 
 /// Everything `vmm run` prints, in one serialisable value.
@@ -356,7 +360,7 @@ fn smp_view(outcome: &RunOutcome, tsc_khz: u64) -> Option<SmpView> {
     if outcome.vcpus.is_empty() {
         return None;
     }
-    let vcpus = outcome
+    let vcpus: Vec<VcpuRow> = outcome
         .vcpus
         .iter()
         .map(|v| {
@@ -383,9 +387,11 @@ fn smp_view(outcome: &RunOutcome, tsc_khz: u64) -> Option<SmpView> {
             }
         })
         .collect();
+    let per_vcpu: Vec<Vec<ResultRow>> = vcpus.iter().map(|v: &VcpuRow| v.results.clone()).collect();
     Some(SmpView {
         ap_start: outcome.ap_start,
         ended_by: outcome.ended_by,
+        parallel: super::parallel::parallel_rows(&per_vcpu),
         vcpus,
     })
 }
