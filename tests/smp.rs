@@ -273,3 +273,42 @@ fn parallel_bench_reports_scaling_and_native_threads() {
     assert_eq!(v1.len(), rows.len(), "{v1:?}");
     assert!(v1.iter().all(|s| s.ends_with("/smp")), "{v1:?}");
 }
+
+/// Two APs faulting at about the same time (`fault.cpu1=pf`,
+/// `fault.cpu2=gp`): each CPU records its own exception (its own fault
+/// record and reporter stack), so whichever vCPU ends the run reports its
+/// own kind, and an AP that got as far reports its own, never the other's.
+#[test]
+fn each_ap_reports_its_own_fault() {
+    if !common::kvm_or_skip("each_ap_reports_its_own_fault") {
+        return;
+    }
+    let kinds = [None, Some("#PF"), Some("#GP")];
+    for _ in 0..3 {
+        let (out, v) = common::run_bare_json(
+            "120",
+            &[
+                "--vcpus",
+                "3",
+                "--cmdline",
+                "quiet fault.cpu1=pf fault.cpu2=gp",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(2), "{}", common::stderr(&out));
+        let ended_by = v["smp"]["ended_by"].as_u64().unwrap() as usize;
+        assert!(matches!(ended_by, 1 | 2), "{}", v["smp"]);
+        assert_eq!(
+            v["fault"]["mnemonic"].as_str(),
+            kinds[ended_by],
+            "{}",
+            v["smp"]
+        );
+        for (i, c) in v["smp"]["vcpus"].as_array().unwrap().iter().enumerate() {
+            let got = c["fault"]["mnemonic"].as_str();
+            assert!(got.is_none() || got == kinds[i], "vcpu{i}: {c}");
+            if i == ended_by {
+                assert_eq!(got, kinds[i], "vcpu{i}: {c}");
+            }
+        }
+    }
+}

@@ -8,6 +8,7 @@ use guest::protocol::Report;
 use guest::workloads::{self, CpuFeatures, Selection};
 
 use crate::error::{Error, Result};
+use crate::report::parallel::Measured;
 use crate::report::{result_rows, ResultRow};
 
 /// Run `list` (the `--workload` syntax) on the host with every variant the
@@ -48,7 +49,7 @@ pub fn attach_ratios(guest: &mut [ResultRow], native: &[ResultRow]) {
 /// then on `threads` threads at once, holding a barrier before each part
 /// as the guest's CPUs do. Returns (one thread's rows, each concurrent
 /// thread's rows), variants unsuffixed.
-pub fn run_parallel_native(threads: usize, tsc_khz: u64) -> (Vec<ResultRow>, Vec<Vec<ResultRow>>) {
+pub fn run_parallel_native(threads: usize, tsc_khz: u64) -> (Vec<Measured>, Vec<Vec<Measured>>) {
     use guest::bench::parallel::{self, Part};
     let feat = CpuFeatures::detect();
     let run = |barrier: Option<&std::sync::Barrier>| {
@@ -61,6 +62,9 @@ pub fn run_parallel_native(threads: usize, tsc_khz: u64) -> (Vec<ResultRow>, Vec
             parallel::run_part(part, &feat, tsc_khz, &mut scratch, &mut report);
         }
         result_rows(&report, tsc_khz)
+            .iter()
+            .map(Measured::from)
+            .collect::<Vec<_>>()
     };
     let solo = run(None);
     let barrier = std::sync::Barrier::new(threads.max(1));

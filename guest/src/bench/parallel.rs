@@ -109,6 +109,7 @@ pub fn split_variant(variant: &str) -> Option<(&str, &'static str)> {
 
 #[cfg(test)]
 mod tests {
+    extern crate std;
     use super::*;
     use crate::protocol::{fixed_str, ResultRecord, WorkUnit};
 

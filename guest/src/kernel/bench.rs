@@ -20,13 +20,15 @@
 use core::fmt::Write;
 
 use guest::bench::exits::{self, ExitKind};
+use guest::bench::parallel::{self, Part, SMP_SUFFIX, SOLO_SUFFIX};
 use guest::bench::xcheck::{self, CheckExit};
 use guest::bench::{ctxsw, Env};
-use guest::workloads::Reason;
+use guest::workloads::{CpuFeatures, Reason};
 use xstate::{CpuidRegs, InitMode, XfeatureMask, XsaveInfo};
 
 use super::serial::Console;
-use super::{arena, cpu, smp, syscall};
+use super::shared::{self, Work};
+use super::{arena, cpu, syscall};
 use guest::protocol::{
     fixed_str, Cmdline, Report, ResultRecord, SkipRecord, WorkUnit, BENCH_MMIO_ADDR, BENCH_NAMES,
     BENCH_PIO_PORT, MARK_END, MARK_PORT,
@@ -144,7 +146,7 @@ pub fn run(report: &mut Report, cmdline: &Cmdline, env: Option<&Env>, out: &mut 
         ok &= ctxsw_rows(report, env, quiet, out);
     }
     if cmdline.wants_bench("parallel") {
-        ok &= smp::parallel_bench(report, quiet, out);
+        ok &= parallel_bench(report, quiet, out);
     }
     out.flush();
     ok
@@ -197,9 +199,9 @@ fn bsp_xstate_checks(
         );
         return false;
     };
-    let n = smp::publish(
-        smp::Work::Xcheck,
-        smp::xcheck_scratch_len(e, report.cpuid_xcr0_supported),
+    let n = shared::publish(
+        Work::Xcheck,
+        xcheck_scratch_len(e, report.cpuid_xcr0_supported),
     );
     register_checks_on(
         report,
@@ -212,7 +214,7 @@ fn bsp_xstate_checks(
         OnCpu {
             cpu: 0,
             scratch: buf,
-            before_each: &mut || smp::barrier(smp::Work::Xcheck, n),
+            before_each: &mut || shared::barrier(Work::Xcheck, n),
         },
     )
 }
@@ -605,5 +607,72 @@ fn ctxsw_rows(report: &mut Report, env: Option<&Env>, quiet: bool, out: &mut Con
         "CPUID 0xD.1 lacks XSAVES; CPL0-only anyway"
     };
     skip(report, "ctxsw", "xsaves", reason);
+    ok
+}
+
+/// Scratch bytes an AP's xstate check needs: enough for every component
+/// the CPU supports, whatever XCR0 the AP sets.
+fn xcheck_scratch_len(env: &Env, supported: u64) -> usize {
+    let all = Env {
+        info: env.info,
+        xcr0: XfeatureMask::from_bits(supported),
+    };
+    xcheck::scratch_bytes(&all).max(xcheck::scratch_bytes(env))
+}
+
+/// The workloads' view of a CPU from its own report.
+pub fn features(report: &Report) -> CpuFeatures {
+    CpuFeatures::from_cpuid(
+        report.cpuid1_ecx,
+        report.cpuid1_edx,
+        report.cpuid7_ebx,
+        report.cpuid7_ecx,
+        report.xcr0,
+    )
+}
+
+/// `bench=parallel` on the BSP: the set alone (rows `…/solo`), then on
+/// every CPU at once (rows `…/smp`, each CPU's in its own report; the APs
+/// run theirs in `kernel::smp`). Returns false when a check failed or
+/// there was no memory.
+fn parallel_bench(report: &mut Report, quiet: bool, out: &mut Console) -> bool {
+    let len = parallel::scratch_bytes();
+    let Some(scratch) = arena::alloc_bytes(len) else {
+        let _ = writeln!(
+            out,
+            "guest: bench parallel: no arena memory ({} KiB)",
+            len >> 10
+        );
+        skip(
+            report,
+            "parallel",
+            "",
+            "not enough guest RAM for the parallel set",
+        );
+        shared::cancel(Work::Parallel);
+        return false;
+    };
+    let feat = features(report);
+    let mut ok = true;
+    let start = report.results().len();
+    for part in Part::ALL {
+        ok &= parallel::run_part(part, &feat, report.tsc_khz, scratch, report);
+    }
+    parallel::mark_rows(report, start, SOLO_SUFFIX);
+    let n = shared::publish(Work::Parallel, len);
+    if n > 1 {
+        let start = report.results().len();
+        for part in Part::ALL {
+            shared::barrier(Work::Parallel, n);
+            ok &= parallel::run_part(part, &feat, report.tsc_khz, scratch, report);
+        }
+        parallel::mark_rows(report, start, SMP_SUFFIX);
+    }
+    if !quiet {
+        let _ = writeln!(
+            out,
+            "guest: bench parallel: AES-128-CTR and DGEMM on cpu0 alone, then on {n} CPUs at once"
+        );
+    }
     ok
 }

@@ -25,6 +25,7 @@ pub mod pvh;
 pub mod report;
 pub mod selftest;
 pub mod serial;
+pub mod shared;
 pub mod smp;
 pub mod syscall;
 pub mod xcr0;

@@ -9,7 +9,7 @@
 //! `0xfee00300`). It does so at CPL3: the identity map covers the LAPIC page
 //! and is user-accessible, so three stores replace a system call, and no
 //! CPL0 instruction is added to the BSP's path. Each AP runs the trampoline
-//! (real mode to long mode), takes the next CPU index, its own kernel stack,
+//! (real mode to long mode), takes its LAPIC ID as its CPU index, its own kernel stack,
 //! TSS and user stack, and enters [`ap_main`] at CPL3.
 //!
 //! # What an AP does
@@ -26,27 +26,22 @@
 //! Two benchmarks run on every CPU at once: `bench=xstate-check` (each CPU
 //! its own register pattern, the exits concurrent) and `bench=parallel`
 //! (the scaling set of [`guest::bench::parallel`]). The BSP says which
-//! before INIT ([`Work`]); each AP then waits, spinning at CPL3, until the
-//! BSP reaches that benchmark and publishes the participants and their
-//! scratch memory (the arena is the BSP's), and every participant holds a
-//! [`Barrier`] in shared memory before each timed or checked step. An AP
-//! that came up too late to be counted is not enlisted and only reports.
+//! before INIT; each AP then waits, spinning at CPL3, until the BSP reaches
+//! that benchmark, and every participant holds a barrier in shared memory
+//! before each timed or checked step (see [`super::shared`]).
 
-use core::cell::UnsafeCell;
 use core::fmt::Write;
-use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use guest::bench::parallel::{self, Part, SMP_SUFFIX, SOLO_SUFFIX};
-use guest::bench::xcheck;
+use guest::bench::parallel::{self, Part, SMP_SUFFIX};
 use guest::protocol::record::MAX_CPUS;
-use guest::protocol::{fixed_str, Cmdline, Report, SkipRecord};
-use guest::workloads::CpuFeatures;
+use guest::protocol::{Cmdline, Report};
 
 use super::cpu::rdtsc;
 use super::report::{self, MaskNames};
 use super::serial::Console;
-use super::{arena, syscall, xcr0};
+use super::shared::{self, Work};
+use super::{bench, percpu, syscall, xcr0};
 
 /// Guest-physical page the trampoline is copied to: SIPI vector 0x08.
 pub const AP_TRAMPOLINE: u64 = 0x8000;
@@ -77,8 +72,6 @@ extern "C" {
 
 /// TSC when the BSP sent INIT.
 static START_TSC: AtomicU64 = AtomicU64::new(0);
-/// Per CPU: TSC when it reached [`ap_main`] (0: not up).
-static ONLINE_TSC: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
 /// Per CPU: the XCR0 it is to set (written by the BSP before INIT).
 static TARGET_XCR0: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
 /// Per CPU: 1 + the index in `FAULT_KINDS` of a fault to provoke once up
@@ -86,79 +79,8 @@ static TARGET_XCR0: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
 static FAULT: [AtomicU32; N] = [const { AtomicU32::new(0) }; N];
 /// Per CPU: 1 once its report is handed over.
 static DONE: [AtomicU32; N] = [const { AtomicU32::new(0) }; N];
-/// CPUs asked for (BSP included), once [`start_aps`] ran.
-static WANTED: AtomicU32 = AtomicU32::new(1);
-
-/// A benchmark every CPU runs at once, in the order the BSP reaches them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Work {
-    /// `bench=xstate-check`.
-    Xcheck = 0,
-    /// `bench=parallel`.
-    Parallel = 1,
-}
-
-impl Work {
-    const ALL: [Work; 2] = [Work::Xcheck, Work::Parallel];
-}
-
-/// Per [`Work`]: 1 when the APs are to wait for it (set before INIT).
-static WANTS: [AtomicU32; 2] = [const { AtomicU32::new(0) }; 2];
-/// Per [`Work`]: 0 not yet, [`GO`] published, [`CANCELLED`] never coming.
-static STATE: [AtomicU32; 2] = [const { AtomicU32::new(0) }; 2];
-/// [`STATE`]: the participants and their scratch are published.
-const GO: u32 = 1;
-/// [`STATE`]: the BSP did not run the benchmark (the APs go on).
-const CANCELLED: u32 = 2;
-/// Per [`Work`]: how many CPUs take part (the BSP included).
-static PARTICIPANTS: [AtomicU32; 2] = [const { AtomicU32::new(0) }; 2];
-/// Per [`Work`] and CPU: its scratch (address; 0 = not enlisted).
-static SCRATCH: [[AtomicU64; N]; 2] = [const { [const { AtomicU64::new(0) }; N] }; 2];
-/// Per [`Work`]: the length of every participant's scratch.
-static SCRATCH_LEN: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
-/// `exits=` for the APs' xstate checks.
-static XCHECK_COUNT: AtomicU64 = AtomicU64::new(1);
-/// Per [`Work`]: the barrier its participants hold before each step.
-static BARRIERS: [Barrier; 2] = [const { Barrier::new() }; 2];
 /// Per CPU: 1 when one of its own checks failed (APs; read after DONE).
 static AP_CHECK_FAILED: [AtomicU32; N] = [const { AtomicU32::new(0) }; N];
-
-/// A reusable barrier in shared memory: the last of `n` arrivals opens
-/// the current generation; the others spin at CPL3 (no exits).
-pub struct Barrier {
-    arrived: AtomicU32,
-    generation: AtomicU32,
-}
-
-impl Barrier {
-    const fn new() -> Self {
-        Barrier {
-            arrived: AtomicU32::new(0),
-            generation: AtomicU32::new(0),
-        }
-    }
-
-    /// Wait until `n` CPUs (this one included) have arrived.
-    pub fn wait(&self, n: u32) {
-        let generation = self.generation.load(Ordering::Acquire);
-        if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 >= n {
-            self.arrived.store(0, Ordering::Relaxed);
-            self.generation
-                .store(generation.wrapping_add(1), Ordering::Release);
-        } else {
-            while self.generation.load(Ordering::Acquire) == generation {
-                core::hint::spin_loop();
-            }
-        }
-    }
-}
-
-struct Reports(UnsafeCell<[MaybeUninit<Report>; N]>);
-// SAFETY: CPU i alone writes slot i (in `ap_main`), the BSP reads it only
-// after DONE[i] (Acquire) says the AP is finished with it.
-unsafe impl Sync for Reports {}
-/// Per AP: its report (in .bss; each AP initialises its own).
-static AP_REPORTS: Reports = Reports(UnsafeCell::new([const { MaybeUninit::uninit() }; N]));
 
 /// How many CPUs to run: `cpus=N` when given (the VMM's count, or a
 /// user's override), else 1; at most [`MAX_CPUS`].
@@ -184,13 +106,7 @@ pub fn start_aps(cmdline: &Cmdline, out: &mut Console) -> Started {
     if wanted <= 1 {
         return Started { wanted, online: 0 };
     }
-    WANTED.store(wanted, Ordering::Relaxed);
-    WANTS[Work::Xcheck as usize].store(
-        cmdline.wants_bench("xstate-check") as u32,
-        Ordering::Relaxed,
-    );
-    WANTS[Work::Parallel as usize].store(cmdline.wants_bench("parallel") as u32, Ordering::Relaxed);
-    XCHECK_COUNT.store(cmdline.exit_count(), Ordering::Relaxed);
+    shared::request(wanted, cmdline);
     let policy = xcr0::xcr0();
     for (i, slot) in TARGET_XCR0.iter().enumerate().take(wanted as usize).skip(1) {
         slot.store(
@@ -198,7 +114,12 @@ pub fn start_aps(cmdline: &Cmdline, out: &mut Console) -> Started {
             Ordering::Relaxed,
         );
     }
-    if let Some((cpu, kind)) = cmdline.cpu_fault {
+    for (cpu, kind) in cmdline
+        .cpu_faults
+        .iter()
+        .enumerate()
+        .filter_map(|(i, k)| k.map(|k| (i, k)))
+    {
         match guest::protocol::FAULT_KINDS.iter().position(|k| *k == kind) {
             Some(k) if (1..wanted as usize).contains(&cpu) => {
                 FAULT[cpu].store(k as u32 + 1, Ordering::Relaxed)
@@ -211,6 +132,9 @@ pub fn start_aps(cmdline: &Cmdline, out: &mut Console) -> Started {
                 );
             }
         }
+    }
+    if let Some(word) = cmdline.bad_cpu_fault {
+        let _ = writeln!(out, "guest: {word}: no such CPU (at most {MAX_CPUS})");
     }
     // SAFETY: the two symbols delimit the trampoline in .boot; the page at
     // AP_TRAMPOLINE is identity-mapped RAM nothing else uses (below the
@@ -232,7 +156,7 @@ pub fn start_aps(cmdline: &Cmdline, out: &mut Console) -> Started {
     let begin = rdtsc();
     let online = loop {
         let up = (1..wanted as usize)
-            .filter(|&i| ONLINE_TSC[i].load(Ordering::Acquire) != 0)
+            .filter(|&i| shared::online_tsc(i) != 0)
             .count() as u32;
         if up == wanted - 1 || rdtsc().wrapping_sub(begin) > ONLINE_WAIT_CYCLES {
             break up;
@@ -270,12 +194,9 @@ pub fn finish(started: Started, bsp: &Report, quiet: bool, out: &mut Console) ->
     }
     // Work the BSP never reached (a bad benchmark list, no XSAVE): the
     // APs waiting for it go on.
-    for w in Work::ALL {
-        let _ =
-            STATE[w as usize].compare_exchange(0, CANCELLED, Ordering::AcqRel, Ordering::Acquire);
-    }
+    shared::cancel_outstanding();
     let begin = rdtsc();
-    let up = |i: usize| ONLINE_TSC[i].load(Ordering::Acquire) != 0;
+    let up = |i: usize| shared::online_tsc(i) != 0;
     while (1..started.wanted as usize).any(|i| up(i) && DONE[i].load(Ordering::Acquire) == 0) {
         if rdtsc().wrapping_sub(begin) > DONE_WAIT_CYCLES {
             let _ = writeln!(out, "guest: an application processor never reported");
@@ -290,24 +211,20 @@ pub fn finish(started: Started, bsp: &Report, quiet: bool, out: &mut Console) ->
         MaskNames(bsp.xcr0),
         bsp.xinuse
     );
-    for (i, online) in ONLINE_TSC
-        .iter()
-        .enumerate()
-        .take(started.wanted as usize)
-        .skip(1)
-    {
-        if online.load(Ordering::Acquire) == 0 {
+    for i in 1..started.wanted as usize {
+        let online = shared::online_tsc(i);
+        if online == 0 {
             let _ = writeln!(out, "guest: cpu{i} did not come up");
             continue;
         }
         // SAFETY: DONE[i] (Acquire) says AP i initialised and finished
         // writing its slot.
-        let r = unsafe { (*AP_REPORTS.0.get())[i].assume_init_ref() };
+        let r = unsafe { &*percpu::ap_report_ptr(i) };
         if !quiet {
             let _ = writeln!(
                 out,
                 "guest: cpu{i} up {} TSC cycles after INIT, xcr0 {} xinuse {:#x}",
-                online.load(Ordering::Relaxed).wrapping_sub(start),
+                online.wrapping_sub(start),
                 MaskNames(r.xcr0),
                 r.xinuse
             );
@@ -327,12 +244,10 @@ extern "C" fn ap_main(cpu: u32) -> ! {
         // More APs answered the broadcast SIPI than the kernel has slots.
         syscall::park_forever();
     }
-    ONLINE_TSC[cpu].store(rdtsc(), Ordering::Release);
-    // SAFETY: slot `cpu` is this AP's alone (see `Reports`).
-    let report = unsafe {
-        let slot = &mut (*AP_REPORTS.0.get())[cpu];
-        slot.write(Report::new())
-    };
+    shared::mark_online(cpu, rdtsc());
+    // SAFETY: slot `cpu` is this AP's alone; nothing else refers to it
+    // until DONE[cpu] says it is finished with it.
+    let report = unsafe { &mut *percpu::ap_report_ptr(cpu) };
     let target = TARGET_XCR0[cpu].load(Ordering::Relaxed);
     if super::cpu::cpuid(1, 0).ecx & xstate::info::leaf_1_ecx::OSXSAVE != 0 && target != 0 {
         let (eax, _, _, edx) = syscall::cpuid_cpl0(0xd, 0);
@@ -358,7 +273,7 @@ extern "C" fn ap_main(cpu: u32) -> ! {
     let _ = report::fill_cpu(report);
     let mut ok = true;
     for w in Work::ALL {
-        if WANTS[w as usize].load(Ordering::Relaxed) != 0 {
+        if shared::wants(w) {
             ok &= ap_work(w, cpu, report);
         }
     }
@@ -378,154 +293,38 @@ pub fn ap_checks_passed() -> bool {
         .all(|f| f.load(Ordering::Relaxed) == 0)
 }
 
-/// The enlisted CPU `cpu`'s scratch for `w`.
-fn scratch_of(w: Work, cpu: usize) -> Option<&'static mut [u8]> {
-    let addr = SCRATCH[w as usize][cpu].load(Ordering::Relaxed);
-    let len = SCRATCH_LEN[w as usize].load(Ordering::Relaxed) as usize;
-    if addr == 0 {
-        return None;
-    }
-    // SAFETY: the BSP allocated `len` bytes at `addr` from the arena for
-    // this CPU alone and published them before GO (Release, read after an
-    // Acquire of STATE); nothing else uses them for the rest of the run.
-    Some(unsafe { core::slice::from_raw_parts_mut(addr as *mut u8, len) })
-}
-
 /// AP: wait for `w`, then do this CPU's share. Returns false when one of
 /// its checks failed.
 fn ap_work(w: Work, cpu: usize, report: &mut Report) -> bool {
-    let state = loop {
-        match STATE[w as usize].load(Ordering::Acquire) {
-            0 => core::hint::spin_loop(),
-            s => break s,
-        }
-    };
-    if state != GO {
-        return true;
-    }
-    let Some(scratch) = scratch_of(w, cpu) else {
+    let Some((n, scratch)) = shared::wait_for(w, cpu) else {
         return true;
     };
-    let n = PARTICIPANTS[w as usize].load(Ordering::Relaxed);
-    let barrier = &BARRIERS[w as usize];
     match w {
         Work::Parallel => {
-            let feat = features(report);
+            let feat = bench::features(report);
             let start = report.results().len();
             let mut ok = true;
             for part in Part::ALL {
-                barrier.wait(n);
+                shared::barrier(w, n);
                 ok &= parallel::run_part(part, &feat, report.tsc_khz, scratch, report);
             }
             parallel::mark_rows(report, start, SMP_SUFFIX);
             ok
         }
         Work::Xcheck => {
-            let env = super::bench::env(report);
+            let env = bench::env(report);
             let mut out = Console::new();
-            super::bench::xstate_checks_on(
+            bench::xstate_checks_on(
                 report,
                 env.as_ref(),
-                XCHECK_COUNT.load(Ordering::Relaxed),
+                shared::xcheck_count(),
                 &mut out,
-                super::bench::OnCpu {
+                bench::OnCpu {
                     cpu: cpu as u32,
                     scratch,
-                    before_each: &mut || barrier.wait(n),
+                    before_each: &mut || shared::barrier(w, n),
                 },
             )
         }
     }
-}
-
-/// The workloads' view of the CPU from its own report.
-fn features(report: &Report) -> CpuFeatures {
-    CpuFeatures::from_cpuid(
-        report.cpuid1_ecx,
-        report.cpuid1_edx,
-        report.cpuid7_ebx,
-        report.cpuid7_ecx,
-        report.xcr0,
-    )
-}
-
-/// BSP: enlist every AP that is up for `w`, each with `len` bytes of
-/// scratch, and let them go. Returns the number of participants (the BSP
-/// included; 1 when no AP could take part).
-pub fn publish(w: Work, len: usize) -> u32 {
-    let mut n = 1;
-    for cpu in 1..WANTED.load(Ordering::Relaxed) as usize {
-        if ONLINE_TSC[cpu].load(Ordering::Acquire) == 0 {
-            continue;
-        }
-        if let Some(buf) = arena::alloc_bytes(len) {
-            SCRATCH[w as usize][cpu].store(buf.as_mut_ptr() as u64, Ordering::Relaxed);
-            n += 1;
-        }
-    }
-    SCRATCH_LEN[w as usize].store(len as u64, Ordering::Relaxed);
-    PARTICIPANTS[w as usize].store(n, Ordering::Relaxed);
-    STATE[w as usize].store(if n > 1 { GO } else { CANCELLED }, Ordering::Release);
-    n
-}
-
-/// BSP's step barrier for `w` among its `n` participants.
-pub fn barrier(w: Work, n: u32) {
-    if n > 1 {
-        BARRIERS[w as usize].wait(n);
-    }
-}
-
-/// `bench=parallel` on the BSP: the set alone (rows `…/solo`), then on
-/// every CPU at once (rows `…/smp`, each CPU's in its own report).
-/// Returns false when a check failed or there was no memory.
-pub fn parallel_bench(report: &mut Report, quiet: bool, out: &mut Console) -> bool {
-    let len = parallel::scratch_bytes();
-    let Some(scratch) = arena::alloc_bytes(len) else {
-        let _ = writeln!(
-            out,
-            "guest: bench parallel: no arena memory ({} KiB)",
-            len >> 10
-        );
-        report.push_skipped(SkipRecord {
-            name: fixed_str("parallel"),
-            variant: fixed_str(""),
-            reason: fixed_str("not enough guest RAM for the parallel set"),
-        });
-        STATE[Work::Parallel as usize].store(CANCELLED, Ordering::Release);
-        return false;
-    };
-    let feat = features(report);
-    let mut ok = true;
-    let start = report.results().len();
-    for part in Part::ALL {
-        ok &= parallel::run_part(part, &feat, report.tsc_khz, scratch, report);
-    }
-    parallel::mark_rows(report, start, SOLO_SUFFIX);
-    let n = publish(Work::Parallel, len);
-    if n > 1 {
-        let start = report.results().len();
-        for part in Part::ALL {
-            barrier(Work::Parallel, n);
-            ok &= parallel::run_part(part, &feat, report.tsc_khz, scratch, report);
-        }
-        parallel::mark_rows(report, start, SMP_SUFFIX);
-    }
-    if !quiet {
-        let _ = writeln!(
-            out,
-            "guest: bench parallel: AES-128-CTR and DGEMM on cpu0 alone, then on {n} CPUs at once"
-        );
-    }
-    ok
-}
-
-/// Scratch bytes an AP's xstate check needs: enough for every component
-/// the CPU supports, whatever XCR0 the AP sets.
-pub fn xcheck_scratch_len(env: &guest::bench::Env, supported: u64) -> usize {
-    let all = guest::bench::Env {
-        info: env.info,
-        xcr0: xstate::XfeatureMask::from_bits(supported),
-    };
-    xcheck::scratch_bytes(&all).max(xcheck::scratch_bytes(env))
 }

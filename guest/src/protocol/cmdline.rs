@@ -91,8 +91,12 @@ pub struct Cmdline<'a> {
     /// [`MAX_CPUS`](crate::protocol::record::MAX_CPUS).
     pub cpu_xfeatures: [Option<u64>; crate::protocol::record::MAX_CPUS as usize],
     /// `fault.cpuN=KIND`: CPU N (an AP) provokes a [`FAULT_KINDS`] fault
-    /// once it is up (tests of how an AP's exception ends the run).
-    pub cpu_fault: Option<(usize, &'a str)>,
+    /// once it is up (tests of how an AP's exception ends the run); index =
+    /// CPU, and a CPU past [`MAX_CPUS`](crate::protocol::record::MAX_CPUS)
+    /// as `bad_cpu_fault`.
+    pub cpu_faults: [Option<&'a str>; crate::protocol::record::MAX_CPUS as usize],
+    /// The last `fault.cpuN=` word whose N is no CPU the kernel has.
+    pub bad_cpu_fault: Option<&'a str>,
 }
 
 /// Exceptions `fault=` can provoke: invalid opcode, divide error, page
@@ -139,8 +143,13 @@ impl<'a> Cmdline<'a> {
                 .strip_prefix("fault.cpu")
                 .and_then(|rest| rest.split_once('='))
             {
-                if let Ok(cpu) = cpu.parse::<usize>() {
-                    c.cpu_fault = Some((cpu, kind));
+                match cpu
+                    .parse::<usize>()
+                    .ok()
+                    .and_then(|i| c.cpu_faults.get_mut(i))
+                {
+                    Some(slot) => *slot = Some(kind),
+                    None => c.bad_cpu_fault = Some(word),
                 }
             } else if let Some(n) = word.strip_prefix("cpus=") {
                 c.cpus = Some(n.parse::<u32>().unwrap_or(0));
@@ -265,7 +274,12 @@ mod tests {
         assert_eq!(c.cpu_xfeatures[0], None);
         assert_eq!(c.unknown_words().count(), 0);
         assert_eq!(Cmdline::parse("cpus=x").cpus, Some(0));
-        assert_eq!(Cmdline::parse("fault.cpu1=ud").cpu_fault, Some((1, "ud")));
+        let f = Cmdline::parse("fault.cpu1=ud fault.cpu2=pf fault.cpu99=gp");
+        assert_eq!((f.cpu_faults[1], f.cpu_faults[2]), (Some("ud"), Some("pf")));
+        assert_eq!(
+            (f.cpu_faults[0], f.bad_cpu_fault),
+            (None, Some("fault.cpu99=gp"))
+        );
         assert_eq!(vmm_owned_word("xfeatures.cpu1=0x3"), None);
     }
 

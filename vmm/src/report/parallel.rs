@@ -10,7 +10,23 @@
 use guest::bench::parallel::{split_variant, SMP_SUFFIX, SOLO_SUFFIX};
 use serde::Serialize;
 
-use super::summary::ResultRow;
+/// What pairing needs of one result row (the run's rows are converted
+/// with `From<&ResultRow>` in `summary`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Measured {
+    /// Workload name.
+    pub name: String,
+    /// Variant as reported (with the phase suffix for guest rows).
+    pub variant: String,
+    /// Problem size.
+    pub size: u64,
+    /// Throughput in `unit`.
+    pub throughput: Option<f64>,
+    /// Unit of `throughput`.
+    pub unit: &'static str,
+    /// Whether its self-check held.
+    pub pass: bool,
+}
 
 /// One workload variant measured alone and on every vCPU at once.
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
@@ -52,7 +68,7 @@ pub struct ParallelRow {
 
 /// Pair the phases up: one row per variant vCPU 0 measured alone.
 /// `per_vcpu[i]` is vCPU i's rows (vCPU 0's include its solo rows).
-pub fn parallel_rows(per_vcpu: &[Vec<ResultRow>]) -> Vec<ParallelRow> {
+pub fn parallel_rows(per_vcpu: &[Vec<Measured>]) -> Vec<ParallelRow> {
     let Some(bsp) = per_vcpu.first() else {
         return Vec::new();
     };
@@ -62,7 +78,7 @@ pub fn parallel_rows(per_vcpu: &[Vec<ResultRow>]) -> Vec<ParallelRow> {
             (phase == SOLO_SUFFIX).then_some((solo, base))
         })
         .map(|(solo, base)| {
-            let together: Vec<Option<&ResultRow>> = per_vcpu
+            let together: Vec<Option<&Measured>> = per_vcpu
                 .iter()
                 .map(|rows| {
                     rows.iter().find(|r| {
@@ -74,18 +90,18 @@ pub fn parallel_rows(per_vcpu: &[Vec<ResultRow>]) -> Vec<ParallelRow> {
                 .collect();
             let per: Vec<Option<f64>> = together
                 .iter()
-                .map(|r| r.and_then(ResultRow::throughput))
+                .map(|r| r.and_then(|r| r.throughput))
                 .collect();
             let ran = together.iter().flatten().count() as u32;
             let aggregate = sum(&per);
-            let one = solo.throughput();
+            let one = solo.throughput;
             let scaling = ratio(aggregate, one);
-            let pass = solo.check == "pass" && together.iter().flatten().all(|r| r.check == "pass");
+            let pass = solo.pass && together.iter().flatten().all(|r| r.pass);
             ParallelRow {
                 name: solo.name.clone(),
                 variant: base.to_string(),
                 size: solo.size,
-                unit: solo.unit(),
+                unit: solo.unit,
                 check: if pass { "pass" } else { "fail" },
                 vcpus: ran,
                 one_vcpu: one,
@@ -106,11 +122,11 @@ pub fn parallel_rows(per_vcpu: &[Vec<ResultRow>]) -> Vec<ParallelRow> {
 /// Fill the native columns of `rows` from one host thread's rows (`solo`)
 /// and each of N concurrent threads' rows (`threads`), matched by name,
 /// variant and size.
-pub fn attach_native(rows: &mut [ParallelRow], solo: &[ResultRow], threads: &[Vec<ResultRow>]) {
-    let find = |rows: &[ResultRow], p: &ParallelRow| {
+pub fn attach_native(rows: &mut [ParallelRow], solo: &[Measured], threads: &[Vec<Measured>]) {
+    let find = |rows: &[Measured], p: &ParallelRow| {
         rows.iter()
             .find(|r| r.name == p.name && r.variant == p.variant && r.size == p.size)
-            .and_then(ResultRow::throughput)
+            .and_then(|r| r.throughput)
     };
     for p in rows.iter_mut() {
         p.native_one_thread = find(solo, p);
@@ -144,25 +160,14 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 mod tests {
     use super::*;
 
-    fn row(name: &str, variant: &str, mb: f64) -> ResultRow {
-        ResultRow {
+    fn row(name: &str, variant: &str, mb: f64) -> Measured {
+        Measured {
             name: name.into(),
             variant: variant.into(),
             size: 8192,
-            size_unit: "bytes",
-            mb_per_s: Some(mb),
-            gflops: None,
-            events_per_s: None,
-            check: "pass",
-            cycles: 1,
-            work: 1,
-            seconds: None,
-            residual: None,
-            bytes_per_save: None,
-            native_ratio: None,
-            cycles_per_unit: 1.0,
-            ns_per_block: None,
-            invalid: None,
+            throughput: Some(mb),
+            unit: "MB/s",
+            pass: true,
         }
     }
 

@@ -11,6 +11,7 @@ use xstate::{InitMode, Xfeature, XfeatureMask};
 
 use super::exit::{EXIT_GUEST_CRASH, EXIT_PROTOCOL_VIOLATION, EXIT_TIMEOUT};
 use super::hex;
+use super::parallel::Measured;
 use super::views::{ResolutionView, SnapshotView};
 use crate::vstate::RegisterDump;
 use crate::vstate::{RunEnd, RunOutcome};
@@ -96,6 +97,19 @@ impl ResultRow {
             "GFLOPS"
         } else {
             "1/s"
+        }
+    }
+}
+
+impl From<&ResultRow> for Measured {
+    fn from(r: &ResultRow) -> Self {
+        Measured {
+            name: r.name.clone(),
+            variant: r.variant.clone(),
+            size: r.size,
+            throughput: r.throughput(),
+            unit: r.unit(),
+            pass: r.check == "pass",
         }
     }
 }
@@ -223,6 +237,9 @@ pub struct VcpuRow {
     pub switch_strategy: Option<String>,
     /// Its workload results.
     pub results: Vec<ResultRow>,
+    /// The exception this CPU's own report records (each CPU has its own
+    /// fault record; null when it handed over none).
+    pub fault: Option<FaultView>,
     /// Its exits to user space.
     pub exits: u64,
     /// What its own xstate manager did.
@@ -355,6 +372,18 @@ pub struct RunSummary {
     pub process_exit: i32,
 }
 
+/// The exception a report records, if any.
+fn fault_view(r: &Report) -> Option<FaultView> {
+    (r.fault.valid != 0).then(|| FaultView {
+        vector: r.fault.vector,
+        mnemonic: exception_mnemonic(r.fault.vector),
+        error_code: r.fault.error_code,
+        rip: addr(r.fault.rip),
+        cr2: addr(r.fault.cr2),
+        cpl: r.fault.cpl,
+    })
+}
+
 /// The per-vCPU section of an SMP run; `None` with one vCPU.
 fn smp_view(outcome: &RunOutcome, tsc_khz: u64) -> Option<SmpView> {
     if outcome.vcpus.is_empty() {
@@ -382,12 +411,16 @@ fn smp_view(outcome: &RunOutcome, tsc_khz: u64) -> Option<SmpView> {
                     .map(|r| field_str(&r.switch_strategy).to_string())
                     .filter(|s| !s.is_empty()),
                 results: r.map(|r| result_rows(r, tsc_khz)).unwrap_or_default(),
+                fault: r.and_then(fault_view),
                 exits: v.exits.total,
                 xstate_stats: v.xstate_stats,
             }
         })
         .collect();
-    let per_vcpu: Vec<Vec<ResultRow>> = vcpus.iter().map(|v: &VcpuRow| v.results.clone()).collect();
+    let per_vcpu: Vec<Vec<Measured>> = vcpus
+        .iter()
+        .map(|v| v.results.iter().map(Measured::from).collect())
+        .collect();
     Some(SmpView {
         ap_start: outcome.ap_start,
         ended_by: outcome.ended_by,
@@ -523,14 +556,7 @@ impl RunSummary {
                     .collect(),
             }
         });
-        let fault = report.filter(|r| r.fault.valid != 0).map(|r| FaultView {
-            vector: r.fault.vector,
-            mnemonic: exception_mnemonic(r.fault.vector),
-            error_code: r.fault.error_code,
-            rip: addr(r.fault.rip),
-            cr2: addr(r.fault.cr2),
-            cpl: r.fault.cpl,
-        });
+        let fault = report.and_then(fault_view);
         RunSummary {
             exit_status,
             exit_reason,

@@ -36,15 +36,22 @@ ap_tramp_gdtr:
 ap_trampoline_end:
 
 /* ---------------------------------------------------------------------- */
-/* 64-bit CPL0: take the next CPU index, its kernel stack and TSS, the    */
-/* IDT, CR4.OSXSAVE where the CPU has XSAVE (XCR0 stays at its reset      */
-/* value: the CPU sets its own at CPL3), then iretq to ap_main(index) on  */
-/* its own user stack. 24 instructions, emulated.                          */
+/* 64-bit CPL0: the CPU index is the LAPIC ID (the vCPU number under    */
+/* KVM and QEMU, so `xfeatures.cpuN=` names vCPU N whatever order the APs */
+/* wake in); its kernel stack and TSS, the IDT, CR4.OSXSAVE where the CPU */
+/* has XSAVE (XCR0 stays at its reset value: the CPU sets its own at      */
+/* CPL3), then iretq to ap_main(index) on its own user stack. An ID the   */
+/* kernel has no slots for parks at once. 28 instructions, emulated.      */
 /* ---------------------------------------------------------------------- */
     .code64
 ap_long_entry:
-    movl $1, %eax
-    lock xaddl %eax, ap_next_index
+    movl $0xfee00020, %eax      /* LAPIC ID register: ID in bits 31:24 */
+    movl (%rax), %eax
+    shrl $24, %eax
+    cmpl ${max_cpus}, %eax
+    jae sys_park
+    testl %eax, %eax
+    jz sys_park
     movl %eax, %esi             /* CPU index, 1.. (CPUID clobbers EBX) */
     movl %eax, %esp
     shll ${ap_kstack_shift}, %esp
@@ -81,11 +88,6 @@ sys_park:
     cli
     hlt
     jmp sys_park
-
-    .p2align 2
-    .globl ap_next_index
-ap_next_index:                  /* the next AP's CPU index */
-    .long 1
 
 /* ---------------------------------------------------------------------- */
 /* The APs' GDT: the kernel GDT's five segments, then one 16-byte TSS     */
@@ -153,4 +155,12 @@ ap_user_stacks_base:
     .set ap_user_stacks, ap_user_stacks_base
     .globl ap_user_stacks_end
 ap_user_stacks_end:
+/* Index i's CPL3 fault-reporter stack ends at ap_fault_stacks + i << shift */
+/* (boot/faults.s; index 0, the BSP, has fault_stack_top).                  */
+    .globl ap_fault_stacks_base
+ap_fault_stacks_base:
+    .skip ({max_cpus}) << {ap_fstack_shift}
+    .set ap_fault_stacks, ap_fault_stacks_base
+    .globl ap_fault_stacks_end
+ap_fault_stacks_end:
     .popsection
