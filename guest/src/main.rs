@@ -100,6 +100,8 @@ extern "C" fn user_main(start_info: u32) -> ! {
         let _ = writeln!(out, "guest: setup failed: {e}");
         status = ExitStatus::SetupFailed;
     }
+    // SMP: the other CPUs start now and report on their own.
+    let started = kernel::smp::start_aps(&cmdline, &mut out);
     if boot::boot_xsetbv_faulted() {
         let _ = writeln!(
             out,
@@ -157,6 +159,15 @@ extern "C" fn user_main(start_info: u32) -> ! {
         status = ExitStatus::CheckFailed;
     }
     report::fill_xinuse(report);
+    if !kernel::smp::finish(started, report, cmdline.quiet, &mut out)
+        && status == ExitStatus::Success
+    {
+        status = ExitStatus::SetupFailed;
+    }
+    if !kernel::smp::ap_checks_passed() && status == ExitStatus::Success {
+        let _ = writeln!(out, "guest: a check on an application processor failed");
+        status = ExitStatus::CheckFailed;
+    }
     if !cmdline.quiet {
         report::print_human(report, status, &mut out);
     }

@@ -93,6 +93,11 @@ pub struct SerialOut {
 }
 
 impl SerialOut {
+    /// Where the output goes (an AP's serial writes go to the same place).
+    pub fn sink(&self) -> SerialSink {
+        self.sink
+    }
+
     /// The last [`SERIAL_CAPTURE_MAX`] bytes the guest wrote.
     pub fn captured(&self) -> &[u8] {
         &self.buf[self.buf.len().saturating_sub(SERIAL_CAPTURE_MAX)..]

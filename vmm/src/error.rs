@@ -16,6 +16,30 @@ use xstate::{BufferError, ConvertError, InfoError, LayoutError, MaskError, Xcr0E
 
 use crate::arch::layout::{CMDLINE_MAX, MAX_MEM_MIB, MIN_MEM_MIB};
 
+/// A `--vcpus` value refused before any VM exists.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum VcpuCountError {
+    /// `--vcpus 0`.
+    #[error("--vcpus 0: a guest needs at least one vCPU")]
+    Zero,
+    /// More than `KVM_CAP_MAX_VCPUS`.
+    #[error("--vcpus {asked}: KVM allows at most {max} vCPUs per VM (KVM_CAP_MAX_VCPUS)")]
+    AboveKvm {
+        /// What was asked.
+        asked: u32,
+        /// `KVM_CAP_MAX_VCPUS`.
+        max: u32,
+    },
+    /// More than the guest kernel brings up.
+    #[error("--vcpus {asked}: the guest kernel supports at most {max} CPUs (guest MAX_CPUS)")]
+    AboveGuest {
+        /// What was asked.
+        asked: u32,
+        /// The guest kernel's `MAX_CPUS`.
+        max: u32,
+    },
+}
+
 /// Everything that can stop a VMM operation.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -58,6 +82,10 @@ pub enum Error {
     /// The vCPU thread or its state could not be driven.
     #[error(transparent)]
     Vcpu(#[from] VcpuError),
+    /// `--vcpus` was refused (0, above KVM's or the guest's limit): a usage
+    /// error, so `vmm run` ends with `EXIT_USAGE`.
+    #[error("invalid argument: {0}")]
+    VcpuCount(#[from] VcpuCountError),
     /// The guest's run did not end the way the operation needs (a crash, a
     /// non-zero exit status, a failed workload check).
     #[error("guest error: {0}")]

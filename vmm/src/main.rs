@@ -112,6 +112,10 @@ struct RunArgs {
     /// Extra words for the guest's command line.
     #[arg(long, value_name = "WORDS")]
     cmdline: Option<String>,
+    /// vCPUs, each a host thread; more than one adds an in-kernel irqchip
+    /// and the guest starts the others with INIT-SIPI-SIPI.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    vcpus: u32,
     /// Also show the guest's own serial report (on stderr with --json).
     #[arg(long)]
     serial: bool,
@@ -273,8 +277,15 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
             reps: args.native_reps,
         }),
         hugepages: args.hugepages,
+        vcpus: args.vcpus,
     };
-    let outcome = vstate::run(config)?;
+    let outcome = match vstate::run(config) {
+        Err(e @ vmm::error::Error::VcpuCount(_)) => {
+            eprintln!("vmm: {e}");
+            return Ok(EXIT_USAGE);
+        }
+        other => other?,
+    };
     let extras = Extras {
         resolution,
         snapshot: args.session.snapshot_view(&outcome),
@@ -388,6 +399,15 @@ fn print_outcome(
         summary.openssl_yardsticks = native::aes_yardsticks(&summary.results, quick);
         summary.openssl_aes_128_cbc_mb_per_s = native::cbc_8192(&summary.openssl_yardsticks);
         summary.seed_xts_4k_ice_lake = native::seed_reference(&summary.results);
+    }
+    // `bench=parallel` with several vCPUs: the same set on as many host threads.
+    if let Some(smp) = summary
+        .smp
+        .as_mut()
+        .filter(|s| native.is_some() && !s.parallel.is_empty())
+    {
+        let (solo, threads) = native::run_parallel_native(smp.vcpus.len(), summary.tsc_khz);
+        vmm::report::parallel::attach_native(&mut smp.parallel, &solo, &threads);
     }
     if let Some(doc) = json {
         println!("{}", vmm::schema::to_json(doc, &summary)?);

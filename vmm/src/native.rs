@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::report::summary::SeedFigure;
 use crate::report::{result_rows, NativeView, RatioSpread, ResultRow};
 use interleave::{Interleaver, NativeCode, RepPair};
+use crate::report::parallel::Measured;
 
 /// Run `list` (the `--workload` syntax) on the host with every variant the
 /// host CPU and OS allow, and return the rows.
@@ -53,6 +54,42 @@ pub fn attach_ratios(guest: &mut [ResultRow], native: &[ResultRow]) {
             _ => None,
         };
     }
+}
+
+/// `bench=parallel` on the host: the guest's scaling set on one thread,
+/// then on `threads` threads at once, holding a barrier before each part
+/// as the guest's CPUs do. Returns (one thread's rows, each concurrent
+/// thread's rows), variants unsuffixed.
+pub fn run_parallel_native(threads: usize, tsc_khz: u64) -> (Vec<Measured>, Vec<Vec<Measured>>) {
+    use guest::bench::parallel::{self, Part};
+    let feat = CpuFeatures::detect();
+    let run = |barrier: Option<&std::sync::Barrier>| {
+        let mut scratch = vec![0u8; parallel::scratch_bytes()];
+        let mut report = Box::new(Report::new());
+        for part in Part::ALL {
+            if let Some(b) = barrier {
+                b.wait();
+            }
+            parallel::run_part(part, &feat, tsc_khz, &mut scratch, &mut report);
+        }
+        result_rows(&report, tsc_khz)
+            .iter()
+            .map(Measured::from)
+            .collect::<Vec<_>>()
+    };
+    let solo = run(None);
+    let barrier = std::sync::Barrier::new(threads.max(1));
+    let together = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads.max(1))
+            .map(|_| s.spawn(|| run(Some(&barrier))))
+            .collect();
+        // A workload thread that panicked has no rows.
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    (solo, together)
 }
 
 /// The row name, variant name and size a repetition key stands for.

@@ -7,6 +7,8 @@
 //! - [`xcheck`]: every x87, SSE, AVX and AVX-512 register loaded with a
 //!   distinct pattern, then exits, then a bit-for-bit comparison; and the
 //!   VMM-side XMM edit (`xstate-check` rows).
+//! - [`parallel`]: the SMP scaling set (`bench=parallel`): AES-CTR and
+//!   DGEMM on one CPU, then on every CPU at once.
 //! - [`ctxsw`]: user-level context switches between CPL3 contexts with each
 //!   XSAVE strategy, and the boot-time strategy chooser (`ctxsw` rows and
 //!   [`crate::protocol::Report::switch_strategy`]).
@@ -22,6 +24,7 @@ extern crate std;
 
 pub mod ctxsw;
 pub mod exits;
+pub mod parallel;
 mod timed_asm;
 pub mod xcheck;
 

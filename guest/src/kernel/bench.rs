@@ -20,12 +20,14 @@
 use core::fmt::Write;
 
 use guest::bench::exits::{self, ExitKind};
+use guest::bench::parallel::{self, Part, SMP_SUFFIX, SOLO_SUFFIX};
 use guest::bench::xcheck::{self, CheckExit};
 use guest::bench::{ctxsw, Env};
-use guest::workloads::Reason;
+use guest::workloads::{CpuFeatures, Reason};
 use xstate::{CpuidRegs, InitMode, XfeatureMask, XsaveInfo};
 
 use super::serial::Console;
+use super::shared::{self, Work};
 use super::{arena, cpu, syscall};
 use guest::protocol::{
     fixed_str, Cmdline, Report, ResultRecord, SkipRecord, WorkUnit, BENCH_MMIO_ADDR, BENCH_NAMES,
@@ -135,13 +137,7 @@ pub fn run(report: &mut Report, cmdline: &Cmdline, env: Option<&Env>, out: &mut 
         exit_rows(report, env, count, quiet, out);
     }
     if cmdline.wants_bench("xstate-check") {
-        let kinds = [
-            ("pio", CheckExit::Pio),
-            ("mmio", CheckExit::Mmio),
-            ("cpuid", CheckExit::Cpuid),
-            ("edit", CheckExit::Edit(EDIT_REG)),
-        ];
-        ok &= register_checks(report, env, "xstate-check", &kinds, count, quiet, out);
+        ok &= bsp_xstate_checks(report, env, count, quiet, out);
     }
     if cmdline.wants_bench("snapshot-check") {
         let kinds = [("snapshot", CheckExit::Snapshot)];
@@ -150,8 +146,112 @@ pub fn run(report: &mut Report, cmdline: &Cmdline, env: Option<&Env>, out: &mut 
     if cmdline.wants_bench("ctxsw") {
         ok &= ctxsw_rows(report, env, quiet, out);
     }
+    if cmdline.wants_bench("parallel") {
+        ok &= parallel_bench(report, quiet, out);
+    }
     out.flush();
     ok
+}
+
+/// The `xstate-check` rows' exits, in order.
+const XCHECK_KINDS: [(&str, CheckExit); 4] = [
+    ("pio", CheckExit::Pio),
+    ("mmio", CheckExit::Mmio),
+    ("cpuid", CheckExit::Cpuid),
+    ("edit", CheckExit::Edit(EDIT_REG)),
+];
+
+/// Where a CPU runs its share of the concurrent xstate check: its index
+/// (which salts its register pattern), its scratch, and what to do before
+/// each check (hold the barrier with the other CPUs).
+pub struct OnCpu<'a> {
+    /// The CPU index; 0 is the BSP, whose pattern is the single-CPU one.
+    pub cpu: u32,
+    /// Memory for the xsave images.
+    pub scratch: &'a mut [u8],
+    /// Called before each check.
+    pub before_each: &'a mut dyn FnMut(),
+}
+
+/// `bench=xstate-check` on the BSP: with APs up, they run the same checks
+/// at the same moments, each CPU with its own pattern.
+fn bsp_xstate_checks(
+    report: &mut Report,
+    env: Option<&Env>,
+    count: u64,
+    quiet: bool,
+    out: &mut Console,
+) -> bool {
+    let Some(e) = env else {
+        skip(
+            report,
+            "xstate-check",
+            "",
+            "CPU has no XSAVE (XCR0 not set)",
+        );
+        return true;
+    };
+    let Some(buf) = scratch(e) else {
+        skip(
+            report,
+            "xstate-check",
+            "",
+            "no arena memory for the xsave images",
+        );
+        return false;
+    };
+    let n = shared::publish(
+        Work::Xcheck,
+        xcheck_scratch_len(e, report.cpuid_xcr0_supported),
+    );
+    register_checks_on(
+        report,
+        e,
+        "xstate-check",
+        &XCHECK_KINDS,
+        count,
+        quiet,
+        out,
+        OnCpu {
+            cpu: 0,
+            scratch: buf,
+            before_each: &mut || shared::barrier(Work::Xcheck, n),
+        },
+    )
+}
+
+/// An AP's share of the concurrent `xstate-check` (quiet: the rows and
+/// skip reasons go into its own report).
+pub fn xstate_checks_on(
+    report: &mut Report,
+    env: Option<&Env>,
+    count: u64,
+    out: &mut Console,
+    on: OnCpu<'_>,
+) -> bool {
+    let Some(env) = env else {
+        skip(
+            report,
+            "xstate-check",
+            "",
+            "CPU has no XSAVE (XCR0 not set)",
+        );
+        // Still hold the barriers the others wait at.
+        for _ in XCHECK_KINDS {
+            (on.before_each)();
+        }
+        return true;
+    };
+    register_checks_on(
+        report,
+        env,
+        "xstate-check",
+        &XCHECK_KINDS,
+        count,
+        true,
+        out,
+        on,
+    )
 }
 
 fn skip(report: &mut Report, name: &str, variant: &str, reason: &str) {
@@ -322,8 +422,29 @@ fn register_checks(
         skip(report, name, "", "no arena memory for the xsave images");
         return false;
     };
+    let on = OnCpu {
+        cpu: 0,
+        scratch: buf,
+        before_each: &mut || {},
+    };
+    register_checks_on(report, env, name, kinds, count, quiet, out, on)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn register_checks_on(
+    report: &mut Report,
+    env: &Env,
+    name: &str,
+    kinds: &[(&str, CheckExit)],
+    count: u64,
+    quiet: bool,
+    out: &mut Console,
+    on: OnCpu<'_>,
+) -> bool {
+    let buf = on.scratch;
     let mut ok = true;
     for &(variant, exit) in kinds {
+        (on.before_each)();
         if matches!(exit, CheckExit::Edit(_)) && !env.xcr0.contains(xstate::Xfeature::Sse) {
             skip(
                 report,
@@ -341,7 +462,7 @@ fn register_checks(
         // SAFETY: ports granted by the TSS bitmap, BENCH_MMIO_ADDR mapped
         // and unbacked, and the checked components are in the XCR0 the
         // kernel set (which the hardware XCR0 includes).
-        let outcome = match unsafe { xcheck::run(env, exit, n, buf) } {
+        let outcome = match unsafe { xcheck::run_on(env, exit, n, buf, on.cpu) } {
             Ok(o) => o,
             Err(e) => {
                 skip_fmt(report, name, variant, format_args!("{e}"));
@@ -487,5 +608,72 @@ fn ctxsw_rows(report: &mut Report, env: Option<&Env>, quiet: bool, out: &mut Con
         "CPUID 0xD.1 lacks XSAVES; CPL0-only anyway"
     };
     skip(report, "ctxsw", "xsaves", reason);
+    ok
+}
+
+/// Scratch bytes an AP's xstate check needs: enough for every component
+/// the CPU supports, whatever XCR0 the AP sets.
+fn xcheck_scratch_len(env: &Env, supported: u64) -> usize {
+    let all = Env {
+        info: env.info,
+        xcr0: XfeatureMask::from_bits(supported),
+    };
+    xcheck::scratch_bytes(&all).max(xcheck::scratch_bytes(env))
+}
+
+/// The workloads' view of a CPU from its own report.
+pub fn features(report: &Report) -> CpuFeatures {
+    CpuFeatures::from_cpuid(
+        report.cpuid1_ecx,
+        report.cpuid1_edx,
+        report.cpuid7_ebx,
+        report.cpuid7_ecx,
+        report.xcr0,
+    )
+}
+
+/// `bench=parallel` on the BSP: the set alone (rows `…/solo`), then on
+/// every CPU at once (rows `…/smp`, each CPU's in its own report; the APs
+/// run theirs in `kernel::smp`). Returns false when a check failed or
+/// there was no memory.
+fn parallel_bench(report: &mut Report, quiet: bool, out: &mut Console) -> bool {
+    let len = parallel::scratch_bytes();
+    let Some(scratch) = arena::alloc_bytes(len) else {
+        let _ = writeln!(
+            out,
+            "guest: bench parallel: no arena memory ({} KiB)",
+            len >> 10
+        );
+        skip(
+            report,
+            "parallel",
+            "",
+            "not enough guest RAM for the parallel set",
+        );
+        shared::cancel(Work::Parallel);
+        return false;
+    };
+    let feat = features(report);
+    let mut ok = true;
+    let start = report.results().len();
+    for part in Part::ALL {
+        ok &= parallel::run_part(part, &feat, report.tsc_khz, scratch, report);
+    }
+    parallel::mark_rows(report, start, SOLO_SUFFIX);
+    let n = shared::publish(Work::Parallel, len);
+    if n > 1 {
+        let start = report.results().len();
+        for part in Part::ALL {
+            shared::barrier(Work::Parallel, n);
+            ok &= parallel::run_part(part, &feat, report.tsc_khz, scratch, report);
+        }
+        parallel::mark_rows(report, start, SMP_SUFFIX);
+    }
+    if !quiet {
+        let _ = writeln!(
+            out,
+            "guest: bench parallel: AES-128-CTR and DGEMM on cpu0 alone, then on {n} CPUs at once"
+        );
+    }
     ok
 }

@@ -20,16 +20,29 @@ pub fn has_error_code(vector: u32) -> bool {
     matches!(vector, 8 | 10..=14 | 17 | 21 | 29 | 30)
 }
 
-/// Entered from the CPL0 fault stub at CPL3, on the fault stack.
+/// Entered from the CPL0 fault stub at CPL3, on CPU `cpu`'s own fault
+/// stack, with that CPU's fault recorded.
 #[no_mangle]
-pub extern "C" fn kernel_on_fault() -> ! {
-    let fault = boot::recorded_fault();
+pub extern "C" fn kernel_on_fault(cpu: u32) -> ! {
+    let cpu = cpu as usize;
+    let fault = boot::recorded_fault(cpu);
     // SAFETY: the faulting flow of control is abandoned for good (the stub
-    // never returns to it), so this is now the only reference to the report.
-    let report = unsafe { &mut *report::report_ptr() };
+    // never returns to it), so this is now the only reference to this
+    // CPU's report (the BSP's, or the AP's own slot).
+    let report = unsafe {
+        &mut *if cpu == 0 {
+            report::report_ptr()
+        } else {
+            super::percpu::ap_report_ptr(cpu)
+        }
+    };
     report.fault = fault;
     let mut out = Console::new();
-    let _ = write!(out, "guest: exception {}", exception_mnemonic(fault.vector));
+    let _ = write!(out, "guest: ");
+    if cpu != 0 {
+        let _ = write!(out, "cpu{cpu}: ");
+    }
+    let _ = write!(out, "exception {}", exception_mnemonic(fault.vector));
     if has_error_code(fault.vector) {
         let _ = write!(out, "({:#x})", fault.error_code);
     }
@@ -56,8 +69,15 @@ pub fn on_panic(info: &core::panic::PanicInfo<'_>) -> ! {
     let _ = writeln!(out, "guest: {info}");
     out.flush();
     // SAFETY: the panicking flow of control never resumes (panic=abort
-    // semantics), so this is now the only reference to the report.
-    report::send_everywhere(unsafe { &*report::report_ptr() }, &mut out);
+    // semantics), so this is now the only reference to this CPU's report.
+    let cpu = super::percpu::this_cpu();
+    let report = if cpu == 0 {
+        report::report_ptr()
+    } else {
+        super::percpu::ap_report_ptr(cpu)
+    };
+    // SAFETY: see above.
+    report::send_everywhere(unsafe { &*report }, &mut out);
     exit_direct(ExitStatus::Exception)
 }
 

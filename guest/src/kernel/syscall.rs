@@ -19,6 +19,7 @@
 //! | 5 | [`SYS_CPUID`] | leaf, subleaf | RAX = EBX:EAX, RDX = EDX:ECX of CPUID executed at CPL0 |
 //! | 6 | [`SYS_MMIO_STORES`] | address, value, count | 0 after `count` 32-bit stores at CPL0 (exit benchmark) |
 //! | 7 | [`SYS_CPUID_LOOP`] | leaf, count | 0 after `count` CPUIDs (subleaf 0) at CPL0 (exit benchmark) |
+//! | 8 | [`SYS_PARK`] | — | does not return: HLT with interrupts off, nothing else (an AP that is done; see [`super::smp`]) |
 //!
 //! Unknown numbers return [`SYS_ERR_UNKNOWN`]. A new call is a handler
 //! that ends with `iretq` (in boot.rs, or in the `global_asm!` of this file
@@ -35,6 +36,8 @@ pub const SYS_HALT: u64 = 4;
 pub const SYS_CPUID: u64 = 5;
 pub const SYS_MMIO_STORES: u64 = 6;
 pub const SYS_CPUID_LOOP: u64 = 7;
+/// Halt this CPU for good, writing nothing (an AP whose work is done).
+pub const SYS_PARK: u64 = 8;
 
 /// The instruction raised an exception (#GP for an invalid XCR0 value).
 pub const SYS_ERR_REFUSED: u64 = u64::MAX;
@@ -192,6 +195,16 @@ pub fn halt_forever() -> ! {
     // SAFETY: SYS_HALT never returns and has no other effect.
     unsafe { syscall3(SYS_HALT, 0, 0, 0) };
     // Unreachable unless the gate is broken; HLT is privileged at CPL3.
+    loop {
+        core::hint::spin_loop();
+    }
+}
+
+/// Halt this CPU for good without the shutdown writes of [`halt_forever`]:
+/// an AP that has reported parks here until the VMM ends the run.
+pub fn park_forever() -> ! {
+    // SAFETY: SYS_PARK never returns and has no other effect.
+    unsafe { syscall3(SYS_PARK, 0, 0, 0) };
     loop {
         core::hint::spin_loop();
     }

@@ -30,12 +30,14 @@ pub unsafe fn xgetbv(index: u32) -> u64 {
     (u64::from(hi) << 32) | u64::from(lo)
 }
 
-/// XCR0 written by the last successful XSETBV syscall; 0 = none since boot.
-static XCR0_SET: AtomicU64 = AtomicU64::new(0);
+/// Per CPU: XCR0 written by the last successful XSETBV syscall; 0 = none
+/// since boot. XCR0 is per logical processor, so is the record.
+static XCR0_SET: [AtomicU64; guest::protocol::record::MAX_CPUS as usize] =
+    [const { AtomicU64::new(0) }; guest::protocol::record::MAX_CPUS as usize];
 
-/// Remember an XCR0 the kernel set after boot.
+/// Remember an XCR0 the kernel set after boot on this CPU.
 pub fn record_xcr0(value: u64) {
-    XCR0_SET.store(value, Ordering::Relaxed);
+    XCR0_SET[super::percpu::this_cpu()].store(value, Ordering::Relaxed);
 }
 
 /// XCR0 as the kernel set it, or 0 when the OS has not enabled XSAVE.
@@ -53,7 +55,10 @@ pub fn xcr0_given(cpuid1_ecx: u32) -> u64 {
     if cpuid1_ecx & leaf_1_ecx::OSXSAVE == 0 {
         return 0;
     }
-    match XCR0_SET.load(Ordering::Relaxed) {
+    let cpu = super::percpu::this_cpu();
+    match XCR0_SET[cpu].load(Ordering::Relaxed) {
+        // APs leave XCR0 at its reset value until they set their own.
+        0 if cpu != 0 => 1,
         0 if boot::boot_xsetbv_faulted() => 1,
         0 => {
             let d0 = cpuid(0xd, 0);

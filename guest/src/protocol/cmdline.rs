@@ -13,6 +13,7 @@ pub const BENCH_NAMES: &[&str] = &[
     "xstate-check",
     "snapshot-check",
     "ctxsw",
+    "parallel",
     "all",
 ];
 
@@ -82,6 +83,20 @@ pub struct Cmdline<'a> {
     /// `hostile=MODE`: misbehave on purpose (see [`HOSTILE_MODES`]); the
     /// last one wins.
     pub hostile: Option<&'a str>,
+    /// `cpus=N`: how many CPUs to bring up, overriding what the firmware
+    /// tables (MADT, MP table) say; `Some(0)` when the value is no number.
+    pub cpus: Option<u32>,
+    /// `xfeatures.cpuN=MASK`: XCR0 for CPU N instead of the policy (tests
+    /// of per-CPU state); index = CPU, at most
+    /// [`MAX_CPUS`](crate::protocol::record::MAX_CPUS).
+    pub cpu_xfeatures: [Option<u64>; crate::protocol::record::MAX_CPUS as usize],
+    /// `fault.cpuN=KIND`: CPU N (an AP) provokes a [`FAULT_KINDS`] fault
+    /// once it is up (tests of how an AP's exception ends the run); index =
+    /// CPU, and a CPU past [`MAX_CPUS`](crate::protocol::record::MAX_CPUS)
+    /// as `bad_cpu_fault`.
+    pub cpu_faults: [Option<&'a str>; crate::protocol::record::MAX_CPUS as usize],
+    /// The last `fault.cpuN=` word whose N is no CPU the kernel has.
+    pub bad_cpu_fault: Option<&'a str>,
 }
 
 /// Exceptions `fault=` can provoke: invalid opcode, divide error, page
@@ -122,6 +137,30 @@ impl<'a> Cmdline<'a> {
                     _ => {
                         c.exits = None;
                         c.bad_exits = Some(n);
+                    }
+                }
+            } else if let Some((cpu, kind)) = word
+                .strip_prefix("fault.cpu")
+                .and_then(|rest| rest.split_once('='))
+            {
+                match cpu
+                    .parse::<usize>()
+                    .ok()
+                    .and_then(|i| c.cpu_faults.get_mut(i))
+                {
+                    Some(slot) => *slot = Some(kind),
+                    None => c.bad_cpu_fault = Some(word),
+                }
+            } else if let Some(n) = word.strip_prefix("cpus=") {
+                c.cpus = Some(n.parse::<u32>().unwrap_or(0));
+            } else if let Some((cpu, mask)) = word
+                .strip_prefix("xfeatures.cpu")
+                .and_then(|rest| rest.split_once('='))
+            {
+                let digits = mask.strip_prefix("0x").unwrap_or(mask);
+                if let (Ok(cpu), Ok(v)) = (cpu.parse::<usize>(), u64::from_str_radix(digits, 16)) {
+                    if let Some(slot) = c.cpu_xfeatures.get_mut(cpu) {
+                        *slot = Some(v);
                     }
                 }
             } else if let Some(mask) = word.strip_prefix("xfeatures=") {
@@ -191,6 +230,9 @@ impl<'a> Cmdline<'a> {
                 && !w.starts_with("bench=")
                 && !w.starts_with("exits=")
                 && !w.starts_with("hostile=")
+                && !w.starts_with("cpus=")
+                && !w.starts_with("xfeatures.cpu")
+                && !w.starts_with("fault.cpu")
         })
     }
 }
@@ -222,6 +264,23 @@ mod tests {
         assert!(t.selftest);
         assert_eq!(t.fault, Some("pf"));
         assert_eq!(t.unknown_words().count(), 0);
+    }
+
+    #[test]
+    fn cmdline_cpu_words() {
+        let c = Cmdline::parse("cpus=2 xfeatures.cpu1=0x3 xfeatures.cpu9=0x7 xfeatures.cpux=1");
+        assert_eq!(c.cpus, Some(2));
+        assert_eq!(c.cpu_xfeatures[1], Some(0x3));
+        assert_eq!(c.cpu_xfeatures[0], None);
+        assert_eq!(c.unknown_words().count(), 0);
+        assert_eq!(Cmdline::parse("cpus=x").cpus, Some(0));
+        let f = Cmdline::parse("fault.cpu1=ud fault.cpu2=pf fault.cpu99=gp");
+        assert_eq!((f.cpu_faults[1], f.cpu_faults[2]), (Some("ud"), Some("pf")));
+        assert_eq!(
+            (f.cpu_faults[0], f.bad_cpu_fault),
+            (None, Some("fault.cpu99=gp"))
+        );
+        assert_eq!(vmm_owned_word("xfeatures.cpu1=0x3"), None);
     }
 
     #[test]

@@ -15,6 +15,9 @@ pub const REPORT_VERSION: u32 = 3;
 
 /// Number of XSAVE state components described in a report (0..=19).
 pub const REPORT_COMPONENTS: usize = 20;
+/// The most CPUs the guest kernel brings up: its per-CPU stacks, TSSes and
+/// report slots are static, and the VMM refuses `--vcpus` above this.
+pub const MAX_CPUS: u32 = 8;
 /// Most workload results one report carries.
 pub const MAX_RESULTS: usize = 64;
 /// Most "skipped, and why" entries one report carries.

@@ -51,6 +51,7 @@
 pub mod exit;
 pub mod hex;
 pub mod native_view;
+pub mod parallel;
 pub mod plot;
 pub mod render;
 pub mod spanning;
@@ -62,8 +63,9 @@ pub use exit::{
     EXIT_GUEST_CRASH, EXIT_PROTOCOL_VIOLATION, EXIT_TIMEOUT, EXIT_USAGE, EXIT_VMM_ERROR,
 };
 pub use native_view::{HugePagesView, NativeView, RatioSpread};
+pub use parallel::ParallelRow;
 pub use summary::{
     result_rows, ComponentRow, CrashView, FaultView, GuestCpuidView, ResultRow, RunSummary,
-    SkipRow, SwitchFigure, Timing,
+    SkipRow, SmpView, SwitchFigure, Timing, VcpuRow,
 };
 pub use views::{ResolutionView, SnapshotView};

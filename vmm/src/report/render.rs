@@ -265,6 +265,35 @@ impl RunSummary {
         for e in &self.snapshot_errors {
             let _ = writeln!(s, "snapshot not written (the guest was resumed): {e}");
         }
+        if let Some(smp) = &self.smp {
+            let _ = writeln!(
+                s,
+                "vCPUs: {} (APs started by {}); the run's end came from vCPU {}",
+                smp.vcpus.len(),
+                smp.ap_start.map_or("-", |a| a.name()),
+                smp.ended_by
+            );
+            for v in &smp.vcpus {
+                let mask = |m: Option<xstate::XfeatureMask>| {
+                    m.map_or("-".to_string(), |m| format!("{:#x}", m.bits()))
+                };
+                let _ = writeln!(
+                    s,
+                    "  vcpu{}: guest xcr0 {} xinuse {} final xcr0 {}, {} results, {} exits, {} xsave fetches; {}",
+                    v.index,
+                    mask(v.guest_xcr0),
+                    mask(v.guest_xinuse),
+                    mask(v.final_xcr0),
+                    v.results.len(),
+                    v.exits,
+                    v.xstate_stats.fetches,
+                    v.end
+                );
+            }
+            if !smp.parallel.is_empty() {
+                s.push_str(&parallel_table(&smp.parallel));
+            }
+        }
         if let Some(c) = &self.crash {
             let _ = writeln!(s, "guest crashed: {}", c.reason);
             let _ = write!(s, "{}", c.registers);
@@ -308,4 +337,63 @@ fn per_op_cell(r: &ResultRow) -> String {
             None => format!("{:.0} cycles", r.cycles_per_unit),
         },
     }
+}
+
+/// The `bench=parallel` rows: one vCPU, all vCPUs, scaling, and the same
+/// against as many native threads.
+fn parallel_table(rows: &[super::ParallelRow]) -> String {
+    let cols = Columns::new()
+        .left("  ", 12)
+        .left(" ", 16)
+        .right(" ", 6)
+        .right(" ", 7)
+        .right(" ", 10)
+        .right(" ", 10)
+        .right(" ", 8)
+        .right(" ", 6)
+        .right(" ", 10)
+        .right(" ", 7)
+        .left(" ", 4);
+    let fig = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+    let r2 = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
+    let mut s = String::from("parallel (bench=parallel): vCPU 0 alone, then every vCPU at once\n");
+    s.push_str(&cols.line(&[
+        "workload", "variant", "size", "unit", "1 vCPU", "N vCPUs", "scaling", "eff.", "N native",
+        "ratio", "check",
+    ]));
+    for r in rows {
+        s.push_str(&cols.line(&[
+            r.name.clone(),
+            r.variant.clone(),
+            r.size.to_string(),
+            r.unit.to_string(),
+            fig(r.one_vcpu),
+            fig(r.aggregate),
+            r2(r.scaling),
+            r2(r.efficiency),
+            fig(r.native_aggregate),
+            r2(r.native_ratio),
+            r.check.to_string(),
+        ]));
+        let per: Vec<String> = r
+            .per_vcpu
+            .iter()
+            .zip(
+                r.per_vcpu_native_ratio
+                    .iter()
+                    .map(Some)
+                    .chain(std::iter::repeat(None)),
+            )
+            .enumerate()
+            .map(|(i, (g, n))| {
+                format!(
+                    "vcpu{i} {} (native ratio {})",
+                    fig(*g),
+                    r2(n.copied().flatten())
+                )
+            })
+            .collect();
+        let _ = writeln!(s, "    {}", per.join(", "));
+    }
+    s
 }

@@ -11,6 +11,7 @@ use xstate::{InitMode, Xfeature, XfeatureMask};
 
 use super::exit::{EXIT_GUEST_CRASH, EXIT_PROTOCOL_VIOLATION, EXIT_TIMEOUT};
 use super::hex;
+use super::parallel::Measured;
 use super::views::{ResolutionView, SnapshotView};
 use crate::vstate::RegisterDump;
 use crate::vstate::{RunEnd, RunOutcome};
@@ -100,6 +101,19 @@ impl ResultRow {
             "GFLOPS"
         } else {
             "1/s"
+        }
+    }
+}
+
+impl From<&ResultRow> for Measured {
+    fn from(r: &ResultRow) -> Self {
+        Measured {
+            name: r.name.clone(),
+            variant: r.variant.clone(),
+            size: r.size,
+            throughput: r.throughput(),
+            unit: r.unit(),
+            pass: r.check == "pass",
         }
     }
 }
@@ -222,6 +236,55 @@ pub struct SeedFigure {
     pub mb_per_s: f64,
 }
 
+/// One vCPU of an SMP run (`--vcpus` above 1), as reported.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct VcpuRow {
+    /// The vCPU's index (0 is the boot processor).
+    pub index: u32,
+    /// How its loop ended, in words: `stopped` when another vCPU ended
+    /// the run.
+    pub end: String,
+    /// XCR0 the guest on this CPU reported it set (null without its report).
+    #[serde(serialize_with = "hex::opt_mask")]
+    #[schemars(with = "Option<crate::schema::Hex>")]
+    pub guest_xcr0: Option<XfeatureMask>,
+    /// XGETBV(1) on this CPU when it reported.
+    #[serde(serialize_with = "hex::opt_mask")]
+    #[schemars(with = "Option<crate::schema::Hex>")]
+    pub guest_xinuse: Option<XfeatureMask>,
+    /// XCR0 as KVM holds it for this vCPU at the end.
+    #[serde(serialize_with = "hex::opt_mask")]
+    #[schemars(with = "Option<crate::schema::Hex>")]
+    pub final_xcr0: Option<XfeatureMask>,
+    /// The context-switch strategy this CPU chose (null when it did not
+    /// calibrate).
+    pub switch_strategy: Option<String>,
+    /// Its workload results.
+    pub results: Vec<ResultRow>,
+    /// The exception this CPU's own report records (each CPU has its own
+    /// fault record; null when it handed over none).
+    pub fault: Option<FaultView>,
+    /// Its exits to user space.
+    pub exits: u64,
+    /// What its own xstate manager did.
+    pub xstate_stats: SyncStats,
+}
+
+/// The SMP part of a run: how the APs started and each vCPU.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct SmpView {
+    /// How the application processors were started (`init-sipi`).
+    pub ap_start: Option<crate::vstate::ApStart>,
+    /// The vCPU whose end is the run's end.
+    pub ended_by: u32,
+    /// Every vCPU, in index order.
+    pub vcpus: Vec<VcpuRow>,
+    /// `bench=parallel`: each variant on vCPU 0 alone and on every vCPU at
+    /// once, with the native comparison (absent without that benchmark).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub parallel: Vec<super::parallel::ParallelRow>,
+}
+
 /// Everything `vmm run` prints, in one serialisable value.
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct RunSummary {
@@ -335,9 +398,70 @@ pub struct RunSummary {
     pub native: Option<super::native_view::NativeView>,
     /// What `--hugepages` did (null without it).
     pub hugepages: Option<super::native_view::HugePagesView>,
+    /// Per vCPU, with `--vcpus` above 1 (absent with one vCPU); the fields
+    /// above are the totals and the boot processor's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub smp: Option<SmpView>,
     /// The process exit status `vmm run` ends with.
     #[serde(skip)]
     pub process_exit: i32,
+}
+
+/// The exception a report records, if any.
+fn fault_view(r: &Report) -> Option<FaultView> {
+    (r.fault.valid != 0).then(|| FaultView {
+        vector: r.fault.vector,
+        mnemonic: exception_mnemonic(r.fault.vector),
+        error_code: r.fault.error_code,
+        rip: addr(r.fault.rip),
+        cr2: addr(r.fault.cr2),
+        cpl: r.fault.cpl,
+    })
+}
+
+/// The per-vCPU section of an SMP run; `None` with one vCPU.
+fn smp_view(outcome: &RunOutcome, tsc_khz: u64) -> Option<SmpView> {
+    if outcome.vcpus.is_empty() {
+        return None;
+    }
+    let vcpus: Vec<VcpuRow> = outcome
+        .vcpus
+        .iter()
+        .map(|v| {
+            let r = v.report.as_deref();
+            VcpuRow {
+                index: v.index,
+                end: match &v.end {
+                    None => "stopped".to_string(),
+                    Some(end) => end
+                        .failure()
+                        .unwrap_or_else(|| "exited with status 0".to_string()),
+                },
+                guest_xcr0: r.map(|r| XfeatureMask::from_bits(r.xcr0)),
+                guest_xinuse: r
+                    .filter(|r| r.cpuid_xsave_features & leaf_d1_eax::XGETBV1 != 0)
+                    .map(|r| XfeatureMask::from_bits(r.xinuse)),
+                final_xcr0: v.final_xcr0.map(XfeatureMask::from_bits),
+                switch_strategy: r
+                    .map(|r| field_str(&r.switch_strategy).to_string())
+                    .filter(|s| !s.is_empty()),
+                results: r.map(|r| result_rows(r, tsc_khz)).unwrap_or_default(),
+                fault: r.and_then(fault_view),
+                exits: v.exits.total,
+                xstate_stats: v.xstate_stats,
+            }
+        })
+        .collect();
+    let per_vcpu: Vec<Vec<Measured>> = vcpus
+        .iter()
+        .map(|v| v.results.iter().map(Measured::from).collect())
+        .collect();
+    Some(SmpView {
+        ap_start: outcome.ap_start,
+        ended_by: outcome.ended_by,
+        parallel: super::parallel::parallel_rows(&per_vcpu),
+        vcpus,
+    })
 }
 
 /// Turn a report's result records into rows, converting cycles with `tsc_khz`.
@@ -468,14 +592,7 @@ impl RunSummary {
                     .collect(),
             }
         });
-        let fault = report.filter(|r| r.fault.valid != 0).map(|r| FaultView {
-            vector: r.fault.vector,
-            mnemonic: exception_mnemonic(r.fault.vector),
-            error_code: r.fault.error_code,
-            rip: addr(r.fault.rip),
-            cr2: addr(r.fault.cr2),
-            cpl: r.fault.cpl,
-        });
+        let fault = report.and_then(fault_view);
         RunSummary {
             exit_status,
             exit_reason,
@@ -559,6 +676,7 @@ impl RunSummary {
             },
             xfeatures_resolution: None,
             snapshot: None,
+            smp: smp_view(outcome, tsc_khz),
             process_exit,
         }
     }

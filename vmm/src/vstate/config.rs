@@ -86,6 +86,9 @@ pub struct RunConfig {
     /// `--force`: a regular file already at `snapshot_file` may be replaced
     /// (never anything else; see [`crate::snapshot::write`]).
     pub snapshot_force: bool,
+    /// `--vcpus`: how many vCPUs, each a host thread (see
+    /// [`super::smp`]); 1 is the VM `vmm` always built.
+    pub vcpus: u32,
     /// Which entry the kernel may be started at (`--entry`).
     pub entry: EntryChoice,
     /// Interleave native repetitions of every workload row with the
@@ -122,6 +125,7 @@ impl Default for RunConfig {
             entry: EntryChoice::Auto,
             interleave: None,
             hugepages: false,
+            vcpus: 1,
         }
     }
 }

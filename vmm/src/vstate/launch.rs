@@ -9,10 +9,11 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use xstate::XfeatureMask;
 
 use super::config::RunConfig;
-use super::machine::Machine;
-use super::outcome::{xcr0_violation, ExitCounts, RunEnd, RunOutcome};
+use super::machine::{Ap, Machine};
+use super::outcome::{xcr0_violation, ExitCounts, RunEnd, RunOutcome, VcpuOutcome};
 use super::runner::VcpuRunner;
-use super::stop::{supervise, Deadlines};
+use super::smp;
+use super::stop::{supervise, supervise_all, Deadlines, StopFlag, StopReason, VcpuBody};
 use super::vcpu;
 use crate::arch::boot::{self, BootEntry};
 use crate::arch::layout::{BOOT_TSC_ADDR, MAX_MEM_MIB, MIN_MEM_MIB};
@@ -40,7 +41,14 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
         &host.xstate,
         &host.supported_cpuid,
     )?;
+    smp::check_vcpus(config.vcpus, smp::kvm_max_vcpus(&host.kvm))?;
     check_snapshot_options(config.snapshot_after, config.snapshot_file.as_deref())?;
+    if config.vcpus > 1 && config.snapshot_file.is_some() {
+        return Err(Error::Argument(format!(
+            "--snapshot-file with --vcpus {}: snapshots of more than one vCPU are not supported",
+            config.vcpus
+        )));
+    }
     if let Some(path) = &config.snapshot_file {
         save::check_destination(path, config.snapshot_force)?;
     }
@@ -48,9 +56,17 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
     // CPUID table (kvm_pvm) our guest still limits XCR0 to it. That word is
     // the VMM's alone.
     check_cmdline_words(&config.cmdline)?;
-    let cmdline = with_xfeatures_hint(&config.cmdline, xcr0);
+    let mut cmdline = with_xfeatures_hint(&config.cmdline, xcr0);
+    // The CPU count, unless the caller's command line overrides it.
+    if config.vcpus > 1
+        && guest::protocol::Cmdline::parse(&config.cmdline)
+            .cpus
+            .is_none()
+    {
+        cmdline.push_str(&format!(" cpus={}", config.vcpus));
+    }
 
-    let machine = Machine::create(&host, config.mem_mib)?;
+    let (mut machine, ap_fds) = Machine::create_smp(&host, config.mem_mib, config.vcpus)?;
     // Before anything touches guest RAM, so the kernel load faults in huge
     // pages already.
     let hugepages = config
@@ -80,6 +96,28 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
         host.xsave2_size,
     )?;
     policy.cpuid_check = Some(check);
+    let mut ap_start = None;
+    for (i, vcpu) in ap_fds.into_iter().enumerate() {
+        let index = i as u32 + 1;
+        vcpu::configure_ap(
+            &vcpu,
+            index,
+            &guest_cpuid,
+            &host.xstate.info,
+            config.init_xstate,
+            host.xsave2_size,
+        )?;
+        ap_start = Some(smp::hold_for_sipi(&vcpu, index)?);
+        machine.aps.push(Ap {
+            vcpu,
+            xstate: XstateManager::new(
+                config.xstate_sync,
+                host.xstate.info,
+                policy.xcr0,
+                host.xsave2_size,
+            ),
+        });
+    }
     let snapshot = match &config.snapshot_file {
         Some(path) => Some(SaveContext {
             force: config.snapshot_force,
@@ -140,6 +178,7 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
             anon_huge_kib: super::machine::anon_huge_kib(host, len).ok(),
         }
     });
+    outcome.ap_start = ap_start;
     drop(ram);
     Ok(outcome)
 }
@@ -255,8 +294,13 @@ pub(crate) struct Launch {
 
 /// Run a configured machine to the end and collect what it produced.
 pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
+    if !l.machine.aps.is_empty() {
+        return execute_smp(l);
+    }
     // The VM stays open until the run's results are read.
-    let Machine { vm: _vm, vcpu, mem } = l.machine;
+    let Machine {
+        vm: _vm, vcpu, mem, ..
+    } = l.machine;
     let xstate_sync = l.xstate.policy();
     let deadlines = Deadlines {
         timeout: l.timeout,
@@ -342,6 +386,169 @@ pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
         snapshot_errors: runner.snapshot_errors,
         native: devices.native,
         hugepages: None,
+        vcpus: Vec::new(),
+        ended_by: 0,
+        ap_start: None,
+    })
+}
+
+/// One vCPU thread's result: its runner (with what it collected), how its
+/// loop ended, and whether it was only stopped because another ended the
+/// run.
+type VcpuResult = (VcpuRunner, Result<RunEnd>, bool);
+
+/// [`execute`] with several vCPUs: one thread and one runner (devices,
+/// xstate manager, exit counters) per vCPU; the first vCPU to end the run
+/// (the boot processor's exit, any vCPU's crash, exception or protocol
+/// violation) stops the others, as does the timeout.
+fn execute_smp(l: Launch) -> Result<RunOutcome> {
+    let Machine {
+        vm: _vm,
+        vcpu,
+        mem,
+        aps,
+    } = l.machine;
+    let serial_sink = l.devices.serial.writer().sink();
+    let xstate_sync = l.xstate.policy();
+    let run_start = Instant::now();
+    let runner = |vcpu, devices, xstate| VcpuRunner {
+        vcpu,
+        mem: mem.clone(),
+        devices,
+        exits: ExitCounts::default(),
+        xstate,
+        marks: FirstN::new(MAX_MARKS),
+        start: run_start,
+        origin: l.start,
+        first_exit: None,
+        snapshot_time: None,
+        raw: l.raw,
+        snapshot: None,
+        snapshot_errors: Vec::new(),
+    };
+    let mut runners = vec![runner(vcpu, l.devices, l.xstate)];
+    for ap in aps {
+        runners.push(runner(ap.vcpu, Devices::new(serial_sink), ap.xstate));
+    }
+    let bodies: Vec<VcpuBody<VcpuResult>> = runners
+        .into_iter()
+        .map(|mut r| {
+            Box::new(move |stop: &StopFlag| {
+                let end = r.run_loop(stop);
+                let stopped = stop.requested() == Some(StopReason::Peer)
+                    && matches!(end, Ok(RunEnd::TimedOut(d)) if d.is_zero());
+                (r, end, stopped)
+            }) as VcpuBody<VcpuResult>
+        })
+        .collect();
+    let (results, ended_by, timed_out) = supervise_all(l.timeout, bodies, |(_, end, stopped)| {
+        end.is_err() || !*stopped
+    })?;
+    let run_time = run_start.elapsed();
+
+    let mut vcpus = Vec::with_capacity(results.len());
+    let mut end = None;
+    let mut serial = l.earlier_serial;
+    let mut serial_bytes_dropped = 0;
+    let mut exits = ExitCounts::default();
+    let mut stats = crate::xstate_manager::SyncStats::default();
+    let mut marks = Vec::new();
+    let mut marks_dropped = 0;
+    let mut first_exit = None;
+    let mut bsp_devices = None;
+    for (i, (runner, result, stopped)) in results.into_iter().enumerate() {
+        let mut own_end = if stopped { None } else { Some(result?) };
+        let final_xcr0 = vcpu::get_xcr0(&runner.vcpu).ok();
+        if let (Some(xcr0), Some(RunEnd::Exited(_))) = (final_xcr0, &own_end) {
+            if let Some(why) = xcr0_violation(xcr0, l.policy.xcr0) {
+                own_end = Some(RunEnd::ProtocolViolation(why));
+            }
+        }
+        if ended_by == Some(i) {
+            end = own_end.clone();
+        }
+        exits.total += runner.exits.total;
+        exits.io += runner.exits.io;
+        exits.mmio += runner.exits.mmio;
+        let s = runner.xstate.stats();
+        stats.fetches += s.fetches;
+        stats.writebacks += s.writebacks;
+        stats.standard_bytes += s.standard_bytes;
+        stats.compacted_bytes += s.compacted_bytes;
+        let writer = runner.devices.serial.writer();
+        serial.extend_from_slice(writer.captured());
+        serial_bytes_dropped += writer.dropped();
+        if i == 0 {
+            first_exit = runner.first_exit;
+            marks_dropped = runner.marks.dropped();
+            marks = runner.marks.into_items();
+        }
+        let devices = runner.devices;
+        vcpus.push(VcpuOutcome {
+            index: i as u32,
+            end: own_end,
+            report: devices.report.clone(),
+            report_errors: devices.report_errors.items().to_vec(),
+            exits: runner.exits,
+            xstate_stats: s,
+            final_xcr0,
+            unhandled_ports: devices.unhandled_ports,
+        });
+        if i == 0 {
+            bsp_devices = Some(devices);
+        }
+    }
+    let devices = bsp_devices.ok_or(crate::error::VcpuError::ThreadPanicked)?;
+    let mut end = end.unwrap_or(RunEnd::TimedOut(Duration::ZERO));
+    if timed_out && ended_by.is_none() {
+        end = RunEnd::TimedOut(l.timeout.unwrap_or_default());
+    }
+    let ended_by = ended_by.unwrap_or(0);
+    if serial.len() > SERIAL_CAPTURE_MAX {
+        let cut = serial.len() - SERIAL_CAPTURE_MAX;
+        serial.drain(..cut);
+        serial_bytes_dropped += cut as u64;
+    }
+    // The report of the vCPU that ended the run when it handed one over
+    // (an AP's exception), else the boot processor's.
+    let report = vcpus
+        .get(ended_by)
+        .and_then(|v| v.report.clone())
+        .or_else(|| devices.report.clone());
+    Ok(RunOutcome {
+        policy: l.policy,
+        end,
+        report,
+        reports_dropped: devices.reports_dropped,
+        report_errors_dropped: devices.report_errors.dropped(),
+        report_errors: devices.report_errors.into_items(),
+        requests_refused: devices.refused_requests.total(),
+        refused_requests: devices.refused_requests.into_items(),
+        serial,
+        serial_bytes_dropped,
+        exits,
+        unhandled_ports: vcpus.iter().map(|v| v.unhandled_ports).sum(),
+        final_xcr0: vcpus.first().and_then(|v| v.final_xcr0),
+        tsc_khz: l.tsc_khz as u64,
+        marks_dropped,
+        marks,
+        xstate_sync,
+        xstate_stats: stats,
+        setup_time: l.setup_time,
+        run_time,
+        first_exit,
+        snapshot_time: None,
+        snapshot_errors: Vec::new(),
+        native: devices.native,
+        hugepages: None,
+        first_instruction: l
+            .boot
+            .and_then(|b| b.first_instruction(&mem, l.start, l.tsc_khz)),
+        boot_entry: l.boot.map(|b| b.entry.name()),
+        start_clock_monotonic_ns: monotonic_ns(l.start),
+        ended_by: ended_by as u32,
+        vcpus,
+        ap_start: None,
     })
 }
 

@@ -1,5 +1,6 @@
-//! The machine: a KVM VM, its guest RAM and its boot vCPU. What booting
-//! and restoring share before they differ in what they put into it.
+//! The machine: a KVM VM, its guest RAM, its boot vCPU and, with
+//! `--vcpus N`, its application processors. What booting and restoring
+//! share before they differ in what they put into it.
 //!
 //! Guest RAM is one anonymous private mapping (vm-memory's, which unmaps
 //! it when the machine is dropped). A restore maps the snapshot's stored
@@ -20,6 +21,15 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestM
 use crate::arch::layout::{KVM_TSS_ADDR, MAX_MEM_MIB, MIN_MEM_MIB};
 use crate::error::{Error, MemoryError, Result};
 use crate::kvm::HostKvm;
+use crate::xstate_manager::XstateManager;
+
+/// An application processor (vCPU 1..N) and its own xstate manager.
+pub struct Ap {
+    /// The vCPU (its index is its position in [`Machine::aps`] plus one).
+    pub vcpu: VcpuFd,
+    /// Its own policy, cache, dirty flag and statistics.
+    pub xstate: XstateManager,
+}
 
 /// Most runs of a snapshot that are mapped one `mmap` each: every mapping
 /// is a VMA (and splits the anonymous one around it), and a process has at
@@ -45,6 +55,8 @@ pub struct Machine {
     pub vcpu: VcpuFd,
     /// Guest RAM, one region from address 0.
     pub mem: GuestMemoryMmap,
+    /// vCPUs 1.. (empty with one vCPU, and after a restore).
+    pub aps: Vec<Ap>,
 }
 
 impl Machine {
@@ -76,7 +88,45 @@ impl Machine {
         }
         register_ram(&vm, &mem)?;
         let vcpu = vm.create_vcpu(0).map_err(Error::kvm("KVM_CREATE_VCPU"))?;
-        Ok(Self { vm, vcpu, mem })
+        Ok(Self {
+            vm,
+            vcpu,
+            mem,
+            aps: Vec::new(),
+        })
+    }
+
+    /// Create the VM for `vcpus` vCPUs: with more than one, the in-kernel
+    /// irqchip first (every vCPU created after it gets a LAPIC), then RAM
+    /// and vCPU 0; the APs' fds are returned for the caller to configure
+    /// (see [`super::smp`]). One vCPU is exactly [`Machine::create`].
+    pub fn create_smp(host: &HostKvm, mem_mib: u64, vcpus: u32) -> Result<(Self, Vec<VcpuFd>)> {
+        if vcpus <= 1 {
+            return Ok((Self::create(host, mem_mib)?, Vec::new()));
+        }
+        let vm = host.kvm.create_vm().map_err(Error::kvm("KVM_CREATE_VM"))?;
+        vm.set_tss_address(KVM_TSS_ADDR as usize)
+            .map_err(Error::kvm("KVM_SET_TSS_ADDR"))?;
+        vm.create_irq_chip()
+            .map_err(Error::kvm("KVM_CREATE_IRQCHIP"))?;
+        let mem = allocate_ram(mem_mib)?;
+        register_ram(&vm, &mem)?;
+        let vcpu = vm.create_vcpu(0).map_err(Error::kvm("KVM_CREATE_VCPU"))?;
+        let aps = (1..vcpus)
+            .map(|i| {
+                vm.create_vcpu(u64::from(i))
+                    .map_err(Error::kvm("KVM_CREATE_VCPU"))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((
+            Self {
+                vm,
+                vcpu,
+                mem,
+                aps: Vec::new(),
+            },
+            aps,
+        ))
     }
 }
 

@@ -10,6 +10,7 @@
 //!   (what restore uses too).
 //! - `runner`: the run loops and exit decoding.
 //! - `stop`: why and how a running vCPU is stopped from outside.
+//! - [`smp`]: `--vcpus N`: the limits, the irqchip, how APs start.
 //! - [`outcome`]: what a run produced ([`RunOutcome`], [`RunEnd`]).
 
 pub mod config;
@@ -18,6 +19,7 @@ pub(crate) mod launch;
 pub(crate) mod machine;
 pub mod outcome;
 pub(crate) mod runner;
+pub mod smp;
 pub(crate) mod stop;
 pub mod vcpu;
 pub mod xfd;
@@ -25,4 +27,5 @@ pub mod xfd;
 pub use config::{InterleaveSpec, KernelImage, RunConfig};
 pub use dump::RegisterDump;
 pub use launch::{check_cmdline_words, run};
-pub use outcome::{ExitCounts, RunEnd, RunOutcome};
+pub use outcome::{ExitCounts, RunEnd, RunOutcome, VcpuOutcome};
+pub use smp::{ApStart, VcpuCountError};

@@ -89,6 +89,27 @@ pub struct ExitCounts {
     pub mmio: u64,
 }
 
+/// What one vCPU of an SMP run produced (`--vcpus` above 1).
+pub struct VcpuOutcome {
+    /// The vCPU's index (0 is the boot processor).
+    pub index: u32,
+    /// How this vCPU's loop ended: `None` when another vCPU ended the run
+    /// and this one was stopped.
+    pub end: Option<RunEnd>,
+    /// The last valid report this vCPU handed over (its own port writes).
+    pub report: Option<Box<Report>>,
+    /// Why reports it handed over were refused.
+    pub report_errors: Vec<String>,
+    /// Its exits.
+    pub exits: ExitCounts,
+    /// What its own xstate manager did.
+    pub xstate_stats: SyncStats,
+    /// Its XCR0 as KVM holds it at the end.
+    pub final_xcr0: Option<u64>,
+    /// Port accesses nothing decoded on this vCPU.
+    pub unhandled_ports: u64,
+}
+
 /// Everything a run produced.
 pub struct RunOutcome {
     /// The xstate policy the guest ran with.
@@ -154,6 +175,16 @@ pub struct RunOutcome {
     /// Snapshots that could not be written, each naming the file and the
     /// cause; the guest was resumed after each (at most 16 kept).
     pub snapshot_errors: Vec<String>,
+    /// Per vCPU, with more than one (empty with one: the fields above are
+    /// that vCPU's). The fields above are then the totals (exits, xstate
+    /// statistics), the boot processor's (report, final XCR0, serial), or
+    /// those of the vCPU that ended the run (`end`, and `report` when
+    /// that vCPU handed one over).
+    pub vcpus: Vec<VcpuOutcome>,
+    /// The vCPU whose end is `end` (0 with one vCPU).
+    pub ended_by: u32,
+    /// How the APs were started (`None` with one vCPU).
+    pub ap_start: Option<super::smp::ApStart>,
     /// The interleaved native repetitions, when they were asked for.
     pub native: Option<Box<Interleaver>>,
     /// What `--hugepages` did, when asked for.

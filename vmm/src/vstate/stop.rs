@@ -24,6 +24,9 @@ pub enum StopReason {
     Timeout = 1,
     /// `--snapshot-after` passed: write a snapshot and stop.
     Snapshot = 2,
+    /// Another vCPU ended the run (exit, crash, exception, violation):
+    /// stop without an end of this vCPU's own.
+    Peer = 3,
 }
 
 /// A [`StopReason`] the supervisor sets and the vCPU thread polls between
@@ -59,6 +62,7 @@ impl StopFlag {
         match self.0.load(Ordering::Relaxed) {
             1 => Some(StopReason::Timeout),
             2 => Some(StopReason::Snapshot),
+            3 => Some(StopReason::Peer),
             _ => None,
         }
     }
@@ -169,6 +173,97 @@ pub fn supervise<R: Send + 'static>(
     Ok(Supervised { value, timed_out })
 }
 
+/// One vCPU thread's body for [`supervise_all`].
+pub type VcpuBody<R> = Box<dyn FnOnce(&StopFlag) -> R + Send>;
+
+/// Run one body per vCPU, each on its own thread (`vcpu0`, `vcpu1`, ...),
+/// until one of them ends the run: the first thread to finish with a
+/// result `ends_run` accepts stops all the others ([`StopReason::Peer`],
+/// kicked out of `KVM_RUN` until they finish); the timeout stops all of
+/// them ([`StopReason::Timeout`]). Returns every thread's result, in vCPU
+/// order, and the index of the vCPU that ended the run (`None` when only
+/// the timeout did).
+///
+/// Snapshots of several vCPUs are not supported (refused before a VM
+/// exists), so only the timeout deadline applies.
+pub fn supervise_all<R: Send + 'static>(
+    timeout: Option<Duration>,
+    bodies: Vec<VcpuBody<R>>,
+    ends_run: impl Fn(&R) -> bool,
+) -> Result<(Vec<R>, Option<usize>, bool)> {
+    register_signal_handler(kick_signal(), kick_handler).map_err(VcpuError::KickHandler)?;
+    let stop = Arc::new(StopFlag::new());
+    let (tx, rx) = mpsc::channel::<usize>();
+    let mut handles = Vec::with_capacity(bodies.len());
+    for (i, body) in bodies.into_iter().enumerate() {
+        let tx = tx.clone();
+        let thread_stop = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name(format!("vcpu{i}"))
+            .spawn(move || {
+                let value = body(&thread_stop);
+                let _ = tx.send(i);
+                value
+            })
+            .map_err(VcpuError::Spawn)?;
+        handles.push(Some(handle));
+    }
+    drop(tx);
+    let n = handles.len();
+    let mut results: Vec<Option<R>> = (0..n).map(|_| None).collect();
+    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+    let mut ended_by = None;
+    let mut timed_out = false;
+    let mut done = 0;
+    while done < n {
+        let wait = if stop.requested().is_some() {
+            // Stopping: kick every 10 ms until all threads are out.
+            Duration::from_millis(10)
+        } else {
+            deadline.map_or(Duration::from_secs(3600), |d| {
+                d.saturating_duration_since(Instant::now())
+            })
+        };
+        match rx.recv_timeout(wait) {
+            Ok(i) => {
+                let handle = handles[i].take().ok_or(VcpuError::ThreadPanicked)?;
+                let value = handle.join().map_err(|_| VcpuError::ThreadPanicked)?;
+                done += 1;
+                if stop.requested().is_none() && ends_run(&value) {
+                    ended_by = Some(i);
+                    stop.request(StopReason::Peer);
+                }
+                results[i] = Some(value);
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if stop.requested().is_none() && deadline.is_some_and(|d| Instant::now() >= d) {
+                    timed_out = true;
+                    stop.request(StopReason::Timeout);
+                }
+            }
+        }
+        if stop.requested().is_some() {
+            for h in handles.iter().flatten() {
+                if !h.is_finished() {
+                    let _ = h.kill(kick_signal());
+                }
+            }
+        }
+    }
+    // A thread that panicked dropped its sender without a result.
+    for h in handles.iter_mut() {
+        if let Some(h) = h.take() {
+            h.join().map_err(|_| VcpuError::ThreadPanicked)?;
+        }
+    }
+    let results = results
+        .into_iter()
+        .map(|r| r.ok_or(VcpuError::ThreadPanicked))
+        .collect::<std::result::Result<Vec<R>, _>>()?;
+    Ok((results, ended_by, timed_out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,7 +272,7 @@ mod tests {
     fn flag_round_trips_every_reason() {
         let f = StopFlag::new();
         assert_eq!(f.requested(), None);
-        for r in [StopReason::Snapshot, StopReason::Timeout] {
+        for r in [StopReason::Snapshot, StopReason::Timeout, StopReason::Peer] {
             f.request(r);
             assert_eq!(f.requested(), Some(r));
         }
@@ -192,5 +287,45 @@ mod tests {
         })
         .unwrap();
         assert!(s.value && !s.timed_out);
+    }
+}
+
+#[cfg(test)]
+mod all_tests {
+    use super::*;
+
+    #[test]
+    fn the_first_ending_thread_stops_the_others() {
+        let bodies: Vec<VcpuBody<(usize, bool)>> = vec![
+            Box::new(|stop: &StopFlag| {
+                // Waits for the peer's end, as an AP halted in KVM would.
+                while stop.requested().is_none() {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                (0, stop.requested() == Some(StopReason::Peer))
+            }),
+            Box::new(|_: &StopFlag| (1, true)),
+        ];
+        let (values, ended_by, timed_out) =
+            supervise_all(Some(Duration::from_secs(600)), bodies, |v| v.0 == 1).unwrap();
+        assert_eq!(values, vec![(0, true), (1, true)]);
+        assert_eq!(ended_by, Some(1));
+        assert!(!timed_out);
+    }
+
+    #[test]
+    fn the_timeout_stops_every_thread() {
+        let spin = |stop: &StopFlag| {
+            while stop.requested().is_none() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            stop.requested()
+        };
+        let bodies: Vec<VcpuBody<Option<StopReason>>> = vec![Box::new(spin), Box::new(spin)];
+        let (values, ended_by, timed_out) =
+            supervise_all(Some(Duration::from_millis(50)), bodies, |_| false).unwrap();
+        assert_eq!(values, vec![Some(StopReason::Timeout); 2]);
+        assert_eq!(ended_by, None);
+        assert!(timed_out);
     }
 }

@@ -83,6 +83,24 @@ pub fn configure_boot_vcpu(
     Ok(check)
 }
 
+/// Give an application processor the guest CPUID (its own APIC ID, see
+/// [`super::smp::cpuid_for`]), XCR0 = reset value and the same initial
+/// xsave image as the boot vCPU. Its registers stay KVM's INIT state: the
+/// guest's SIPI decides where it starts.
+pub fn configure_ap(
+    vcpu: &VcpuFd,
+    index: u32,
+    guest_cpuid: &GuestCpuid,
+    info: &XsaveInfo,
+    init: InitMode,
+    xsave2_size: usize,
+) -> Result<()> {
+    set_cpuid(vcpu, &super::smp::cpuid_for(guest_cpuid, index))?;
+    set_xcr0(vcpu, XCR0_RESET)?;
+    let image = initial_image(info, guest_cpuid.xcr0, init)?;
+    set_xsave(vcpu, &image, xsave2_size)
+}
+
 /// `KVM_SET_CPUID2` with `table`, then read back what KVM holds and compare
 /// it with the policy (some KVMs ignore the table: see [`CpuidCheck`]).
 pub fn set_cpuid(vcpu: &VcpuFd, table: &GuestCpuid) -> Result<CpuidCheck> {

@@ -33,8 +33,8 @@ mod pattern;
 mod tests;
 
 pub use pattern::{
-    apply_edit, build_image, compare, fill_mask, pattern_byte, Mismatch, Reg, FCW_PATTERN,
-    FSW_PATTERN, MXCSR_PATTERN,
+    apply_edit, build_image, build_image_for, compare, cpu_salt, fill_mask, pattern_byte, Mismatch,
+    Reg, FCW_PATTERN, FSW_PATTERN, MXCSR_PATTERN,
 };
 
 /// What happens between the two saves.
@@ -210,6 +210,23 @@ pub unsafe fn run(
     count: u64,
     scratch: &mut [u8],
 ) -> Result<Outcome, CheckError> {
+    // SAFETY: forwarded to the caller's contract.
+    unsafe { run_on(env, exit, count, scratch, 0) }
+}
+
+/// [`run`] with CPU `cpu`'s own pattern ([`build_image_for`]): CPUs
+/// checking at the same time each expect their own bytes back, so state
+/// that leaked from another vCPU shows up as a mismatch.
+///
+/// # Safety
+/// As for [`run`].
+pub unsafe fn run_on(
+    env: &Env,
+    exit: CheckExit,
+    count: u64,
+    scratch: &mut [u8],
+    cpu: u32,
+) -> Result<Outcome, CheckError> {
     let mask = fill_mask(env.xcr0);
     let need = scratch_bytes(env);
     if scratch.len() < need {
@@ -229,7 +246,7 @@ pub unsafe fn run(
     let (init, rest) = rest.split_at_mut(piece);
     let (before, rest) = rest.split_at_mut(piece);
     let (after, expected) = rest.split_at_mut(piece);
-    build_image(&env.info, mask, image).ok_or(CheckError::Image)?;
+    build_image_for(&env.info, mask, image, cpu).ok_or(CheckError::Image)?;
     init_image(&env.info, mask, InitMode::Minimal, init).map_err(|_| CheckError::Image)?;
     expected.copy_from_slice(image);
     let edit = match exit {

@@ -168,9 +168,29 @@ fn registers(
         .chain(comp(Xfeature::Hi16Zmm, 16, 64, |i| Reg::Zmm(i + 16)))
 }
 
+/// What CPU `cpu`'s pattern XORs into every vector-register byte: 0 for
+/// CPU 0 (the single-CPU pattern), distinct and odd-spaced for the others,
+/// so two CPUs never hold the same register bytes.
+pub const fn cpu_salt(cpu: u32) -> u8 {
+    (cpu as u8).wrapping_mul(0x5b)
+}
+
 /// Writes the pattern image for `mask` (standard format, XSTATE_BV = mask)
 /// into `img`; returns its length.
 pub fn build_image(info: &XsaveInfo, mask: XfeatureMask, img: &mut [u8]) -> Option<usize> {
+    build_image_for(info, mask, img, 0)
+}
+
+/// [`build_image`] with CPU `cpu`'s pattern: every XMM, YMM, opmask and
+/// ZMM byte XORed with [`cpu_salt`], the x87 registers' mantissas too (the
+/// control words stay architectural).
+pub fn build_image_for(
+    info: &XsaveInfo,
+    mask: XfeatureMask,
+    img: &mut [u8],
+    cpu: u32,
+) -> Option<usize> {
+    let salt = cpu_salt(cpu);
     let len = init_image(info, mask, InitMode::AllOfXcr0, img).ok()?;
     let layout = info.layout(mask, Format::Standard).ok()?;
     let mut v = XsaveMut::new(&mut img[..len]).ok()?;
@@ -183,7 +203,7 @@ pub fn build_image(info: &XsaveInfo, mask: XfeatureMask, img: &mut [u8]) -> Opti
             // A normal 80-bit value: explicit integer bit, exponent near 1.
             let mut mant = 0x8000_0000_0000_0000u64;
             for k in 0..7 {
-                mant |= u64::from(pattern_byte(0, i as u32, k)) << (8 * k);
+                mant |= u64::from(pattern_byte(0, i as u32, k) ^ salt) << (8 * k);
             }
             st[..8].copy_from_slice(&mant.to_le_bytes());
             st[8..10].copy_from_slice(&(0x3fffu16 + i as u16).to_le_bytes());
@@ -199,7 +219,7 @@ pub fn build_image(info: &XsaveInfo, mask: XfeatureMask, img: &mut [u8]) -> Opti
             _ => continue,
         };
         for (k, b) in v.as_bytes_mut()[range].iter_mut().enumerate() {
-            *b = pattern_byte(comp, u32::from(r), k);
+            *b = pattern_byte(comp, u32::from(r), k) ^ salt;
         }
     }
     Some(len)

@@ -23,6 +23,37 @@ fn patterns_are_distinct_and_not_the_edit() {
 }
 
 #[test]
+fn every_cpu_has_its_own_pattern() {
+    use crate::protocol::record::MAX_CPUS;
+    for r in 0..16 {
+        let mut seen = std::collections::BTreeSet::new();
+        for cpu in 0..MAX_CPUS {
+            let v: std::vec::Vec<u8> = (0..16)
+                .map(|k| pattern_byte(1, r, k) ^ cpu_salt(cpu))
+                .collect();
+            assert_ne!(v[..], xmm_edit_pattern(r)[..], "cpu {cpu} xmm{r}");
+            assert!(seen.insert(v), "cpu {cpu} xmm{r}");
+        }
+    }
+    // A CPU that saw another CPU's registers fails the comparison, and
+    // CPU 0's image is the single-CPU one.
+    let env = Env::host();
+    let mask = fill_mask(env.xcr0);
+    let piece = (env.info.standard_size(mask).unwrap() as usize).next_multiple_of(64);
+    let mut s = test_scratch(3 * piece);
+    let (all, _) = carve(&mut s, 3 * piece).unwrap();
+    let (a, rest) = all.split_at_mut(piece);
+    let (b, c) = rest.split_at_mut(piece);
+    build_image_for(&env.info, mask, a, 1).unwrap();
+    build_image_for(&env.info, mask, b, 2).unwrap();
+    build_image(&env.info, mask, &mut c[..piece]).unwrap();
+    let m = compare(&env.info, mask, a, b).unwrap();
+    assert_eq!(m.expected ^ m.got, cpu_salt(1) ^ cpu_salt(2));
+    build_image_for(&env.info, mask, b, 0).unwrap();
+    assert_eq!(b[..], c[..piece]);
+}
+
+#[test]
 fn compare_names_the_first_changed_register() {
     let env = Env::host();
     let mask = fill_mask(env.xcr0);

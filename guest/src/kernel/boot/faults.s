@@ -29,25 +29,40 @@ fault_common:
     je 81f
     cmpq $8, (%rsp)
     je fatal
-    cmpl $0, kernel_fault
-    jne fatal
     cmpl $0, user_ready
     je fatal
+    /* Which CPU: its TSS selector is 0x28 + 16 * index (boot/ap.s); its */
+    /* record is kernel_fault[index], its reporter stack its own.        */
+    str %ecx
+    subl ${tss_sel}, %ecx
+    shrl $4, %ecx
+    cmpl ${max_cpus}, %ecx
+    jae fatal
+    imull $40, %ecx, %edi
+    cmpl $0, kernel_fault(%rdi)
+    jne fatal
     movq (%rsp), %rax
-    movl %eax, kernel_fault+4
+    movl %eax, kernel_fault+4(%rdi)
     movq 8(%rsp), %rax
-    movq %rax, kernel_fault+8
+    movq %rax, kernel_fault+8(%rdi)
     movq 16(%rsp), %rax
-    movq %rax, kernel_fault+16
+    movq %rax, kernel_fault+16(%rdi)
     movq %cr2, %rax
-    movq %rax, kernel_fault+24
+    movq %rax, kernel_fault+24(%rdi)
     movq 24(%rsp), %rax
     andl $3, %eax
-    movl %eax, kernel_fault+32
-    movl $1, kernel_fault
+    movl %eax, kernel_fault+32(%rdi)
+    movl $1, kernel_fault(%rdi)
+    movl $fault_stack_top, %eax
+    testl %ecx, %ecx
+    jz 1f
+    movl %ecx, %eax
+    shll ${ap_fstack_shift}, %eax
+    addl $ap_fault_stacks, %eax
+1:  movl %ecx, %edi             /* kernel_on_fault(cpu) */
     /* Reflect to the CPL3 reporter on its own stack. */
     pushq ${user_ds}
-    pushq $fault_stack_top
+    pushq %rax
     pushq ${user_rflags}
     pushq ${user_cs}
     pushq $fault_entry

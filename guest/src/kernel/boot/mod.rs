@@ -70,8 +70,11 @@
 //! system-call gate; #DF uses IST1.
 //! Nothing raises other vectors (RFLAGS.IF is 0 everywhere), so the IDT ends
 //! at 31. The common fault path records vector, error code, RIP, CR2 and CPL
-//! in `kernel_fault` (a [`guest::protocol::FaultRecord`]) and `iretq`s to
-//! [`crate::kernel::fault::kernel_on_fault`] at CPL3 on a fresh stack, which prints,
+//! in the faulting CPU's own `kernel_fault[cpu]` (a
+//! [`guest::protocol::FaultRecord`]; the CPU is known by its TSS selector,
+//! `STR`) and `iretq`s to [`crate::kernel::fault::kernel_on_fault`]`(cpu)`
+//! at CPL3 on that CPU's own fresh stack, so two CPUs faulting at once do
+//! not collide. The reporter prints,
 //! fills the report, hands it to the VMM and exits with
 //! `ExitStatus::Exception`. Two kinds of fault never reach CPL3:
 //!
@@ -80,7 +83,7 @@
 //!   report then says the VMM's CPUID 0xD is inconsistent); the system call
 //!   returns an error;
 //! - a #DF, a fault before the first CPL3 instruction ran, or a fault while
-//!   a fault is already being reported: the handler prints a fixed message
+//!   a fault is already being reported on the same CPU: the handler prints a fixed message
 //!   with the vector and RIP on COM1 and writes `ExitStatus::Exception` to
 //!   the debug-exit port itself. Nothing can triple-fault.
 //!
@@ -93,6 +96,7 @@
 //! i8042 reset on port 0x64; see [`guest::protocol::ports`]) and only then
 //! halts. All of it runs at CPL0, so no I/O permission is involved.
 
+use guest::protocol::record::MAX_CPUS;
 use guest::protocol::{
     ExitStatus, ACPI_S5_SHUTDOWN, ACPI_SHUTDOWN_PORT, DEBUG_EXIT_PORT, I8042_COMMAND_PORT,
     I8042_RESET, SERIAL_PORT,
@@ -117,6 +121,13 @@ pub const FAULT_STACK_SIZE: usize = 64 * 1024;
 pub const KERNEL_STACK_SIZE: usize = 4096;
 /// Size of the #DF stack (IST1).
 pub const DF_STACK_SIZE: usize = 4096;
+/// log2 of each AP's CPL0 stack (and #DF stack) size (`boot/ap.s`).
+pub const AP_KERNEL_STACK_SHIFT: u32 = 12;
+/// log2 of each AP's CPL3 stack size (`boot/ap.s`): 128 KiB.
+pub const AP_USER_STACK_SHIFT: u32 = 17;
+/// log2 of each AP's CPL3 fault-reporter stack size (`boot/ap.s`): 64 KiB,
+/// as the BSP's [`FAULT_STACK_SIZE`].
+pub const AP_FAULT_STACK_SHIFT: u32 = 16;
 
 /// CR0 in long mode: PE, MP (WAIT honours TS), ET, NE (native x87 errors),
 /// WP, PG. EM and TS clear: x87/SSE instructions execute.
@@ -148,6 +159,7 @@ core::arch::global_asm!(
     include_str!("faults.s"),
     include_str!("syscalls.s"),
     include_str!("tables.s"),
+    include_str!("ap.s"),
     cr4_boot = const CR4_BOOT,
     cr4_xsave = const CR4_BOOT | CR4_OSXSAVE,
     msr_efer = const MSR_EFER,
@@ -169,24 +181,33 @@ core::arch::global_asm!(
     fault_stack_size = const FAULT_STACK_SIZE,
     kernel_stack_size = const KERNEL_STACK_SIZE,
     df_stack_size = const DF_STACK_SIZE,
+    max_cpus = const guest::protocol::record::MAX_CPUS,
+    ap_kstack_shift = const AP_KERNEL_STACK_SHIFT,
+    ap_ustack_shift = const AP_USER_STACK_SHIFT,
+    ap_fstack_shift = const AP_FAULT_STACK_SHIFT,
     options(att_syntax)
 );
 
 // Shared with the assembly above; defined there (in `.boot`, not `.bss`,
 // because the CPL0 path writes them before `.bss` is zeroed).
 extern "C" {
-    static kernel_fault: guest::protocol::FaultRecord;
+    static kernel_fault: [guest::protocol::FaultRecord; MAX_CPUS as usize];
     static boot_xsetbv_failed: u32;
 }
 
-/// The fault the CPL0 handler recorded, if any.
-pub fn recorded_fault() -> guest::protocol::FaultRecord {
-    // SAFETY: `kernel_fault` is a 40-byte, 8-aligned record defined in the
-    // assembly above with the layout of `FaultRecord` (plain integers). Only
-    // the CPL0 fault path writes it, and it does so before switching to the
-    // CPL3 code that reads it; the volatile read keeps the compiler from
-    // assuming it never changes.
-    unsafe { core::ptr::read_volatile(core::ptr::addr_of!(kernel_fault)) }
+/// The fault the CPL0 handler recorded for CPU `cpu`, if any (an empty
+/// record past [`MAX_CPUS`]).
+pub fn recorded_fault(cpu: usize) -> guest::protocol::FaultRecord {
+    if cpu >= MAX_CPUS as usize {
+        return guest::protocol::FaultRecord::default();
+    }
+    // SAFETY: `kernel_fault` is MAX_CPUS 40-byte, 8-aligned records defined
+    // in the assembly above with the layout of `FaultRecord` (plain
+    // integers), `cpu` is in range. Only the CPL0 fault path of CPU `cpu`
+    // writes record `cpu`, and it does so before switching to the CPL3 code
+    // that reads it; the volatile read keeps the compiler from assuming it
+    // never changes.
+    unsafe { core::ptr::read_volatile(core::ptr::addr_of!(kernel_fault[cpu])) }
 }
 
 /// True when the boot XSETBV faulted: CPUID 0xD.0 EDX:EAX enumerated a mask

@@ -101,6 +101,7 @@ sys_table:
     .quad sys_cpuid
     .quad sys_mmio_stores       /* kernel/syscall.rs */
     .quad sys_cpuid_loop        /* kernel/syscall.rs */
+    .quad sys_park              /* boot/ap.s */
 sys_table_end:
 
     .popsection

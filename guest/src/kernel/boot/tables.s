@@ -91,8 +91,8 @@ idt_end:
 /* ---------------------------------------------------------------------- */
     .p2align 3
     .globl kernel_fault
-kernel_fault:                   /* protocol::FaultRecord, 40 bytes */
-    .fill 40, 1, 0
+kernel_fault:                   /* protocol::FaultRecord (40 bytes) per CPU */
+    .fill 40 * {max_cpus}, 1, 0
     .globl boot_xsetbv_failed
 boot_xsetbv_failed:
     .long 0

@@ -1,0 +1,314 @@
+//! `vmm run --vcpus N`: the APs start (INIT-SIPI-SIPI), each CPU reports its
+//! own XCR0, an AP's exception ends the run naming that vCPU, bad counts are
+//! refused by name, and the same guest runs SMP under QEMU.
+
+mod common;
+
+use std::process::Command;
+
+/// `--vcpus 2`: both CPUs report; CPU 1 runs the XCR0 its
+/// `xfeatures.cpu1=0x3` asks for, CPU 0 the policy (KVM's mask by default).
+#[test]
+fn two_vcpus_boot_and_report_their_own_xcr0() {
+    if !common::kvm_or_skip("two_vcpus_boot_and_report_their_own_xcr0") {
+        return;
+    }
+    let (out, v) =
+        common::run_bare_json("120", &["--vcpus", "2", "--cmdline", "xfeatures.cpu1=0x3"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let policy = common::hex(&v["policy_xfeatures"]);
+    let smp = &v["smp"];
+    assert_eq!(smp["ap_start"], "init-sipi");
+    assert_eq!(smp["ended_by"], 0);
+    let vcpus = smp["vcpus"].as_array().unwrap();
+    assert_eq!(vcpus.len(), 2);
+    assert_eq!(vcpus[0]["index"], 0);
+    assert_eq!(common::hex(&vcpus[0]["guest_xcr0"]), policy);
+    assert_eq!(common::hex(&vcpus[0]["final_xcr0"]), policy);
+    assert_eq!(vcpus[1]["index"], 1);
+    assert_eq!(common::hex(&vcpus[1]["guest_xcr0"]), 0x3);
+    assert_eq!(common::hex(&vcpus[1]["final_xcr0"]), 0x3);
+    assert_eq!(vcpus[1]["end"], "stopped");
+    // The totals stay where they were: vCPU 0's XCR0 and the summed exits.
+    assert_eq!(common::hex(&v["guest_xcr0"]), policy);
+    let sum: u64 = vcpus.iter().map(|c| c["exits"].as_u64().unwrap()).sum();
+    assert_eq!(v["exits"].as_u64().unwrap(), sum);
+}
+
+/// With no override every AP takes the policy: three vCPUs, three reports.
+#[test]
+fn every_ap_takes_the_policy_by_default() {
+    if !common::kvm_or_skip("every_ap_takes_the_policy_by_default") {
+        return;
+    }
+    let (out, v) = common::run_bare_json("120", &["--vcpus", "3", "--xfeatures", "0x7"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let vcpus = v["smp"]["vcpus"].as_array().unwrap();
+    assert_eq!(vcpus.len(), 3);
+    for c in vcpus {
+        assert_eq!(common::hex(&c["guest_xcr0"]), 0x7, "{c}");
+        assert_eq!(common::hex(&c["final_xcr0"]), 0x7, "{c}");
+    }
+}
+
+/// An exception on the AP ends the run with the guest's exception status
+/// (2), from vCPU 1, with the fault in the report.
+#[test]
+fn an_ap_exception_names_the_vcpu() {
+    if !common::kvm_or_skip("an_ap_exception_names_the_vcpu") {
+        return;
+    }
+    let (out, v) =
+        common::run_bare_json("120", &["--vcpus", "2", "--cmdline", "quiet fault.cpu1=ud"]);
+    assert_eq!(out.status.code(), Some(2), "{}", common::stderr(&out));
+    assert_eq!(v["exit_status"], 2);
+    assert_eq!(v["smp"]["ended_by"], 1);
+    assert_eq!(v["fault"]["mnemonic"], "#UD", "{}", v["fault"]);
+    let vcpus = v["smp"]["vcpus"].as_array().unwrap();
+    assert!(
+        vcpus[1]["end"].as_str().unwrap().contains("status 2"),
+        "{}",
+        vcpus[1]["end"]
+    );
+}
+
+/// 0, above KVM's limit and above the guest's: each refused by name, with
+/// the usage status, before a VM exists.
+#[test]
+fn bad_vcpu_counts_are_refused_by_name() {
+    if !common::kvm_or_skip("bad_vcpu_counts_are_refused_by_name") {
+        return;
+    }
+    for (n, says) in [
+        ("0", "--vcpus 0: a guest needs at least one vCPU"),
+        ("100000", "KVM allows at most"),
+        ("9", "the guest kernel supports at most 8 CPUs"),
+    ] {
+        let out = common::vmm(&["run", "--workload", "none", "--vcpus", n]);
+        assert_eq!(out.status.code(), Some(68), "{n}: {}", common::stderr(&out));
+        assert!(
+            common::stderr(&out).contains(says),
+            "{n}: {}",
+            common::stderr(&out)
+        );
+    }
+    let out = common::vmm(&["run", "--workload", "none", "--vcpus", "x"]);
+    assert_eq!(out.status.code(), Some(68));
+}
+
+/// The same guest image under QEMU microvm `-smp 2`: its BSP starts the
+/// second CPU with INIT-SIPI-SIPI and both report on the serial console.
+#[test]
+fn qemu_smp2_reports_both_cpus() {
+    if !common::kvm_or_skip("qemu_smp2_reports_both_cpus")
+        || !common::qemu_or_skip("qemu_smp2_reports_both_cpus")
+    {
+        return;
+    }
+    let kernel = common::guest_kernel_file();
+    let log = std::env::temp_dir().join(format!("vmm-qemu-smp-{}.log", std::process::id()));
+    let out = Command::new("qemu-system-x86_64")
+        .args([
+            "-M",
+            "microvm",
+            "-enable-kvm",
+            "-cpu",
+            "host,arch-capabilities=off",
+        ])
+        .args([
+            "-smp",
+            "2",
+            "-m",
+            "64",
+            "-display",
+            "none",
+            "-no-reboot",
+            "-nodefaults",
+        ])
+        .arg("-serial")
+        .arg(format!("file:{}", log.display()))
+        .args(["-device", "isa-debug-exit,iobase=0xf4,iosize=4"])
+        .args(["-append", "workload=none cpus=2 xfeatures.cpu1=0x3"])
+        .arg("-kernel")
+        .arg(&kernel)
+        .output()
+        .expect("cannot start QEMU");
+    let _ = std::fs::remove_file(&kernel);
+    let serial = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "QEMU run failed:\n{serial}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(serial.contains("guest: cpu0 xcr0 "), "{serial}");
+    assert!(serial.contains("guest: cpu1 up "), "{serial}");
+    assert!(serial.contains("xcr0 0x3 (x87 sse)"), "{serial}");
+}
+
+/// `bench=xstate-check` on two vCPUs with different XCR0s (vCPU 0 the
+/// host-derived policy, with dirty AVX-512 state where the host has it;
+/// vCPU 1 x87|SSE), the exits concurrent (a barrier in guest memory before
+/// each check), under every sync policy: each vCPU gets its own register
+/// pattern back bit for bit, and the VMM's XMM edit reached the right one.
+#[test]
+fn concurrent_xstate_check_sees_only_its_own_state_under_every_policy() {
+    if !common::kvm_or_skip("concurrent_xstate_check_sees_only_its_own_state_under_every_policy") {
+        return;
+    }
+    for policy in ["lazy", "eager", "eager-compact"] {
+        let (out, v) = common::run_bare_json(
+            "120",
+            &[
+                "--vcpus",
+                "2",
+                "--xstate-sync",
+                policy,
+                "--cmdline",
+                "quiet bench=xstate-check exits=100 xfeatures.cpu1=0x3",
+            ],
+        );
+        assert!(out.status.success(), "{policy}: {}", common::stderr(&out));
+        let host = common::hex(&v["policy_xfeatures"]);
+        let vcpus = v["smp"]["vcpus"].as_array().unwrap();
+        assert_eq!(vcpus.len(), 2, "{policy}");
+        assert_eq!(common::hex(&vcpus[0]["guest_xcr0"]), host, "{policy}");
+        assert_eq!(common::hex(&vcpus[1]["guest_xcr0"]), 0x3, "{policy}");
+        for c in vcpus {
+            let rows: Vec<(&str, &str, u64)> = c["results"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| r["name"] == "xstate-check")
+                .map(|r| {
+                    (
+                        r["variant"].as_str().unwrap(),
+                        r["check"].as_str().unwrap(),
+                        r["work"].as_u64().unwrap(),
+                    )
+                })
+                .collect();
+            assert_eq!(
+                rows,
+                [
+                    ("pio", "pass", 100),
+                    ("mmio", "pass", 100),
+                    ("cpuid", "pass", 100),
+                    ("edit", "pass", 1)
+                ],
+                "{policy} vcpu{}",
+                c["index"]
+            );
+            // Each vCPU made its own exits to user space (PIO and MMIO;
+            // KVM answers CPUID itself), through its own xstate manager.
+            assert!(c["exits"].as_u64().unwrap() >= 200, "{policy}: {c}");
+            assert!(
+                c["xstate_stats"]["fetches"].as_u64().unwrap() >= 1,
+                "{policy}: {c}"
+            );
+        }
+    }
+}
+
+/// `bench=parallel` on two vCPUs: every AES-CTR and DGEMM variant vCPU 0
+/// timed alone comes back measured on both vCPUs at once, with the
+/// aggregate, the scaling and the same code on two host threads.
+#[test]
+fn parallel_bench_reports_scaling_and_native_threads() {
+    if !common::kvm_or_skip("parallel_bench_reports_scaling_and_native_threads") {
+        return;
+    }
+    let (out, v) = common::vmm_json(&[
+        "run",
+        "--workload",
+        "none",
+        "--timeout",
+        "300",
+        "--vcpus",
+        "2",
+        "--cmdline",
+        "quiet bench=parallel",
+    ]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let rows = v["smp"]["parallel"].as_array().unwrap();
+    let names: std::collections::BTreeSet<&str> =
+        rows.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["aes-128-ctr", "dgemm"].into_iter().collect());
+    for r in rows {
+        assert_eq!(r["check"], "pass", "{r}");
+        assert_eq!(r["vcpus"], 2, "{r}");
+        let per: Vec<f64> = r["per_vcpu"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        assert_eq!(per.len(), 2, "{r}");
+        let sum: f64 = per.iter().sum();
+        assert!(
+            (r["aggregate"].as_f64().unwrap() - sum).abs() <= 1e-9 * sum,
+            "{r}"
+        );
+        let one = r["one_vcpu"].as_f64().unwrap();
+        assert!(
+            (r["scaling"].as_f64().unwrap() - sum / one).abs() <= 1e-9 * sum / one,
+            "{r}"
+        );
+        assert_eq!(r["native_per_thread"].as_array().unwrap().len(), 2, "{r}");
+        assert!(r["native_ratio"].as_f64().is_some(), "{r}");
+        assert_eq!(
+            r["per_vcpu_native_ratio"].as_array().unwrap().len(),
+            2,
+            "{r}"
+        );
+    }
+    // Each vCPU's own rows are in its section, marked with the phase.
+    let v1: Vec<&str> = v["smp"]["vcpus"][1]["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["variant"].as_str().unwrap())
+        .collect();
+    assert_eq!(v1.len(), rows.len(), "{v1:?}");
+    assert!(v1.iter().all(|s| s.ends_with("/smp")), "{v1:?}");
+}
+
+/// Two APs faulting at about the same time (`fault.cpu1=pf`,
+/// `fault.cpu2=gp`): each CPU records its own exception (its own fault
+/// record and reporter stack), so whichever vCPU ends the run reports its
+/// own kind, and an AP that got as far reports its own, never the other's.
+#[test]
+fn each_ap_reports_its_own_fault() {
+    if !common::kvm_or_skip("each_ap_reports_its_own_fault") {
+        return;
+    }
+    let kinds = [None, Some("#PF"), Some("#GP")];
+    for _ in 0..3 {
+        let (out, v) = common::run_bare_json(
+            "120",
+            &[
+                "--vcpus",
+                "3",
+                "--cmdline",
+                "quiet fault.cpu1=pf fault.cpu2=gp",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(2), "{}", common::stderr(&out));
+        let ended_by = v["smp"]["ended_by"].as_u64().unwrap() as usize;
+        assert!(matches!(ended_by, 1 | 2), "{}", v["smp"]);
+        assert_eq!(
+            v["fault"]["mnemonic"].as_str(),
+            kinds[ended_by],
+            "{}",
+            v["smp"]
+        );
+        for (i, c) in v["smp"]["vcpus"].as_array().unwrap().iter().enumerate() {
+            let got = c["fault"]["mnemonic"].as_str();
+            assert!(got.is_none() || got == kinds[i], "vcpu{i}: {c}");
+            if i == ended_by {
+                assert_eq!(got, kinds[i], "vcpu{i}: {c}");
+            }
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! More than one vCPU: how many a run may have, the in-kernel irqchip the
+//! application processors (APs) need, and how they are started.
+//!
+//! # How APs start
+//!
+//! The standard way, as QEMU, Firecracker and Cloud Hypervisor do it: the
+//! VM gets an in-kernel irqchip (`KVM_CREATE_IRQCHIP`, before any vCPU, so
+//! every vCPU gets a LAPIC), the APs sit in wait-for-SIPI, and the guest's
+//! bootstrap processor (vCPU 0) sends INIT-SIPI-SIPI through its LAPIC.
+//! KVM then starts each AP in real mode at the SIPI vector's page, where
+//! the guest's trampoline takes it to long mode. The VMM only runs every AP
+//! thread's `KVM_RUN`, which blocks in KVM until the SIPI arrives.
+//!
+//! Whether a KVM can do this is probed, not assumed: a new AP must report
+//! `KVM_MP_STATE_UNINITIALIZED` (waiting for INIT/SIPI). On `kvm_pvm` (the
+//! development host) it does, and INIT-SIPI-SIPI followed by the real-mode
+//! trampoline works: that is [`ApStart::InitSipi`]. A KVM whose APs come up
+//! runnable is asked once with `KVM_SET_MP_STATE` to hold them; one that
+//! still refuses is an error naming it (a direct 64-bit start of the APs
+//! from the VMM is not built: no KVM this project runs on needs it).
+//!
+//! # Why one vCPU has no irqchip
+//!
+//! `--vcpus 1` creates exactly the VM it always did (no irqchip): its exit
+//! benchmarks and the guest's "HLT with nothing to wake it" diagnosis stay
+//! what they measured and said before SMP existed.
+
+use kvm_bindings::{kvm_mp_state, KVM_MP_STATE_UNINITIALIZED};
+use kvm_ioctls::{Cap, Kvm, VcpuFd};
+use serde::Serialize;
+
+use crate::cpuid::GuestCpuid;
+pub use crate::error::VcpuCountError;
+use crate::error::{Error, Result};
+
+/// The most vCPUs the embedded guest kernel brings up (its per-CPU stacks,
+/// TSSes and report slots are static).
+pub const GUEST_MAX_CPUS: u32 = guest::protocol::record::MAX_CPUS;
+
+/// `KVM_CAP_MAX_VCPUS` (falling back to `KVM_CAP_NR_VCPUS`, then 4, as the
+/// KVM API documents).
+pub fn kvm_max_vcpus(kvm: &Kvm) -> u32 {
+    let max = kvm.check_extension_int(Cap::MaxVcpus);
+    let n = if max > 0 {
+        max
+    } else {
+        kvm.check_extension_int(Cap::NrVcpus)
+    };
+    if n > 0 {
+        n as u32
+    } else {
+        4
+    }
+}
+
+/// Refuse a vCPU count of 0, above KVM's limit or above the guest's, each
+/// by name.
+pub fn check_vcpus(asked: u32, kvm_max: u32) -> std::result::Result<(), VcpuCountError> {
+    if asked == 0 {
+        return Err(VcpuCountError::Zero);
+    }
+    if asked > kvm_max {
+        return Err(VcpuCountError::AboveKvm {
+            asked,
+            max: kvm_max,
+        });
+    }
+    if asked > GUEST_MAX_CPUS {
+        return Err(VcpuCountError::AboveGuest {
+            asked,
+            max: GUEST_MAX_CPUS,
+        });
+    }
+    Ok(())
+}
+
+/// How the APs were started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ApStart {
+    /// The guest sent INIT-SIPI-SIPI; KVM held the APs in wait-for-SIPI.
+    InitSipi,
+}
+
+impl ApStart {
+    /// The name the report prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            ApStart::InitSipi => "init-sipi",
+        }
+    }
+}
+
+/// Make sure an AP waits for INIT/SIPI: the probe of the module docs.
+pub fn hold_for_sipi(ap: &VcpuFd, index: u32) -> Result<ApStart> {
+    let state = ap.get_mp_state().map_err(Error::kvm("KVM_GET_MP_STATE"))?;
+    if state.mp_state == KVM_MP_STATE_UNINITIALIZED {
+        return Ok(ApStart::InitSipi);
+    }
+    ap.set_mp_state(kvm_mp_state {
+        mp_state: KVM_MP_STATE_UNINITIALIZED,
+    })
+    .map_err(Error::kvm("KVM_SET_MP_STATE"))?;
+    let again = ap.get_mp_state().map_err(Error::kvm("KVM_GET_MP_STATE"))?;
+    if again.mp_state == KVM_MP_STATE_UNINITIALIZED {
+        Ok(ApStart::InitSipi)
+    } else {
+        Err(Error::Argument(format!(
+            "vCPU {index}: this KVM does not hold an application processor in \
+             wait-for-SIPI (MP state {} after KVM_SET_MP_STATE UNINITIALIZED); \
+             run with --vcpus 1",
+            again.mp_state
+        )))
+    }
+}
+
+/// The guest CPUID table for vCPU `index`: the boot table with the APIC ID
+/// in leaf 1 EBX bits 31:24 and the x2APIC ID of leaves 0xB/0x1F EDX set to
+/// `index` (KVM gives LAPIC `index` the APIC ID `index`; a guest that reads
+/// its ID from CPUID must see the same).
+pub fn cpuid_for(table: &GuestCpuid, index: u32) -> GuestCpuid {
+    let mut t = table.clone();
+    for e in t.cpuid.as_mut_slice() {
+        match e.function {
+            1 => e.ebx = (e.ebx & 0x00ff_ffff) | (index << 24),
+            0xb | 0x1f => e.edx = index,
+            _ => {}
+        }
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_are_refused_by_name() {
+        assert_eq!(check_vcpus(0, 1024), Err(VcpuCountError::Zero));
+        assert_eq!(
+            check_vcpus(3, 2),
+            Err(VcpuCountError::AboveKvm { asked: 3, max: 2 })
+        );
+        assert_eq!(
+            check_vcpus(GUEST_MAX_CPUS + 1, 1024),
+            Err(VcpuCountError::AboveGuest {
+                asked: GUEST_MAX_CPUS + 1,
+                max: GUEST_MAX_CPUS
+            })
+        );
+        assert_eq!(check_vcpus(1, 1), Ok(()));
+        assert_eq!(check_vcpus(GUEST_MAX_CPUS, 1024), Ok(()));
+        assert_eq!(
+            VcpuCountError::AboveKvm { asked: 3, max: 2 }.to_string(),
+            "--vcpus 3: KVM allows at most 2 vCPUs per VM (KVM_CAP_MAX_VCPUS)"
+        );
+    }
+}
