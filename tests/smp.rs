@@ -35,6 +35,38 @@ fn two_vcpus_boot_and_report_their_own_xcr0() {
     assert_eq!(v["exits"].as_u64().unwrap(), sum);
 }
 
+/// No `cpus=` word (the VMM passes none): the guest counts its CPUs in the
+/// MP table the VMM wrote and starts both; a `cpus=1` word still overrides
+/// the table.
+#[test]
+fn the_guest_counts_cpus_from_the_mp_table() {
+    if !common::kvm_or_skip("the_guest_counts_cpus_from_the_mp_table") {
+        return;
+    }
+    let (out, v) = common::run_bare_json("120", &["--vcpus", "2"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let smp = &v["smp"];
+    assert_eq!(smp["cpus_source"], "mptable", "{smp}");
+    assert_eq!(smp["cpus_wanted"], 2);
+    let vcpus = smp["vcpus"].as_array().unwrap();
+    assert_eq!(vcpus.len(), 2);
+    assert!(
+        vcpus[1]["guest_xcr0"].is_string(),
+        "vCPU 1 reported: {}",
+        vcpus[1]
+    );
+
+    let (out, v) = common::run_bare_json("120", &["--vcpus", "2", "--cmdline", "cpus=1"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert_eq!(v["smp"]["cpus_source"], "cmdline");
+    assert_eq!(v["smp"]["cpus_wanted"], 1);
+    assert!(
+        v["smp"]["vcpus"][1]["guest_xcr0"].is_null(),
+        "{}",
+        v["smp"]["vcpus"][1]
+    );
+}
+
 /// With no override every AP takes the policy: three vCPUs, three reports.
 #[test]
 fn every_ap_takes_the_policy_by_default() {
@@ -96,7 +128,8 @@ fn bad_vcpu_counts_are_refused_by_name() {
     assert_eq!(out.status.code(), Some(68));
 }
 
-/// The same guest image under QEMU microvm `-smp 2`: its BSP starts the
+/// The same guest image under QEMU microvm `-smp 2`: the guest counts two
+/// CPUs in the ACPI MADT (through PVH's `rsdp_paddr`), its BSP starts the
 /// second CPU with INIT-SIPI-SIPI and both report on the serial console.
 #[test]
 fn qemu_smp2_reports_both_cpus() {
@@ -128,7 +161,8 @@ fn qemu_smp2_reports_both_cpus() {
         .arg("-serial")
         .arg(format!("file:{}", log.display()))
         .args(["-device", "isa-debug-exit,iobase=0xf4,iosize=4"])
-        .args(["-append", "workload=none cpus=2 xfeatures.cpu1=0x3"])
+        // No `cpus=` word: the guest counts the CPUs in QEMU's ACPI MADT.
+        .args(["-append", "workload=none xfeatures.cpu1=0x3"])
         .arg("-kernel")
         .arg(&kernel)
         .output()
@@ -142,6 +176,7 @@ fn qemu_smp2_reports_both_cpus() {
         "QEMU run failed:\n{serial}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    assert!(serial.contains("guest: 2 CPUs (from madt)"), "{serial}");
     assert!(serial.contains("guest: cpu0 xcr0 "), "{serial}");
     assert!(serial.contains("guest: cpu1 up "), "{serial}");
     assert!(serial.contains("xcr0 0x3 (x87 sse)"), "{serial}");

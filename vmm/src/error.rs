@@ -210,6 +210,9 @@ pub enum MemoryError {
     /// The PVH start info or memory map could not be written.
     #[error("writing PVH boot parameters: {0}")]
     BootParams(#[source] linux_loader::configurator::Error),
+    /// The MP table could not be built.
+    #[error("building the MP table: {0}")]
+    MpTable(#[source] crate::arch::mptable::MpTableError),
     /// A snapshot's pages could not be written back.
     #[error("writing {len} bytes at {addr:#x}: {source}")]
     Restore {

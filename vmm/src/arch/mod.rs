@@ -1,7 +1,8 @@
 //! The x86 PC platform the guest boots on: where things sit in guest
 //! physical memory ([`layout`]), which kernel images are acceptable
 //! ([`elf`]), how a PVH kernel is loaded and told about its memory
-//! ([`boot`]), and the register state it starts in ([`regs`]).
+//! ([`boot`]), how it learns its CPUs ([`mptable`]), and the register
+//! state it starts in ([`regs`]).
 //!
 //! Nothing here talks to KVM: these are the platform's rules, applied to
 //! guest memory and register structures that [`crate::vstate`] hands to KVM.
@@ -9,4 +10,5 @@
 pub mod boot;
 pub mod elf;
 pub mod layout;
+pub mod mptable;
 pub mod regs;

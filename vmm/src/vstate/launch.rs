@@ -14,8 +14,8 @@ use super::runner::VcpuRunner;
 use super::smp;
 use super::stop::{supervise, supervise_all, Deadlines, StopFlag, StopReason, VcpuBody};
 use super::vcpu;
-use crate::arch::boot;
 use crate::arch::layout::{MAX_MEM_MIB, MIN_MEM_MIB};
+use crate::arch::{boot, mptable};
 use crate::cpuid::{validate_policy, Policy};
 use crate::devices::{Devices, FirstN, MAX_MARKS, SERIAL_CAPTURE_MAX};
 use crate::error::{Error, MemoryError, Result};
@@ -52,15 +52,9 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
     // CPUID table (kvm_pvm) our guest still limits XCR0 to it. That word is
     // the VMM's alone.
     check_cmdline_words(&config.cmdline)?;
-    let mut cmdline = with_xfeatures_hint(&config.cmdline, xcr0);
-    // The CPU count, unless the caller's command line overrides it.
-    if config.vcpus > 1
-        && guest::protocol::Cmdline::parse(&config.cmdline)
-            .cpus
-            .is_none()
-    {
-        cmdline.push_str(&format!(" cpus={}", config.vcpus));
-    }
+    // The CPU count reaches the guest through the MP table (below), as
+    // on a PC; a `cpus=` word of the caller's still overrides it.
+    let cmdline = with_xfeatures_hint(&config.cmdline, xcr0);
 
     let (mut machine, ap_fds) = Machine::create_smp(&host, config.mem_mib, config.vcpus)?;
     let kernel = boot::load_kernel(
@@ -85,6 +79,19 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
         host.xsave2_size,
     )?;
     policy.cpuid_check = Some(check);
+    if config.vcpus > 1 {
+        let leaf1 = guest_cpuid
+            .cpuid
+            .as_slice()
+            .iter()
+            .find(|e| e.function == 1 && e.index == 0)
+            .map(|e| mptable::CpuSignature {
+                eax: e.eax,
+                edx: e.edx,
+            })
+            .unwrap_or_default();
+        mptable::write(&machine.mem, config.vcpus, leaf1)?;
+    }
     let mut ap_start = None;
     for (i, vcpu) in ap_fds.into_iter().enumerate() {
         let index = i as u32 + 1;
