@@ -408,6 +408,18 @@ pub enum VcpuError {
         #[source]
         source: kvm_ioctls::Error,
     },
+    /// KVM refused a restored VM-wide state (irqchip, PIT): names the
+    /// ioctl and the snapshot section.
+    #[error("{ioctl} refused the VM's section \"{section}\": {source}")]
+    VmStateRefused {
+        /// The ioctl.
+        ioctl: &'static str,
+        /// The snapshot section the state came from.
+        section: String,
+        /// KVM's error.
+        #[source]
+        source: kvm_ioctls::Error,
+    },
 }
 
 /// Why a `vmm bench` baseline (`--save-baseline`, `--baseline`, `--compare`)

@@ -22,7 +22,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use kvm_bindings::{kvm_mp_state, CpuId};
+use kvm_bindings::{kvm_mp_state, kvm_pit_config, CpuId};
 use vm_memory::{Bytes, GuestAddress};
 use vm_superio::Serial;
 
@@ -30,14 +30,16 @@ pub use super::compat::{check, validate, Checked, Validated};
 pub use super::error::SnapshotError;
 use super::format::{Container, FormatError, SectionInfo};
 use super::save::SaveContext;
-use super::state::{check_section_names, Meta, Snapshot, VcpuState};
+use super::state::{
+    check_section_names, IrqchipState, Meta, Snapshot, VcpuState, IRQCHIP_SECTIONS,
+};
 use crate::arch::layout::MAX_MEM_MIB;
 use crate::cpuid::{GuestCpuid, Policy};
 use crate::devices::{Devices, NoInterrupt, SerialSink};
 use crate::error::{Error, MemoryError, Result, VcpuError};
 use crate::kvm::HostKvm;
 use crate::vstate::launch::{check_snapshot_options, execute, Launch};
-use crate::vstate::machine::Machine;
+use crate::vstate::machine::{Ap, Machine};
 use crate::vstate::outcome::RunOutcome;
 use crate::vstate::vcpu;
 use crate::xstate_manager::{SyncPolicy, XstateManager};
@@ -147,7 +149,9 @@ pub(crate) fn build(
         guest: resolved,
     } = validated;
 
-    let machine = Machine::create(host, meta.mem_mib)?;
+    // Several vCPUs: the irqchip first, then every vCPU (see
+    // `Machine::create_smp`); one vCPU: the VM it always was.
+    let (mut machine, ap_fds) = Machine::create_smp(host, meta.mem_mib, snap.vcpus.len() as u32)?;
     snap.memory.apply(|addr, data| {
         machine
             .mem
@@ -159,13 +163,34 @@ pub(crate) fn build(
             })
     })?;
 
-    let tsc_khz = load_vcpu(&machine, v, meta.tsc_khz, &resolved, &mut policy)?;
+    let tsc_khz = load_vcpu(&machine.vcpu, v, meta.tsc_khz, &resolved, &mut policy)?;
 
     // The xsave image last, through the manager's validation.
     let sync = opts.xstate_sync.unwrap_or(checked.sync);
     let mut xstate = XstateManager::new(sync, host.xstate.info, policy.xcr0, host.xsave2_size);
     xstate.replace_standard(&checked.standard)?;
     xstate.before_run(&machine.vcpu)?;
+
+    // The APs the same way, each with its own xstate manager.
+    for ((fd, state), c) in ap_fds
+        .into_iter()
+        .zip(&snap.vcpus[1..])
+        .zip(&checked.vcpus[1..])
+    {
+        let mut ap_policy = policy.clone();
+        load_vcpu(&fd, state, meta.tsc_khz, &resolved, &mut ap_policy)?;
+        let mut ap_xstate =
+            XstateManager::new(sync, host.xstate.info, policy.xcr0, host.xsave2_size);
+        ap_xstate.replace_standard(&c.standard)?;
+        ap_xstate.before_run(&fd)?;
+        machine.aps.push(Ap {
+            vcpu: fd,
+            xstate: ap_xstate,
+        });
+    }
+    if let Some(irq) = &snap.irqchip {
+        load_irqchip(&machine.vm, irq)?;
+    }
 
     let devices = restored_devices(opts.serial, meta)?;
     let snapshot = match &opts.snapshot_file {
@@ -200,16 +225,44 @@ pub(crate) fn build(
     })
 }
 
-/// Load everything but the xsave image into vCPU 0, in KVM's order.
+/// The VM's interrupt controllers as saved: both PICs and the IOAPIC
+/// (`KVM_SET_IRQCHIP`), and the PIT when the source had one
+/// (`KVM_CREATE_PIT2`, then `KVM_SET_PIT2`).
+fn load_irqchip(vm: &kvm_ioctls::VmFd, irq: &IrqchipState) -> Result<()> {
+    for ((_, section), chip) in
+        IRQCHIP_SECTIONS
+            .iter()
+            .zip([&irq.pic_master, &irq.pic_slave, &irq.ioapic])
+    {
+        vm.set_irqchip(chip)
+            .map_err(|source| VcpuError::VmStateRefused {
+                ioctl: "KVM_SET_IRQCHIP",
+                section: section.to_string(),
+                source,
+            })?;
+    }
+    if let Some(pit) = &irq.pit {
+        vm.create_pit2(kvm_pit_config::default())
+            .map_err(Error::kvm("KVM_CREATE_PIT2"))?;
+        vm.set_pit2(pit)
+            .map_err(|source| VcpuError::VmStateRefused {
+                ioctl: "KVM_SET_PIT2",
+                section: "pit".into(),
+                source,
+            })?;
+    }
+    Ok(())
+}
+
+/// Load everything but the xsave image into a vCPU, in KVM's order.
 /// Returns the guest's TSC rate.
 fn load_vcpu(
-    machine: &Machine,
+    vcpu: &kvm_ioctls::VcpuFd,
     v: &VcpuState,
     saved_tsc_khz: u32,
     resolved: &GuestCpuid,
     policy: &mut Policy,
 ) -> Result<u32> {
-    let vcpu = &machine.vcpu;
     // The saved table, checked against the policy it was built from.
     let saved = GuestCpuid {
         cpuid: CpuId::from_entries(&v.cpuid).map_err(VcpuError::CpuidTable)?,
@@ -283,6 +336,20 @@ fn load_vcpu(
         e => e,
     })?;
     vcpu::set_msrs(vcpu, &v.msrs)?;
+    // The LAPIC after the special registers (its base and enable bit are
+    // in sregs.apic_base) and before the MP state and events it gates.
+    if let Some(lapic) = &v.lapic {
+        vcpu.set_lapic(lapic).map_err(refused(
+            "KVM_SET_LAPIC",
+            v,
+            "lapic",
+            "local APIC registers",
+            format!(
+                "likely: the APIC base {:#x} disables the local APIC",
+                v.sregs.apic_base
+            ),
+        ))?;
+    }
     if let Some(events) = &v.events {
         vcpu.set_vcpu_events(events).map_err(refused(
             "KVM_SET_VCPU_EVENTS",

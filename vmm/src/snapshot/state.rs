@@ -14,11 +14,21 @@
 //! | `vcpuN.mp_state` | `struct kvm_mp_state` (4 bytes), when KVM has it |
 //! | `vcpuN.debugregs` | `struct kvm_debugregs` (128 bytes), when KVM has it |
 //! | `vcpuN.xstate` | the extended state **compacted with only the components in use**: an XSAVEC-format image whose XCOMP_BV (bit 63 set) equals its XSTATE_BV, laid out by the source KVM's leaf 0xD in `meta` |
+//! | `vcpuN.lapic` | `struct kvm_lapic_state` (1024 bytes), when the VM has an in-kernel irqchip (`--vcpus` above 1) |
+//! | `irqchip.pic_master`, `irqchip.pic_slave`, `irqchip.ioapic` | `struct kvm_irqchip` (520 bytes each, `KVM_GET_IRQCHIP` chips 0, 1, 2), when the VM has an in-kernel irqchip |
+//! | `pit` | `struct kvm_pit_state2` (112 bytes), when the VM has an in-kernel PIT |
+//!
+//! `meta.vcpus` says how many vCPUs the file holds (1 when absent: files
+//! written before SMP); [`super::compat`] refuses a file whose sections
+//! hold another number.
 //!
 //! KVM structures are stored as their Linux UAPI layout (little-endian x86-64),
 //! which the kernel never changes incompatibly.
 
-use kvm_bindings::{kvm_cpuid_entry2, kvm_debugregs, kvm_regs, kvm_sregs, kvm_vcpu_events};
+use kvm_bindings::{
+    kvm_cpuid_entry2, kvm_debugregs, kvm_irqchip, kvm_lapic_state, kvm_pit_state2, kvm_regs,
+    kvm_sregs, kvm_vcpu_events,
+};
 use serde::{Deserialize, Serialize};
 use xstate::{CpuidEntry, CpuidProfile, XfeatureMask, XsaveBuf, XsaveInfo};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
@@ -36,7 +46,31 @@ pub struct Snapshot {
     pub serial_output: Vec<u8>,
     /// Every vCPU, in id order.
     pub vcpus: Vec<VcpuState>,
+    /// The VM's in-kernel interrupt controllers and timer (`None`: the VM
+    /// had none, as with one vCPU).
+    pub irqchip: Option<IrqchipState>,
 }
+
+/// The VM-wide in-kernel interrupt hardware (`KVM_CREATE_IRQCHIP`): the two
+/// 8259 PICs, the IOAPIC and, when the VM has one, the 8254 PIT.
+#[derive(Clone, Debug)]
+pub struct IrqchipState {
+    /// `KVM_GET_IRQCHIP` chip 0 (`KVM_IRQCHIP_PIC_MASTER`).
+    pub pic_master: kvm_irqchip,
+    /// `KVM_GET_IRQCHIP` chip 1 (`KVM_IRQCHIP_PIC_SLAVE`).
+    pub pic_slave: kvm_irqchip,
+    /// `KVM_GET_IRQCHIP` chip 2 (`KVM_IRQCHIP_IOAPIC`).
+    pub ioapic: kvm_irqchip,
+    /// `KVM_GET_PIT2`, when the VM has a PIT (`KVM_CREATE_PIT2`).
+    pub pit: Option<kvm_pit_state2>,
+}
+
+/// The `KVM_GET_IRQCHIP` chip numbers with their section names.
+pub const IRQCHIP_SECTIONS: [(u32, &str); 3] = [
+    (0, "irqchip.pic_master"),
+    (1, "irqchip.pic_slave"),
+    (2, "irqchip.ioapic"),
+];
 
 /// The 8250 UART's registers (vm-superio's `SerialState`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -143,6 +177,14 @@ pub struct Meta {
     /// not read on the source.
     #[serde(default)]
     pub msrs_unreadable: Vec<u32>,
+    /// How many vCPUs the snapshot holds (absent: 1, a file from before
+    /// SMP).
+    #[serde(default = "one_vcpu")]
+    pub vcpus: u32,
+}
+
+fn one_vcpu() -> u32 {
+    1
 }
 
 /// One vCPU.
@@ -168,6 +210,8 @@ pub struct VcpuState {
     pub debugregs: Option<kvm_debugregs>,
     /// Compacted, in-use components only.
     pub xstate: XsaveBuf,
+    /// The local APIC's registers, when the VM has an in-kernel irqchip.
+    pub lapic: Option<kvm_lapic_state>,
 }
 
 impl VcpuState {
@@ -298,10 +342,19 @@ pub const VCPU_SECTIONS: &[&str] = &[
     "mp_state",
     "debugregs",
     "xstate",
+    "lapic",
 ];
 
 /// The sections outside any vCPU.
-pub const GLOBAL_SECTIONS: &[&str] = &["meta", "memory", "serial"];
+pub const GLOBAL_SECTIONS: &[&str] = &[
+    "meta",
+    "memory",
+    "serial",
+    "irqchip.pic_master",
+    "irqchip.pic_slave",
+    "irqchip.ioapic",
+    "pit",
+];
 
 /// Every section name is one this format defines, and every `vcpuN.*`
 /// section belongs to a vCPU that exists (`vcpu0.regs` .. `vcpuM.regs`,
@@ -403,6 +456,22 @@ impl Snapshot {
                 c.push(&n("debugregs"), pod_bytes(d));
             }
             c.push(&n("xstate"), v.xstate.to_vec());
+            if let Some(l) = &v.lapic {
+                c.push(&n("lapic"), pod_bytes(l));
+            }
+        }
+        if let Some(irq) = &self.irqchip {
+            for (chip, name) in IRQCHIP_SECTIONS {
+                let state = match chip {
+                    0 => &irq.pic_master,
+                    1 => &irq.pic_slave,
+                    _ => &irq.ioapic,
+                };
+                c.push(name, pod_bytes(state));
+            }
+            if let Some(p) = &irq.pit {
+                c.push("pit", pod_bytes(p));
+            }
         }
         c.push("serial", self.serial_output.clone());
         c.push("memory", self.memory.to_bytes());
@@ -462,6 +531,10 @@ impl Snapshot {
                     .map(|b| pod_from(&n("debugregs"), b))
                     .transpose()?,
                 xstate,
+                lapic: c
+                    .get(&n("lapic"))
+                    .map(|b| pod_from(&n("lapic"), b))
+                    .transpose()?,
             });
         }
         if vcpus.is_empty() {
@@ -469,11 +542,33 @@ impl Snapshot {
                 "no vCPU sections (vcpu0.regs is missing)".into(),
             ));
         }
+        let chip = |name: &str| -> Result<Option<kvm_irqchip>, FormatError> {
+            c.get(name).map(|b| pod_from(name, b)).transpose()
+        };
+        let chips = IRQCHIP_SECTIONS.map(|(_, name)| chip(name));
+        let [master, slave, ioapic] = chips;
+        let irqchip = match (master?, slave?, ioapic?) {
+            (Some(pic_master), Some(pic_slave), Some(ioapic)) => Some(IrqchipState {
+                pic_master,
+                pic_slave,
+                ioapic,
+                pit: c.get("pit").map(|b| pod_from("pit", b)).transpose()?,
+            }),
+            (None, None, None) if c.get("pit").is_none() => None,
+            _ => {
+                return Err(FormatError::Malformed(
+                    "the irqchip sections (irqchip.pic_master, irqchip.pic_slave, \
+                     irqchip.ioapic; pit only with them) come all together or not at all"
+                        .into(),
+                ))
+            }
+        };
         Ok(Self {
             meta,
             memory,
             serial_output: c.get("serial").unwrap_or_default().to_vec(),
             vcpus,
+            irqchip,
         })
     }
 
