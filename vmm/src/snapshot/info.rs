@@ -118,6 +118,8 @@ pub struct VcpuInfo {
     pub mp_state: Option<u32>,
     /// Whether debug registers were saved.
     pub debugregs: bool,
+    /// The local APIC's registers are stored (VMs with an irqchip).
+    pub lapic: bool,
 }
 
 fn reg(v: u64) -> String {
@@ -160,6 +162,7 @@ pub fn info(path: &Path) -> Result<SnapshotInfo, SnapshotError> {
                 events: v.events.is_some(),
                 mp_state: v.mp_state,
                 debugregs: v.debugregs.is_some(),
+                lapic: v.lapic.is_some(),
             }
         })
         .collect();
