@@ -566,4 +566,163 @@ mod tests {
             report.host_owned
         );
     }
+
+    /// Two vCPUs with different XCR0s (the AVX-512 class beside x87|SSE)
+    /// and different register patterns: after capture_smp, the file and a
+    /// restore into another VM, both vCPUs' xsave images, XCR0s, registers
+    /// and LAPIC IDs read back from KVM match, bit for bit.
+    #[test]
+    fn every_vcpu_survives_an_smp_snapshot_bit_for_bit() {
+        let Ok(host) = HostKvm::open() else {
+            if std::env::var("VMM_REQUIRE_KVM").as_deref() == Ok("1") {
+                panic!("VMM_REQUIRE_KVM=1 but KVM cannot be opened");
+            }
+            eprintln!("SKIPPED every_vcpu_survives_an_smp_snapshot_bit_for_bit: KVM unavailable");
+            return;
+        };
+        let wide = host.xstate.supported_xcr0()
+            & (XfeatureMask::LEGACY.with(Xfeature::Avx) | XfeatureMask::AVX512);
+        let narrow = XfeatureMask::LEGACY;
+        let (mut policy, guest) = resolve_policy(
+            &host,
+            Some(&format!("{:#x}", wide.bits())),
+            xstate::InitMode::Minimal,
+            0,
+        )
+        .unwrap();
+        let (mut m, mut ap_fds) = Machine::create_smp(&host, 8, 2).unwrap();
+        let mut ap = ap_fds.pop().unwrap();
+        // One vCPU's consistent state: its CPUID, CR4.OSXSAVE, XCR0, an
+        // xsave image of patterns (`salt` makes the XMM registers differ
+        // between vCPUs) and distinct general registers. Returns the image
+        // as KVM holds it after KVM_RUN and the registers.
+        let prepare = |vcpu: &mut kvm_ioctls::VcpuFd, index: u32, xcr0: XfeatureMask| {
+            let table = crate::vstate::smp::cpuid_for(&guest, index);
+            vcpu.set_cpuid2(&table.cpuid).unwrap();
+            let mut sregs = vcpu.get_sregs().unwrap();
+            sregs.cr4 |= crate::snapshot::compat::CR4_OSXSAVE;
+            vcpu.set_sregs(&sregs).unwrap();
+            vcpu::set_xcr0(vcpu, xcr0.bits()).unwrap();
+            let mut img = pattern_image(&host.xstate.info, xcr0);
+            for i in 0..16 {
+                img.view_mut()
+                    .set_xmm(i, [(0x30 * index as u8) ^ (i as u8) ^ 0xa5; 16]);
+            }
+            vcpu::set_xsave(vcpu, &img, host.xsave2_size).unwrap();
+            vcpu::complete_pending_io(vcpu).unwrap();
+            let reference = vcpu::get_xsave(vcpu, host.xsave2_size).unwrap();
+            let mut regs = vcpu.get_regs().unwrap();
+            regs.rax = 0x1111_0000_0000_0000 * (u64::from(index) + 1) + 0xabcd;
+            regs.r15 = 0x0f0f_0f0f_0f0f_0f0f ^ u64::from(index);
+            vcpu.set_regs(&regs).unwrap();
+            (reference, regs)
+        };
+        let (ref0, regs0) = prepare(&mut m.vcpu, 0, wide);
+        let (ref1, regs1) = prepare(&mut ap, 1, narrow);
+
+        policy.cpuid_check = None;
+        let path = std::env::temp_dir().join(format!("vmm-unit-smp-{}.snap", std::process::id()));
+        let ctx = SaveContext::new(
+            &host,
+            path.clone(),
+            8,
+            String::new(),
+            &policy,
+            SyncPolicy::Lazy,
+            0,
+            guest.cpuid.as_slice().to_vec(),
+        )
+        .unwrap();
+        let new_xm =
+            || XstateManager::new(SyncPolicy::Lazy, host.xstate.info, wide, host.xsave2_size);
+        let (mut xm0, mut xm1) = (new_xm(), new_xm());
+        let devices = Devices::new(SerialSink::Null);
+        let snap = save::capture_smp(
+            &ctx,
+            Trigger::Time,
+            save::PausedSmp {
+                vm: &m.vm,
+                vcpus: vec![
+                    save::PausedVcpu {
+                        vcpu: &mut m.vcpu,
+                        xstate: &mut xm0,
+                    },
+                    save::PausedVcpu {
+                        vcpu: &mut ap,
+                        xstate: &mut xm1,
+                    },
+                ],
+                mem: &m.mem,
+                devices: &devices,
+                exits: 0,
+                ran: Duration::ZERO,
+            },
+        )
+        .unwrap();
+        assert_eq!(snap.meta.vcpus, 2);
+        assert_eq!(snap.meta.irqchip, "kvm");
+        // Each vCPU compacted with only its own components.
+        assert_eq!(
+            snap.vcpus[1].xstate.len() as u32,
+            host.xstate.info.compacted_size(narrow).unwrap()
+        );
+        let back = Snapshot::from_bytes(&snap.to_bytes()).unwrap();
+        assert!(back.irqchip.is_some());
+        let validated = validate(&path, &back, &host).unwrap();
+        assert_eq!(validated.checked.vcpus.len(), 2);
+        assert_eq!(validated.checked.vcpus[1].xcr0, narrow);
+        let standards: Vec<_> = validated
+            .checked
+            .vcpus
+            .iter()
+            .map(|c| c.standard.clone())
+            .collect();
+        let launch = build(
+            &back,
+            validated,
+            &host,
+            &RestoreOptions::default(),
+            Instant::now(),
+        )
+        .unwrap();
+        assert_eq!(launch.machine.aps.len(), 1);
+        let restored = [&launch.machine.vcpu, &launch.machine.aps[0].vcpu];
+        for (i, (fd, (reference, regs, xcr0))) in restored
+            .iter()
+            .zip([(&ref0, regs0, wide), (&ref1, regs1, narrow)])
+            .enumerate()
+        {
+            assert_eq!(vcpu::get_xcr0(fd).unwrap(), xcr0.bits(), "vCPU {i} XCR0");
+            assert_eq!(fd.get_regs().unwrap(), regs, "vCPU {i} registers");
+            let n = host.xstate.info.standard_size(xcr0).unwrap() as usize;
+            let now = vcpu::get_xsave(fd, host.xsave2_size).unwrap();
+            let (a, b) = (&reference.as_bytes()[..n], &now.as_bytes()[..n]);
+            if let Some(k) = (0..n).find(|&k| a[k] != b[k]) {
+                panic!(
+                    "vCPU {i}: xsave byte {k} differs: {:#04x} -> {:#04x}",
+                    a[k], b[k]
+                );
+            }
+            let report = crate::snapshot::verify::verify_loaded(
+                fd,
+                &back.vcpus[i],
+                &standards[i],
+                host.xsave2_size,
+            )
+            .unwrap();
+            assert!(
+                report.mismatches.is_empty(),
+                "vCPU {i} changed across snapshot/restore: {:?}",
+                report.mismatches
+            );
+            // The xAPIC ID register (offset 0x20, ID in bits 31:24).
+            let lapic = fd.get_lapic().unwrap();
+            assert_eq!(lapic.regs[0x23] as u8, i as u8, "vCPU {i} APIC ID");
+            assert_eq!(
+                lapic.regs[..0x30],
+                back.vcpus[i].lapic.unwrap().regs[..0x30],
+                "vCPU {i} LAPIC ID/version"
+            );
+        }
+    }
 }

@@ -2,7 +2,7 @@
 //!
 //! | section | contents |
 //! |---------|----------|
-//! | `meta` | JSON ([`Meta`]): how the VM was built (RAM, command line with `xfeatures=`, xstate policy, init mode), the source KVM's leaf 0xD and XCR0/IA32_XSS, TSC rate, device state (the 8250 UART), what interrupt hardware exists (none), why and when the snapshot was taken |
+//! | `meta` | JSON ([`Meta`]): how the VM was built (RAM, command line with `xfeatures=`, xstate policy, init mode), the source KVM's leaf 0xD and XCR0/IA32_XSS, TSC rate, device state (the 8250 UART), what interrupt hardware exists (`none`, or `kvm` with several vCPUs), how many vCPUs, why and when the snapshot was taken |
 //! | `memory` | guest RAM, all-zero pages left out ([`super::format::SparseMemory`]) |
 //! | `serial` | what the guest printed before the snapshot |
 //! | `vcpuN.cpuid` | the CPUID table the vCPU was given: `kvm_cpuid_entry2` (40 bytes each) |
@@ -163,9 +163,10 @@ pub struct Meta {
     pub xsave2_size: u64,
     /// The guest's TSC rate in kHz (0: unknown).
     pub tsc_khz: u32,
-    /// Interrupt controllers and timers: this VMM creates none (no
-    /// KVM_CREATE_IRQCHIP, no PIT); the guest polls. A snapshot of a VM
-    /// with them would carry LAPIC, IOAPIC/PIC and PIT sections.
+    /// Interrupt controllers and timers: `none` for one vCPU (no
+    /// KVM_CREATE_IRQCHIP; the guest polls), `kvm` for several (the
+    /// in-kernel irqchip: the `vcpuN.lapic` and `irqchip.*` sections carry
+    /// its state, `pit` the PIT's when the VM has one).
     pub irqchip: String,
     /// COM1's registers.
     pub serial: SerialRegs,
@@ -635,5 +636,43 @@ mod tests {
         p[5] = 1;
         let err = pairs_from("vcpu0.xcrs", &p).unwrap_err().to_string();
         assert!(err.contains("reserved padding"), "{err}");
+    }
+
+    /// A `meta` written before SMP has no `vcpus`: it reads as one vCPU.
+    #[test]
+    fn meta_without_vcpus_is_one_vcpu() {
+        let json = serde_json::json!({
+            "vmm_version": "0.1.0", "created_unix_s": 0, "trigger": "time", "mem_mib": 64,
+            "cmdline": "", "policy_xcr0": 3, "init_xstate": "minimal", "xstate_sync": "lazy",
+            "kvm_xcr0": 3, "kvm_xss": 0, "kvm_leaf_0xd": [], "xsave2_size": 0, "tsc_khz": 0,
+            "irqchip": "none", "serial": SerialRegs::default(), "exits": 0, "guest_ran_ms": 0.0
+        });
+        let meta: Meta = serde_json::from_value(json).unwrap();
+        assert_eq!(meta.vcpus, 1);
+        assert!(meta.msrs_unreadable.is_empty());
+    }
+
+    #[test]
+    fn lapic_and_irqchip_sections_are_known() {
+        let names = [
+            "meta",
+            "memory",
+            "vcpu0.regs",
+            "vcpu0.lapic",
+            "vcpu1.regs",
+            "vcpu1.lapic",
+            "irqchip.pic_master",
+            "irqchip.pic_slave",
+            "irqchip.ioapic",
+            "pit",
+        ];
+        check_section_names(names.iter().copied()).unwrap();
+        let err = check_section_names(["meta", "vcpu0.regs", "vcpu1.lapic"].iter().copied())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("vcpu1.lapic"), "{err}");
+        assert_eq!(std::mem::size_of::<kvm_lapic_state>(), 1024);
+        assert_eq!(std::mem::size_of::<kvm_irqchip>(), 520);
+        assert_eq!(std::mem::size_of::<kvm_pit_state2>(), 112);
     }
 }
