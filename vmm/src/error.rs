@@ -16,6 +16,18 @@ use xstate::{BufferError, ConvertError, InfoError, LayoutError, MaskError, Xcr0E
 
 use crate::arch::layout::{CMDLINE_MAX, MAX_MEM_MIB, MIN_MEM_MIB};
 
+/// Why the MP table ([`crate::arch::mptable`]) could not be built.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum MpTableError {
+    /// No CPU to describe.
+    #[error("an MP table needs at least one CPU")]
+    NoCpus,
+    /// More CPUs than fit the EBDA's first KiB, or than APIC IDs below the
+    /// IOAPIC's.
+    #[error("{0} CPUs do not fit an MP table in the EBDA's first KiB")]
+    TooManyCpus(u32),
+}
+
 /// A `--vcpus` value refused before any VM exists.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum VcpuCountError {
@@ -212,7 +224,7 @@ pub enum MemoryError {
     BootParams(#[source] linux_loader::configurator::Error),
     /// The MP table could not be built.
     #[error("building the MP table: {0}")]
-    MpTable(#[source] crate::arch::mptable::MpTableError),
+    MpTable(#[source] MpTableError),
     /// A snapshot's pages could not be written back.
     #[error("writing {len} bytes at {addr:#x}: {source}")]
     Restore {

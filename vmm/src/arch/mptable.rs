@@ -21,6 +21,7 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use super::layout::EBDA_START;
 use crate::error::MemoryError;
+pub use crate::error::MpTableError;
 
 /// Where the floating pointer structure goes: the first KiB of the EBDA,
 /// the first place a guest searches.
@@ -60,18 +61,6 @@ const INT_EXTINT: u8 = 3;
 /// Processor entry flags: enabled, bootstrap processor.
 const CPU_ENABLED: u8 = 1;
 const CPU_BSP: u8 = 2;
-
-/// Why the tables could not be built or written.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum MpTableError {
-    /// No CPU to describe.
-    #[error("an MP table needs at least one CPU")]
-    NoCpus,
-    /// More CPUs than fit the EBDA's first KiB, or than APIC IDs below the
-    /// IOAPIC's.
-    #[error("{0} CPUs do not fit an MP table in the EBDA's first KiB")]
-    TooManyCpus(u32),
-}
 
 /// What the processor entries say about every CPU: CPUID leaf 1 EAX
 /// (family, model, stepping) and EDX (feature flags) of the guest's table.
