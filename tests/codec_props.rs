@@ -1,7 +1,8 @@
 //! Property tests of the encoders and decoders for outside bytes:
 //! encode then decode gives back every field, for every snapshot section
 //! (meta with the serial registers, memory, serial output, and per vCPU
-//! cpuid, regs, sregs, xcrs, msrs, events, mp_state, debugregs, xstate) and
+//! cpuid, regs, sregs, xcrs, msrs, events, mp_state, debugregs, xstate,
+//! lapic; the irqchip and PIT) and
 //! for the guest's report record. 256 cases each (proptest's default,
 //! stated explicitly). The fuzz targets (`fuzz/`) cover the other direction:
 //! arbitrary bytes never panic a decoder.
@@ -10,14 +11,17 @@ use guest::protocol::{
     fixed_str, ComponentReport, FaultRecord, Report, ResultRecord, SkipRecord, MAX_RESULTS,
     MAX_SKIPPED, NAME_LEN, REASON_LEN, REPORT_COMPONENTS,
 };
-use kvm_bindings::{kvm_cpuid_entry2, kvm_debugregs, kvm_regs, kvm_sregs, kvm_vcpu_events};
+use kvm_bindings::{
+    kvm_cpuid_entry2, kvm_debugregs, kvm_irqchip, kvm_lapic_state, kvm_pit_state2, kvm_regs,
+    kvm_sregs, kvm_vcpu_events,
+};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use vmm::snapshot::format::{Container, SparseMemory, PAGE_SIZE};
-use vmm::snapshot::state::{Meta, SerialRegs, Snapshot, VcpuState};
+use vmm::snapshot::state::{IrqchipState, Meta, SerialRegs, Snapshot, VcpuState};
 use vmm::vstate::xfd::XfdMsrs;
 use xstate::{CpuidEntry, Hex32, XsaveBuf};
-use zerocopy::FromBytes;
+use zerocopy::{FromBytes, IntoBytes};
 
 fn config() -> ProptestConfig {
     ProptestConfig::with_cases(256)
@@ -63,9 +67,10 @@ fn vcpu(id: u32) -> impl Strategy<Value = VcpuState> {
         proptest::option::of(pod::<kvm_debugregs>()),
         xstate_image(),
         proptest::option::of(any::<(u64, u64)>()),
+        proptest::option::of(pod::<kvm_lapic_state>()),
     )
         .prop_map(
-            move |(cpuid, regs, sregs, xcrs, msrs, events, mp_state, debugregs, x, xfd)| {
+            move |(cpuid, regs, sregs, xcrs, msrs, events, mp_state, debugregs, x, xfd, lapic)| {
                 VcpuState {
                     id,
                     cpuid,
@@ -78,6 +83,7 @@ fn vcpu(id: u32) -> impl Strategy<Value = VcpuState> {
                     debugregs,
                     xfd: xfd.map(|(xfd, xfd_err)| XfdMsrs { xfd, xfd_err }),
                     xstate: XsaveBuf::from_bytes(&x).expect(">= 576 bytes"),
+                    lapic,
                 }
             },
         )
@@ -148,6 +154,7 @@ fn meta(mem_mib: u64) -> impl Strategy<Value = Meta> {
             exits: c.2,
             guest_ran_ms: c.3,
             msrs_unreadable: c.4,
+            vcpus: 1,
         })
 }
 
@@ -172,8 +179,15 @@ fn snapshot() -> impl Strategy<Value = Snapshot> {
             vec(any::<u8>(), 0..256),
             (0..n as u32).map(vcpu).collect::<Vec<_>>(),
             ram(),
+            proptest::option::of((
+                pod::<kvm_irqchip>(),
+                pod::<kvm_irqchip>(),
+                pod::<kvm_irqchip>(),
+                proptest::option::of(pod::<kvm_pit_state2>()),
+            )),
         )
-            .prop_map(|(meta, serial_output, vcpus, ram)| {
+            .prop_map(move |(mut meta, serial_output, vcpus, ram, chips)| {
+                meta.vcpus = n as u32;
                 // RAM of meta.mem_mib = 1 MiB: the generated pages at its start.
                 let mut memory = SparseMemory::encode(&ram);
                 memory.size = 1 << 20;
@@ -182,6 +196,12 @@ fn snapshot() -> impl Strategy<Value = Snapshot> {
                     memory,
                     serial_output,
                     vcpus,
+                    irqchip: chips.map(|(pic_master, pic_slave, ioapic, pit)| IrqchipState {
+                        pic_master,
+                        pic_slave,
+                        ioapic,
+                        pit,
+                    }),
                 }
             })
     })
@@ -203,6 +223,7 @@ fn assert_vcpu_eq(a: &VcpuState, b: &VcpuState) {
         "vcpu{}.xstate",
         a.id
     );
+    assert_eq!(a.lapic, b.lapic, "vcpu{}.lapic", a.id);
 }
 
 proptest! {
@@ -221,6 +242,13 @@ proptest! {
         for (a, b) in back.vcpus.iter().zip(&s.vcpus) {
             assert_vcpu_eq(a, b);
         }
+        let chips = |s: &Snapshot| s.irqchip.as_ref().map(|i| {
+            (
+                [&i.pic_master, &i.pic_slave, &i.ioapic].map(|c| c.as_bytes().to_vec()),
+                i.pit,
+            )
+        });
+        prop_assert_eq!(chips(&back), chips(&s));
         // And the container itself: parse(to_bytes(c)) == c.
         let c = s.to_container();
         prop_assert_eq!(Container::parse(&c.to_bytes()), Ok(c));

@@ -35,6 +35,38 @@ fn two_vcpus_boot_and_report_their_own_xcr0() {
     assert_eq!(v["exits"].as_u64().unwrap(), sum);
 }
 
+/// No `cpus=` word (the VMM passes none): the guest counts its CPUs in the
+/// MP table the VMM wrote and starts both; a `cpus=1` word still overrides
+/// the table.
+#[test]
+fn the_guest_counts_cpus_from_the_mp_table() {
+    if !common::kvm_or_skip("the_guest_counts_cpus_from_the_mp_table") {
+        return;
+    }
+    let (out, v) = common::run_bare_json("120", &["--vcpus", "2"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let smp = &v["smp"];
+    assert_eq!(smp["cpus_source"], "mptable", "{smp}");
+    assert_eq!(smp["cpus_wanted"], 2);
+    let vcpus = smp["vcpus"].as_array().unwrap();
+    assert_eq!(vcpus.len(), 2);
+    assert!(
+        vcpus[1]["guest_xcr0"].is_string(),
+        "vCPU 1 reported: {}",
+        vcpus[1]
+    );
+
+    let (out, v) = common::run_bare_json("120", &["--vcpus", "2", "--cmdline", "cpus=1"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert_eq!(v["smp"]["cpus_source"], "cmdline");
+    assert_eq!(v["smp"]["cpus_wanted"], 1);
+    assert!(
+        v["smp"]["vcpus"][1]["guest_xcr0"].is_null(),
+        "{}",
+        v["smp"]["vcpus"][1]
+    );
+}
+
 /// With no override every AP takes the policy: three vCPUs, three reports.
 #[test]
 fn every_ap_takes_the_policy_by_default() {
@@ -96,7 +128,8 @@ fn bad_vcpu_counts_are_refused_by_name() {
     assert_eq!(out.status.code(), Some(68));
 }
 
-/// The same guest image under QEMU microvm `-smp 2`: its BSP starts the
+/// The same guest image under QEMU microvm `-smp 2`: the guest counts two
+/// CPUs in the ACPI MADT (through PVH's `rsdp_paddr`), its BSP starts the
 /// second CPU with INIT-SIPI-SIPI and both report on the serial console.
 #[test]
 fn qemu_smp2_reports_both_cpus() {
@@ -128,7 +161,8 @@ fn qemu_smp2_reports_both_cpus() {
         .arg("-serial")
         .arg(format!("file:{}", log.display()))
         .args(["-device", "isa-debug-exit,iobase=0xf4,iosize=4"])
-        .args(["-append", "workload=none cpus=2 xfeatures.cpu1=0x3"])
+        // No `cpus=` word: the guest counts the CPUs in QEMU's ACPI MADT.
+        .args(["-append", "workload=none xfeatures.cpu1=0x3"])
         .arg("-kernel")
         .arg(&kernel)
         .output()
@@ -142,6 +176,7 @@ fn qemu_smp2_reports_both_cpus() {
         "QEMU run failed:\n{serial}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    assert!(serial.contains("guest: 2 CPUs (from madt)"), "{serial}");
     assert!(serial.contains("guest: cpu0 xcr0 "), "{serial}");
     assert!(serial.contains("guest: cpu1 up "), "{serial}");
     assert!(serial.contains("xcr0 0x3 (x87 sse)"), "{serial}");
@@ -311,4 +346,173 @@ fn each_ap_reports_its_own_fault() {
             }
         }
     }
+}
+
+fn snap_path(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("vmm-smp-test-{}-{name}.snap", std::process::id()))
+}
+
+/// A 2-vCPU snapshot taken mid-workload (time-triggered, every vCPU
+/// kicked out of KVM_RUN first) lists both vCPUs with their own XCR0,
+/// restores in a new process, and the restored guest finishes with every
+/// check passing; the AP keeps the XCR0 it had (0x3), the BSP the policy.
+#[test]
+fn two_vcpu_snapshot_restores_in_a_new_process() {
+    if !common::kvm_or_skip("two_vcpu_snapshot_restores_in_a_new_process") {
+        return;
+    }
+    let snap = snap_path("two");
+    let (out, v) = common::vmm_json(&[
+        "run",
+        "--vcpus",
+        "2",
+        "--workload",
+        "aes,gemm",
+        "--no-native",
+        "--cmdline",
+        "xfeatures.cpu1=0x3",
+        "--snapshot-after",
+        "0.3",
+        "--snapshot-file",
+        snap.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert_eq!(v["exit_reason"], "snapshotted", "{v}");
+    let policy = common::hex(&v["policy_xfeatures"]);
+
+    let (info_out, info) = common::vmm_json(&["snapshot", "info", snap.to_str().unwrap()]);
+    assert!(info_out.status.success(), "{}", common::stderr(&info_out));
+    assert_eq!(info["trigger"], "time");
+    assert_eq!(info["restorable_here"], true, "{info}");
+    let vcpus = info["vcpus"].as_array().unwrap();
+    assert_eq!(vcpus.len(), 2, "{info}");
+    let names: Vec<&str> = info["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    for want in [
+        "vcpu0.lapic",
+        "vcpu1.regs",
+        "vcpu1.xstate",
+        "vcpu1.lapic",
+        "irqchip.pic_master",
+        "irqchip.pic_slave",
+        "irqchip.ioapic",
+    ] {
+        assert!(names.contains(&want), "section {want} missing: {names:?}");
+    }
+    let snapshot = vmm::snapshot::state::Snapshot::from_bytes(&std::fs::read(&snap).unwrap())
+        .expect("the file decodes");
+    assert_eq!(snapshot.meta.vcpus, 2);
+    assert_eq!(snapshot.vcpus[0].xcr0(), Some(policy));
+    assert_eq!(snapshot.vcpus[1].xcr0(), Some(0x3));
+
+    let before = std::fs::read(&snap).unwrap();
+    let (out, v) = common::vmm_json(&[
+        "restore",
+        snap.to_str().unwrap(),
+        "--no-native",
+        "--timeout",
+        "120",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{v}\n{}", common::stderr(&out));
+    assert_eq!(v["exit_reason"], "exited", "{v}");
+    let results = v["results"].as_array().unwrap();
+    for name in ["aes-128-ctr", "dgemm"] {
+        assert!(
+            results.iter().any(|r| r["name"] == name),
+            "no {name} result after restore: {v}"
+        );
+    }
+    for r in results {
+        assert_eq!(r["check"], "pass", "{r}");
+    }
+    let vcpus = v["smp"]["vcpus"].as_array().unwrap();
+    assert_eq!(vcpus.len(), 2);
+    assert_eq!(common::hex(&vcpus[0]["final_xcr0"]), policy);
+    assert_eq!(common::hex(&vcpus[1]["final_xcr0"]), 0x3);
+    assert_eq!(
+        std::fs::read(&snap).unwrap(),
+        before,
+        "restore must not modify the snapshot"
+    );
+    let _ = std::fs::remove_file(snap);
+}
+
+/// The guest asks for the snapshot itself (`bench=snapshot-check` on the
+/// BSP, which loads every register of its XCR0 first): with two vCPUs the
+/// machine is paused and saved, and after the restore the BSP finds every
+/// register bit for bit.
+#[test]
+fn guest_requested_two_vcpu_snapshot_keeps_registers() {
+    if !common::kvm_or_skip("guest_requested_two_vcpu_snapshot_keeps_registers") {
+        return;
+    }
+    let snap = snap_path("guest");
+    let args = common::snapshot_check_args(snap.to_str().unwrap());
+    let mut args: Vec<&str> = args.to_vec();
+    args.extend_from_slice(&["--vcpus", "2", "--no-native"]);
+    let (out, v) = common::vmm_json(&args);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert_eq!(v["exit_reason"], "snapshotted", "{v}");
+    let (out, v) = common::vmm_json(&["restore", snap.to_str().unwrap(), "--no-native"]);
+    assert_eq!(out.status.code(), Some(0), "{v}\n{}", common::stderr(&out));
+    let rows = common::rows_named(&v, "snapshot-check");
+    assert_eq!(rows.len(), 1, "{v}");
+    assert_eq!(rows[0]["check"], "pass", "{}", rows[0]);
+    assert_eq!(v["smp"]["vcpus"].as_array().map(Vec::len), Some(2));
+    let _ = std::fs::remove_file(snap);
+}
+
+/// A file whose `meta.vcpus` claims more vCPUs than it holds sections for
+/// (or whose AP lost its LAPIC) is refused by `restore` and `info`, naming
+/// the field, before any VM exists.
+#[test]
+fn a_file_claiming_more_vcpus_than_its_sections_is_refused() {
+    if !common::kvm_or_skip("a_file_claiming_more_vcpus_than_its_sections_is_refused") {
+        return;
+    }
+    let snap = snap_path("claim");
+    let args = common::snapshot_check_args(snap.to_str().unwrap());
+    let mut args: Vec<&str> = args.to_vec();
+    args.extend_from_slice(&["--vcpus", "2", "--no-native"]);
+    let (out, _) = common::vmm_json(&args);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let good = vmm::snapshot::state::Snapshot::from_bytes(&std::fs::read(&snap).unwrap()).unwrap();
+
+    let mut bad = good.clone();
+    bad.meta.vcpus = 3;
+    let p = snap_path("claim3");
+    std::fs::write(&p, bad.to_bytes()).unwrap();
+    let out = common::vmm(&["restore", p.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(64), "{}", common::stderr(&out));
+    let err = common::stderr(&out);
+    assert!(
+        err.contains("meta.vcpus") && err.contains("says 3 vCPUs"),
+        "{err}"
+    );
+    // `info` shows the file and the same refusal.
+    let (out, info) = common::vmm_json(&["snapshot", "info", p.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert_eq!(info["restorable_here"], false);
+    let why = info["restore_refusal"].as_str().unwrap();
+    assert!(
+        why.contains("meta.vcpus") && why.contains("says 3 vCPUs"),
+        "{why}"
+    );
+
+    let mut bad = good.clone();
+    bad.vcpus[1].lapic = None;
+    std::fs::write(&p, bad.to_bytes()).unwrap();
+    let out = common::vmm(&["restore", p.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(
+        common::stderr(&out).contains("vcpu1.lapic"),
+        "{}",
+        common::stderr(&out)
+    );
+    let _ = std::fs::remove_file(p);
+    let _ = std::fs::remove_file(snap);
 }

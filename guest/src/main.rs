@@ -101,7 +101,18 @@ extern "C" fn user_main(start_info: u32) -> ! {
         status = ExitStatus::SetupFailed;
     }
     // SMP: the other CPUs start now and report on their own.
-    let started = kernel::smp::start_aps(&cmdline, &mut out);
+    let rsdp = boot_info.as_ref().map_or(0, |i| i.rsdp);
+    let (wanted, source) = kernel::smp::cpu_count(&cmdline, rsdp);
+    report.cpus_wanted = wanted;
+    report.cpus_source = source as u32;
+    if !cmdline.quiet && wanted > 1 {
+        let _ = writeln!(
+            out,
+            "guest: {wanted} CPUs (from {})",
+            guest::firmware::CPU_COUNT_SOURCES[source as usize]
+        );
+    }
+    let started = kernel::smp::start_aps(&cmdline, wanted, &mut out);
     if boot::boot_xsetbv_faulted() {
         let _ = writeln!(
             out,

@@ -16,6 +16,18 @@ use xstate::{BufferError, ConvertError, InfoError, LayoutError, MaskError, Xcr0E
 
 use crate::arch::layout::{CMDLINE_MAX, MAX_MEM_MIB, MIN_MEM_MIB};
 
+/// Why the MP table ([`crate::arch::mptable`]) could not be built.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum MpTableError {
+    /// No CPU to describe.
+    #[error("an MP table needs at least one CPU")]
+    NoCpus,
+    /// More CPUs than fit the EBDA's first KiB, or than APIC IDs below the
+    /// IOAPIC's.
+    #[error("{0} CPUs do not fit an MP table in the EBDA's first KiB")]
+    TooManyCpus(u32),
+}
+
 /// A `--vcpus` value refused before any VM exists.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum VcpuCountError {
@@ -213,6 +225,9 @@ pub enum MemoryError {
     /// The PVH start info or memory map could not be written.
     #[error("writing PVH boot parameters: {0}")]
     BootParams(#[source] linux_loader::configurator::Error),
+    /// The MP table could not be built.
+    #[error("building the MP table: {0}")]
+    MpTable(#[source] MpTableError),
     /// A snapshot's pages could not be written back.
     #[error("writing {len} bytes at {addr:#x}: {source}")]
     Restore {
@@ -436,6 +451,18 @@ pub enum VcpuError {
         section: String,
         /// The fields that commonly cause this refusal, with their values.
         likely: String,
+        /// KVM's error.
+        #[source]
+        source: kvm_ioctls::Error,
+    },
+    /// KVM refused a restored VM-wide state (irqchip, PIT): names the
+    /// ioctl and the snapshot section.
+    #[error("{ioctl} refused the VM's section \"{section}\": {source}")]
+    VmStateRefused {
+        /// The ioctl.
+        ioctl: &'static str,
+        /// The snapshot section the state came from.
+        section: String,
         /// KVM's error.
         #[source]
         source: kvm_ioctls::Error,

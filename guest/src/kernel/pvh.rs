@@ -62,6 +62,8 @@ impl core::fmt::Display for BootInfoError {
 /// What the kernel keeps of the boot information.
 pub struct BootInfo {
     pub version: u32,
+    /// `rsdp_paddr`: the ACPI RSDP's address (0: the VMM provides no ACPI).
+    pub rsdp: u64,
     cmdline: [u8; MAX_CMDLINE],
     cmdline_len: usize,
     /// True when the command line was longer than [`MAX_CMDLINE`].
@@ -95,6 +97,7 @@ impl BootInfo {
         }
         let mut info = BootInfo {
             version: si.version,
+            rsdp: si.rsdp_paddr,
             cmdline: [0; MAX_CMDLINE],
             cmdline_len: 0,
             cmdline_truncated: false,

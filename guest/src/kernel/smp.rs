@@ -34,6 +34,7 @@ use core::fmt::Write;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use guest::bench::parallel::{self, Part, SMP_SUFFIX};
+use guest::firmware::{self, CpuCountSource};
 use guest::protocol::record::MAX_CPUS;
 use guest::protocol::{Cmdline, Report};
 
@@ -82,13 +83,42 @@ static DONE: [AtomicU32; N] = [const { AtomicU32::new(0) }; N];
 /// Per CPU: 1 when one of its own checks failed (APs; read after DONE).
 static AP_CHECK_FAILED: [AtomicU32; N] = [const { AtomicU32::new(0) }; N];
 
-/// How many CPUs to run: `cpus=N` when given (the VMM's count, or a
-/// user's override), else 1; at most [`MAX_CPUS`].
-pub fn cpu_count(cmdline: &Cmdline) -> u32 {
-    match cmdline.cpus {
-        Some(n) if n >= 1 => n.min(MAX_CPUS),
-        _ => 1,
+/// How many CPUs to run and where that came from: `cpus=N` when given
+/// (a user's override), else the ACPI MADT reached through `rsdp` (the
+/// PVH start info's `rsdp_paddr`), else the MP table, else 1; at most
+/// [`MAX_CPUS`].
+pub fn cpu_count(cmdline: &Cmdline, rsdp: u64) -> (u32, CpuCountSource) {
+    let (n, source) = match cmdline.cpus {
+        Some(n) if n >= 1 => (n, CpuCountSource::Cmdline),
+        _ => {
+            let ram = |addr: u64, buf: &mut [u8]| read_phys(addr, buf);
+            if let Some(n) = firmware::madt_cpus(&ram, rsdp) {
+                (n, CpuCountSource::Madt)
+            } else if let Some(n) = firmware::mptable_cpus(&ram) {
+                (n, CpuCountSource::MpTable)
+            } else {
+                (1, CpuCountSource::Default)
+            }
+        }
+    };
+    (n.min(MAX_CPUS), source)
+}
+
+/// Copy guest-physical memory through the identity map (CPL3 may read it
+/// all below 4 GiB except the first page).
+fn read_phys(addr: u64, buf: &mut [u8]) -> bool {
+    let ok = addr >= 0x1000
+        && addr
+            .checked_add(buf.len() as u64)
+            .is_some_and(|end| end <= 0x1_0000_0000);
+    if ok {
+        for (i, b) in buf.iter_mut().enumerate() {
+            // SAFETY: checked above: identity-mapped, user-readable memory
+            // (RAM, or the firmware ROM a VMM maps below 1 MiB).
+            *b = unsafe { core::ptr::read_volatile((addr as *const u8).add(i)) };
+        }
     }
+    ok
 }
 
 /// What bringing the APs up gave.
@@ -100,9 +130,8 @@ pub struct Started {
     pub online: u32,
 }
 
-/// Start CPUs 1..`cpu_count` (BSP only, after its XCR0 policy is set).
-pub fn start_aps(cmdline: &Cmdline, out: &mut Console) -> Started {
-    let wanted = cpu_count(cmdline);
+/// Start CPUs 1..`wanted` (BSP only, after its XCR0 policy is set).
+pub fn start_aps(cmdline: &Cmdline, wanted: u32, out: &mut Console) -> Started {
     if wanted <= 1 {
         return Started { wanted, online: 0 };
     }

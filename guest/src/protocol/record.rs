@@ -193,6 +193,12 @@ pub struct Report {
     pub switch_cycles: [u64; 4],
     /// TSC cycles the whole boot calibration took.
     pub switch_calibration_cycles: u64,
+    /// How many CPUs the guest meant to run (BSP included).
+    pub cpus_wanted: u32,
+    /// Where that count came from: an index into
+    /// [`CPU_COUNT_SOURCES`](crate::firmware::CPU_COUNT_SOURCES) (`cmdline`,
+    /// `madt`, `mptable`, `default`); 0 when not recorded.
+    pub cpus_source: u32,
 }
 
 /// Why a report copied out of guest memory was not accepted.
@@ -307,6 +313,8 @@ impl Report {
             switch_strategy: [0; NAME_LEN],
             switch_cycles: [0; 4],
             switch_calibration_cycles: 0,
+            cpus_wanted: 0,
+            cpus_source: 0,
         }
     }
 
@@ -465,6 +473,7 @@ const _: () = {
                 + NAME_LEN
                 + 4 * 8
                 + 8
+                + 2 * 4
     );
 };
 

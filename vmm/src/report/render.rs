@@ -273,6 +273,9 @@ impl RunSummary {
                 smp.ap_start.map_or("-", |a| a.name()),
                 smp.ended_by
             );
+            if let (Some(n), Some(from)) = (smp.cpus_wanted, &smp.cpus_source) {
+                let _ = writeln!(s, "  the guest counted {n} CPUs (from {from})");
+            }
             for v in &smp.vcpus {
                 let mask = |m: Option<xstate::XfeatureMask>| {
                     m.map_or("-".to_string(), |m| format!("{:#x}", m.bits()))

@@ -283,6 +283,12 @@ pub struct SmpView {
     /// once, with the native comparison (absent without that benchmark).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub parallel: Vec<super::parallel::ParallelRow>,
+    /// How many CPUs the guest meant to run (its report; null without one).
+    pub cpus_wanted: Option<u32>,
+    /// Where the guest took that count from: `cmdline` (a `cpus=` word),
+    /// `madt` (ACPI), `mptable` (the MP table this VMM writes) or
+    /// `default` (no table: one CPU); null without a report.
+    pub cpus_source: Option<String>,
 }
 
 /// Everything `vmm run` prints, in one serialisable value.
@@ -456,11 +462,17 @@ fn smp_view(outcome: &RunOutcome, tsc_khz: u64) -> Option<SmpView> {
         .iter()
         .map(|v| v.results.iter().map(Measured::from).collect())
         .collect();
+    let bsp = outcome.vcpus.first().and_then(|v| v.report.as_deref());
     Some(SmpView {
         ap_start: outcome.ap_start,
         ended_by: outcome.ended_by,
         parallel: super::parallel::parallel_rows(&per_vcpu),
         vcpus,
+        cpus_wanted: bsp.map(|r| r.cpus_wanted).filter(|&n| n > 0),
+        cpus_source: bsp
+            .and_then(|r| guest::firmware::CPU_COUNT_SOURCES.get(r.cpus_source as usize))
+            .filter(|s| !s.is_empty())
+            .map(|s| s.to_string()),
     })
 }
 

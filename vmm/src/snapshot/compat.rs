@@ -82,6 +82,7 @@ pub fn host_mxcsr_mask() -> u32 {
 }
 
 /// What [`check`] established: the state is valid and fits this host.
+/// The xstate fields are vCPU 0's; [`Checked::vcpus`] has every vCPU's.
 #[derive(Clone, Debug)]
 pub struct Checked {
     /// The guest's XCR0 as saved.
@@ -97,6 +98,8 @@ pub struct Checked {
     pub init: InitMode,
     /// The xstate sync policy the snapshot was taken with (`meta.xstate_sync`).
     pub sync: SyncPolicy,
+    /// Every vCPU's checks, in index order (the fields above are vCPU 0's).
+    pub vcpus: Vec<VcpuChecked>,
 }
 
 /// What [`validate`] established, consumed by the restore: the checked state
@@ -116,6 +119,16 @@ pub struct Validated {
 /// `vmm snapshot info` reports its answer, `vmm restore` consumes it.
 pub fn validate(path: &Path, snap: &Snapshot, host: &HostKvm) -> Result<Validated, SnapshotError> {
     let checked = check(path, snap, &HostFacts::of(host))?;
+    let max = crate::vstate::smp::kvm_max_vcpus(&host.kvm);
+    if snap.vcpus.len() as u32 > max {
+        return Err(SnapshotError::Incompatible {
+            path: path.to_path_buf(),
+            reason: format!(
+                "it holds {} vCPUs; this KVM allows at most {max} per VM (KVM_CAP_MAX_VCPUS)",
+                snap.vcpus.len()
+            ),
+        });
+    }
     let spec = format!("{:#x}", snap.meta.policy_xcr0);
     let (policy, guest) = resolve_policy(host, Some(&spec), checked.init, snap.meta.tsc_khz)
         .map_err(|e| SnapshotError::Incompatible {
@@ -282,20 +295,11 @@ fn check_meta(path: &Path, snap: &Snapshot) -> Result<(InitMode, SyncPolicy), Sn
 }
 
 /// Check a decoded snapshot against a host's facts, without KVM: every
-/// field rule, then what this host can hold. A pure function (no ioctl).
+/// field rule, then what this host can hold, for every vCPU. A pure
+/// function (no ioctl).
 pub fn check(path: &Path, snap: &Snapshot, host: &HostFacts) -> Result<Checked, SnapshotError> {
-    let incompatible = |reason: String| SnapshotError::Incompatible {
-        path: path.to_path_buf(),
-        reason,
-    };
-    if snap.vcpus.len() != 1 {
-        return Err(incompatible(format!(
-            "it holds {} vCPUs; this vmm runs guests with one",
-            snap.vcpus.len()
-        )));
-    }
     let (init, sync) = check_meta(path, snap)?;
-    let v = &snap.vcpus[0];
+    check_vcpu_count(path, snap)?;
     let source = snap
         .meta
         .source_info()
@@ -304,6 +308,99 @@ pub fn check(path: &Path, snap: &Snapshot, host: &HostFacts) -> Result<Checked, 
     policy
         .validate_xcr0(XfeatureMask::from_bits(u64::MAX))
         .map_err(|e| invalid(path, "meta.policy_xcr0", format!("{policy:#x}: {e}")))?;
+    let vcpus = snap
+        .vcpus
+        .iter()
+        .map(|v| check_vcpu(path, v, &source, policy, host))
+        .collect::<Result<Vec<_>, _>>()?;
+    let first = vcpus[0].clone();
+    Ok(Checked {
+        xcr0: first.xcr0,
+        xstate_bv: first.xstate_bv,
+        standard: first.standard,
+        relaid: first.relaid,
+        init,
+        sync,
+        vcpus,
+    })
+}
+
+/// `meta.vcpus` against the vCPU sections, and the interrupt hardware
+/// several vCPUs need: the irqchip sections and one LAPIC per vCPU.
+fn check_vcpu_count(path: &Path, snap: &Snapshot) -> Result<(), SnapshotError> {
+    let n = snap.vcpus.len();
+    if n == 0 || snap.meta.vcpus as usize != n {
+        return Err(invalid(
+            path,
+            "meta.vcpus",
+            format!(
+                "says {} vCPUs; the file holds the sections of {n} (vcpu0 .. vcpu{})",
+                snap.meta.vcpus,
+                n.saturating_sub(1)
+            ),
+        ));
+    }
+    let chip = snap.irqchip.is_some();
+    if n == 1 && chip {
+        return Err(invalid(
+            path,
+            "irqchip.ioapic",
+            "present in a snapshot of one vCPU: this vmm gives a one-vCPU VM no irqchip".into(),
+        ));
+    }
+    if n > 1 && !chip {
+        return Err(invalid(
+            path,
+            "irqchip.ioapic",
+            format!("missing: a VM of {n} vCPUs has an in-kernel irqchip whose state it needs"),
+        ));
+    }
+    for v in &snap.vcpus {
+        if v.lapic.is_some() != chip {
+            return Err(invalid(
+                path,
+                format!("vcpu{}.lapic", v.id),
+                if chip {
+                    "missing: every vCPU of a VM with an irqchip has a local APIC".into()
+                } else {
+                    "present in a VM without an irqchip (no irqchip.* sections)".into()
+                },
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What [`check`] established for one vCPU.
+#[derive(Clone, Debug)]
+pub struct VcpuChecked {
+    /// The vCPU's number.
+    pub id: u32,
+    /// Its XCR0 as saved.
+    pub xcr0: XfeatureMask,
+    /// The components in use in its saved image.
+    pub xstate_bv: XfeatureMask,
+    /// Its xsave image in this host's standard format for the guest's
+    /// policy, ready for its xstate manager.
+    pub standard: XsaveBuf,
+    /// The source's standard offsets differed and the image was re-laid out.
+    pub relaid: bool,
+}
+
+/// Every rule of one vCPU's state, and whether this host can hold it.
+fn check_vcpu(
+    path: &Path,
+    v: &VcpuState,
+    source: &XsaveInfo,
+    policy: XfeatureMask,
+    host: &HostFacts,
+) -> Result<VcpuChecked, SnapshotError> {
+    let incompatible = |reason: String| SnapshotError::Incompatible {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let id = v.id;
+    let xname = format!("vcpu{id}.xstate");
     let xcr0 = checked_xcr0(path, v)?;
     let beyond = xcr0 - policy;
     if !beyond.is_empty() {
@@ -311,7 +408,7 @@ pub fn check(path: &Path, snap: &Snapshot, host: &HostFacts) -> Result<Checked, 
             path,
             "meta.policy_xcr0",
             format!(
-                "{policy:#x} is narrower than vcpu0's XCR0 {xcr0:#x} (lacks {}): the guest cannot have enabled what its CPUID did not offer",
+                "{policy:#x} is narrower than vcpu{id}'s XCR0 {xcr0:#x} (lacks {}): the guest cannot have enabled what its CPUID did not offer",
                 beyond.describe()
             ),
         ));
@@ -321,14 +418,15 @@ pub fn check(path: &Path, snap: &Snapshot, host: &HostFacts) -> Result<Checked, 
     if image.len() < XSAVE_MIN_SIZE {
         return Err(invalid(
             path,
-            "vcpu0.xstate",
+            &xname,
             format!("{} bytes, shorter than an xsave header", image.len()),
         ));
     }
     let xstate_bv = image.xstate_bv_mask();
     let xss = XfeatureMask::from_bits(v.msr(MSR_IA32_XSS).unwrap_or(0));
     // The precise refusal first: what the saved state needs that this host lacks.
-    restorable_on(xcr0, xstate_bv, &host.info).map_err(|e| incompatible(e.to_string()))?;
+    restorable_on(xcr0, xstate_bv, &host.info)
+        .map_err(|e| incompatible(format!("vcpu{id}: {e}")))?;
     let missing = policy - host.info.supported_xcr0();
     if !missing.is_empty() {
         return Err(incompatible(format!(
@@ -340,7 +438,7 @@ pub fn check(path: &Path, snap: &Snapshot, host: &HostFacts) -> Result<Checked, 
     let missing = xss - host.info.supported_xss();
     if !missing.is_empty() {
         return Err(incompatible(format!(
-            "IA32_XSS {xss:#x} enables supervisor {}; this host supports {:#x}",
+            "vcpu{id}: IA32_XSS {xss:#x} enables supervisor {}; this host supports {:#x}",
             missing.describe(),
             host.info.supported_xss()
         )));
@@ -348,7 +446,7 @@ pub fn check(path: &Path, snap: &Snapshot, host: &HostFacts) -> Result<Checked, 
     // The image must be what the saver writes: compacted, in-use only,
     // consistent with the saved XCR0 and the source's layout. (The VMM
     // compacts in software, so the source CPU's XSAVEC support is moot.)
-    check_compacted(image, &source, xcr0).map_err(|e| invalid(path, "vcpu0.xstate", e))?;
+    check_compacted(image, source, xcr0).map_err(|e| invalid(path, &xname, e))?;
     for i in xstate_bv.user().iter_indices().filter(|&i| i >= 2) {
         let (s, t) = (
             source.component_by_index(i),
@@ -366,9 +464,9 @@ pub fn check(path: &Path, snap: &Snapshot, host: &HostFacts) -> Result<Checked, 
     }
     // The guest's policy covers its XCR0 (checked above; the manager's
     // images are sized by the policy).
-    let standard_src = xstate::expand_to_standard(&source, image, policy)
-        .map_err(|e| invalid(path, "vcpu0.xstate", e.to_string()))?;
-    let (standard, relaid) = relayout(&source, &host.info, &standard_src, policy, xstate_bv)
+    let standard_src = xstate::expand_to_standard(source, image, policy)
+        .map_err(|e| invalid(path, &xname, e.to_string()))?;
+    let (standard, relaid) = relayout(source, &host.info, &standard_src, policy, xstate_bv)
         .map_err(|e| incompatible(format!("re-laying out the xsave image: {e}")))?;
     // What KVM_SET_XSAVE checks: MXCSR against THIS CPU's MXCSR_MASK
     // whenever x87, SSE or AVX state is in use.
@@ -377,7 +475,7 @@ pub fn check(path: &Path, snap: &Snapshot, host: &HostFacts) -> Result<Checked, 
     if standard.xstate_bv() & legacy != 0 && mxcsr & !host.mxcsr_mask != 0 {
         return Err(invalid(
             path,
-            "vcpu0.xstate MXCSR",
+            format!("{xname} MXCSR"),
             format!(
                 "{mxcsr:#x} sets bits {:#x} this CPU reserves (its MXCSR_MASK is {:#x})",
                 mxcsr & !host.mxcsr_mask,
@@ -386,22 +484,14 @@ pub fn check(path: &Path, snap: &Snapshot, host: &HostFacts) -> Result<Checked, 
         ));
     }
     // What the xstate manager will check before KVM_SET_XSAVE.
-    xstate::validate(standard.as_bytes(), &host.info, policy, XfeatureMask::EMPTY).map_err(
-        |e| {
-            invalid(
-                path,
-                "vcpu0.xstate",
-                format!("as this host's standard image: {e}"),
-            )
-        },
-    )?;
-    Ok(Checked {
+    xstate::validate(standard.as_bytes(), &host.info, policy, XfeatureMask::EMPTY)
+        .map_err(|e| invalid(path, &xname, format!("as this host's standard image: {e}")))?;
+    Ok(VcpuChecked {
+        id,
         xcr0,
         xstate_bv,
         standard,
         relaid,
-        init,
-        sync,
     })
 }
 

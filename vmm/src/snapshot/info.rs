@@ -123,6 +123,8 @@ pub struct VcpuInfo {
     pub ia32_xfd: Option<String>,
     /// `IA32_XFD_ERR` as saved, likewise.
     pub ia32_xfd_err: Option<String>,
+    /// The local APIC's registers are stored (VMs with an irqchip).
+    pub lapic: bool,
 }
 
 fn reg(v: u64) -> String {
@@ -167,6 +169,7 @@ pub fn info(path: &Path) -> Result<SnapshotInfo, SnapshotError> {
                 debugregs: v.debugregs.is_some(),
                 ia32_xfd: v.xfd.map(|x| reg(x.xfd)),
                 ia32_xfd_err: v.xfd.map(|x| reg(x.xfd_err)),
+                lapic: v.lapic.is_some(),
             }
         })
         .collect();

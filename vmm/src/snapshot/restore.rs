@@ -3,7 +3,7 @@
 //! Guest memory is not copied: the page index (`memory`) is read and
 //! checksummed with the other sections, and the stored pages
 //! (`memory.pages`, page-aligned in the file) are mapped privately into
-//! guest RAM (`Machine::create_from_image` in `vstate::machine`), so the time to the first
+//! guest RAM (`Machine::create_smp_from_image` in `vstate::machine`), so the time to the first
 //! `KVM_RUN` does not grow with the guest's size or the pages stored.
 //!
 //! Integrity, decided: the header, the section table and every section but
@@ -40,7 +40,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use kvm_bindings::{kvm_mp_state, CpuId};
+use kvm_bindings::{kvm_mp_state, kvm_pit_config, CpuId};
 use vm_memory::{Bytes, GuestAddress};
 use vm_superio::Serial;
 
@@ -48,14 +48,16 @@ pub use super::compat::{check, validate, Checked, Validated};
 pub use super::error::SnapshotError;
 use super::format::{Container, FormatError, SectionInfo, PAGES_SECTION};
 use super::save::SaveContext;
-use super::state::{check_section_names, Meta, Snapshot, VcpuState};
+use super::state::{
+    check_section_names, IrqchipState, Meta, Snapshot, VcpuState, IRQCHIP_SECTIONS,
+};
 use crate::arch::layout::MAX_MEM_MIB;
 use crate::cpuid::{GuestCpuid, Policy};
 use crate::devices::{Devices, NoInterrupt, SerialSink};
 use crate::error::{Error, MemoryError, Result, VcpuError};
 use crate::kvm::HostKvm;
 use crate::vstate::launch::{check_snapshot_options, execute, Launch};
-use crate::vstate::machine::{Machine, RamImage};
+use crate::vstate::machine::{Ap, Machine, RamImage};
 use crate::vstate::outcome::RunOutcome;
 use crate::vstate::vcpu;
 use crate::xstate_manager::{SyncPolicy, XstateManager};
@@ -251,17 +253,21 @@ pub(crate) fn build(
         guest: resolved,
     } = validated;
 
-    let machine = match (&snap.memory.in_file, file) {
+    // Several vCPUs: the irqchip first, then every vCPU (see
+    // `Machine::create_smp`); one vCPU: the VM it always was. The RAM's
+    // stored pages are mapped from the file, not copied.
+    let vcpus = snap.vcpus.len() as u32;
+    let (mut machine, ap_fds) = match (&snap.memory.in_file, file) {
         (Some(pages), Some(file)) => {
             let runs = snap
                 .memory
                 .placed_runs()
                 .map(|(addr, at, len)| (addr, pages.offset + at, len))
                 .collect();
-            Machine::create_from_image(host, meta.mem_mib, &RamImage { file, runs })?
+            Machine::create_smp_from_image(host, meta.mem_mib, vcpus, &RamImage { file, runs })?
         }
         (Some(_), None) => return Err(MemoryError::Layout.into()),
-        (None, _) => Machine::create(host, meta.mem_mib)?,
+        (None, _) => Machine::create_smp(host, meta.mem_mib, vcpus)?,
     };
     snap.memory.apply(|addr, data| {
         machine
@@ -274,7 +280,7 @@ pub(crate) fn build(
             })
     })?;
 
-    let tsc_khz = load_vcpu(&machine, v, meta.tsc_khz, &resolved, &mut policy)?;
+    let tsc_khz = load_vcpu(&machine.vcpu, v, meta.tsc_khz, &resolved, &mut policy)?;
     // XFD after the CPUID that gives the guest XFD, before the xsave image.
     let listed = host
         .kvm
@@ -291,6 +297,32 @@ pub(crate) fn build(
     let mut xstate = XstateManager::new(sync, host.xstate.info, policy.xcr0, host.xsave2_size);
     xstate.replace_standard(&checked.standard)?;
     xstate.before_run(&machine.vcpu)?;
+
+    // The APs the same way, each with its own xstate manager.
+    for ((fd, state), c) in ap_fds
+        .into_iter()
+        .zip(&snap.vcpus[1..])
+        .zip(&checked.vcpus[1..])
+    {
+        let mut ap_policy = policy.clone();
+        load_vcpu(&fd, state, meta.tsc_khz, &resolved, &mut ap_policy)?;
+        crate::vstate::xfd::restore(
+            &fd,
+            state.xfd,
+            crate::vstate::xfd::supported(listed.as_slice()),
+        )?;
+        let mut ap_xstate =
+            XstateManager::new(sync, host.xstate.info, policy.xcr0, host.xsave2_size);
+        ap_xstate.replace_standard(&c.standard)?;
+        ap_xstate.before_run(&fd)?;
+        machine.aps.push(Ap {
+            vcpu: fd,
+            xstate: ap_xstate,
+        });
+    }
+    if let Some(irq) = &snap.irqchip {
+        load_irqchip(&machine.vm, irq)?;
+    }
 
     let devices = restored_devices(opts.serial, meta)?;
     let snapshot = match &opts.snapshot_file {
@@ -326,16 +358,44 @@ pub(crate) fn build(
     })
 }
 
-/// Load everything but the xsave image into vCPU 0, in KVM's order.
+/// The VM's interrupt controllers as saved: both PICs and the IOAPIC
+/// (`KVM_SET_IRQCHIP`), and the PIT when the source had one
+/// (`KVM_CREATE_PIT2`, then `KVM_SET_PIT2`).
+fn load_irqchip(vm: &kvm_ioctls::VmFd, irq: &IrqchipState) -> Result<()> {
+    for ((_, section), chip) in
+        IRQCHIP_SECTIONS
+            .iter()
+            .zip([&irq.pic_master, &irq.pic_slave, &irq.ioapic])
+    {
+        vm.set_irqchip(chip)
+            .map_err(|source| VcpuError::VmStateRefused {
+                ioctl: "KVM_SET_IRQCHIP",
+                section: section.to_string(),
+                source,
+            })?;
+    }
+    if let Some(pit) = &irq.pit {
+        vm.create_pit2(kvm_pit_config::default())
+            .map_err(Error::kvm("KVM_CREATE_PIT2"))?;
+        vm.set_pit2(pit)
+            .map_err(|source| VcpuError::VmStateRefused {
+                ioctl: "KVM_SET_PIT2",
+                section: "pit".into(),
+                source,
+            })?;
+    }
+    Ok(())
+}
+
+/// Load everything but the xsave image into a vCPU, in KVM's order.
 /// Returns the guest's TSC rate.
 fn load_vcpu(
-    machine: &Machine,
+    vcpu: &kvm_ioctls::VcpuFd,
     v: &VcpuState,
     saved_tsc_khz: u32,
     resolved: &GuestCpuid,
     policy: &mut Policy,
 ) -> Result<u32> {
-    let vcpu = &machine.vcpu;
     // The saved table, checked against the policy it was built from.
     let saved = GuestCpuid {
         cpuid: CpuId::from_entries(&v.cpuid).map_err(VcpuError::CpuidTable)?,
@@ -409,6 +469,20 @@ fn load_vcpu(
         e => e,
     })?;
     vcpu::set_msrs(vcpu, &v.msrs)?;
+    // The LAPIC after the special registers (its base and enable bit are
+    // in sregs.apic_base) and before the MP state and events it gates.
+    if let Some(lapic) = &v.lapic {
+        vcpu.set_lapic(lapic).map_err(refused(
+            "KVM_SET_LAPIC",
+            v,
+            "lapic",
+            "local APIC registers",
+            format!(
+                "likely: the APIC base {:#x} disables the local APIC",
+                v.sregs.apic_base
+            ),
+        ))?;
+    }
     if let Some(events) = &v.events {
         vcpu.set_vcpu_events(events).map_err(refused(
             "KVM_SET_VCPU_EVENTS",
@@ -625,5 +699,164 @@ mod tests {
             "host-owned differences (documented): {:?}",
             report.host_owned
         );
+    }
+
+    /// Two vCPUs with different XCR0s (the AVX-512 class beside x87|SSE)
+    /// and different register patterns: after capture_smp, the file and a
+    /// restore into another VM, both vCPUs' xsave images, XCR0s, registers
+    /// and LAPIC IDs read back from KVM match, bit for bit.
+    #[test]
+    fn every_vcpu_survives_an_smp_snapshot_bit_for_bit() {
+        let Ok(host) = HostKvm::open() else {
+            if std::env::var("VMM_REQUIRE_KVM").as_deref() == Ok("1") {
+                panic!("VMM_REQUIRE_KVM=1 but KVM cannot be opened");
+            }
+            eprintln!("SKIPPED every_vcpu_survives_an_smp_snapshot_bit_for_bit: KVM unavailable");
+            return;
+        };
+        let wide = host.xstate.supported_xcr0()
+            & (XfeatureMask::LEGACY.with(Xfeature::Avx) | XfeatureMask::AVX512);
+        let narrow = XfeatureMask::LEGACY;
+        let (mut policy, guest) = resolve_policy(
+            &host,
+            Some(&format!("{:#x}", wide.bits())),
+            xstate::InitMode::Minimal,
+            0,
+        )
+        .unwrap();
+        let (mut m, mut ap_fds) = Machine::create_smp(&host, 8, 2).unwrap();
+        let mut ap = ap_fds.pop().unwrap();
+        // One vCPU's consistent state: its CPUID, CR4.OSXSAVE, XCR0, an
+        // xsave image of patterns (`salt` makes the XMM registers differ
+        // between vCPUs) and distinct general registers. Returns the image
+        // as KVM holds it after KVM_RUN and the registers.
+        let prepare = |vcpu: &mut kvm_ioctls::VcpuFd, index: u32, xcr0: XfeatureMask| {
+            let table = crate::vstate::smp::cpuid_for(&guest, index);
+            vcpu.set_cpuid2(&table.cpuid).unwrap();
+            let mut sregs = vcpu.get_sregs().unwrap();
+            sregs.cr4 |= crate::snapshot::compat::CR4_OSXSAVE;
+            vcpu.set_sregs(&sregs).unwrap();
+            vcpu::set_xcr0(vcpu, xcr0.bits()).unwrap();
+            let mut img = pattern_image(&host.xstate.info, xcr0);
+            for i in 0..16 {
+                img.view_mut()
+                    .set_xmm(i, [(0x30 * index as u8) ^ (i as u8) ^ 0xa5; 16]);
+            }
+            vcpu::set_xsave(vcpu, &img, host.xsave2_size).unwrap();
+            vcpu::complete_pending_io(vcpu).unwrap();
+            let reference = vcpu::get_xsave(vcpu, host.xsave2_size).unwrap();
+            let mut regs = vcpu.get_regs().unwrap();
+            regs.rax = 0x1111_0000_0000_0000 * (u64::from(index) + 1) + 0xabcd;
+            regs.r15 = 0x0f0f_0f0f_0f0f_0f0f ^ u64::from(index);
+            vcpu.set_regs(&regs).unwrap();
+            (reference, regs)
+        };
+        let (ref0, regs0) = prepare(&mut m.vcpu, 0, wide);
+        let (ref1, regs1) = prepare(&mut ap, 1, narrow);
+
+        policy.cpuid_check = None;
+        let path = std::env::temp_dir().join(format!("vmm-unit-smp-{}.snap", std::process::id()));
+        let ctx = SaveContext::new(
+            &host,
+            path.clone(),
+            8,
+            String::new(),
+            &policy,
+            SyncPolicy::Lazy,
+            0,
+            guest.cpuid.as_slice().to_vec(),
+        )
+        .unwrap();
+        let new_xm =
+            || XstateManager::new(SyncPolicy::Lazy, host.xstate.info, wide, host.xsave2_size);
+        let (mut xm0, mut xm1) = (new_xm(), new_xm());
+        let devices = Devices::new(SerialSink::Null);
+        let snap = save::capture_smp(
+            &ctx,
+            Trigger::Time,
+            save::PausedSmp {
+                vm: &m.vm,
+                vcpus: vec![
+                    save::PausedVcpu {
+                        vcpu: &mut m.vcpu,
+                        xstate: &mut xm0,
+                    },
+                    save::PausedVcpu {
+                        vcpu: &mut ap,
+                        xstate: &mut xm1,
+                    },
+                ],
+                mem: &m.mem,
+                devices: &devices,
+                exits: 0,
+                ran: Duration::ZERO,
+            },
+        )
+        .unwrap();
+        assert_eq!(snap.meta.vcpus, 2);
+        assert_eq!(snap.meta.irqchip, "kvm");
+        // Each vCPU compacted with only its own components.
+        assert_eq!(
+            snap.vcpus[1].xstate.len() as u32,
+            host.xstate.info.compacted_size(narrow).unwrap()
+        );
+        let back = Snapshot::from_bytes(&snap.to_bytes()).unwrap();
+        assert!(back.irqchip.is_some());
+        let validated = validate(&path, &back, &host).unwrap();
+        assert_eq!(validated.checked.vcpus.len(), 2);
+        assert_eq!(validated.checked.vcpus[1].xcr0, narrow);
+        let standards: Vec<_> = validated
+            .checked
+            .vcpus
+            .iter()
+            .map(|c| c.standard.clone())
+            .collect();
+        let launch = build(
+            &back,
+            validated,
+            &host,
+            &RestoreOptions::default(),
+            Instant::now(),
+        )
+        .unwrap();
+        assert_eq!(launch.machine.aps.len(), 1);
+        let restored = [&launch.machine.vcpu, &launch.machine.aps[0].vcpu];
+        for (i, (fd, (reference, regs, xcr0))) in restored
+            .iter()
+            .zip([(&ref0, regs0, wide), (&ref1, regs1, narrow)])
+            .enumerate()
+        {
+            assert_eq!(vcpu::get_xcr0(fd).unwrap(), xcr0.bits(), "vCPU {i} XCR0");
+            assert_eq!(fd.get_regs().unwrap(), regs, "vCPU {i} registers");
+            let n = host.xstate.info.standard_size(xcr0).unwrap() as usize;
+            let now = vcpu::get_xsave(fd, host.xsave2_size).unwrap();
+            let (a, b) = (&reference.as_bytes()[..n], &now.as_bytes()[..n]);
+            if let Some(k) = (0..n).find(|&k| a[k] != b[k]) {
+                panic!(
+                    "vCPU {i}: xsave byte {k} differs: {:#04x} -> {:#04x}",
+                    a[k], b[k]
+                );
+            }
+            let report = crate::snapshot::verify::verify_loaded(
+                fd,
+                &back.vcpus[i],
+                &standards[i],
+                host.xsave2_size,
+            )
+            .unwrap();
+            assert!(
+                report.mismatches.is_empty(),
+                "vCPU {i} changed across snapshot/restore: {:?}",
+                report.mismatches
+            );
+            // The xAPIC ID register (offset 0x20, ID in bits 31:24).
+            let lapic = fd.get_lapic().unwrap();
+            assert_eq!(lapic.regs[0x23] as u8, i as u8, "vCPU {i} APIC ID");
+            assert_eq!(
+                lapic.regs[..0x30],
+                back.vcpus[i].lapic.unwrap().regs[..0x30],
+                "vCPU {i} LAPIC ID/version"
+            );
+        }
     }
 }

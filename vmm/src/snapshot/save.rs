@@ -20,13 +20,13 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use kvm_bindings::kvm_cpuid_entry2;
-use kvm_ioctls::VcpuFd;
+use kvm_bindings::{kvm_cpuid_entry2, kvm_irqchip};
+use kvm_ioctls::{VcpuFd, VmFd};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 use xstate::{CpuidProfile, XsaveInfo};
 
 use super::sparse::{SparseMemory, PAGE_SIZE};
-use super::state::{Meta, SerialRegs, Snapshot, VcpuState};
+use super::state::{IrqchipState, Meta, SerialRegs, Snapshot, VcpuState, IRQCHIP_SECTIONS};
 use super::write;
 use crate::cpuid::Policy;
 use crate::devices::Devices;
@@ -160,6 +160,33 @@ pub fn capture(ctx: &SaveContext, trigger: Trigger, vm: Running<'_>) -> Result<S
         exits,
         ran,
     } = vm;
+    let (state, unreadable) = capture_vcpu(ctx, 0, vcpu, xstate, false)?;
+
+    let memory = encode_memory(mem)?;
+
+    Ok(Snapshot {
+        meta: Meta {
+            msrs_unreadable: unreadable,
+            ..meta(ctx, trigger, devices, exits, ran, 1, "none")
+        },
+        memory,
+        serial_output: devices.serial_output().to_vec(),
+        vcpus: vec![state],
+        irqchip: None,
+    })
+}
+
+/// Read one vCPU between two `KVM_RUN`s: complete its pending I/O, then
+/// every register set, its xsave state compacted with only the components
+/// in use, and (`lapic`: the VM has an in-kernel irqchip) its local APIC.
+/// Also returns the listed MSRs KVM would not read.
+fn capture_vcpu(
+    ctx: &SaveContext,
+    id: u32,
+    vcpu: &mut VcpuFd,
+    xstate: &mut XstateManager,
+    lapic: bool,
+) -> Result<(VcpuState, Vec<u32>)> {
     // An edited xsave image must reach KVM before the guest's state is read.
     xstate.before_run(vcpu)?;
     vcpu::complete_pending_io(vcpu)?;
@@ -167,17 +194,51 @@ pub fn capture(ctx: &SaveContext, trigger: Trigger, vm: Running<'_>) -> Result<S
     let regs = vcpu.get_regs().map_err(Error::kvm("KVM_GET_REGS"))?;
     let sregs = vcpu.get_sregs().map_err(Error::kvm("KVM_GET_SREGS"))?;
     let xcrs = vcpu::get_xcrs(vcpu)?;
-    let (msrs, msrs_unreadable) = vcpu::get_msrs(vcpu, &ctx.msrs)?;
+    let (msrs, unreadable) = vcpu::get_msrs(vcpu, &ctx.msrs)?;
     // Optional state: KVMs without it simply have none to restore.
     let events = vcpu.get_vcpu_events().ok();
     let mp_state = vcpu.get_mp_state().ok().map(|m| m.mp_state);
     let debugregs = vcpu.get_debug_regs().ok();
     let xfd = xfd::save(vcpu, ctx.xfd)?;
+    let lapic = if lapic {
+        Some(vcpu.get_lapic().map_err(Error::kvm("KVM_GET_LAPIC"))?)
+    } else {
+        None
+    };
     let compacted = xstate.state(vcpu)?.clone();
+    // The boot table is vCPU 0's as set; an AP's carries its APIC ID.
+    let mut cpuid = ctx.cpuid.clone();
+    if id > 0 {
+        crate::vstate::smp::set_apic_id(&mut cpuid, id);
+    }
+    let state = VcpuState {
+        id,
+        cpuid,
+        regs,
+        sregs,
+        xcrs,
+        msrs,
+        events,
+        mp_state,
+        debugregs,
+        xfd,
+        xstate: compacted,
+        lapic,
+    };
+    Ok((state, unreadable))
+}
 
-    let memory = encode_memory(mem)?;
-
-    let meta = Meta {
+/// The `meta` section of a snapshot of `vcpus` vCPUs.
+fn meta(
+    ctx: &SaveContext,
+    trigger: Trigger,
+    devices: &Devices,
+    exits: u64,
+    ran: Duration,
+    vcpus: u32,
+    irqchip: &str,
+) -> Meta {
+    Meta {
         vmm_version: env!("CARGO_PKG_VERSION").into(),
         created_unix_s: SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -198,30 +259,104 @@ pub fn capture(ctx: &SaveContext, trigger: Trigger, vm: Running<'_>) -> Result<S
         kvm_leaf_0xd: CpuidProfile::entries_of(&ctx.kvm_info),
         xsave2_size: ctx.xsave2_size as u64,
         tsc_khz: ctx.tsc_khz,
-        irqchip: "none".into(),
+        irqchip: irqchip.into(),
         serial: SerialRegs::from(&devices.serial.state()),
         exits,
         guest_ran_ms: ran.as_secs_f64() * 1e3,
-        msrs_unreadable,
+        msrs_unreadable: Vec::new(),
+        vcpus,
+    }
+}
+
+/// One vCPU of a paused SMP machine, lent for a snapshot.
+pub struct PausedVcpu<'a> {
+    /// The vCPU, out of `KVM_RUN`.
+    pub vcpu: &'a mut VcpuFd,
+    /// Its xsave state.
+    pub xstate: &'a mut XstateManager,
+}
+
+/// A machine of several vCPUs, every one of them out of `KVM_RUN` (their
+/// threads have returned): the consistent point of an SMP snapshot.
+pub struct PausedSmp<'a> {
+    /// The VM (its irqchip and PIT state).
+    pub vm: &'a VmFd,
+    /// Every vCPU, in index order.
+    pub vcpus: Vec<PausedVcpu<'a>>,
+    /// Guest RAM.
+    pub mem: &'a GuestMemoryMmap,
+    /// The boot processor's port bus (COM1's registers and output).
+    pub devices: &'a Devices,
+    /// Exits so far (all vCPUs).
+    pub exits: u64,
+    /// How long the guest has run.
+    pub ran: Duration,
+}
+
+/// Capture a paused SMP machine: every vCPU (with its LAPIC), the irqchip
+/// (both PICs and the IOAPIC), the PIT when the VM has one, and RAM.
+pub fn capture_smp(ctx: &SaveContext, trigger: Trigger, vm: PausedSmp<'_>) -> Result<Snapshot> {
+    let PausedSmp {
+        vm: vm_fd,
+        vcpus,
+        mem,
+        devices,
+        exits,
+        ran,
+    } = vm;
+    let n = vcpus.len() as u32;
+    let mut states = Vec::with_capacity(vcpus.len());
+    let mut unreadable: Vec<u32> = Vec::new();
+    for (id, v) in vcpus.into_iter().enumerate() {
+        let (state, missing) = capture_vcpu(ctx, id as u32, v.vcpu, v.xstate, true)?;
+        states.push(state);
+        for m in missing {
+            if !unreadable.contains(&m) {
+                unreadable.push(m);
+            }
+        }
+    }
+    let chip = |id: u32| -> Result<kvm_irqchip> {
+        let mut c = kvm_irqchip {
+            chip_id: id,
+            ..Default::default()
+        };
+        vm_fd
+            .get_irqchip(&mut c)
+            .map_err(Error::kvm("KVM_GET_IRQCHIP"))?;
+        Ok(c)
     };
+    let irqchip = IrqchipState {
+        pic_master: chip(IRQCHIP_SECTIONS[0].0)?,
+        pic_slave: chip(IRQCHIP_SECTIONS[1].0)?,
+        ioapic: chip(IRQCHIP_SECTIONS[2].0)?,
+        // No KVM_CREATE_PIT2 here: a VM without a PIT has no state to keep.
+        pit: vm_fd.get_pit2().ok(),
+    };
+    let memory = encode_memory(mem)?;
     Ok(Snapshot {
-        meta,
+        meta: Meta {
+            msrs_unreadable: unreadable,
+            ..meta(ctx, trigger, devices, exits, ran, n, "kvm")
+        },
         memory,
         serial_output: devices.serial_output().to_vec(),
-        vcpus: vec![VcpuState {
-            id: 0,
-            cpuid: ctx.cpuid.clone(),
-            regs,
-            sregs,
-            xcrs,
-            msrs,
-            events,
-            mp_state,
-            debugregs,
-            xfd,
-            xstate: compacted,
-        }],
+        vcpus: states,
+        irqchip: Some(irqchip),
     })
+}
+
+/// [`save`] for a paused SMP machine ([`capture_smp`]).
+pub fn save_smp(ctx: &SaveContext, trigger: Trigger, vm: PausedSmp<'_>) -> Result<PathBuf> {
+    check_destination(&ctx.path, ctx.force)?;
+    let snap = capture_smp(ctx, trigger, vm)?;
+    write::write_atomic(&ctx.path, ctx.force, &snap.to_bytes()).map_err(|source| {
+        Error::SnapshotWrite {
+            path: ctx.path.clone(),
+            source,
+        }
+    })?;
+    Ok(ctx.path.clone())
 }
 
 /// Guest RAM, sparsely. RAM is one region from address 0 (see

@@ -2,7 +2,7 @@
 //!
 //! | section | contents |
 //! |---------|----------|
-//! | `meta` | JSON ([`Meta`]): how the VM was built (RAM, command line with `xfeatures=`, xstate policy, init mode), the source KVM's leaf 0xD and XCR0/IA32_XSS, TSC rate, device state (the 8250 UART), what interrupt hardware exists (none), why and when the snapshot was taken |
+//! | `meta` | JSON ([`Meta`]): how the VM was built (RAM, command line with `xfeatures=`, xstate policy, init mode), the source KVM's leaf 0xD and XCR0/IA32_XSS, TSC rate, device state (the 8250 UART), what interrupt hardware exists (`none`, or `kvm` with several vCPUs), how many vCPUs, why and when the snapshot was taken |
 //! | `memory` | guest RAM's page index: which pages are stored, all-zero pages left out ([`super::format::SparseMemory`]) |
 //! | `memory.pages` | the stored pages, page-aligned in the file (restore maps them) |
 //! | `serial` | what the guest printed before the snapshot |
@@ -16,11 +16,21 @@
 //! | `vcpuN.debugregs` | `struct kvm_debugregs` (128 bytes), when KVM has it |
 //! | `vcpuN.xfd` | `IA32_XFD` and `IA32_XFD_ERR` as (index u32, 0 u32, value u64), exactly those two, when KVM lists them (hosts with XFD, see [`crate::vstate::xfd`]); optional: a snapshot without it restores as before |
 //! | `vcpuN.xstate` | the extended state **compacted with only the components in use**: an XSAVEC-format image whose XCOMP_BV (bit 63 set) equals its XSTATE_BV, laid out by the source KVM's leaf 0xD in `meta` |
+//! | `vcpuN.lapic` | `struct kvm_lapic_state` (1024 bytes), when the VM has an in-kernel irqchip (`--vcpus` above 1) |
+//! | `irqchip.pic_master`, `irqchip.pic_slave`, `irqchip.ioapic` | `struct kvm_irqchip` (520 bytes each, `KVM_GET_IRQCHIP` chips 0, 1, 2), when the VM has an in-kernel irqchip |
+//! | `pit` | `struct kvm_pit_state2` (112 bytes), when the VM has an in-kernel PIT |
+//!
+//! `meta.vcpus` says how many vCPUs the file holds (1 when absent: files
+//! written before SMP); [`super::compat`] refuses a file whose sections
+//! hold another number.
 //!
 //! KVM structures are stored as their Linux UAPI layout (little-endian x86-64),
 //! which the kernel never changes incompatibly.
 
-use kvm_bindings::{kvm_cpuid_entry2, kvm_debugregs, kvm_regs, kvm_sregs, kvm_vcpu_events};
+use kvm_bindings::{
+    kvm_cpuid_entry2, kvm_debugregs, kvm_irqchip, kvm_lapic_state, kvm_pit_state2, kvm_regs,
+    kvm_sregs, kvm_vcpu_events,
+};
 use serde::{Deserialize, Serialize};
 use xstate::{CpuidEntry, CpuidProfile, XfeatureMask, XsaveBuf, XsaveInfo};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
@@ -39,7 +49,31 @@ pub struct Snapshot {
     pub serial_output: Vec<u8>,
     /// Every vCPU, in id order.
     pub vcpus: Vec<VcpuState>,
+    /// The VM's in-kernel interrupt controllers and timer (`None`: the VM
+    /// had none, as with one vCPU).
+    pub irqchip: Option<IrqchipState>,
 }
+
+/// The VM-wide in-kernel interrupt hardware (`KVM_CREATE_IRQCHIP`): the two
+/// 8259 PICs, the IOAPIC and, when the VM has one, the 8254 PIT.
+#[derive(Clone, Debug)]
+pub struct IrqchipState {
+    /// `KVM_GET_IRQCHIP` chip 0 (`KVM_IRQCHIP_PIC_MASTER`).
+    pub pic_master: kvm_irqchip,
+    /// `KVM_GET_IRQCHIP` chip 1 (`KVM_IRQCHIP_PIC_SLAVE`).
+    pub pic_slave: kvm_irqchip,
+    /// `KVM_GET_IRQCHIP` chip 2 (`KVM_IRQCHIP_IOAPIC`).
+    pub ioapic: kvm_irqchip,
+    /// `KVM_GET_PIT2`, when the VM has a PIT (`KVM_CREATE_PIT2`).
+    pub pit: Option<kvm_pit_state2>,
+}
+
+/// The `KVM_GET_IRQCHIP` chip numbers with their section names.
+pub const IRQCHIP_SECTIONS: [(u32, &str); 3] = [
+    (0, "irqchip.pic_master"),
+    (1, "irqchip.pic_slave"),
+    (2, "irqchip.ioapic"),
+];
 
 /// The 8250 UART's registers (vm-superio's `SerialState`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -132,9 +166,10 @@ pub struct Meta {
     pub xsave2_size: u64,
     /// The guest's TSC rate in kHz (0: unknown).
     pub tsc_khz: u32,
-    /// Interrupt controllers and timers: this VMM creates none (no
-    /// KVM_CREATE_IRQCHIP, no PIT); the guest polls. A snapshot of a VM
-    /// with them would carry LAPIC, IOAPIC/PIC and PIT sections.
+    /// Interrupt controllers and timers: `none` for one vCPU (no
+    /// KVM_CREATE_IRQCHIP; the guest polls), `kvm` for several (the
+    /// in-kernel irqchip: the `vcpuN.lapic` and `irqchip.*` sections carry
+    /// its state, `pit` the PIT's when the VM has one).
     pub irqchip: String,
     /// COM1's registers.
     pub serial: SerialRegs,
@@ -146,6 +181,14 @@ pub struct Meta {
     /// not read on the source.
     #[serde(default)]
     pub msrs_unreadable: Vec<u32>,
+    /// How many vCPUs the snapshot holds (absent: 1, a file from before
+    /// SMP).
+    #[serde(default = "one_vcpu")]
+    pub vcpus: u32,
+}
+
+fn one_vcpu() -> u32 {
+    1
 }
 
 /// One vCPU.
@@ -173,6 +216,8 @@ pub struct VcpuState {
     pub xfd: Option<XfdMsrs>,
     /// Compacted, in-use components only.
     pub xstate: XsaveBuf,
+    /// The local APIC's registers, when the VM has an in-kernel irqchip.
+    pub lapic: Option<kvm_lapic_state>,
 }
 
 impl VcpuState {
@@ -316,10 +361,20 @@ pub const VCPU_SECTIONS: &[&str] = &[
     "debugregs",
     "xfd",
     "xstate",
+    "lapic",
 ];
 
 /// The sections outside any vCPU.
-pub const GLOBAL_SECTIONS: &[&str] = &["meta", "memory", PAGES_SECTION, "serial"];
+pub const GLOBAL_SECTIONS: &[&str] = &[
+    "meta",
+    "memory",
+    PAGES_SECTION,
+    "serial",
+    "irqchip.pic_master",
+    "irqchip.pic_slave",
+    "irqchip.ioapic",
+    "pit",
+];
 
 /// Every section name is one this format defines, and every `vcpuN.*`
 /// section belongs to a vCPU that exists (`vcpu0.regs` .. `vcpuM.regs`,
@@ -438,6 +493,22 @@ impl Snapshot {
                 c.push(&n("xfd"), pairs_to_bytes(&x.pairs()));
             }
             c.push(&n("xstate"), v.xstate.to_vec());
+            if let Some(l) = &v.lapic {
+                c.push(&n("lapic"), pod_bytes(l));
+            }
+        }
+        if let Some(irq) = &self.irqchip {
+            for (chip, name) in IRQCHIP_SECTIONS {
+                let state = match chip {
+                    0 => &irq.pic_master,
+                    1 => &irq.pic_slave,
+                    _ => &irq.ioapic,
+                };
+                c.push(name, pod_bytes(state));
+            }
+            if let Some(p) = &irq.pit {
+                c.push("pit", pod_bytes(p));
+            }
         }
         c.push("serial", self.serial_output.clone());
         c.push("memory", self.memory.index_bytes());
@@ -518,6 +589,10 @@ impl Snapshot {
                     .map(|b| xfd_from(&n("xfd"), b))
                     .transpose()?,
                 xstate,
+                lapic: c
+                    .get(&n("lapic"))
+                    .map(|b| pod_from(&n("lapic"), b))
+                    .transpose()?,
             });
         }
         if vcpus.is_empty() {
@@ -525,11 +600,33 @@ impl Snapshot {
                 "no vCPU sections (vcpu0.regs is missing)".into(),
             ));
         }
+        let chip = |name: &str| -> Result<Option<kvm_irqchip>, FormatError> {
+            c.get(name).map(|b| pod_from(name, b)).transpose()
+        };
+        let chips = IRQCHIP_SECTIONS.map(|(_, name)| chip(name));
+        let [master, slave, ioapic] = chips;
+        let irqchip = match (master?, slave?, ioapic?) {
+            (Some(pic_master), Some(pic_slave), Some(ioapic)) => Some(IrqchipState {
+                pic_master,
+                pic_slave,
+                ioapic,
+                pit: c.get("pit").map(|b| pod_from("pit", b)).transpose()?,
+            }),
+            (None, None, None) if c.get("pit").is_none() => None,
+            _ => {
+                return Err(FormatError::Malformed(
+                    "the irqchip sections (irqchip.pic_master, irqchip.pic_slave, \
+                     irqchip.ioapic; pit only with them) come all together or not at all"
+                        .into(),
+                ))
+            }
+        };
         Ok(Self {
             meta,
             memory,
             serial_output: c.get("serial").unwrap_or_default().to_vec(),
             vcpus,
+            irqchip,
         })
     }
 
@@ -655,5 +752,43 @@ mod tests {
         p[5] = 1;
         let err = pairs_from("vcpu0.xcrs", &p).unwrap_err().to_string();
         assert!(err.contains("reserved padding"), "{err}");
+    }
+
+    /// A `meta` written before SMP has no `vcpus`: it reads as one vCPU.
+    #[test]
+    fn meta_without_vcpus_is_one_vcpu() {
+        let json = serde_json::json!({
+            "vmm_version": "0.1.0", "created_unix_s": 0, "trigger": "time", "mem_mib": 64,
+            "cmdline": "", "policy_xcr0": 3, "init_xstate": "minimal", "xstate_sync": "lazy",
+            "kvm_xcr0": 3, "kvm_xss": 0, "kvm_leaf_0xd": [], "xsave2_size": 0, "tsc_khz": 0,
+            "irqchip": "none", "serial": SerialRegs::default(), "exits": 0, "guest_ran_ms": 0.0
+        });
+        let meta: Meta = serde_json::from_value(json).unwrap();
+        assert_eq!(meta.vcpus, 1);
+        assert!(meta.msrs_unreadable.is_empty());
+    }
+
+    #[test]
+    fn lapic_and_irqchip_sections_are_known() {
+        let names = [
+            "meta",
+            "memory",
+            "vcpu0.regs",
+            "vcpu0.lapic",
+            "vcpu1.regs",
+            "vcpu1.lapic",
+            "irqchip.pic_master",
+            "irqchip.pic_slave",
+            "irqchip.ioapic",
+            "pit",
+        ];
+        check_section_names(names.iter().copied()).unwrap();
+        let err = check_section_names(["meta", "vcpu0.regs", "vcpu1.lapic"].iter().copied())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("vcpu1.lapic"), "{err}");
+        assert_eq!(std::mem::size_of::<kvm_lapic_state>(), 1024);
+        assert_eq!(std::mem::size_of::<kvm_irqchip>(), 520);
+        assert_eq!(std::mem::size_of::<kvm_pit_state2>(), 112);
     }
 }

@@ -13,15 +13,16 @@ use super::machine::{Ap, Machine};
 use super::outcome::{xcr0_violation, ExitCounts, RunEnd, RunOutcome, VcpuOutcome};
 use super::runner::VcpuRunner;
 use super::smp;
-use super::stop::{supervise, supervise_all, Deadlines, StopFlag, StopReason, VcpuBody};
+use super::stop::{supervise, supervise_all_with, Deadlines, StopFlag, StopReason, VcpuBody};
 use super::vcpu;
 use crate::arch::boot::{self, BootEntry};
 use crate::arch::layout::{BOOT_TSC_ADDR, MAX_MEM_MIB, MIN_MEM_MIB};
+use crate::arch::mptable;
 use crate::cpuid::{validate_policy, Policy};
 use crate::devices::{Devices, FirstN, MAX_MARKS, SERIAL_CAPTURE_MAX};
 use crate::error::{Error, MemoryError, Result};
 use crate::kvm::HostKvm;
-use crate::snapshot::save::{self, SaveContext};
+use crate::snapshot::save::{self, PausedSmp, PausedVcpu, SaveContext, Trigger};
 use crate::xstate_manager::XstateManager;
 
 /// Boot a guest and run it to the end.
@@ -43,12 +44,6 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
     )?;
     smp::check_vcpus(config.vcpus, smp::kvm_max_vcpus(&host.kvm))?;
     check_snapshot_options(config.snapshot_after, config.snapshot_file.as_deref())?;
-    if config.vcpus > 1 && config.snapshot_file.is_some() {
-        return Err(Error::Argument(format!(
-            "--snapshot-file with --vcpus {}: snapshots of more than one vCPU are not supported",
-            config.vcpus
-        )));
-    }
     if let Some(path) = &config.snapshot_file {
         save::check_destination(path, config.snapshot_force)?;
     }
@@ -56,15 +51,9 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
     // CPUID table (kvm_pvm) our guest still limits XCR0 to it. That word is
     // the VMM's alone.
     check_cmdline_words(&config.cmdline)?;
-    let mut cmdline = with_xfeatures_hint(&config.cmdline, xcr0);
-    // The CPU count, unless the caller's command line overrides it.
-    if config.vcpus > 1
-        && guest::protocol::Cmdline::parse(&config.cmdline)
-            .cpus
-            .is_none()
-    {
-        cmdline.push_str(&format!(" cpus={}", config.vcpus));
-    }
+    // The CPU count reaches the guest through the MP table (below), as
+    // on a PC; a `cpus=` word of the caller's still overrides it.
+    let cmdline = with_xfeatures_hint(&config.cmdline, xcr0);
 
     let (mut machine, ap_fds) = Machine::create_smp(&host, config.mem_mib, config.vcpus)?;
     // Before anything touches guest RAM, so the kernel load faults in huge
@@ -96,6 +85,19 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
         host.xsave2_size,
     )?;
     policy.cpuid_check = Some(check);
+    if config.vcpus > 1 {
+        let leaf1 = guest_cpuid
+            .cpuid
+            .as_slice()
+            .iter()
+            .find(|e| e.function == 1 && e.index == 0)
+            .map(|e| mptable::CpuSignature {
+                eax: e.eax,
+                edx: e.edx,
+            })
+            .unwrap_or_default();
+        mptable::write(&machine.mem, config.vcpus, leaf1)?;
+    }
     let mut ap_start = None;
     for (i, vcpu) in ap_fds.into_iter().enumerate() {
         let index = i as u32 + 1;
@@ -322,6 +324,8 @@ pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
         raw: l.raw,
         snapshot: l.snapshot,
         snapshot_errors: Vec::new(),
+        pausable: false,
+        paused: None,
     };
     let supervised = supervise(deadlines, move |stop| {
         let mut runner = runner;
@@ -411,6 +415,8 @@ fn execute_smp(l: Launch) -> Result<RunOutcome> {
     let serial_sink = l.devices.serial.writer().sink();
     let xstate_sync = l.xstate.policy();
     let run_start = Instant::now();
+    // With somewhere to write it, a snapshot pauses every vCPU first.
+    let pausable = l.snapshot.is_some();
     let runner = |vcpu, devices, xstate| VcpuRunner {
         vcpu,
         mem: mem.clone(),
@@ -425,25 +431,78 @@ fn execute_smp(l: Launch) -> Result<RunOutcome> {
         raw: l.raw,
         snapshot: None,
         snapshot_errors: Vec::new(),
+        pausable,
+        paused: None,
     };
     let mut runners = vec![runner(vcpu, l.devices, l.xstate)];
     for ap in aps {
         runners.push(runner(ap.vcpu, Devices::new(serial_sink), ap.xstate));
     }
-    let bodies: Vec<VcpuBody<VcpuResult>> = runners
-        .into_iter()
-        .map(|mut r| {
-            Box::new(move |stop: &StopFlag| {
-                let end = r.run_loop(stop);
-                let stopped = stop.requested() == Some(StopReason::Peer)
-                    && matches!(end, Ok(RunEnd::TimedOut(d)) if d.is_zero());
-                (r, end, stopped)
-            }) as VcpuBody<VcpuResult>
-        })
-        .collect();
-    let (results, ended_by, timed_out) = supervise_all(l.timeout, bodies, |(_, end, stopped)| {
-        end.is_err() || !*stopped
-    })?;
+    let deadline = l.timeout.and_then(|t| run_start.checked_add(t));
+    let mut snapshot_after = l.snapshot_after.filter(|_| pausable);
+    let mut snapshot_time = None;
+    let mut snapshot_errors = Vec::new();
+    let (results, ended_by, timed_out) = loop {
+        let bodies: Vec<VcpuBody<VcpuResult>> = runners
+            .into_iter()
+            .map(|mut r| {
+                Box::new(move |stop: &StopFlag| {
+                    let end = r.run_loop(stop);
+                    let stopped = stop.requested() == Some(StopReason::Peer)
+                        && matches!(end, Ok(RunEnd::TimedOut(d)) if d.is_zero());
+                    (r, end, stopped)
+                }) as VcpuBody<VcpuResult>
+            })
+            .collect();
+        let deadlines = Deadlines {
+            timeout: deadline.map(|d| d.saturating_duration_since(Instant::now())),
+            snapshot_after,
+        };
+        let (mut results, ended_by, timed_out) =
+            supervise_all_with(deadlines, bodies, |(_, end, stopped)| {
+                end.is_err() || !*stopped
+            })?;
+        // One snapshot request per run, as with one vCPU.
+        snapshot_after = None;
+        let paused = results
+            .iter()
+            .enumerate()
+            .find_map(|(i, (r, _, _))| r.paused.map(|t| (i, t)));
+        // A vCPU that ended on its own (exit, crash, error) ends the run.
+        let own_end = results
+            .iter()
+            .any(|(r, end, stopped)| r.paused.is_none() && (end.is_err() || !*stopped));
+        let (Some((who, trigger)), false, false, Some(ctx)) =
+            (paused, own_end, timed_out, l.snapshot.as_ref())
+        else {
+            break (results, ended_by, timed_out);
+        };
+        match snapshot_smp(ctx, trigger, &_vm, &mem, &mut results, &l.policy, run_start)? {
+            SmpSaved::Written(path, took) => {
+                snapshot_time = Some(took);
+                end_with(&mut results, who, RunEnd::Snapshotted(path));
+                break (results, Some(who), false);
+            }
+            SmpSaved::Violation(i, why) => {
+                end_with(&mut results, i, RunEnd::ProtocolViolation(why));
+                break (results, Some(i), false);
+            }
+            SmpSaved::NotWritten(e) => {
+                // Said and kept up to a bound, and the guest goes on.
+                if snapshot_errors.len() < super::runner::MAX_SNAPSHOT_ERRORS {
+                    eprintln!("vmm: {e}; the guest was resumed");
+                    snapshot_errors.push(e.to_string());
+                }
+                runners = results
+                    .into_iter()
+                    .map(|(mut r, _, _)| {
+                        r.paused = None;
+                        r
+                    })
+                    .collect();
+            }
+        }
+    };
     let run_time = run_start.elapsed();
 
     let mut vcpus = Vec::with_capacity(results.len());
@@ -537,8 +596,8 @@ fn execute_smp(l: Launch) -> Result<RunOutcome> {
         setup_time: l.setup_time,
         run_time,
         first_exit,
-        snapshot_time: None,
-        snapshot_errors: Vec::new(),
+        snapshot_time,
+        snapshot_errors,
         native: devices.native,
         hugepages: None,
         first_instruction: l
@@ -578,6 +637,82 @@ pub(crate) fn monotonic_now_ns() -> u64 {
     (ts.tv_sec as u64)
         .saturating_mul(1_000_000_000)
         .saturating_add(ts.tv_nsec as u64)
+}
+
+/// What an attempt to snapshot a paused SMP machine gave.
+enum SmpSaved {
+    /// Written to this path, in this long.
+    Written(std::path::PathBuf, Duration),
+    /// vCPU `.0`'s XCR0 left the policy: the run ends there instead.
+    Violation(usize, String),
+    /// The file could not be written; the guest may go on.
+    NotWritten(Error),
+}
+
+/// Save a machine whose vCPU threads have all returned (`results`, in
+/// index order): every vCPU's XCR0 is checked against the policy first (a
+/// snapshot of state outside it would be refused by restore).
+fn snapshot_smp(
+    ctx: &SaveContext,
+    trigger: Trigger,
+    vm: &kvm_ioctls::VmFd,
+    mem: &vm_memory::GuestMemoryMmap,
+    results: &mut [VcpuResult],
+    policy: &Policy,
+    run_start: Instant,
+) -> Result<SmpSaved> {
+    for (i, (r, _, _)) in results.iter().enumerate() {
+        let xcr0 = vcpu::get_xcr0(&r.vcpu)?;
+        if let Some(why) = xcr0_violation(xcr0, policy.xcr0) {
+            return Ok(SmpSaved::Violation(i, why));
+        }
+    }
+    let began = Instant::now();
+    let exits = results.iter().map(|(r, _, _)| r.exits.total).sum();
+    let (first, rest) = results.split_at_mut(1);
+    let VcpuRunner {
+        vcpu: bsp,
+        xstate: bsp_xstate,
+        devices,
+        ..
+    } = &mut first[0].0;
+    let mut vcpus = vec![PausedVcpu {
+        vcpu: bsp,
+        xstate: bsp_xstate,
+    }];
+    for (r, _, _) in rest.iter_mut() {
+        vcpus.push(PausedVcpu {
+            vcpu: &mut r.vcpu,
+            xstate: &mut r.xstate,
+        });
+    }
+    let paused = PausedSmp {
+        vm,
+        vcpus,
+        mem,
+        devices,
+        exits,
+        ran: run_start.elapsed(),
+    };
+    match save::save_smp(ctx, trigger, paused) {
+        Ok(path) => Ok(SmpSaved::Written(path, began.elapsed())),
+        Err(e @ Error::SnapshotWrite { .. }) => Ok(SmpSaved::NotWritten(e)),
+        Err(e) => Err(e),
+    }
+}
+
+/// vCPU `who` ended the run with `end`; every other one was stopped.
+fn end_with(results: &mut [VcpuResult], who: usize, end: RunEnd) {
+    for (i, (r, e, stopped)) in results.iter_mut().enumerate() {
+        r.paused = None;
+        if i == who {
+            *e = Ok(end.clone());
+            *stopped = false;
+        } else {
+            *e = Ok(RunEnd::TimedOut(Duration::ZERO));
+            *stopped = true;
+        }
+    }
 }
 
 /// Refuse command-line words the VMM owns (`guest::protocol::VMM_OWNED_WORDS`):

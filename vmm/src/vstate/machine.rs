@@ -5,7 +5,7 @@
 //! Guest RAM is one anonymous private mapping (vm-memory's, which unmaps
 //! it when the machine is dropped). A restore maps the snapshot's stored
 //! page runs over parts of it from the snapshot file
-//! ([`Machine::create_from_image`]): `mmap(MAP_PRIVATE | MAP_FIXED)` of the
+//! ([`Machine::create_smp_from_image`]): `mmap(MAP_PRIVATE | MAP_FIXED)` of the
 //! file, so a page is read from the file (page cache) only when the guest
 //! or the VMM first touches it, and a write copies it, never reaching the
 //! file. Start-up then costs one `mmap` per run, not one copy per byte.
@@ -61,21 +61,9 @@ pub struct Machine {
 
 impl Machine {
     /// Create the VM, its RAM (`mem_mib`, slot 0 from address 0) and vCPU 0.
+    #[cfg(test)]
     pub fn create(host: &HostKvm, mem_mib: u64) -> Result<Self> {
         Self::build(host, mem_mib, None)
-    }
-
-    /// Create the VM with the RAM of a snapshot: zero but for `image`'s
-    /// runs, which are mapped privately from its file (see the module
-    /// documentation). The file's length is checked to cover every mapped
-    /// page right before mapping; a file truncated *after* that is the
-    /// user's error: the guest (or the VMM) touching a page past its new end
-    /// fails (KVM_RUN returns an error, or the VMM gets SIGBUS). A file
-    /// rewritten in place while the guest runs shows its new bytes in the
-    /// pages the guest has not yet written: snapshots are written to a new
-    /// file and renamed, never rewritten in place, by this vmm.
-    pub fn create_from_image(host: &HostKvm, mem_mib: u64, image: &RamImage<'_>) -> Result<Self> {
-        Self::build(host, mem_mib, Some(image))
     }
 
     fn build(host: &HostKvm, mem_mib: u64, image: Option<&RamImage<'_>>) -> Result<Self> {
@@ -99,10 +87,37 @@ impl Machine {
     /// Create the VM for `vcpus` vCPUs: with more than one, the in-kernel
     /// irqchip first (every vCPU created after it gets a LAPIC), then RAM
     /// and vCPU 0; the APs' fds are returned for the caller to configure
-    /// (see [`super::smp`]). One vCPU is exactly [`Machine::create`].
+    /// (see [`super::smp`]). One vCPU is exactly the VM `vmm` always built (no irqchip).
     pub fn create_smp(host: &HostKvm, mem_mib: u64, vcpus: u32) -> Result<(Self, Vec<VcpuFd>)> {
+        Self::build_smp(host, mem_mib, vcpus, None)
+    }
+
+    /// [`Machine::create_smp`] with the RAM of a snapshot: zero but for
+    /// `image`'s runs, which are mapped privately from its file (see the
+    /// module documentation). The file's length is checked to cover every
+    /// mapped page right before mapping; a file truncated *after* that is
+    /// the user's error: the guest (or the VMM) touching a page past its new
+    /// end fails (KVM_RUN returns an error, or the VMM gets SIGBUS). A file
+    /// rewritten in place while the guest runs shows its new bytes in the
+    /// pages the guest has not yet written: snapshots are written to a new
+    /// file and renamed, never rewritten in place, by this vmm.
+    pub fn create_smp_from_image(
+        host: &HostKvm,
+        mem_mib: u64,
+        vcpus: u32,
+        image: &RamImage<'_>,
+    ) -> Result<(Self, Vec<VcpuFd>)> {
+        Self::build_smp(host, mem_mib, vcpus, Some(image))
+    }
+
+    fn build_smp(
+        host: &HostKvm,
+        mem_mib: u64,
+        vcpus: u32,
+        image: Option<&RamImage<'_>>,
+    ) -> Result<(Self, Vec<VcpuFd>)> {
         if vcpus <= 1 {
-            return Ok((Self::create(host, mem_mib)?, Vec::new()));
+            return Ok((Self::build(host, mem_mib, image)?, Vec::new()));
         }
         let vm = host.kvm.create_vm().map_err(Error::kvm("KVM_CREATE_VM"))?;
         vm.set_tss_address(KVM_TSS_ADDR as usize)
@@ -110,6 +125,9 @@ impl Machine {
         vm.create_irq_chip()
             .map_err(Error::kvm("KVM_CREATE_IRQCHIP"))?;
         let mem = allocate_ram(mem_mib)?;
+        if let Some(image) = image {
+            map_image(&mem, image)?;
+        }
         register_ram(&vm, &mem)?;
         let vcpu = vm.create_vcpu(0).map_err(Error::kvm("KVM_CREATE_VCPU"))?;
         let aps = (1..vcpus)

@@ -52,6 +52,13 @@ pub(crate) struct VcpuRunner {
     /// Snapshots that could not be written (the guest went on), at most
     /// [`MAX_SNAPSHOT_ERRORS`] kept.
     pub snapshot_errors: Vec<String>,
+    /// One vCPU of several whose machine can be snapshotted: a snapshot
+    /// request (the `--snapshot-after` stop, a guest write to
+    /// `SNAPSHOT_PORT`) leaves the loop with [`VcpuRunner::paused`] set,
+    /// and the machine is saved once every vCPU is out of `KVM_RUN`.
+    pub pausable: bool,
+    /// Why this vCPU's loop left for a snapshot of the whole machine.
+    pub paused: Option<Trigger>,
 }
 
 /// Failed snapshot messages kept for the report: a guest asking again and
@@ -111,6 +118,10 @@ impl VcpuRunner {
                     // Not written: the guest goes on; the request is done.
                     stop.snapshot_done();
                 }
+                Some(StopReason::Snapshot) if self.pausable => {
+                    self.paused = Some(Trigger::Time);
+                    return Ok(RunEnd::TimedOut(Duration::ZERO));
+                }
                 // A snapshot request is only armed with a snapshot file:
                 // without one it can only be a plain stop.
                 Some(_) => return Ok(RunEnd::TimedOut(Duration::ZERO)),
@@ -126,7 +137,7 @@ impl VcpuRunner {
                 Step::Exit(VcpuExit::IoOut(SNAPSHOT_PORT, _)) => {
                     self.exits.io += 1;
                     protocol_exit = true;
-                    if self.snapshot.is_some() {
+                    if self.snapshot.is_some() || self.pausable {
                         snapshot_requested = true;
                     } else {
                         // No snapshot file: nothing decodes the port.
@@ -168,6 +179,11 @@ impl VcpuRunner {
                 PortAction::Exit(status) => return Ok(RunEnd::guest_exit(status)),
                 PortAction::Mark(v) => self.marks.push((v, self.start.elapsed())),
                 PortAction::EditXmm(reg) => self.edit_xmm(reg)?,
+            }
+            if snapshot_requested && self.pausable {
+                // The machine is saved once every vCPU has stopped.
+                self.paused = Some(Trigger::Guest);
+                return Ok(RunEnd::TimedOut(Duration::ZERO));
             }
             if snapshot_requested {
                 if let Some(end) = self.snapshot(Trigger::Guest)? {

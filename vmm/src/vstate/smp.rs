@@ -25,7 +25,7 @@
 //! benchmarks and the guest's "HLT with nothing to wake it" diagnosis stay
 //! what they measured and said before SMP existed.
 
-use kvm_bindings::{kvm_mp_state, KVM_MP_STATE_UNINITIALIZED};
+use kvm_bindings::{kvm_cpuid_entry2, kvm_mp_state, KVM_MP_STATE_UNINITIALIZED};
 use kvm_ioctls::{Cap, Kvm, VcpuFd};
 use serde::Serialize;
 
@@ -120,14 +120,20 @@ pub fn hold_for_sipi(ap: &VcpuFd, index: u32) -> Result<ApStart> {
 /// its ID from CPUID must see the same).
 pub fn cpuid_for(table: &GuestCpuid, index: u32) -> GuestCpuid {
     let mut t = table.clone();
-    for e in t.cpuid.as_mut_slice() {
+    set_apic_id(t.cpuid.as_mut_slice(), index);
+    t
+}
+
+/// Put APIC ID `index` into a CPUID table (see [`cpuid_for`]): vCPU
+/// `index`'s table as its snapshot stores it.
+pub fn set_apic_id(entries: &mut [kvm_cpuid_entry2], index: u32) {
+    for e in entries {
         match e.function {
             1 => e.ebx = (e.ebx & 0x00ff_ffff) | (index << 24),
             0xb | 0x1f => e.edx = index,
             _ => {}
         }
     }
-    t
 }
 
 #[cfg(test)]

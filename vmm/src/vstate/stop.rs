@@ -173,7 +173,7 @@ pub fn supervise<R: Send + 'static>(
     Ok(Supervised { value, timed_out })
 }
 
-/// One vCPU thread's body for [`supervise_all`].
+/// One vCPU thread's body for [`supervise_all_with`].
 pub type VcpuBody<R> = Box<dyn FnOnce(&StopFlag) -> R + Send>;
 
 /// Run one body per vCPU, each on its own thread (`vcpu0`, `vcpu1`, ...),
@@ -184,13 +184,20 @@ pub type VcpuBody<R> = Box<dyn FnOnce(&StopFlag) -> R + Send>;
 /// order, and the index of the vCPU that ended the run (`None` when only
 /// the timeout did).
 ///
-/// Snapshots of several vCPUs are not supported (refused before a VM
-/// exists), so only the timeout deadline applies.
-pub fn supervise_all<R: Send + 'static>(
-    timeout: Option<Duration>,
+/// When `deadlines.snapshot_after` passes first, every thread is asked to stop
+/// for a snapshot ([`StopReason::Snapshot`]) and kicked out of `KVM_RUN`
+/// until all have returned: the consistent point at which the caller
+/// saves the whole machine. The timeout still applies meanwhile (it
+/// replaces the request).
+pub fn supervise_all_with<R: Send + 'static>(
+    deadlines: Deadlines,
     bodies: Vec<VcpuBody<R>>,
     ends_run: impl Fn(&R) -> bool,
 ) -> Result<(Vec<R>, Option<usize>, bool)> {
+    let Deadlines {
+        timeout,
+        snapshot_after,
+    } = deadlines;
     register_signal_handler(kick_signal(), kick_handler).map_err(VcpuError::KickHandler)?;
     let stop = Arc::new(StopFlag::new());
     let (tx, rx) = mpsc::channel::<usize>();
@@ -211,7 +218,9 @@ pub fn supervise_all<R: Send + 'static>(
     drop(tx);
     let n = handles.len();
     let mut results: Vec<Option<R>> = (0..n).map(|_| None).collect();
-    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+    let begin = Instant::now();
+    let deadline = timeout.and_then(|t| begin.checked_add(t));
+    let snapshot_at = snapshot_after.and_then(|t| begin.checked_add(t));
     let mut ended_by = None;
     let mut timed_out = false;
     let mut done = 0;
@@ -220,9 +229,13 @@ pub fn supervise_all<R: Send + 'static>(
             // Stopping: kick every 10 ms until all threads are out.
             Duration::from_millis(10)
         } else {
-            deadline.map_or(Duration::from_secs(3600), |d| {
-                d.saturating_duration_since(Instant::now())
-            })
+            [deadline, snapshot_at]
+                .into_iter()
+                .flatten()
+                .min()
+                .map_or(Duration::from_secs(3600), |d| {
+                    d.saturating_duration_since(Instant::now())
+                })
         };
         match rx.recv_timeout(wait) {
             Ok(i) => {
@@ -237,9 +250,15 @@ pub fn supervise_all<R: Send + 'static>(
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                if stop.requested().is_none() && deadline.is_some_and(|d| Instant::now() >= d) {
+                let now = Instant::now();
+                if stop.requested() != Some(StopReason::Timeout)
+                    && stop.requested() != Some(StopReason::Peer)
+                    && deadline.is_some_and(|d| now >= d)
+                {
                     timed_out = true;
                     stop.request(StopReason::Timeout);
+                } else if stop.requested().is_none() && snapshot_at.is_some_and(|d| now >= d) {
+                    stop.request(StopReason::Snapshot);
                 }
             }
         }
@@ -294,6 +313,33 @@ mod tests {
 mod all_tests {
     use super::*;
 
+    fn timeout(ms: u64) -> Deadlines {
+        Deadlines {
+            timeout: Some(Duration::from_millis(ms)),
+            snapshot_after: None,
+        }
+    }
+
+    #[test]
+    fn the_snapshot_deadline_pauses_every_thread() {
+        let spin = |stop: &StopFlag| {
+            while stop.requested().is_none() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            stop.requested()
+        };
+        let bodies: Vec<VcpuBody<Option<StopReason>>> = vec![Box::new(spin), Box::new(spin)];
+        let deadlines = Deadlines {
+            timeout: Some(Duration::from_secs(600)),
+            snapshot_after: Some(Duration::from_millis(20)),
+        };
+        let (values, ended_by, timed_out) =
+            supervise_all_with(deadlines, bodies, |_| true).unwrap();
+        assert_eq!(values, vec![Some(StopReason::Snapshot); 2]);
+        assert_eq!(ended_by, None, "a pause is no thread's end");
+        assert!(!timed_out);
+    }
+
     #[test]
     fn the_first_ending_thread_stops_the_others() {
         let bodies: Vec<VcpuBody<(usize, bool)>> = vec![
@@ -307,7 +353,7 @@ mod all_tests {
             Box::new(|_: &StopFlag| (1, true)),
         ];
         let (values, ended_by, timed_out) =
-            supervise_all(Some(Duration::from_secs(600)), bodies, |v| v.0 == 1).unwrap();
+            supervise_all_with(timeout(600_000), bodies, |v| v.0 == 1).unwrap();
         assert_eq!(values, vec![(0, true), (1, true)]);
         assert_eq!(ended_by, Some(1));
         assert!(!timed_out);
@@ -323,7 +369,7 @@ mod all_tests {
         };
         let bodies: Vec<VcpuBody<Option<StopReason>>> = vec![Box::new(spin), Box::new(spin)];
         let (values, ended_by, timed_out) =
-            supervise_all(Some(Duration::from_millis(50)), bodies, |_| false).unwrap();
+            supervise_all_with(timeout(50), bodies, |_| false).unwrap();
         assert_eq!(values, vec![Some(StopReason::Timeout); 2]);
         assert_eq!(ended_by, None);
         assert!(timed_out);
