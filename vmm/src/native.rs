@@ -10,10 +10,10 @@ use guest::workloads::{self, AesVariant, CpuFeatures, GemmVariant, Selection};
 
 use crate::bench::openssl::{self, GuestFigure, Yardstick};
 use crate::error::{Error, Result};
+use crate::report::parallel::Measured;
 use crate::report::summary::SeedFigure;
 use crate::report::{result_rows, NativeView, RatioSpread, ResultRow};
 use interleave::{Interleaver, NativeCode, RepPair};
-use crate::report::parallel::Measured;
 
 /// Run `list` (the `--workload` syntax) on the host with every variant the
 /// host CPU and OS allow, and return the rows.

@@ -817,6 +817,7 @@ mod tests {
             &host,
             &RestoreOptions::default(),
             Instant::now(),
+            None,
         )
         .unwrap();
         assert_eq!(launch.machine.aps.len(), 1);

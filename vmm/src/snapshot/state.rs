@@ -685,7 +685,9 @@ mod tests {
                 debugregs: None,
                 xfd,
                 xstate: XsaveBuf::new(576),
+                lapic: None,
             }],
+            irqchip: None,
         }
     }
 

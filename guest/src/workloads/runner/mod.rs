@@ -36,8 +36,8 @@ mod amx_suite;
 mod ctx;
 mod gemm_suite;
 mod linpack_suite;
-mod reps;
 mod modes_suite;
+mod reps;
 mod sizes;
 
 use aes_suite::aes_suite;
