@@ -83,6 +83,30 @@ fn every_ap_takes_the_policy_by_default() {
     }
 }
 
+/// A guest that wants fewer CPUs than the VM has (`cpus=2` on three vCPUs)
+/// starts only those, by APIC ID: vCPU 1 takes the policy and reports,
+/// vCPU 2 stays in wait-for-SIPI (no report, no XCR0 of its own) and is
+/// stopped when the run ends, which it does normally.
+#[test]
+fn a_guest_wanting_fewer_cpus_starts_only_those() {
+    if !common::kvm_or_skip("a_guest_wanting_fewer_cpus_starts_only_those") {
+        return;
+    }
+    for _ in 0..3 {
+        let (out, v) = common::run_bare_json(
+            "120",
+            &["--vcpus", "3", "--xfeatures", "0x7", "--cmdline", "cpus=2"],
+        );
+        assert!(out.status.success(), "{}", common::stderr(&out));
+        assert_eq!(v["smp"]["cpus_wanted"], 2, "{}", v["smp"]);
+        let vcpus = v["smp"]["vcpus"].as_array().unwrap();
+        assert_eq!(vcpus.len(), 3);
+        assert_eq!(common::hex(&vcpus[1]["guest_xcr0"]), 0x7, "{}", vcpus[1]);
+        assert!(vcpus[2]["guest_xcr0"].is_null(), "{}", vcpus[2]);
+        assert_eq!(vcpus[2]["end"], "stopped", "{}", vcpus[2]);
+    }
+}
+
 /// An exception on the AP ends the run with the guest's exception status
 /// (2), from vCPU 1, with the fault in the report.
 #[test]

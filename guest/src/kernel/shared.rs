@@ -95,6 +95,12 @@ pub fn request(wanted: u32, cmdline: &Cmdline) {
     XCHECK_COUNT.store(cmdline.exit_count(), Ordering::Relaxed);
 }
 
+/// How many CPUs the BSP started (itself included): an AP whose index is
+/// not below it was not asked for.
+pub fn wanted() -> u32 {
+    WANTED.load(Ordering::Relaxed)
+}
+
 /// Whether the APs are to wait for `w`.
 pub fn wants(w: Work) -> bool {
     WANTS[w as usize].load(Ordering::Relaxed) != 0
