@@ -20,6 +20,7 @@
 #[cfg(test)]
 extern crate std;
 
+pub mod copy;
 pub mod ctxsw;
 pub mod exits;
 mod timed_asm;

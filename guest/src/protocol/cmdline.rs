@@ -13,6 +13,7 @@ pub const BENCH_NAMES: &[&str] = &[
     "xstate-check",
     "snapshot-check",
     "ctxsw",
+    "copy",
     "all",
 ];
 

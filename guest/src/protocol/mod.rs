@@ -33,7 +33,7 @@
 //! |------|---------|
 //! | `quiet` | do not print the report on the serial console (the VMM prints it from the record) |
 //! | `workload=LIST` | comma-separated workloads to run (`none`, `quick`, `aes`, `gemm`, `linpack`, `all`) |
-//! | `bench=LIST` | benchmarks and checks to run: `exits` (exit cost per kind and guest mode), `xstate-check` (registers survive exits bit for bit; a VMM-side XMM edit is seen), `ctxsw` (user-level context switch per XSAVE strategy), `all`, `none`. Absent: none |
+//! | `bench=LIST` | benchmarks and checks to run: `exits` (exit cost per kind and guest mode), `xstate-check` (registers survive exits bit for bit; a VMM-side XMM edit is seen), `ctxsw` (user-level context switch per XSAVE strategy), `copy` (memory copy methods per size, hot and cold, and the XSAVE+XRSTOR price of borrowing the vector registers; give the guest `--mem 512` for the 64 MiB sizes), `all`, `none`. Absent: none |
 //! | `exits=N` | exits per benchmark row (default 10000) |
 //! | `xfeatures=MASK` | hex XCR0 policy: the guest sets XCR0 = CPUID 0xD.0 mask & MASK. The VMM always passes it, because some KVMs (kvm_pvm) answer CPUID from the host whatever table the VMM set |
 //! | `fault=KIND` | testing: end the run with a deliberate CPU exception in the CPL3 task after the CPUID part of the report is filled (`ud`, `de`, `pf`, `gp`) |
@@ -75,8 +75,8 @@ pub use ports::{
     SERIAL_PORT, SNAPSHOT_PORT, XSTATE_EDIT_PORT,
 };
 pub use record::{
-    field_str, fixed_str, ComponentReport, FaultRecord, Report, ReportError, ResultRecord,
+    field_str, fixed_str, ComponentReport, CopyReport, FaultRecord, Report, ReportError, ResultRecord,
     SkipRecord, WorkUnit, MAX_RESULTS, MAX_SKIPPED, NAME_LEN, REASON_LEN, REPORT_COMPONENTS,
-    REPORT_MAGIC, REPORT_VERSION,
+    REPORT_MAGIC, REPORT_VERSION, COPY_LIVE_STATES, COPY_METHODS, COPY_SAVE_INSNS, COPY_SIZES,
 };
 pub use serial_record::{parse_record, records_in, write_record, RecordError, RECORD_PREFIX};
