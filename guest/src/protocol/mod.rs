@@ -75,8 +75,9 @@ pub use ports::{
     SERIAL_PORT, SNAPSHOT_PORT, XSTATE_EDIT_PORT,
 };
 pub use record::{
-    field_str, fixed_str, ComponentReport, CopyReport, FaultRecord, Report, ReportError, ResultRecord,
-    SkipRecord, WorkUnit, MAX_RESULTS, MAX_SKIPPED, NAME_LEN, REASON_LEN, REPORT_COMPONENTS,
-    REPORT_MAGIC, REPORT_VERSION, COPY_LIVE_STATES, COPY_METHODS, COPY_SAVE_INSNS, COPY_SIZES,
+    field_str, fixed_str, ComponentReport, CopyReport, FaultRecord, Report, ReportError,
+    ResultRecord, SkipRecord, WorkUnit, COPY_LIVE_STATES, COPY_METHODS, COPY_SAVE_INSNS,
+    COPY_SIZES, MAX_RESULTS, MAX_SKIPPED, NAME_LEN, REASON_LEN, REPORT_COMPONENTS, REPORT_MAGIC,
+    REPORT_VERSION,
 };
 pub use serial_record::{parse_record, records_in, write_record, RecordError, RECORD_PREFIX};

@@ -68,7 +68,11 @@ fn range(wins: impl Fn(usize) -> Option<bool>) -> Option<(u64, u64)> {
 }
 
 /// The cheapest measured method in `of` at size index `i` of `cells`.
-fn best(cells: &[[f64; COPY_SIZES]; COPY_METHODS], i: usize, of: impl Fn(Method) -> bool) -> Option<f64> {
+fn best(
+    cells: &[[f64; COPY_SIZES]; COPY_METHODS],
+    i: usize,
+    of: impl Fn(Method) -> bool,
+) -> Option<f64> {
     Method::ALL
         .iter()
         .filter(|&&m| of(m))

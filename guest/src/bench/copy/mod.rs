@@ -145,7 +145,14 @@ impl Method {
     /// multiple of 16, at least 16; `dst`, `src` and `stride` multiples of
     /// 64; and the `reps` source and destination ranges valid, the latter
     /// not overlapping the former.
-    pub unsafe fn run(self, dst: *mut u8, src: *const u8, len: usize, reps: u64, stride: usize) -> u64 {
+    pub unsafe fn run(
+        self,
+        dst: *mut u8,
+        src: *const u8,
+        len: usize,
+        reps: u64,
+        stride: usize,
+    ) -> u64 {
         let f = kernels::LOOPS[self as usize];
         let t0 = rdtsc_fenced();
         // SAFETY: the caller's contract is the routine's (module docs of

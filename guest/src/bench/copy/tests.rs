@@ -12,7 +12,9 @@ fn feat() -> CpuFeatures {
 fn every_method_copies_exactly() {
     let f = feat();
     for m in Method::ALL.into_iter().filter(|m| m.usable(&f)) {
-        for len in [16usize, 32, 48, 64, 80, 112, 128, 144, 240, 256, 272, 1024, 4096, 65536] {
+        for len in [
+            16usize, 32, 48, 64, 80, 112, 128, 144, 240, 256, 272, 1024, 4096, 65536,
+        ] {
             let stride = len.next_multiple_of(64) + 64;
             let reps = 3u64;
             let total = stride * reps as usize + 64;
@@ -29,8 +31,17 @@ fn every_method_copies_exactly() {
             unsafe { m.run(d.as_mut_ptr(), s.as_ptr(), len, reps, stride) };
             for k in 0..reps as usize {
                 let at = k * stride;
-                assert_eq!(&d[at..at + len], &s[at..at + len], "{} len {len} copy {k}", m.name());
-                assert!(d[at + len..at + stride].iter().all(|&b| b == 0xee), "{} len {len} overran", m.name());
+                assert_eq!(
+                    &d[at..at + len],
+                    &s[at..at + len],
+                    "{} len {len} copy {k}",
+                    m.name()
+                );
+                assert!(
+                    d[at + len..at + stride].iter().all(|&b| b == 0xee),
+                    "{} len {len} overran",
+                    m.name()
+                );
             }
         }
     }
@@ -85,7 +96,12 @@ fn borrow_measures_the_enabled_states() {
     unsafe { borrow(&env, &mut scratch, &mut r) };
     for live in Live::ALL {
         let on = env.xcr0.contains_all(live.mask());
-        assert_eq!(r.borrow_cycles[0][live as usize] > 0.0, on, "{}", live.name());
+        assert_eq!(
+            r.borrow_cycles[0][live as usize] > 0.0,
+            on,
+            "{}",
+            live.name()
+        );
         assert_eq!(
             r.borrow_cycles[1][live as usize] > 0.0,
             on && env.info.has_xsavec(),
@@ -101,14 +117,19 @@ fn table() -> CopyReport {
     let mut r = CopyReport::EMPTY;
     r.valid = 1;
     r.llc_bytes = 4 << 20;
-    r.methods = 1 << Method::RepMovsb as u32 | 1 << Method::Sse2 as u32 | 1 << Method::NtSse2 as u32;
+    r.methods =
+        1 << Method::RepMovsb as u32 | 1 << Method::Sse2 as u32 | 1 << Method::NtSse2 as u32;
     for i in 0..COPY_SIZES {
         let size = CopyReport::size(i) as f64;
         r.hot[Method::RepMovsb as usize][i] = 30.0 + size / 64.0;
         r.hot[Method::Sse2 as usize][i] = 2.0 + size / 40.0;
         r.cold[Method::RepMovsb as usize][i] = 60.0 + size / 16.0;
         r.cold[Method::Sse2 as usize][i] = 10.0 + size / 15.0;
-        r.cold[Method::NtSse2 as usize][i] = if size >= (1 << 20) as f64 { size / 20.0 } else { 200.0 + size / 10.0 };
+        r.cold[Method::NtSse2 as usize][i] = if size >= (1 << 20) as f64 {
+            size / 20.0
+        } else {
+            200.0 + size / 10.0
+        };
     }
     r.borrow_cycles[0] = [100.0, 0.0, 0.0];
     r
