@@ -20,6 +20,7 @@
 //! | `guest_cpuid` | the guest's view of leaf 0xD: supported mask, sizes, per-component size/offset |
 //! | `results` | workload results: `name`, `variant`, `size` and `size_unit` (`bytes`, `matrix order`, `events`), `mb_per_s` or `gflops`, `check`, `cycles`, `seconds`, `native_ratio`, `cycles_per_unit`, `ns_per_block` (AES); `residual` (linear algebra), `bytes_per_save` (`ctxsw`); `invalid`: why the row is not a measurement (after `vmm restore`: `spans a snapshot ...`, then it has no throughput), null otherwise |
 //! | `openssl_aes_128_cbc_mb_per_s` | the host's `openssl speed -evp aes-128-cbc` at 8192 B, when openssl is installed |
+//! | `copy` | `bench=copy`: cycles, ns and GB/s per copy method, size and hot/cold data, the XSAVE+XRSTOR borrowing price, the crossovers and the guest's `memcpy` policy (absent when it did not run) |
 //! | `switch_strategy`, `switch_cycles` | the context-switch strategy the guest chose at boot, and the cycles per switch it measured for each candidate |
 //! | `skipped` | workload variants not run: `name`, `variant`, `reason` |
 //! | `fault` | the CPU exception that ended the run, if any |
@@ -46,6 +47,7 @@
 //! - [`exit`]: process exit statuses.
 //! - [`plot`]: SVG bar charts for `--plot`.
 
+pub mod copy;
 pub mod exit;
 pub mod hex;
 pub mod plot;
