@@ -32,7 +32,7 @@
 use core::fmt;
 
 use crate::area::XSAVE_MIN_SIZE;
-use crate::area::{all_zero, header_xcomp_bv, header_xstate_bv, mxcsr_is_init, offsets as o};
+use crate::area::{all_zero, copy_bytes, header_xcomp_bv, zero_bytes, header_xstate_bv, mxcsr_is_init, offsets as o};
 use crate::area::{sse_is_init, write_header, write_sse_init, write_x87_init, x87_is_init};
 use crate::area::{MXCSR, MXCSR_MASK, X87_ENV, X87_REGS, XCOMP_BV_COMPACTED, XMM_REGS};
 use crate::feature::Xfeature;
@@ -48,7 +48,7 @@ fn copy_legacy(src: &[u8], dst: &mut [u8], bv: u64) {
     let both = Xfeature::X87.bit() | Xfeature::Sse.bit();
     if bv & both == both {
         // The common case: the whole legacy region is live, one copy.
-        dst[..o::XSTATE_BV].copy_from_slice(&src[..o::XSTATE_BV]);
+        copy_bytes(&mut dst[..o::XSTATE_BV], &src[..o::XSTATE_BV]);
         return;
     }
     if bv & Xfeature::X87.bit() != 0 {
@@ -58,13 +58,16 @@ fn copy_legacy(src: &[u8], dst: &mut [u8], bv: u64) {
         write_x87_init(dst);
     }
     if bv & Xfeature::Sse.bit() != 0 {
-        dst[XMM_REGS].copy_from_slice(&src[XMM_REGS]);
+        copy_bytes(&mut dst[XMM_REGS], &src[XMM_REGS]);
         dst[MXCSR].copy_from_slice(&src[MXCSR]);
     } else {
         write_sse_init(dst);
     }
     dst[MXCSR_MASK].copy_from_slice(&src[MXCSR_MASK]);
-    dst[o::SW_AVAILABLE..o::XSTATE_BV].copy_from_slice(&src[o::SW_AVAILABLE..o::XSTATE_BV]);
+    copy_bytes(
+        &mut dst[o::SW_AVAILABLE..o::XSTATE_BV],
+        &src[o::SW_AVAILABLE..o::XSTATE_BV],
+    );
 }
 
 /// `SourceTooSmall` unless `src` holds `need` bytes.
@@ -169,7 +172,7 @@ pub fn compact(
         // Standard image with XSTATE_BV bit 1 clear but a live MXCSR: the XMM
         // registers are init, MXCSR comes from the image.
         copy_legacy(src, dst, bv.without(Xfeature::Sse).bits());
-        dst[XMM_REGS].fill(0);
+        zero_bytes(&mut dst[XMM_REGS]);
         dst[MXCSR].copy_from_slice(&src[MXCSR]);
     } else {
         copy_legacy(src, dst, bv.bits());
@@ -179,9 +182,9 @@ pub fn compact(
         let (size, off) = (size as usize, offs[i as usize] as usize);
         let d = &mut dst[off..off + size];
         if bv.contains_index(i) {
-            d.copy_from_slice(&src[std_off as usize..std_off as usize + size]);
+            copy_bytes(d, &src[std_off as usize..std_off as usize + size]);
         } else {
-            d.fill(0);
+            zero_bytes(d);
         }
     }
     write_header(dst, bv.bits(), requested.bits() | XCOMP_BV_COMPACTED);
@@ -288,17 +291,17 @@ pub fn expand(
         }
         let (size, off) = info.raw_size_offset(i);
         let (size, off) = (size as usize, off as usize);
-        dst[cursor..off].fill(0);
+        zero_bytes(&mut dst[cursor..off]);
         let d = &mut dst[off..off + size];
         if bv.contains_index(i) {
             let c = offs[i as usize] as usize;
-            d.copy_from_slice(&src[c..c + size]);
+            copy_bytes(d, &src[c..c + size]);
         } else {
-            d.fill(0);
+            zero_bytes(d);
         }
         cursor = off + size;
     }
-    dst[cursor..total].fill(0);
+    zero_bytes(&mut dst[cursor..total]);
     write_header(dst, bv.bits(), 0);
     Ok(())
 }
