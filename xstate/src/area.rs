@@ -28,6 +28,11 @@
 
 use core::ops::Range;
 
+mod copy;
+pub(crate) use copy::{copy_at, zero_at, SSE2};
+#[cfg(target_arch = "x86_64")]
+pub(crate) use copy::{level, AVX2, AVX512};
+
 /// Required alignment of an XSAVE area.
 pub const XSAVE_ALIGN: usize = 64;
 /// Minimum size of an XSAVE area (legacy region + header): also where the
@@ -137,67 +142,6 @@ pub(crate) fn write_header(a: &mut [u8], xstate_bv: u64, xcomp_bv: u64) {
     a[HEADER_RESERVED].fill(0);
 }
 
-/// Copies `src` to `dst` (equal lengths; a component or a legacy field) as
-/// 64-byte blocks, then 16-, 8- and 1-byte pieces, each a fixed-size array
-/// copy that the compiler lowers to vector moves in line: no call to
-/// `memcpy` and no `rep movs` start-up, which costs more than the copy for
-/// the small components of an XSAVE area (8 to 1024 bytes).
-///
-/// # Panics
-/// If the lengths differ (as `copy_from_slice` does; callers slice both
-/// with the same range).
-#[inline]
-pub(crate) fn copy_bytes(dst: &mut [u8], src: &[u8]) {
-    assert_eq!(dst.len(), src.len(), "copy_bytes: length mismatch");
-    let mut d64 = dst.chunks_exact_mut(64);
-    let mut s64 = src.chunks_exact(64);
-    for (d, s) in (&mut d64).zip(&mut s64) {
-        copy_block::<64>(d, s);
-    }
-    let mut d16 = d64.into_remainder().chunks_exact_mut(16);
-    let mut s16 = s64.remainder().chunks_exact(16);
-    for (d, s) in (&mut d16).zip(&mut s16) {
-        copy_block::<16>(d, s);
-    }
-    let mut d8 = d16.into_remainder().chunks_exact_mut(8);
-    let mut s8 = s16.remainder().chunks_exact(8);
-    for (d, s) in (&mut d8).zip(&mut s8) {
-        copy_block::<8>(d, s);
-    }
-    for (d, s) in d8.into_remainder().iter_mut().zip(s8.remainder()) {
-        *d = *s;
-    }
-}
-
-/// One `N`-byte block as a fixed-size array copy (both slices are `N`
-/// bytes: they come from `chunks_exact(N)`).
-#[inline(always)]
-fn copy_block<const N: usize>(d: &mut [u8], s: &[u8]) {
-    if let (Ok(d), Ok(s)) = (<&mut [u8; N]>::try_from(d), <&[u8; N]>::try_from(s)) {
-        *d = *s;
-    }
-}
-
-/// Zeroes `dst` as [`copy_bytes`] copies: fixed-size blocks, in line.
-#[inline]
-pub(crate) fn zero_bytes(dst: &mut [u8]) {
-    let mut d64 = dst.chunks_exact_mut(64);
-    for d in &mut d64 {
-        if let Ok(d) = <&mut [u8; 64]>::try_from(d) {
-            *d = [0; 64];
-        }
-    }
-    let mut d8 = d64.into_remainder().chunks_exact_mut(8);
-    for d in &mut d8 {
-        if let Ok(d) = <&mut [u8; 8]>::try_from(d) {
-            *d = [0; 8];
-        }
-    }
-    for d in d8.into_remainder() {
-        *d = 0;
-    }
-}
-
 /// Whether every byte is zero (the init value of every component but x87
 /// and SSE).
 pub(crate) fn all_zero(b: &[u8]) -> bool {
@@ -237,26 +181,4 @@ pub(crate) fn write_x87_init(a: &mut [u8]) {
 pub(crate) fn write_sse_init(a: &mut [u8]) {
     a[XMM_REGS].fill(0);
     wr_u32(a, o::MXCSR, MXCSR_INIT);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Every length from 0 to 1100 bytes (every component size and every
-    /// remainder of the 64/16/8-byte blocks), at odd offsets: exactly the
-    /// range is copied or zeroed, nothing around it.
-    #[test]
-    fn copy_and_zero_bytes_touch_exactly_their_range() {
-        let src: [u8; 1200] = core::array::from_fn(|i| (i as u8).wrapping_mul(31) | 1);
-        for len in 0..1100 {
-            let mut dst = [0xeeu8; 1200];
-            copy_bytes(&mut dst[3..3 + len], &src[5..5 + len]);
-            assert_eq!(&dst[3..3 + len], &src[5..5 + len], "len {len}");
-            assert!(dst[..3].iter().chain(&dst[3 + len..]).all(|&b| b == 0xee));
-            zero_bytes(&mut dst[7..7 + len]);
-            assert!(dst[7..7 + len].iter().all(|&b| b == 0), "len {len}");
-            assert!(dst[7 + len..].iter().all(|&b| b == 0xee));
-        }
-    }
 }
