@@ -142,6 +142,18 @@ pub fn compact(
         crate::area::AVX2 => return unsafe { wide::compact_avx2(info, src, requested, dst) },
         _ => {}
     }
+    compact_sse2(info, src, requested, dst)
+}
+
+/// [`compact`] with 16-byte moves, out of line so that [`compact`] itself
+/// stays a dispatcher without a stack frame.
+#[inline(never)]
+fn compact_sse2(
+    info: &XsaveInfo,
+    src: &[u8],
+    requested: XfeatureMask,
+    dst: &mut [u8],
+) -> Result<usize, ConvertError> {
     compact_in::<SSE2>(info, src, requested, dst)
 }
 
@@ -226,6 +238,23 @@ fn compact_in<const L: u8>(
     let outside = src_bv - info.supported_xcr0();
     if !outside.is_empty() {
         return Err(ConvertError::Unsupported(outside));
+    }
+    // The common case of state that never left the legacy region (x87 and
+    // SSE requested, nothing else held): no component to lay out, none can
+    // be dropped; the legacy region and the header only. The same bytes as
+    // the general path below, with none of its loops.
+    let legacy = XfeatureMask::LEGACY;
+    if requested == legacy
+        && (src_bv - legacy).is_empty()
+        && (legacy - info.supported_all()).is_empty()
+        && dst.len() >= XSAVE_MIN_SIZE
+    {
+        let mxcsr_live = !mxcsr_is_init(src);
+        if !(mxcsr_live && !src_bv.contains(Xfeature::Sse)) {
+            copy_legacy::<L>(src, dst, src_bv.bits());
+            write_header(dst, src_bv.bits(), legacy.bits() | XCOMP_BV_COMPACTED);
+            return Ok(XSAVE_MIN_SIZE);
+        }
     }
     let need = standard_end(info, src_bv);
     require_source(src, need)?;
@@ -364,6 +393,17 @@ pub fn expand(
         crate::area::AVX2 => return unsafe { wide::expand_avx2(info, src, dst, xcr0) },
         _ => {}
     }
+    expand_sse2(info, src, dst, xcr0)
+}
+
+/// [`expand`] with 16-byte moves (out of line, as [`compact_sse2`]).
+#[inline(never)]
+fn expand_sse2(
+    info: &XsaveInfo,
+    src: &[u8],
+    dst: &mut [u8],
+    xcr0: XfeatureMask,
+) -> Result<(), ConvertError> {
     expand_in::<SSE2>(info, src, dst, xcr0)
 }
 

@@ -74,13 +74,20 @@ fn xgetbv0() -> u64 {
 #[inline]
 pub(crate) fn level() -> u8 {
     match LEVEL.load(Ordering::Relaxed) {
-        0 => {
-            let l = detect();
-            LEVEL.store(l, Ordering::Relaxed);
-            l
-        }
+        0 => detect_once(),
         l => l,
     }
+}
+
+/// The first call's detection, out of line so that [`level`] stays a load
+/// and a test in the conversions' entry points.
+#[cfg(target_arch = "x86_64")]
+#[cold]
+#[inline(never)]
+fn detect_once() -> u8 {
+    let l = detect();
+    LEVEL.store(l, Ordering::Relaxed);
+    l
 }
 
 /// Copies `src` to `dst` (equal lengths) at the widest level.
