@@ -250,7 +250,8 @@ fn compact_in<const L: u8>(
         && dst.len() >= XSAVE_MIN_SIZE
     {
         let mxcsr_live = !mxcsr_is_init(src);
-        if !(mxcsr_live && !src_bv.contains(Xfeature::Sse)) {
+        // (A live MXCSR with XSTATE_BV bit 1 clear takes the general path.)
+        if !mxcsr_live || src_bv.contains(Xfeature::Sse) {
             copy_legacy::<L>(src, dst, src_bv.bits());
             write_header(dst, src_bv.bits(), legacy.bits() | XCOMP_BV_COMPACTED);
             return Ok(XSAVE_MIN_SIZE);

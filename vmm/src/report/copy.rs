@@ -280,9 +280,9 @@ const _: Policy = Policy::DEFAULT;
 fn bytes(n: u64) -> String {
     if n == u64::MAX {
         "never".to_string()
-    } else if n >= 1 << 20 && n % (1 << 20) == 0 {
+    } else if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
         format!("{}M", n >> 20)
-    } else if n >= 1 << 10 && n % (1 << 10) == 0 {
+    } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
         format!("{}K", n >> 10)
     } else {
         format!("{n}B")

@@ -25,7 +25,6 @@ pub(crate) const AVX2: u8 = 2;
 pub(crate) const AVX512: u8 = 3;
 
 /// The detected level; 0 = not detected yet.
-
 static LEVEL: AtomicU8 = AtomicU8::new(0);
 
 /// The widest usable level: AVX-512F / AVX2 need their CPUID bits and
