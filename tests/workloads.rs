@@ -104,3 +104,64 @@ fn corrupted_key_schedule_fails_the_run() {
         "{reasons:?}"
     );
 }
+
+/// `bench=copy` at `--mem 512`: every size of every string method, hot and
+/// (where the region is twice the copy and the cache) cold; the SSE2 loop;
+/// the borrowing pairs for each live state the guest's XCR0 enables; a
+/// measured memcpy policy whose check passed in the guest.
+#[test]
+fn copy_bench_fills_its_table_and_sets_the_memcpy_policy() {
+    if !kvm_or_skip("copy_bench_fills_its_table_and_sets_the_memcpy_policy") {
+        return;
+    }
+    let (out, v) = vmm_json(&[
+        "run",
+        "--mem",
+        "512",
+        "--no-native",
+        "--cmdline",
+        "workload=none bench=copy",
+    ]);
+    assert!(out.status.success(), "{v:#}");
+    let c = &v["copy"];
+    let region = c["cold_region_bytes"].as_u64().unwrap();
+    let llc = c["llc_bytes"].as_u64().unwrap();
+    assert_eq!(region, 128 << 20, "{c:#}");
+    let rows = c["rows"].as_array().unwrap();
+    let has = |m: &str, data: &str, size: u64| {
+        rows.iter()
+            .any(|r| r["method"] == m && r["data"] == data && r["size"] == size)
+    };
+    for i in 0..12 {
+        let size = 16u64 << (2 * i);
+        for m in ["rep movsb", "rep movsq", "sse2"] {
+            assert!(has(m, "hot", size), "{m} hot {size}: {c:#}");
+            let cold = region >= 2 * size && region >= 2 * llc;
+            assert_eq!(has(m, "cold", size), cold, "{m} cold {size}: {c:#}");
+        }
+    }
+    for r in rows {
+        assert!(r["cycles_per_copy"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let xcr0 = u64::from_str_radix(
+        v["guest_xcr0"].as_str().unwrap().trim_start_matches("0x"),
+        16,
+    )
+    .unwrap();
+    let borrow = c["borrow"].as_array().unwrap();
+    for (live, bits) in [("xmm", 0x2u64), ("ymm", 0x6), ("zmm", 0xe6)] {
+        let measured = borrow
+            .iter()
+            .any(|b| b["insn"] == "xsave" && b["live"] == live);
+        assert_eq!(measured, xcr0 & bits == bits, "{live}: {c:#}");
+    }
+    if rows.iter().any(|r| r["method"] == "avx512") {
+        assert_eq!(xcr0 & 0xe6, 0xe6, "AVX-512 copies under XCR0 {xcr0:#x}");
+    }
+    assert_eq!(c["policy"]["measured"], true, "{c:#}");
+    let policy_row = results(&v)
+        .iter()
+        .find(|r| r["name"] == "memcpy-policy")
+        .unwrap_or_else(|| panic!("no memcpy-policy row: {v:#}"));
+    assert_eq!(policy_row["check"], "pass", "{policy_row}");
+}

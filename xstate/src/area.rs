@@ -28,6 +28,11 @@
 
 use core::ops::Range;
 
+mod copy;
+pub(crate) use copy::{copy_at, zero_at, SSE2};
+#[cfg(target_arch = "x86_64")]
+pub(crate) use copy::{level, AVX2, AVX512};
+
 /// Required alignment of an XSAVE area.
 pub const XSAVE_ALIGN: usize = 64;
 /// Minimum size of an XSAVE area (legacy region + header): also where the

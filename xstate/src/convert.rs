@@ -32,7 +32,10 @@
 use core::fmt;
 
 use crate::area::XSAVE_MIN_SIZE;
-use crate::area::{all_zero, header_xcomp_bv, header_xstate_bv, mxcsr_is_init, offsets as o};
+use crate::area::{
+    all_zero, copy_at, header_xcomp_bv, header_xstate_bv, mxcsr_is_init, offsets as o, zero_at,
+    SSE2,
+};
 use crate::area::{sse_is_init, write_header, write_sse_init, write_x87_init, x87_is_init};
 use crate::area::{MXCSR, MXCSR_MASK, X87_ENV, X87_REGS, XCOMP_BV_COMPACTED, XMM_REGS};
 use crate::feature::Xfeature;
@@ -44,11 +47,12 @@ use crate::rules::Xcr0Error;
 /// Copies the legacy region from `src` to `dst`: x87 and SSE state from
 /// `src` when `bv` marks them, their init values otherwise; MXCSR_MASK and the
 /// software-available bytes always.
-fn copy_legacy(src: &[u8], dst: &mut [u8], bv: u64) {
+#[inline(always)]
+fn copy_legacy<const L: u8>(src: &[u8], dst: &mut [u8], bv: u64) {
     let both = Xfeature::X87.bit() | Xfeature::Sse.bit();
     if bv & both == both {
         // The common case: the whole legacy region is live, one copy.
-        dst[..o::XSTATE_BV].copy_from_slice(&src[..o::XSTATE_BV]);
+        copy_at::<L>(&mut dst[..o::XSTATE_BV], &src[..o::XSTATE_BV]);
         return;
     }
     if bv & Xfeature::X87.bit() != 0 {
@@ -58,13 +62,16 @@ fn copy_legacy(src: &[u8], dst: &mut [u8], bv: u64) {
         write_x87_init(dst);
     }
     if bv & Xfeature::Sse.bit() != 0 {
-        dst[XMM_REGS].copy_from_slice(&src[XMM_REGS]);
+        copy_at::<L>(&mut dst[XMM_REGS], &src[XMM_REGS]);
         dst[MXCSR].copy_from_slice(&src[MXCSR]);
     } else {
         write_sse_init(dst);
     }
     dst[MXCSR_MASK].copy_from_slice(&src[MXCSR_MASK]);
-    dst[o::SW_AVAILABLE..o::XSTATE_BV].copy_from_slice(&src[o::SW_AVAILABLE..o::XSTATE_BV]);
+    copy_at::<L>(
+        &mut dst[o::SW_AVAILABLE..o::XSTATE_BV],
+        &src[o::SW_AVAILABLE..o::XSTATE_BV],
+    );
 }
 
 /// `SourceTooSmall` unless `src` holds `need` bytes.
@@ -127,6 +134,101 @@ pub fn compact(
     requested: XfeatureMask,
     dst: &mut [u8],
 ) -> Result<usize, ConvertError> {
+    #[cfg(target_arch = "x86_64")]
+    match crate::area::level() {
+        // SAFETY: `level` reported AVX-512F (CPUID and XCR0) on this CPU.
+        crate::area::AVX512 => return unsafe { wide::compact_avx512(info, src, requested, dst) },
+        // SAFETY: `level` reported AVX2 (CPUID and XCR0) on this CPU.
+        crate::area::AVX2 => return unsafe { wide::compact_avx2(info, src, requested, dst) },
+        _ => {}
+    }
+    compact_sse2(info, src, requested, dst)
+}
+
+/// [`compact`] with 16-byte moves, out of line so that [`compact`] itself
+/// stays a dispatcher without a stack frame.
+#[inline(never)]
+fn compact_sse2(
+    info: &XsaveInfo,
+    src: &[u8],
+    requested: XfeatureMask,
+    dst: &mut [u8],
+) -> Result<usize, ConvertError> {
+    compact_in::<SSE2>(info, src, requested, dst)
+}
+
+/// The conversions compiled for the wider vector levels: each only sets the
+/// target feature and inlines the generic body.
+#[cfg(target_arch = "x86_64")]
+mod wide {
+    use super::*;
+    use crate::area::{AVX2, AVX512};
+
+    /// [`compact`] with 64-byte moves.
+    ///
+    /// # Safety
+    /// The CPU and XCR0 must allow AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn compact_avx512(
+        info: &XsaveInfo,
+        src: &[u8],
+        requested: XfeatureMask,
+        dst: &mut [u8],
+    ) -> Result<usize, ConvertError> {
+        compact_in::<AVX512>(info, src, requested, dst)
+    }
+
+    /// [`compact`] with 32-byte moves.
+    ///
+    /// # Safety
+    /// The CPU and XCR0 must allow AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn compact_avx2(
+        info: &XsaveInfo,
+        src: &[u8],
+        requested: XfeatureMask,
+        dst: &mut [u8],
+    ) -> Result<usize, ConvertError> {
+        compact_in::<AVX2>(info, src, requested, dst)
+    }
+
+    /// [`expand`] with 64-byte moves.
+    ///
+    /// # Safety
+    /// The CPU and XCR0 must allow AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn expand_avx512(
+        info: &XsaveInfo,
+        src: &[u8],
+        dst: &mut [u8],
+        xcr0: XfeatureMask,
+    ) -> Result<(), ConvertError> {
+        expand_in::<AVX512>(info, src, dst, xcr0)
+    }
+
+    /// [`expand`] with 32-byte moves.
+    ///
+    /// # Safety
+    /// The CPU and XCR0 must allow AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn expand_avx2(
+        info: &XsaveInfo,
+        src: &[u8],
+        dst: &mut [u8],
+        xcr0: XfeatureMask,
+    ) -> Result<(), ConvertError> {
+        expand_in::<AVX2>(info, src, dst, xcr0)
+    }
+}
+
+/// [`compact`] with level-`L` copies (see [`crate::area`]'s `copy_at`).
+#[inline(always)]
+fn compact_in<const L: u8>(
+    info: &XsaveInfo,
+    src: &[u8],
+    requested: XfeatureMask,
+    dst: &mut [u8],
+) -> Result<usize, ConvertError> {
     require_source(src, XSAVE_MIN_SIZE)?;
     let xcomp = header_xcomp_bv(src);
     if xcomp != 0 {
@@ -137,10 +239,27 @@ pub fn compact(
     if !outside.is_empty() {
         return Err(ConvertError::Unsupported(outside));
     }
+    // The common case of state that never left the legacy region (x87 and
+    // SSE requested, nothing else held): no component to lay out, none can
+    // be dropped; the legacy region and the header only. The same bytes as
+    // the general path below, with none of its loops.
+    let legacy = XfeatureMask::LEGACY;
+    if requested == legacy
+        && (src_bv - legacy).is_empty()
+        && (legacy - info.supported_all()).is_empty()
+        && dst.len() >= XSAVE_MIN_SIZE
+    {
+        let mxcsr_live = !mxcsr_is_init(src);
+        // (A live MXCSR with XSTATE_BV bit 1 clear takes the general path.)
+        if !mxcsr_live || src_bv.contains(Xfeature::Sse) {
+            copy_legacy::<L>(src, dst, src_bv.bits());
+            write_header(dst, src_bv.bits(), legacy.bits() | XCOMP_BV_COMPACTED);
+            return Ok(XSAVE_MIN_SIZE);
+        }
+    }
     let need = standard_end(info, src_bv);
     require_source(src, need)?;
-    let mut offs = [0u32; 64];
-    let total = compacted_offsets(info, requested, &mut offs)?;
+    let total = compacted_end(info, requested)?;
     require_destination(dst, total)?;
     // Components held by the source (XSTATE_BV, plus SSE if MXCSR is live).
     let mut live = src_bv;
@@ -168,20 +287,27 @@ pub fn compact(
     if bv.contains(Xfeature::Sse) && !src_bv.contains(Xfeature::Sse) {
         // Standard image with XSTATE_BV bit 1 clear but a live MXCSR: the XMM
         // registers are init, MXCSR comes from the image.
-        copy_legacy(src, dst, bv.without(Xfeature::Sse).bits());
-        dst[XMM_REGS].fill(0);
+        copy_legacy::<L>(src, dst, bv.without(Xfeature::Sse).bits());
+        zero_at::<L>(&mut dst[XMM_REGS]);
         dst[MXCSR].copy_from_slice(&src[MXCSR]);
     } else {
-        copy_legacy(src, dst, bv.bits());
+        copy_legacy::<L>(src, dst, bv.bits());
     }
+    // Compacted offsets as the layout rule gives them (see
+    // `compacted_offsets`), computed on the way: no table to fill first.
+    let mut off = XSAVE_MIN_SIZE;
     for i in requested.iter_indices().filter(|&i| i >= 2) {
         let (size, std_off) = info.raw_size_offset(i);
-        let (size, off) = (size as usize, offs[i as usize] as usize);
+        if info.raw_align64(i) {
+            off = off.next_multiple_of(64);
+        }
+        let size = size as usize;
         let d = &mut dst[off..off + size];
+        off += size;
         if bv.contains_index(i) {
-            d.copy_from_slice(&src[std_off as usize..std_off as usize + size]);
+            copy_at::<L>(d, &src[std_off as usize..std_off as usize + size]);
         } else {
-            d.fill(0);
+            zero_at::<L>(d);
         }
     }
     write_header(dst, bv.bits(), requested.bits() | XCOMP_BV_COMPACTED);
@@ -226,6 +352,25 @@ fn compacted_offsets(
     Ok(next)
 }
 
+/// The compacted size of `mask` ([`compacted_offsets`] without the table).
+fn compacted_end(info: &XsaveInfo, mask: XfeatureMask) -> Result<usize, ConvertError> {
+    if mask.contains_index(63) {
+        return Err(LayoutError::Bit63.into());
+    }
+    let unsupported = mask - info.supported_all();
+    if !unsupported.is_empty() {
+        return Err(LayoutError::Unsupported(unsupported).into());
+    }
+    let mut next = XSAVE_MIN_SIZE;
+    for i in mask.iter_indices().filter(|&i| i >= 2) {
+        if info.raw_align64(i) {
+            next = next.next_multiple_of(64);
+        }
+        next += info.raw_size_offset(i).0 as usize;
+    }
+    Ok(next)
+}
+
 /// Converts a compacted-format image (as saved by XSAVEC, or by [`compact`])
 /// to the standard format for `xcr0` (as XSAVE would have saved it), writing
 /// the standard size for `xcr0` into `dst` (bytes past it are untouched).
@@ -236,6 +381,36 @@ fn compacted_offsets(
 ///
 /// See [`compact`] for a round trip.
 pub fn expand(
+    info: &XsaveInfo,
+    src: &[u8],
+    dst: &mut [u8],
+    xcr0: XfeatureMask,
+) -> Result<(), ConvertError> {
+    #[cfg(target_arch = "x86_64")]
+    match crate::area::level() {
+        // SAFETY: `level` reported AVX-512F (CPUID and XCR0) on this CPU.
+        crate::area::AVX512 => return unsafe { wide::expand_avx512(info, src, dst, xcr0) },
+        // SAFETY: `level` reported AVX2 (CPUID and XCR0) on this CPU.
+        crate::area::AVX2 => return unsafe { wide::expand_avx2(info, src, dst, xcr0) },
+        _ => {}
+    }
+    expand_sse2(info, src, dst, xcr0)
+}
+
+/// [`expand`] with 16-byte moves (out of line, as [`compact_sse2`]).
+#[inline(never)]
+fn expand_sse2(
+    info: &XsaveInfo,
+    src: &[u8],
+    dst: &mut [u8],
+    xcr0: XfeatureMask,
+) -> Result<(), ConvertError> {
+    expand_in::<SSE2>(info, src, dst, xcr0)
+}
+
+/// [`expand`] with level-`L` copies.
+#[inline(always)]
+fn expand_in<const L: u8>(
     info: &XsaveInfo,
     src: &[u8],
     dst: &mut [u8],
@@ -277,7 +452,7 @@ pub fn expand(
     require_source(src, need)?;
     let total = standard_end(info, xcr0);
     require_destination(dst, total)?;
-    copy_legacy(src, dst, bv.bits());
+    copy_legacy::<L>(src, dst, bv.bits());
     // Extended components in ascending standard offset, zeroing the gaps
     // (user components never overlap: checked by XsaveInfo).
     let mut cursor = XSAVE_MIN_SIZE;
@@ -288,17 +463,17 @@ pub fn expand(
         }
         let (size, off) = info.raw_size_offset(i);
         let (size, off) = (size as usize, off as usize);
-        dst[cursor..off].fill(0);
+        zero_at::<L>(&mut dst[cursor..off]);
         let d = &mut dst[off..off + size];
         if bv.contains_index(i) {
             let c = offs[i as usize] as usize;
-            d.copy_from_slice(&src[c..c + size]);
+            copy_at::<L>(d, &src[c..c + size]);
         } else {
-            d.fill(0);
+            zero_at::<L>(d);
         }
         cursor = off + size;
     }
-    dst[cursor..total].fill(0);
+    zero_at::<L>(&mut dst[cursor..total]);
     write_header(dst, bv.bits(), 0);
     Ok(())
 }
@@ -426,3 +601,69 @@ impl fmt::Display for ConvertError {
 
 #[cfg(feature = "std")]
 impl std::error::Error for ConvertError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::info::CpuidRegs;
+    use crate::init::{init_image, InitMode};
+
+    /// Every vector level this CPU allows converts bit for bit like the
+    /// SSE2 one, both ways (the proptests of `tests/convert.rs` run the
+    /// widest level only).
+    #[test]
+    fn every_level_converts_alike() {
+        // x87, SSE, AVX, the AVX-512 trio and PKRU at Intel's offsets.
+        let info = XsaveInfo::from_leaf_0xd(|sub| match sub {
+            0 => CpuidRegs::new(0x2e7, 2696, 2696, 0),
+            1 => CpuidRegs::new(0x7, 0, 0, 0),
+            2 => CpuidRegs::new(256, 576, 0, 0),
+            5 => CpuidRegs::new(64, 1088, 0, 0),
+            6 => CpuidRegs::new(512, 1152, 0, 0),
+            7 => CpuidRegs::new(1024, 1664, 0, 0),
+            9 => CpuidRegs::new(8, 2688, 0, 0),
+            _ => CpuidRegs::default(),
+        })
+        .unwrap();
+        let xcr0 = XfeatureMask::from_bits(0x2e7);
+        let mut std_img = vec![0u8; 2696];
+        init_image(&info, xcr0, InitMode::Minimal, &mut std_img).unwrap();
+        for (k, b) in std_img[160..416].iter_mut().enumerate() {
+            *b = k as u8 | 1;
+        }
+        for (k, b) in std_img[576..2696].iter_mut().enumerate() {
+            *b = (k as u8).wrapping_mul(7) | 1;
+        }
+        // AVX, opmask, ZMM_Hi256 and PKRU live; Hi16_ZMM in its init state;
+        // the gap between AVX and the opmasks zero (a canonical image).
+        std_img[832..1088].fill(0);
+        std_img[1664..2688].fill(0);
+        let bv = 0x267u64;
+        std_img[512..520].copy_from_slice(&bv.to_le_bytes());
+        let mut want = vec![0u8; 2696];
+        let n = compact_in::<SSE2>(&info, &std_img, xcr0, &mut want).unwrap();
+        let mut back = vec![0u8; 2696];
+        expand_in::<SSE2>(&info, &want[..n], &mut back, xcr0).unwrap();
+        assert!(back == std_img, "SSE2 round trip");
+        #[cfg(target_arch = "x86_64")]
+        for l in [crate::area::AVX2, crate::area::AVX512] {
+            if crate::area::level() < l {
+                continue;
+            }
+            let mut got = vec![0u8; 2696];
+            let mut back = vec![0u8; 2696];
+            // SAFETY: `level` reported at least `l` on this CPU.
+            unsafe {
+                if l == crate::area::AVX512 {
+                    assert_eq!(wide::compact_avx512(&info, &std_img, xcr0, &mut got), Ok(n));
+                    wide::expand_avx512(&info, &got[..n], &mut back, xcr0).unwrap();
+                } else {
+                    assert_eq!(wide::compact_avx2(&info, &std_img, xcr0, &mut got), Ok(n));
+                    wide::expand_avx2(&info, &got[..n], &mut back, xcr0).unwrap();
+                }
+            }
+            assert!(got == want, "level {l} compact");
+            assert!(back == std_img, "level {l} expand");
+        }
+    }
+}

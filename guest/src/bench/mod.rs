@@ -22,6 +22,7 @@
 #[cfg(test)]
 extern crate std;
 
+pub mod copy;
 pub mod ctxsw;
 pub mod exits;
 pub mod parallel;

@@ -4,10 +4,47 @@
 //! Written in assembly so the compiler cannot recognise a copy loop and
 //! turn it back into a call to `memcpy` (infinite recursion). Sizes up to
 //! 32 bytes use overlapping loads and stores (no loop, no `rep` start-up
-//! cost of ~25 cycles); up to 256 bytes a 16-byte SSE loop; beyond that
-//! `rep movsb` / `rep stosb`, which is fastest for large blocks on CPUs with
-//! ERMSB. Only CPL3 code calls them (no Rust runs at CPL0), so the SSE
-//! registers are free to use; nothing here is VEX-encoded.
+//! cost); above that `memcpy` and `memset` choose by size from a [`Policy`]:
+//! an SSE2 loop (64 bytes an iteration) below `memcpy_rep_min`, `rep movsb`
+//! / `rep stosb` from it on, and for `memcpy` non-temporal SSE2 stores (and
+//! an SFENCE) from `memcpy_nt_min` on. The policy starts as
+//! [`Policy::DEFAULT`] (the SSE2 loop up to 256 bytes, no non-temporal
+//! stores) and `bench=copy` replaces it with what it measured
+//! ([`set_policy`]); nothing is measured at boot, so boot stays as cheap as
+//! it was. Only CPL3 code calls these (no Rust runs at CPL0), so the SSE
+//! registers are free to use; nothing here is VEX-encoded, so they work
+//! under any XCR0.
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+pub use guest::bench::copy::crossover::Policy;
+
+/// `memcpy` sizes from this one up use `rep movsb` (read by the assembly).
+#[no_mangle]
+static GUEST_MEMCPY_REP_MIN: AtomicU64 = AtomicU64::new(Policy::DEFAULT.memcpy_rep_min);
+/// `memcpy` sizes from this one up use non-temporal stores.
+#[no_mangle]
+static GUEST_MEMCPY_NT_MIN: AtomicU64 = AtomicU64::new(Policy::DEFAULT.memcpy_nt_min);
+/// `memset` sizes from this one up use `rep stosb`.
+#[no_mangle]
+static GUEST_MEMSET_REP_MIN: AtomicU64 = AtomicU64::new(Policy::DEFAULT.memset_rep_min);
+
+/// Makes `memcpy` and `memset` follow `p` from now on. The non-temporal
+/// threshold is never below 33 bytes (the small paths come first anyway).
+pub fn set_policy(p: Policy) {
+    GUEST_MEMCPY_REP_MIN.store(p.memcpy_rep_min, Ordering::Relaxed);
+    GUEST_MEMCPY_NT_MIN.store(p.memcpy_nt_min, Ordering::Relaxed);
+    GUEST_MEMSET_REP_MIN.store(p.memset_rep_min, Ordering::Relaxed);
+}
+
+/// The policy in force.
+pub fn policy() -> Policy {
+    Policy {
+        memcpy_rep_min: GUEST_MEMCPY_REP_MIN.load(Ordering::Relaxed),
+        memcpy_nt_min: GUEST_MEMCPY_NT_MIN.load(Ordering::Relaxed),
+        memset_rep_min: GUEST_MEMSET_REP_MIN.load(Ordering::Relaxed),
+    }
+}
 
 core::arch::global_asm!(
     r#"
@@ -60,12 +97,30 @@ memcpy:
     movups %xmm1, -16(%rdi,%rdx)
     ret
 .Lcpy_gt32:
-    cmpq $256, %rdx
-    ja .Lcpy_rep
-    /* 33..=256: 16-byte chunks forward, the last 16 bytes loaded first. */
+    cmpq GUEST_MEMCPY_NT_MIN(%rip), %rdx
+    jae .Lcpy_nt
+    cmpq GUEST_MEMCPY_REP_MIN(%rip), %rdx
+    jae .Lcpy_rep
+    /* SSE2: 64-byte then 16-byte chunks forward, the last 16 bytes      */
+    /* loaded first and stored last (they may overlap the last chunk).   */
     movups -16(%rsi,%rdx), %xmm1
     leaq -16(%rdi,%rdx), %r8
     movq %rdx, %rcx
+.Lcpy_loop64:
+    cmpq $80, %rcx
+    jbe .Lcpy_loop
+    movups (%rsi), %xmm0
+    movups 16(%rsi), %xmm2
+    movups 32(%rsi), %xmm3
+    movups 48(%rsi), %xmm4
+    movups %xmm0, (%rdi)
+    movups %xmm2, 16(%rdi)
+    movups %xmm3, 32(%rdi)
+    movups %xmm4, 48(%rdi)
+    addq $64, %rsi
+    addq $64, %rdi
+    subq $64, %rcx
+    jmp .Lcpy_loop64
 .Lcpy_loop:
     movups (%rsi), %xmm0
     movups %xmm0, (%rdi)
@@ -79,6 +134,48 @@ memcpy:
 .Lcpy_rep:
     movq %rdx, %rcx
     rep movsb
+    ret
+.Lcpy_nt:
+    /* Non-temporal: the first and last 16 bytes with ordinary stores,   */
+    /* the rest with MOVNTDQ from the first 16-byte aligned destination, */
+    /* then SFENCE (the streaming stores are weakly ordered until then). */
+    movups (%rsi), %xmm0
+    movups -16(%rsi,%rdx), %xmm1
+    leaq -16(%rdi,%rdx), %r8
+    movups %xmm0, (%rdi)
+    movq %rdi, %rcx
+    negq %rcx
+    andq $15, %rcx
+    addq %rcx, %rdi
+    addq %rcx, %rsi
+    subq %rcx, %rdx
+.Lnt_loop64:
+    cmpq $64, %rdx
+    jb .Lnt_loop16
+    movups (%rsi), %xmm0
+    movups 16(%rsi), %xmm2
+    movups 32(%rsi), %xmm3
+    movups 48(%rsi), %xmm4
+    movntdq %xmm0, (%rdi)
+    movntdq %xmm2, 16(%rdi)
+    movntdq %xmm3, 32(%rdi)
+    movntdq %xmm4, 48(%rdi)
+    addq $64, %rsi
+    addq $64, %rdi
+    subq $64, %rdx
+    jmp .Lnt_loop64
+.Lnt_loop16:
+    cmpq $16, %rdx
+    jb .Lnt_done
+    movups (%rsi), %xmm0
+    movntdq %xmm0, (%rdi)
+    addq $16, %rsi
+    addq $16, %rdi
+    subq $16, %rdx
+    jmp .Lnt_loop16
+.Lnt_done:
+    sfence
+    movups %xmm1, (%r8)
     ret
     .size memcpy, . - memcpy
     .popsection
@@ -168,8 +265,8 @@ memset:
     movq %r8, -8(%rdi,%rdx)
     ret
 .Lset_gt16:
-    cmpq $256, %rdx
-    ja .Lset_rep
+    cmpq GUEST_MEMSET_REP_MIN(%rip), %rdx
+    jae .Lset_rep
     movq %r8, %xmm0
     punpcklqdq %xmm0, %xmm0
     movups %xmm0, -16(%rdi,%rdx)

@@ -14,6 +14,7 @@ pub const BENCH_NAMES: &[&str] = &[
     "snapshot-check",
     "ctxsw",
     "parallel",
+    "copy",
     "all",
 ];
 

@@ -34,7 +34,7 @@
 //! |------|---------|
 //! | `quiet` | do not print the report on the serial console (the VMM prints it from the record) |
 //! | `workload=LIST` | comma-separated workloads to run (`none`, `quick`, `aes`, `gemm`, `linpack`, `all`) |
-//! | `bench=LIST` | benchmarks and checks to run: `exits` (exit cost per kind and guest mode), `xstate-check` (registers survive exits bit for bit; a VMM-side XMM edit is seen), `ctxsw` (user-level context switch per XSAVE strategy), `parallel` (AES-CTR and DGEMM on CPU 0 alone, then on every CPU at once; [`crate::bench::parallel`]), `all`, `none`. With more than one CPU, `xstate-check` and `parallel` run on every CPU at once. Absent: none |
+//! | `bench=LIST` | benchmarks and checks to run: `exits` (exit cost per kind and guest mode), `xstate-check` (registers survive exits bit for bit; a VMM-side XMM edit is seen), `ctxsw` (user-level context switch per XSAVE strategy), `copy` (memory copy methods per size, hot and cold, and the XSAVE+XRSTOR price of borrowing the vector registers; give the guest `--mem 512` for the 64 MiB sizes), `parallel` (AES-CTR and DGEMM on CPU 0 alone, then on every CPU at once; [`crate::bench::parallel`]), `all`, `none`. With more than one CPU, `xstate-check` and `parallel` run on every CPU at once. Absent: none |
 //! | `exits=N` | exits per benchmark row (default 10000) |
 //! | `xfeatures=MASK` | hex XCR0 policy: the guest sets XCR0 = CPUID 0xD.0 mask & MASK. The VMM always passes it, because some KVMs (kvm_pvm) answer CPUID from the host whatever table the VMM set |
 //! | `fault=KIND` | testing: end the run with a deliberate CPU exception in the CPL3 task after the CPUID part of the report is filled (`ud`, `de`, `pf`, `gp`) |
@@ -78,9 +78,10 @@ pub use ports::{
     SERIAL_PORT, SNAPSHOT_PORT, XSTATE_EDIT_PORT,
 };
 pub use record::{
-    field_str, fixed_str, ComponentReport, FaultRecord, Report, ReportError, ResultRecord,
-    SkipRecord, WorkUnit, MAX_RESULTS, MAX_SKIPPED, NAME_LEN, REASON_LEN, REPORT_COMPONENTS,
-    REPORT_MAGIC, REPORT_VERSION,
+    field_str, fixed_str, ComponentReport, CopyReport, FaultRecord, Report, ReportError,
+    ResultRecord, SkipRecord, WorkUnit, COPY_LIVE_STATES, COPY_METHODS, COPY_SAVE_INSNS,
+    COPY_SIZES, MAX_RESULTS, MAX_SKIPPED, NAME_LEN, REASON_LEN, REPORT_COMPONENTS, REPORT_MAGIC,
+    REPORT_VERSION,
 };
 pub use rep::{
     digest_f64, NativeRowArgs, NativeRowOut, RepRecord, RowKey, RowKind, MAX_ROW_REPS,

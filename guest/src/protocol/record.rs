@@ -11,7 +11,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 /// "VMMGUEST", little-endian.
 pub const REPORT_MAGIC: u64 = u64::from_le_bytes(*b"VMMGUEST");
 /// Bumped on every incompatible change of [`Report`].
-pub const REPORT_VERSION: u32 = 3;
+pub const REPORT_VERSION: u32 = 4;
 
 /// Number of XSAVE state components described in a report (0..=19).
 pub const REPORT_COMPONENTS: usize = 20;
@@ -27,6 +27,14 @@ pub const MAX_SKIPPED: usize = 32;
 pub const NAME_LEN: usize = 32;
 /// Length of the fixed, NUL-padded ASCII reason field.
 pub const REASON_LEN: usize = 64;
+/// Copy methods in [`CopyReport`] (`guest::bench::copy::Method::ALL` order).
+pub const COPY_METHODS: usize = 8;
+/// Copy sizes in [`CopyReport`]: 16 B, 64 B, ... 64 MiB (powers of 4).
+pub const COPY_SIZES: usize = 12;
+/// Live-state cases of [`CopyReport::borrow_cycles`]: xmm, ymm, zmm.
+pub const COPY_LIVE_STATES: usize = 3;
+/// Save instructions of [`CopyReport::borrow_cycles`]: XSAVE, XSAVEC.
+pub const COPY_SAVE_INSNS: usize = 2;
 
 /// What CPUID leaf 0xD says about one state component, as the guest saw it.
 #[repr(C)]
@@ -199,6 +207,72 @@ pub struct Report {
     /// [`CPU_COUNT_SOURCES`](crate::firmware::CPU_COUNT_SOURCES) (`cmdline`,
     /// `madt`, `mptable`, `default`); 0 when not recorded.
     pub cpus_source: u32,
+
+    /// `bench=copy`: the copy sweep and the price of borrowing the vector
+    /// registers (all zero when the benchmark did not run). Since version 4.
+    pub copy: CopyReport,
+}
+
+/// The `bench=copy` table: TSC cycles per copy of every method at every
+/// size, on cache-hot and on cold data, and TSC cycles per XSAVE+XRSTOR
+/// pair with each kind of vector state live. A cell is 0.0 when it was not
+/// measured (the method is not usable under the guest's CPUID and XCR0, or
+/// the buffers did not fit in guest memory); the VMM turns cycles into ns
+/// and GB/s with [`Report::tsc_khz`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct CopyReport {
+    /// 1 when `bench=copy` ran.
+    pub valid: u32,
+    /// Bit i set: method i was measured (usable here).
+    pub methods: u32,
+    /// Bytes of the cold rotation region (each of source and destination).
+    pub cold_region: u64,
+    /// Largest cache the guest's CPUID describes (leaf 4 or 0x8000001D), in
+    /// bytes; 0 when it describes none.
+    pub llc_bytes: u64,
+    /// Cycles per copy, same buffers every time: `[method][size]`.
+    pub hot: [[f64; COPY_SIZES]; COPY_METHODS],
+    /// Cycles per copy, source and destination rotating through
+    /// [`CopyReport::cold_region`]: `[method][size]`.
+    pub cold: [[f64; COPY_SIZES]; COPY_METHODS],
+    /// Cycles per XSAVE+XRSTOR pair of the task's own state at CPL3:
+    /// `[XSAVE, XSAVEC][xmm, ymm, zmm live]`.
+    pub borrow_cycles: [[f64; COPY_LIVE_STATES]; COPY_SAVE_INSNS],
+    /// The guest's `memcpy` policy after the run: sizes from this one up
+    /// use `rep movsb` (below it, the SSE2 loop).
+    pub memcpy_rep_min: u64,
+    /// Sizes from this one up use non-temporal stores (`u64::MAX`: never).
+    pub memcpy_nt_min: u64,
+    /// The guest's `memset` policy: sizes from this one up use `rep stosb`.
+    pub memset_rep_min: u64,
+    /// 1 when the policy comes from this run's measurements, 0 default.
+    pub policy_measured: u32,
+    /// Explicit padding to 8 bytes; 0.
+    pub _pad: u32,
+}
+
+impl CopyReport {
+    /// The empty table (benchmark not run).
+    pub const EMPTY: CopyReport = CopyReport {
+        valid: 0,
+        methods: 0,
+        cold_region: 0,
+        llc_bytes: 0,
+        hot: [[0.0; COPY_SIZES]; COPY_METHODS],
+        cold: [[0.0; COPY_SIZES]; COPY_METHODS],
+        borrow_cycles: [[0.0; COPY_LIVE_STATES]; COPY_SAVE_INSNS],
+        memcpy_rep_min: 0,
+        memcpy_nt_min: 0,
+        memset_rep_min: 0,
+        policy_measured: 0,
+        _pad: 0,
+    };
+
+    /// The size of column `i`: 16 << 2i bytes.
+    pub const fn size(i: usize) -> u64 {
+        16u64 << (2 * i)
+    }
 }
 
 /// Why a report copied out of guest memory was not accepted.
@@ -315,6 +389,7 @@ impl Report {
             switch_calibration_cycles: 0,
             cpus_wanted: 0,
             cpus_source: 0,
+            copy: CopyReport::EMPTY,
         }
     }
 
@@ -474,6 +549,15 @@ const _: () = {
                 + 4 * 8
                 + 8
                 + 2 * 4
+                + core::mem::size_of::<CopyReport>()
+    );
+    assert!(
+        core::mem::size_of::<CopyReport>()
+            == 24
+                + 2 * COPY_METHODS * COPY_SIZES * 8
+                + COPY_SAVE_INSNS * COPY_LIVE_STATES * 8
+                + 3 * 8
+                + 8
     );
 };
 

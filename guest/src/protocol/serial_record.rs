@@ -332,8 +332,9 @@ mod tests {
             assert_eq!(back.as_bytes(), r.as_bytes());
         }
         // An empty report packs to a few dozen bytes; a busy one stays small.
+        // (Under 256 since version 4 added the `bench=copy` table.)
         assert!(
-            line_of(&Report::new()).len() < 200,
+            line_of(&Report::new()).len() < 256,
             "{}",
             line_of(&Report::new())
         );

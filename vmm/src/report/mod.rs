@@ -22,6 +22,7 @@
 //! | `native` | how the native side ran: `code` (`guest-image`: the guest kernel's own bytes; `vmm-build`: the VMM's build, with `fallback_reason`), `entry`, `reps_per_row`, `pairs`, `noisy_rows` |
 //! | `hugepages` | with `--hugepages`: `advised`, `error`, `ram_kib`, `anon_huge_kib` (AnonHugePages of the RAM mapping at the end) |
 //! | `openssl_aes_128_cbc_mb_per_s` | the host's `openssl speed -evp aes-128-cbc` at 8192 B, when openssl is installed |
+//! | `copy` | `bench=copy`: cycles, ns and GB/s per copy method, size and hot/cold data, the XSAVE+XRSTOR borrowing price, the crossovers and the guest's `memcpy` policy (absent when it did not run) |
 //! | `switch_strategy`, `switch_cycles` | the context-switch strategy the guest chose at boot, and the cycles per switch it measured for each candidate (null and empty when the run had no workloads and no `bench=`: nothing to switch) |
 //! | `skipped` | workload variants not run: `name`, `variant`, `reason` |
 //! | `fault` | the CPU exception that ended the run, if any |
@@ -48,6 +49,7 @@
 //! - [`exit`]: process exit statuses.
 //! - [`plot`]: SVG bar charts for `--plot`.
 
+pub mod copy;
 pub mod exit;
 pub mod hex;
 pub mod native_view;

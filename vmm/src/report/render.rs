@@ -216,6 +216,9 @@ impl RunSummary {
                 );
             }
         }
+        if let Some(c) = &self.copy {
+            c.render(&mut s);
+        }
         if let Some(o) = self.openssl_aes_128_cbc_mb_per_s {
             let _ = writeln!(
                 s,

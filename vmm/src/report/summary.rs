@@ -365,6 +365,9 @@ pub struct RunSummary {
     pub switch_strategy: Option<String>,
     /// TSC cycles per switch the guest measured for each candidate.
     pub switch_cycles: Vec<SwitchFigure>,
+    /// `bench=copy`: the copy table, crossovers and memcpy policy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub copy: Option<super::copy::CopyView>,
     /// The CPU exception that ended the run, if any.
     pub fault: Option<FaultView>,
     /// Reason and register dump when the guest crashed.
@@ -666,6 +669,7 @@ impl RunSummary {
                         .collect()
                 })
                 .unwrap_or_default(),
+            copy: report.and_then(|r| super::copy::CopyView::new(&r.copy, tsc_khz)),
             fault,
             crash,
             report_errors: outcome.report_errors.clone(),
