@@ -32,6 +32,7 @@ pub mod amx;
 pub mod features;
 pub mod gemm;
 pub mod linpack;
+pub mod live;
 pub mod rng;
 pub mod runner;
 pub mod scratch;

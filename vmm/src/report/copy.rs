@@ -7,8 +7,9 @@
 use std::fmt::Write as _;
 
 use guest::bench::copy::crossover::{crossovers, Policy};
-use guest::bench::copy::{Live, Method, SAVE_INSNS};
+use guest::bench::copy::{Method, SAVE_INSNS};
 use guest::protocol::{CopyReport, COPY_SIZES};
+use guest::workloads::live::Live;
 use serde::Serialize;
 
 use super::table::Columns;

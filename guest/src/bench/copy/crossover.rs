@@ -8,8 +8,9 @@
 //! cell below the real crossover does not move it. The grid is powers of
 //! 4: the true crossover lies between S / 4 and S.
 
-use super::{Live, Method};
+use super::Method;
 use crate::protocol::{CopyReport, COPY_LIVE_STATES, COPY_METHODS, COPY_SIZES};
+use crate::workloads::live::Live;
 
 /// The crossovers of one table.
 #[derive(Clone, Copy, Debug, PartialEq)]

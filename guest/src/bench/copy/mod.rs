@@ -42,10 +42,11 @@ mod kernels;
 
 use core::arch::asm;
 
-use xstate::{Format, Xfeature, XfeatureMask};
+use xstate::Format;
 
 use super::{carve, Env};
 use crate::protocol::{CopyReport, COPY_LIVE_STATES, COPY_METHODS, COPY_SIZES};
+use crate::workloads::live::Live;
 use crate::workloads::CpuFeatures;
 
 /// Trials per cell; the cell reports the fastest.
@@ -268,40 +269,8 @@ pub unsafe fn sweep(feat: &CpuFeatures, llc: u64, scratch: &mut [u8], out: &mut 
     }
 }
 
-/// Which vector state is live in a [`borrow`] measurement.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Live {
-    /// XMM0-15 (and MXCSR) hold data; everything above is in its init state.
-    Xmm,
-    /// YMM0-15 hold data.
-    Ymm,
-    /// ZMM0-31 and the opmask registers hold data.
-    Zmm,
-}
-
-impl Live {
-    /// Every case, in the table's order.
-    pub const ALL: [Live; COPY_LIVE_STATES] = [Live::Xmm, Live::Ymm, Live::Zmm];
-
-    /// The name in reports.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Live::Xmm => "xmm",
-            Live::Ymm => "ymm",
-            Live::Zmm => "zmm",
-        }
-    }
-
-    /// The components holding data.
-    pub fn mask(self) -> XfeatureMask {
-        let sse = XfeatureMask::EMPTY.with(Xfeature::Sse);
-        match self {
-            Live::Xmm => sse,
-            Live::Ymm => sse.with(Xfeature::Avx),
-            Live::Zmm => sse.with(Xfeature::Avx) | XfeatureMask::AVX512,
-        }
-    }
-}
+// The borrowing table has a column per live state.
+const _: () = assert!(Live::ALL.len() == COPY_LIVE_STATES);
 
 /// The save instructions of [`borrow`], in the table's order.
 pub const SAVE_INSNS: [&str; 2] = ["xsave", "xsavec"];

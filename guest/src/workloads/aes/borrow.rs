@@ -15,8 +15,10 @@
 use core::arch::asm;
 use core::fmt::Write;
 
-use crate::workloads::features::{CpuFeatures, XCR0_AVX512_STATE, XCR0_AVX_STATE};
+use crate::workloads::features::{CpuFeatures, XCR0_AVX512_STATE};
+use crate::workloads::live::Live;
 use crate::workloads::text::Reason;
+use xstate::Xfeature;
 
 /// The XSAVE area [`Borrow`] needs at most: XCR0's whole standard-format
 /// area (CPUID.(EAX=0DH,ECX=0):EBX) must fit.
@@ -29,38 +31,10 @@ const VECTOR_COMPONENTS: u64 = 0b11 | XCR0_AVX512_STATE;
 /// Offset of the XSAVE header's XSTATE_BV in a standard-format area.
 const XSTATE_BV: usize = 512;
 
-/// Which registers are live (in use) when the state is saved.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Live {
-    /// x87 and SSE (XMM registers, MXCSR).
-    Xmm,
-    /// Plus the upper halves of YMM0-15.
-    Ymm,
-    /// Plus the opmask registers, ZMM0-15's upper halves and ZMM16-31.
-    Zmm,
-}
-
-impl Live {
-    /// Every width, in report order.
-    pub const ALL: [Live; 3] = [Live::Xmm, Live::Ymm, Live::Zmm];
-
-    /// Name in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Live::Xmm => "xmm",
-            Live::Ymm => "ymm",
-            Live::Zmm => "zmm",
-        }
-    }
-
-    /// The XSTATE_BV the saved state carries.
-    pub fn components(self) -> u64 {
-        match self {
-            Live::Xmm => 0b11,
-            Live::Ymm => 0b11 | XCR0_AVX_STATE,
-            Live::Zmm => 0b11 | XCR0_AVX512_STATE,
-        }
-    }
+/// The XSTATE_BV the saved state carries for `live`: its vector
+/// components and x87, which a task that has run any code holds too.
+fn components(live: Live) -> u64 {
+    live.mask().with(Xfeature::X87).bits()
 }
 
 /// A task's live vector state, saved in a 64-byte-aligned XSAVE area, and
@@ -87,7 +61,7 @@ impl<'a> Borrow<'a> {
             Live::Ymm => feat.avx,
             Live::Zmm => feat.avx512f,
         };
-        if x & live.components() != live.components() || !usable {
+        if x & components(live) != components(live) || !usable {
             let _ = write!(r, "{} state not usable: XCR0 {x:#x}", live.name());
             return Err(r);
         }
@@ -135,7 +109,7 @@ impl<'a> Borrow<'a> {
                 ),
             }
         }
-        let bv = live.components() & rfbm;
+        let bv = components(live) & rfbm;
         area[XSTATE_BV..XSTATE_BV + 8].copy_from_slice(&bv.to_le_bytes());
         Ok(Borrow { area, rfbm })
     }
