@@ -293,23 +293,16 @@ fn compact_in<const L: u8>(
     } else {
         copy_legacy::<L>(src, dst, bv.bits());
     }
-    // Compacted offsets as the layout rule gives them (see
-    // `compacted_offsets`), computed on the way: no table to fill first.
-    let mut off = XSAVE_MIN_SIZE;
-    for i in requested.iter_indices().filter(|&i| i >= 2) {
-        let (size, std_off) = info.raw_size_offset(i);
-        if info.raw_align64(i) {
-            off = off.next_multiple_of(64);
-        }
-        let size = size as usize;
+    // Compacted offsets computed on the way: no table to fill first.
+    walk_compacted(info, requested, |i, off, size| {
         let d = &mut dst[off..off + size];
-        off += size;
         if bv.contains_index(i) {
-            copy_at::<L>(d, &src[std_off as usize..std_off as usize + size]);
+            let std_off = info.raw_size_offset(i).1 as usize;
+            copy_at::<L>(d, &src[std_off..std_off + size]);
         } else {
             zero_at::<L>(d);
         }
-    }
+    });
     write_header(dst, bv.bits(), requested.bits() | XCOMP_BV_COMPACTED);
     Ok(total)
 }
@@ -333,27 +326,22 @@ fn compacted_offsets(
     mask: XfeatureMask,
     offs: &mut [u32; 64],
 ) -> Result<usize, ConvertError> {
-    if mask.contains_index(63) {
-        return Err(LayoutError::Bit63.into());
-    }
-    let unsupported = mask - info.supported_all();
-    if !unsupported.is_empty() {
-        return Err(LayoutError::Unsupported(unsupported).into());
-    }
+    check_compactable(info, mask)?;
     // XsaveInfo guarantees that the compacted size of everything fits in u32.
-    let mut next = XSAVE_MIN_SIZE;
-    for i in mask.iter_indices().filter(|&i| i >= 2) {
-        if info.raw_align64(i) {
-            next = next.div_ceil(64) * 64;
-        }
-        offs[i as usize] = next as u32;
-        next += info.raw_size_offset(i).0 as usize;
-    }
-    Ok(next)
+    Ok(walk_compacted(info, mask, |i, off, _| {
+        offs[i as usize] = off as u32
+    }))
 }
 
 /// The compacted size of `mask` ([`compacted_offsets`] without the table).
 fn compacted_end(info: &XsaveInfo, mask: XfeatureMask) -> Result<usize, ConvertError> {
+    check_compactable(info, mask)?;
+    Ok(walk_compacted(info, mask, |_, _, _| {}))
+}
+
+/// Whether `mask` has a compacted layout on this CPU: no bit 63, every
+/// component enumerated.
+fn check_compactable(info: &XsaveInfo, mask: XfeatureMask) -> Result<(), ConvertError> {
     if mask.contains_index(63) {
         return Err(LayoutError::Bit63.into());
     }
@@ -361,14 +349,30 @@ fn compacted_end(info: &XsaveInfo, mask: XfeatureMask) -> Result<usize, ConvertE
     if !unsupported.is_empty() {
         return Err(LayoutError::Unsupported(unsupported).into());
     }
+    Ok(())
+}
+
+/// The compacted layout rule, once: each component >= 2 of `mask` in
+/// ascending order, placed after the previous one (64-byte aligned when
+/// CPUID 0xD.i ECX[1] says so), told to `place(index, offset, size)`.
+/// Returns the compacted size. `mask` must have passed
+/// [`check_compactable`].
+#[inline(always)]
+fn walk_compacted(
+    info: &XsaveInfo,
+    mask: XfeatureMask,
+    mut place: impl FnMut(u32, usize, usize),
+) -> usize {
     let mut next = XSAVE_MIN_SIZE;
     for i in mask.iter_indices().filter(|&i| i >= 2) {
         if info.raw_align64(i) {
             next = next.next_multiple_of(64);
         }
-        next += info.raw_size_offset(i).0 as usize;
+        let size = info.raw_size_offset(i).0 as usize;
+        place(i, next, size);
+        next += size;
     }
-    Ok(next)
+    next
 }
 
 /// Converts a compacted-format image (as saved by XSAVEC, or by [`compact`])
