@@ -447,13 +447,9 @@ fn smp_view(outcome: &RunOutcome, tsc_khz: u64) -> Option<SmpView> {
                         .unwrap_or_else(|| "exited with status 0".to_string()),
                 },
                 guest_xcr0: r.map(|r| XfeatureMask::from_bits(r.xcr0)),
-                guest_xinuse: r
-                    .filter(|r| r.cpuid_xsave_features & leaf_d1_eax::XGETBV1 != 0)
-                    .map(|r| XfeatureMask::from_bits(r.xinuse)),
+                guest_xinuse: r.and_then(reported_xinuse),
                 final_xcr0: v.final_xcr0.map(XfeatureMask::from_bits),
-                switch_strategy: r
-                    .map(|r| field_str(&r.switch_strategy).to_string())
-                    .filter(|s| !s.is_empty()),
+                switch_strategy: r.and_then(reported_strategy),
                 results: r.map(|r| result_rows(r, tsc_khz)).unwrap_or_default(),
                 fault: r.and_then(fault_view),
                 exits: v.exits.total,
@@ -477,6 +473,18 @@ fn smp_view(outcome: &RunOutcome, tsc_khz: u64) -> Option<SmpView> {
             .filter(|s| !s.is_empty())
             .map(|s| s.to_string()),
     })
+}
+
+/// The XINUSE a report carries: XGETBV(1) at the end of the guest's run,
+/// only when CPUID says the CPU has it (else the field means nothing).
+fn reported_xinuse(r: &Report) -> Option<XfeatureMask> {
+    (r.cpuid_xsave_features & leaf_d1_eax::XGETBV1 != 0).then(|| XfeatureMask::from_bits(r.xinuse))
+}
+
+/// The context-switch strategy a report names (none when the CPU did not
+/// calibrate).
+fn reported_strategy(r: &Report) -> Option<String> {
+    Some(field_str(&r.switch_strategy).to_string()).filter(|s| !s.is_empty())
 }
 
 /// Turn a report's result records into rows, converting cycles with `tsc_khz`.
@@ -614,9 +622,7 @@ impl RunSummary {
             exit_description,
             guest_xcr0: report.map(|r| XfeatureMask::from_bits(r.xcr0)),
             guest_xcr0_hardware: report.map(|r| XfeatureMask::from_bits(r.xcr0_hardware)),
-            guest_xinuse: report
-                .filter(|r| r.cpuid_xsave_features & leaf_d1_eax::XGETBV1 != 0)
-                .map(|r| XfeatureMask::from_bits(r.xinuse)),
+            guest_xinuse: report.and_then(reported_xinuse),
             policy_xfeatures: p.xcr0,
             policy_xfeatures_names: p.xcr0.to_string(),
             kvm_xfeatures: p.kvm_xcr0,
@@ -653,9 +659,7 @@ impl RunSummary {
                         .collect()
                 })
                 .unwrap_or_default(),
-            switch_strategy: report
-                .map(|r| field_str(&r.switch_strategy).to_string())
-                .filter(|s| !s.is_empty()),
+            switch_strategy: report.and_then(reported_strategy),
             switch_cycles: report
                 .map(|r| {
                     SWITCH_STRATEGIES
