@@ -173,6 +173,14 @@ pub fn mptable_cpus(mem: &impl PhysRead) -> Option<u32> {
     for (from, to) in MP_SEARCH {
         let mut at = from;
         while at + 16 <= to {
+            // The signature alone first: most of the 65 KiB searched holds
+            // none, and reading guest memory a byte at a time is what the
+            // search costs (a one-vCPU VM from vmm has no table at all).
+            let mut sig = [0u8; 4];
+            if !mem.read(at, &mut sig) || &sig != b"_MP_" {
+                at += 16;
+                continue;
+            }
             let mut p = [0u8; 16];
             if mem.read(at, &mut p)
                 && &p[..4] == b"_MP_"

@@ -36,6 +36,8 @@ extern "C" fn user_main(start_info: u32) -> ! {
     let report = unsafe { &mut *report::report_ptr() };
     let mut out = Console::new();
     let mut status = ExitStatus::Success;
+    // The CPUID leaves this boot reads, in one system call.
+    kernel::cpu::prefetch(&kernel::cpu::BOOT_LEAVES);
 
     let boot_info = BootInfo::read(start_info);
     let cmdline_text = match &boot_info {

@@ -48,20 +48,42 @@ impl HostKvm {
     /// Open `/dev/kvm` and check what the VMM needs. A missing device or a
     /// permission problem is a one-line error.
     pub fn open() -> Result<Self> {
-        let kvm = Kvm::new().map_err(Error::KvmUnavailable)?;
-        for (cap, name) in [
-            (Cap::Xsave, "KVM_CAP_XSAVE"),
-            (Cap::Xcrs, "KVM_CAP_XCRS"),
-            (Cap::ExtCpuid, "KVM_CAP_EXT_CPUID"),
-            (Cap::UserMemory, "KVM_CAP_USER_MEMORY"),
-        ] {
-            if !kvm.check_extension(cap) {
-                return Err(Error::KvmCapability(name));
-            }
-        }
-        let supported_cpuid = kvm
-            .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
-            .map_err(Error::kvm("KVM_GET_SUPPORTED_CPUID"))?;
+        let kvm = open_checked()?;
+        let supported_cpuid = supported_cpuid(&kvm)?;
+        Self::finish(kvm, supported_cpuid)
+    }
+
+    /// [`HostKvm::open`], with `work` (building a VM, say) done on this
+    /// thread while another reads `KVM_GET_SUPPORTED_CPUID`.
+    ///
+    /// Why: that ioctl executes CPUID for every leaf it reports, and under
+    /// a nested hypervisor each CPUID traps (about 0.4 ms for the whole
+    /// table on the development host, as long as creating the VM and its
+    /// vCPU). `work` gets only the system fd, so it cannot depend on the
+    /// table; the caller validates against it afterwards (a VM built for a
+    /// request then refused is dropped unused). `work`'s error wins over
+    /// the table's, as it came first in the caller's order.
+    pub fn open_overlapping<T>(work: impl FnOnce(&Kvm) -> Result<T>) -> Result<(Self, T)> {
+        let kvm = open_checked()?;
+        let (supported, done) = std::thread::scope(|s| {
+            let table = std::thread::Builder::new()
+                .name("kvm-cpuid".into())
+                .spawn_scoped(s, || supported_cpuid(&kvm));
+            let done = work(&kvm);
+            let supported = match table {
+                Ok(handle) => handle.join().unwrap_or_else(|_| {
+                    Err(Error::KvmCapability("a readable KVM_GET_SUPPORTED_CPUID"))
+                }),
+                // No thread to spare: read it here, after the work.
+                Err(_) => supported_cpuid(&kvm),
+            };
+            (supported, done)
+        });
+        let done = done?;
+        Ok((Self::finish(kvm, supported?)?, done))
+    }
+
+    fn finish(kvm: Kvm, supported_cpuid: CpuId) -> Result<Self> {
         let xstate = KvmXstate::from_supported(&supported_cpuid)?;
         // Read after any dynamic-xfeature permission (crate::arch::amx): KVM
         // sizes it by what this process may give its guests.
@@ -73,6 +95,28 @@ impl HostKvm {
             xsave2_size,
         })
     }
+}
+
+/// `/dev/kvm`, with every capability the VMM relies on checked.
+fn open_checked() -> Result<Kvm> {
+    let kvm = Kvm::new().map_err(Error::KvmUnavailable)?;
+    for (cap, name) in [
+        (Cap::Xsave, "KVM_CAP_XSAVE"),
+        (Cap::Xcrs, "KVM_CAP_XCRS"),
+        (Cap::ExtCpuid, "KVM_CAP_EXT_CPUID"),
+        (Cap::UserMemory, "KVM_CAP_USER_MEMORY"),
+    ] {
+        if !kvm.check_extension(cap) {
+            return Err(Error::KvmCapability(name));
+        }
+    }
+    Ok(kvm)
+}
+
+/// `KVM_GET_SUPPORTED_CPUID`.
+fn supported_cpuid(kvm: &Kvm) -> Result<CpuId> {
+    kvm.get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
+        .map_err(Error::kvm("KVM_GET_SUPPORTED_CPUID"))
 }
 
 /// The xsave image size KVM exchanges, from `KVM_CAP_XSAVE2` (`cap`, 0 when

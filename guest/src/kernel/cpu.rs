@@ -19,7 +19,8 @@ pub struct Regs {
 pub const XSAVE_FEATURE_XGETBV1: u32 = 1 << 2;
 
 /// CPUID as the VMM presents it: executed at CPL0 through the kernel
-/// ([`super::syscall::cpuid_cpl0`]).
+/// ([`super::syscall::cpuid_cpl0`]), or taken from what [`prefetch`] read
+/// for this CPU.
 ///
 /// On hardware KVM CPUID exits to the hypervisor at any CPL. On the
 /// development host (kvm_pvm) CPUID at CPL3 runs natively and answers with
@@ -28,8 +29,130 @@ pub const XSAVE_FEATURE_XGETBV1: u32 = 1 << 2;
 /// same table that decided XCR0 at boot. The report must describe the
 /// latter, so the kernel reads CPUID at CPL0 (~14 µs per leaf there).
 pub fn cpuid(leaf: u32, subleaf: u32) -> Regs {
+    if let Some(r) = cache::lookup(leaf, subleaf) {
+        return r;
+    }
     let (eax, ebx, ecx, edx) = super::syscall::cpuid_cpl0(leaf, subleaf);
     Regs { eax, ebx, ecx, edx }
+}
+
+/// The leaves every boot reads (the policy check, the report, the TSC
+/// rate), fetched together by [`prefetch`]. A leaf past the CPU's maximum
+/// answers harmlessly; callers check the maximum before using it.
+pub const BOOT_LEAVES: [(u32, u32); 8] = [
+    (0, 0),
+    (1, 0),
+    (7, 0),
+    (7, 1),
+    (0xd, 0),
+    (0xd, 1),
+    (0x4000_0000, 0),
+    (0x4000_0010, 0),
+];
+
+/// Read `leaves` (leaf, subleaf) at CPL0 in one system call and keep the
+/// answers for this CPU's later [`cpuid`] calls, until [`forget`].
+///
+/// Why: the boot path of a run that does nothing else reads about a dozen
+/// leaves; one system call each was most of its emulated CPL0
+/// instructions on the development host (~0.7 µs each there).
+pub fn prefetch(leaves: &[(u32, u32)]) {
+    let mut q = [super::syscall::CpuidQuery::default(); cache::SLOTS];
+    let mut n = 0;
+    for &(leaf, subleaf) in leaves {
+        if n < q.len() && cache::lookup(leaf, subleaf).is_none() {
+            q[n].leaf = leaf;
+            q[n].subleaf = subleaf;
+            n += 1;
+        }
+    }
+    if n == 0 {
+        return;
+    }
+    super::syscall::cpuid_many(&mut q[..n]);
+    cache::store(&q[..n]);
+}
+
+/// Drop this CPU's kept answers: some leaves change with XCR0 (0xD.0 EBX
+/// and 0xD.1 EBX are sizes for the XCR0 in force), so every XSETBV calls
+/// this.
+pub fn forget() {
+    cache::clear();
+}
+
+/// Per CPU, the leaves [`prefetch`] read. Only CPU *i* touches slot *i*
+/// (indexed by [`super::percpu::this_cpu`]), like the per-CPU reports.
+mod cache {
+    use core::cell::UnsafeCell;
+
+    use super::super::percpu::this_cpu;
+    use super::super::syscall::CpuidQuery;
+    use super::Regs;
+    use guest::protocol::record::MAX_CPUS;
+
+    /// Leaves kept per CPU.
+    pub const SLOTS: usize = 24;
+
+    struct Kept {
+        len: usize,
+        q: [CpuidQuery; SLOTS],
+    }
+
+    struct PerCpu(UnsafeCell<[Kept; MAX_CPUS as usize]>);
+    // SAFETY: CPU i alone reads and writes slot i (this_cpu()).
+    unsafe impl Sync for PerCpu {}
+
+    static KEPT: PerCpu = PerCpu(UnsafeCell::new(
+        [const {
+            Kept {
+                len: 0,
+                q: [CpuidQuery {
+                    leaf: 0,
+                    subleaf: 0,
+                    eax: 0,
+                    ebx: 0,
+                    ecx: 0,
+                    edx: 0,
+                }; SLOTS],
+            }
+        }; MAX_CPUS as usize],
+    ));
+
+    fn with<R>(f: impl FnOnce(&mut Kept) -> R) -> R {
+        let cpu = this_cpu().min(MAX_CPUS as usize - 1);
+        // SAFETY: slot `cpu` belongs to the running CPU alone (see PerCpu),
+        // and no reference to it outlives this call.
+        f(unsafe { &mut (*KEPT.0.get())[cpu] })
+    }
+
+    pub fn lookup(leaf: u32, subleaf: u32) -> Option<Regs> {
+        with(|k| {
+            k.q[..k.len]
+                .iter()
+                .find(|e| e.leaf == leaf && e.subleaf == subleaf)
+                .map(|e| Regs {
+                    eax: e.eax,
+                    ebx: e.ebx,
+                    ecx: e.ecx,
+                    edx: e.edx,
+                })
+        })
+    }
+
+    pub fn store(answers: &[CpuidQuery]) {
+        with(|k| {
+            for a in answers {
+                if k.len < SLOTS {
+                    k.q[k.len] = *a;
+                    k.len += 1;
+                }
+            }
+        })
+    }
+
+    pub fn clear() {
+        with(|k| k.len = 0)
+    }
 }
 
 /// CPUID executed directly at CPL3 (see [`cpuid`] for how it can differ).

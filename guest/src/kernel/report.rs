@@ -103,6 +103,9 @@ impl fmt::Display for ModelError {
 /// Each CPUID leaf is read once: the subleaves of 0xD that the xstate
 /// model reads are also the ones recorded in the report.
 pub fn fill_cpu(report: &mut Report) -> Result<(), ModelError> {
+    // One system call for the leaves below (again only if an XSETBV since
+    // boot made the kept ones stale).
+    cpu::prefetch(&cpu::BOOT_LEAVES);
     let l1 = cpuid(1, 0);
     report.cpuid1_ecx = l1.ecx;
     report.cpuid1_edx = l1.edx;
@@ -122,7 +125,20 @@ pub fn fill_cpu(report: &mut Report) -> Result<(), ModelError> {
     }
 
     // Subleaf 0 EBX is the standard size for the XCR0 set at boot, which
-    // is why this runs after boot and not before.
+    // is why this runs after boot and not before. The component subleaves
+    // the model reads are those of 0xD.0 and 0xD.1's masks: one call.
+    let (d0, d1) = (cpuid(0xd, 0), cpuid(0xd, 1));
+    let offered = (u64::from(d0.edx) << 32 | u64::from(d0.eax))
+        | (u64::from(d1.edx) << 32 | u64::from(d1.ecx));
+    let mut subleaves = [(0xd, 0); 24];
+    let mut n = 0;
+    for i in 2..64u32 {
+        if offered & (1 << i) != 0 && n < subleaves.len() {
+            subleaves[n] = (0xd, i);
+            n += 1;
+        }
+    }
+    cpu::prefetch(&subleaves[..n]);
     let mut raw = [cpu::Regs::default(); 64];
     let info = XsaveInfo::from_leaf_0xd(|sub| {
         let r = cpuid(0xd, sub);

@@ -20,6 +20,7 @@
 //! | 6 | [`SYS_MMIO_STORES`] | address, value, count | 0 after `count` 32-bit stores at CPL0 (exit benchmark) |
 //! | 7 | [`SYS_CPUID_LOOP`] | leaf, count | 0 after `count` CPUIDs (subleaf 0) at CPL0 (exit benchmark) |
 //! | 8 | [`SYS_PARK`] | — | does not return: HLT with interrupts off, nothing else (an AP that is done; see [`super::smp`]) |
+//! | 9 | [`SYS_CPUID_MANY`] | entries, count | 0 after CPUID at CPL0 for each of `count` ≤ 32 [`CpuidQuery`] entries (results written into them); [`SYS_ERR_REFUSED`] above 32 |
 //!
 //! Unknown numbers return [`SYS_ERR_UNKNOWN`]. A new call is a handler
 //! that ends with `iretq` (in boot.rs, or in the `global_asm!` of this file
@@ -38,6 +39,10 @@ pub const SYS_MMIO_STORES: u64 = 6;
 pub const SYS_CPUID_LOOP: u64 = 7;
 /// Halt this CPU for good, writing nothing (an AP whose work is done).
 pub const SYS_PARK: u64 = 8;
+/// CPUID at CPL0 for a list of leaves in one trip (see [`cpuid_many`]).
+pub const SYS_CPUID_MANY: u64 = 9;
+/// The most entries one [`SYS_CPUID_MANY`] takes.
+pub const CPUID_MANY_MAX: usize = 32;
 
 /// The instruction raised an exception (#GP for an invalid XCR0 value).
 pub const SYS_ERR_REFUSED: u64 = u64::MAX;
@@ -98,6 +103,43 @@ pub fn cpuid_cpl0(leaf: u32, subleaf: u32) -> (u32, u32, u32, u32) {
         );
     }
     (lo as u32, (lo >> 32) as u32, hi as u32, (hi >> 32) as u32)
+}
+
+/// One leaf for [`cpuid_many`]: what to ask, and the answer. The layout
+/// is the system call's (boot/syscalls.s reads and writes it by offset).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuidQuery {
+    pub leaf: u32,
+    pub subleaf: u32,
+    pub eax: u32,
+    pub ebx: u32,
+    pub ecx: u32,
+    pub edx: u32,
+}
+
+// The handler's offsets: leaf 0, subleaf 4, EAX..EDX 8..24.
+const _: () = assert!(core::mem::size_of::<CpuidQuery>() == 24);
+
+/// [`cpuid_cpl0`] for every entry of `queries`, in one system call per
+/// [`CPUID_MANY_MAX`] entries: each CPL0 instruction is emulated on the
+/// development host, and a system call's entry and exit cost more
+/// instructions than the CPUID itself.
+pub fn cpuid_many(queries: &mut [CpuidQuery]) {
+    for chunk in queries.chunks_mut(CPUID_MANY_MAX) {
+        // SAFETY: the handler writes only the `chunk.len()` entries at the
+        // pointer (24 bytes each, the layout of `CpuidQuery`), which are
+        // this exclusive borrow; the count is within its limit.
+        let ret = unsafe {
+            syscall3(
+                SYS_CPUID_MANY,
+                chunk.as_mut_ptr() as u64,
+                chunk.len() as u64,
+                0,
+            )
+        };
+        debug_assert_eq!(ret, 0);
+    }
 }
 
 /// End the run with `status` through the CPL0 exit path.

@@ -94,6 +94,8 @@ pub unsafe fn xsetbv(index: u32, value: u64) -> Result<(), XsetbvRefused> {
     let ret = unsafe { syscall::syscall3(syscall::SYS_XSETBV, index.into(), value, 0) };
     debug_assert!(ret == 0 || ret == syscall::SYS_ERR_REFUSED);
     if ret == 0 {
+        // Leaf 0xD's sizes follow XCR0.
+        super::cpu::forget();
         if index == 0 {
             record_xcr0(value);
         }

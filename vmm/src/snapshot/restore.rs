@@ -264,10 +264,15 @@ pub(crate) fn build(
                 .placed_runs()
                 .map(|(addr, at, len)| (addr, pages.offset + at, len))
                 .collect();
-            Machine::create_smp_from_image(host, meta.mem_mib, vcpus, &RamImage { file, runs })?
+            Machine::create_smp_from_image(
+                &host.kvm,
+                meta.mem_mib,
+                vcpus,
+                &RamImage { file, runs },
+            )?
         }
         (Some(_), None) => return Err(MemoryError::Layout.into()),
-        (None, _) => Machine::create_smp(host, meta.mem_mib, vcpus)?,
+        (None, _) => Machine::create_smp(&host.kvm, meta.mem_mib, vcpus)?,
     };
     snap.memory.apply(|addr, data| {
         machine
@@ -583,7 +588,7 @@ mod tests {
             0,
         )
         .unwrap();
-        let mut m = Machine::create(&host, 8).unwrap();
+        let mut m = Machine::create(&host.kvm, 8).unwrap();
         m.vcpu.set_cpuid2(&guest.cpuid).unwrap();
         // A consistent state: XCR0 beyond x87 needs CR4.OSXSAVE.
         let mut sregs = m.vcpu.get_sregs().unwrap();
@@ -724,7 +729,7 @@ mod tests {
             0,
         )
         .unwrap();
-        let (mut m, mut ap_fds) = Machine::create_smp(&host, 8, 2).unwrap();
+        let (mut m, mut ap_fds) = Machine::create_smp(&host.kvm, 8, 2).unwrap();
         let mut ap = ap_fds.pop().unwrap();
         // One vCPU's consistent state: its CPUID, CR4.OSXSAVE, XCR0, an
         // xsave image of patterns (`salt` makes the XMM registers differ

@@ -35,14 +35,6 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
     // Dynamic xfeatures (AMX) need the host's permission before KVM's table
     // and KVM_CAP_XSAVE2 are read and before any vCPU exists.
     crate::arch::amx::permit_guest(config.xfeatures.as_deref())?;
-    let host = HostKvm::open()?;
-    // Validate the policy first, once: an invalid mask never creates a VM.
-    let xcr0 = validate_policy(
-        config.xfeatures.as_deref(),
-        &host.xstate,
-        &host.supported_cpuid,
-    )?;
-    smp::check_vcpus(config.vcpus, smp::kvm_max_vcpus(&host.kvm))?;
     check_snapshot_options(config.snapshot_after, config.snapshot_file.as_deref())?;
     if let Some(path) = &config.snapshot_file {
         save::check_destination(path, config.snapshot_force)?;
@@ -51,23 +43,37 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
     // CPUID table (kvm_pvm) our guest still limits XCR0 to it. That word is
     // the VMM's alone.
     check_cmdline_words(&config.cmdline)?;
+    // The VM, its RAM with the kernel in it and its vCPUs are built while
+    // another thread reads KVM's CPUID table: none of it depends on the
+    // table, and both take about as long (see `HostKvm::open_overlapping`).
+    let (host, (mut machine, ap_fds, kernel, hugepages)) = HostKvm::open_overlapping(|kvm| {
+        // Bad counts are refused before any VM exists.
+        smp::check_vcpus(config.vcpus, smp::kvm_max_vcpus(kvm))?;
+        let (machine, ap_fds) = Machine::create_smp(kvm, config.mem_mib, config.vcpus)?;
+        // Before anything touches guest RAM, so the kernel load faults in
+        // huge pages already.
+        let hugepages = config
+            .hugepages
+            .then(|| super::machine::advise_hugepages(&machine.mem).map_err(|e| e.to_string()));
+        let kernel = boot::load_kernel(
+            &machine.mem,
+            &config.kernel.bytes,
+            &config.kernel.name,
+            &plan,
+        )?;
+        Ok((machine, ap_fds, kernel, hugepages))
+    })?;
+    // Validated once, against KVM's table: an invalid mask never runs a
+    // vCPU (the VM built meanwhile is dropped unused).
+    let xcr0 = validate_policy(
+        config.xfeatures.as_deref(),
+        &host.xstate,
+        &host.supported_cpuid,
+    )?;
     // The CPU count reaches the guest through the MP table (below), as
     // on a PC; a `cpus=` word of the caller's still overrides it.
     let cmdline = with_xfeatures_hint(&config.cmdline, xcr0);
-
-    let (mut machine, ap_fds) = Machine::create_smp(&host, config.mem_mib, config.vcpus)?;
-    // Before anything touches guest RAM, so the kernel load faults in huge
-    // pages already.
-    let hugepages = config
-        .hugepages
-        .then(|| super::machine::advise_hugepages(&machine.mem).map_err(|e| e.to_string()));
     let ram = machine.mem.clone();
-    let kernel = boot::load_kernel(
-        &machine.mem,
-        &config.kernel.bytes,
-        &config.kernel.name,
-        &plan,
-    )?;
     boot::write_boot_info(&machine.mem, &cmdline)?;
     let entry = kernel.boot_entry(config.entry);
 

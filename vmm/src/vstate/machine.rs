@@ -15,12 +15,11 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 
 use kvm_bindings::kvm_userspace_memory_region;
-use kvm_ioctls::{VcpuFd, VmFd};
+use kvm_ioctls::{Kvm, VcpuFd, VmFd};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 
 use crate::arch::layout::{KVM_TSS_ADDR, MAX_MEM_MIB, MIN_MEM_MIB};
 use crate::error::{Error, MemoryError, Result};
-use crate::kvm::HostKvm;
 use crate::xstate_manager::XstateManager;
 
 /// An application processor (vCPU 1..N) and its own xstate manager.
@@ -62,12 +61,12 @@ pub struct Machine {
 impl Machine {
     /// Create the VM, its RAM (`mem_mib`, slot 0 from address 0) and vCPU 0.
     #[cfg(test)]
-    pub fn create(host: &HostKvm, mem_mib: u64) -> Result<Self> {
-        Self::build(host, mem_mib, None)
+    pub fn create(kvm: &Kvm, mem_mib: u64) -> Result<Self> {
+        Self::build(kvm, mem_mib, None)
     }
 
-    fn build(host: &HostKvm, mem_mib: u64, image: Option<&RamImage<'_>>) -> Result<Self> {
-        let vm = host.kvm.create_vm().map_err(Error::kvm("KVM_CREATE_VM"))?;
+    fn build(kvm: &Kvm, mem_mib: u64, image: Option<&RamImage<'_>>) -> Result<Self> {
+        let vm = kvm.create_vm().map_err(Error::kvm("KVM_CREATE_VM"))?;
         vm.set_tss_address(KVM_TSS_ADDR as usize)
             .map_err(Error::kvm("KVM_SET_TSS_ADDR"))?;
         let mem = allocate_ram(mem_mib)?;
@@ -88,8 +87,8 @@ impl Machine {
     /// irqchip first (every vCPU created after it gets a LAPIC), then RAM
     /// and vCPU 0; the APs' fds are returned for the caller to configure
     /// (see [`super::smp`]). One vCPU is exactly the VM `vmm` always built (no irqchip).
-    pub fn create_smp(host: &HostKvm, mem_mib: u64, vcpus: u32) -> Result<(Self, Vec<VcpuFd>)> {
-        Self::build_smp(host, mem_mib, vcpus, None)
+    pub fn create_smp(kvm: &Kvm, mem_mib: u64, vcpus: u32) -> Result<(Self, Vec<VcpuFd>)> {
+        Self::build_smp(kvm, mem_mib, vcpus, None)
     }
 
     /// [`Machine::create_smp`] with the RAM of a snapshot: zero but for
@@ -102,24 +101,24 @@ impl Machine {
     /// pages the guest has not yet written: snapshots are written to a new
     /// file and renamed, never rewritten in place, by this vmm.
     pub fn create_smp_from_image(
-        host: &HostKvm,
+        kvm: &Kvm,
         mem_mib: u64,
         vcpus: u32,
         image: &RamImage<'_>,
     ) -> Result<(Self, Vec<VcpuFd>)> {
-        Self::build_smp(host, mem_mib, vcpus, Some(image))
+        Self::build_smp(kvm, mem_mib, vcpus, Some(image))
     }
 
     fn build_smp(
-        host: &HostKvm,
+        kvm: &Kvm,
         mem_mib: u64,
         vcpus: u32,
         image: Option<&RamImage<'_>>,
     ) -> Result<(Self, Vec<VcpuFd>)> {
         if vcpus <= 1 {
-            return Ok((Self::build(host, mem_mib, image)?, Vec::new()));
+            return Ok((Self::build(kvm, mem_mib, image)?, Vec::new()));
         }
-        let vm = host.kvm.create_vm().map_err(Error::kvm("KVM_CREATE_VM"))?;
+        let vm = kvm.create_vm().map_err(Error::kvm("KVM_CREATE_VM"))?;
         vm.set_tss_address(KVM_TSS_ADDR as usize)
             .map_err(Error::kvm("KVM_SET_TSS_ADDR"))?;
         vm.create_irq_chip()

@@ -91,6 +91,32 @@ sys_cpuid:                      /* leaf RDI, subleaf RSI -> RAX = EBX:EAX, RDX =
     popq %rbx
     iretq
 
+/* RDI = entries of 24 bytes (leaf, subleaf, then EAX, EBX, ECX, EDX    */
+/* written here), RSI = their count (at most 32) -> 0, or -1 when the   */
+/* count is too large. One trip to CPL0 for many leaves: about 10       */
+/* emulated instructions a leaf instead of a whole system call each.    */
+sys_cpuid_many:
+    cmpq $32, %rsi
+    ja 7f
+    pushq %rbx
+    testq %rsi, %rsi
+    jz 6f
+5:  movl (%rdi), %eax
+    movl 4(%rdi), %ecx
+    cpuid
+    movl %eax, 8(%rdi)
+    movl %ebx, 12(%rdi)
+    movl %ecx, 16(%rdi)
+    movl %edx, 20(%rdi)
+    addq $24, %rdi
+    decq %rsi
+    jnz 5b
+6:  popq %rbx
+    xorl %eax, %eax
+    iretq
+7:  movq $-1, %rax
+    iretq
+
     .p2align 3
 sys_table:
     .quad sys_exit
@@ -102,6 +128,7 @@ sys_table:
     .quad sys_mmio_stores       /* kernel/syscall.rs */
     .quad sys_cpuid_loop        /* kernel/syscall.rs */
     .quad sys_park              /* boot/ap.s */
+    .quad sys_cpuid_many
 sys_table_end:
 
     .popsection
