@@ -318,3 +318,23 @@ fn every_option_has_help() {
     assert!(seen >= 8, "visited {seen} help pages");
     assert!(checked >= 40, "checked {checked} options");
 }
+
+/// `vmm`'s entry point is the C `main` (start-up time); it still ignores
+/// SIGPIPE as Rust's runtime would: output into a closed pipe ends the
+/// command with a status, never kills it with the signal.
+#[test]
+fn a_closed_output_pipe_is_not_a_signal_death() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    let mut child = Command::new(vmm_bin())
+        .args(["man"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn vmm");
+    // Close the only read end before the child writes anything.
+    drop(child.stdout.take());
+    let status = child.wait().expect("wait");
+    assert_eq!(status.signal(), None, "{status:?}");
+    assert!(status.code().is_some(), "{status:?}");
+}

@@ -412,6 +412,10 @@ pub enum VcpuError {
     /// The vCPU thread could not be created.
     #[error("cannot start the vCPU thread: {0}")]
     Spawn(#[source] std::io::Error),
+    /// A helper thread of the VM's set-up or run (`kvm-cpuid`, the
+    /// deadline watcher) could not be created.
+    #[error("cannot start the {0} thread: {1}")]
+    SpawnHelper(&'static str, #[source] std::io::Error),
     /// The vCPU thread panicked.
     #[error("the vCPU thread panicked")]
     ThreadPanicked,

@@ -7,7 +7,7 @@ use kvm_ioctls::{Cap, Kvm};
 use xstate::kvm::KVM_XSAVE_REGION_SIZE;
 use xstate::{XfeatureMask, XsaveInfo};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, VcpuError};
 
 /// The extended-state view of KVM's supported CPUID.
 #[derive(Clone, Debug)]
@@ -54,33 +54,37 @@ impl HostKvm {
     }
 
     /// [`HostKvm::open`], with `work` (building a VM, say) done on this
-    /// thread while another reads `KVM_GET_SUPPORTED_CPUID`.
+    /// thread while another reads `KVM_GET_SUPPORTED_CPUID` and then does
+    /// `side` (loading the kernel into RAM allocated beforehand, say).
     ///
     /// Why: that ioctl executes CPUID for every leaf it reports, and under
     /// a nested hypervisor each CPUID traps (about 0.4 ms for the whole
     /// table on the development host, as long as creating the VM and its
-    /// vCPU). `work` gets only the system fd, so it cannot depend on the
-    /// table; the caller validates against it afterwards (a VM built for a
-    /// request then refused is dropped unused). `work`'s error wins over
-    /// the table's, as it came first in the caller's order.
-    pub fn open_overlapping<T>(work: impl FnOnce(&Kvm) -> Result<T>) -> Result<(Self, T)> {
+    /// vCPU). Neither `work` nor `side` gets the table, so neither can
+    /// depend on it; the caller validates against it afterwards (a VM built
+    /// for a request then refused is dropped unused). Errors come in the
+    /// caller's order: `work`'s, then the table's, then `side`'s.
+    pub fn open_overlapping<T, S: Send>(
+        work: impl FnOnce(&Kvm) -> Result<T>,
+        side: impl FnOnce() -> Result<S> + Send,
+    ) -> Result<(Self, T, S)> {
         let kvm = open_checked()?;
-        let (supported, done) = std::thread::scope(|s| {
-            let table = std::thread::Builder::new()
+        let (supported, done, side_done) = std::thread::scope(|s| -> Result<_> {
+            let kvm = &kvm;
+            let handle = std::thread::Builder::new()
                 .name("kvm-cpuid".into())
-                .spawn_scoped(s, || supported_cpuid(&kvm));
-            let done = work(&kvm);
-            let supported = match table {
-                Ok(handle) => handle.join().unwrap_or_else(|_| {
-                    Err(Error::KvmCapability("a readable KVM_GET_SUPPORTED_CPUID"))
-                }),
-                // No thread to spare: read it here, after the work.
-                Err(_) => supported_cpuid(&kvm),
-            };
-            (supported, done)
-        });
+                .spawn_scoped(s, move || (supported_cpuid(kvm), side()))
+                .map_err(|e| Error::Vcpu(VcpuError::SpawnHelper("kvm-cpuid", e)))?;
+            let done = work(kvm);
+            let (supported, side_done) = handle.join().unwrap_or_else(|_| {
+                let lost = || Error::KvmCapability("a KVM_GET_SUPPORTED_CPUID that returns");
+                (Err(lost()), Err(lost()))
+            });
+            Ok((supported, done, side_done))
+        })?;
         let done = done?;
-        Ok((Self::finish(kvm, supported?)?, done))
+        let host = Self::finish(kvm, supported?)?;
+        Ok((host, done, side_done?))
     }
 
     fn finish(kvm: Kvm, supported_cpuid: CpuId) -> Result<Self> {

@@ -43,26 +43,31 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
     // CPUID table (kvm_pvm) our guest still limits XCR0 to it. That word is
     // the VMM's alone.
     check_cmdline_words(&config.cmdline)?;
-    // The VM, its RAM with the kernel in it and its vCPUs are built while
-    // another thread reads KVM's CPUID table: none of it depends on the
-    // table, and both take about as long (see `HostKvm::open_overlapping`).
-    let (host, (mut machine, ap_fds, kernel, hugepages)) = HostKvm::open_overlapping(|kvm| {
-        // Bad counts are refused before any VM exists.
-        smp::check_vcpus(config.vcpus, smp::kvm_max_vcpus(kvm))?;
-        let (machine, ap_fds) = Machine::create_smp(kvm, config.mem_mib, config.vcpus)?;
-        // Before anything touches guest RAM, so the kernel load faults in
-        // huge pages already.
-        let hugepages = config
-            .hugepages
-            .then(|| super::machine::advise_hugepages(&machine.mem).map_err(|e| e.to_string()));
-        let kernel = boot::load_kernel(
-            &machine.mem,
-            &config.kernel.bytes,
-            &config.kernel.name,
-            &plan,
-        )?;
-        Ok((machine, ap_fds, kernel, hugepages))
-    })?;
+    // The VM and its vCPUs are built on this thread while another reads
+    // KVM's CPUID table and then loads the kernel into the RAM: none of it
+    // depends on the table, and the two halves take about as long (see
+    // `HostKvm::open_overlapping`).
+    let ram = super::machine::allocate_ram(config.mem_mib)?;
+    // Before anything touches guest RAM, so the kernel load faults in huge
+    // pages already.
+    let hugepages = config
+        .hugepages
+        .then(|| super::machine::advise_hugepages(&ram).map_err(|e| e.to_string()));
+    let (host, (mut machine, ap_fds), kernel) = HostKvm::open_overlapping(
+        |kvm| {
+            // Bad counts are refused before any VM exists.
+            smp::check_vcpus(config.vcpus, smp::kvm_max_vcpus(kvm))?;
+            Machine::create_smp_on(kvm, ram.clone(), config.vcpus)
+        },
+        || {
+            Ok(boot::load_kernel(
+                &ram,
+                &config.kernel.bytes,
+                &config.kernel.name,
+                &plan,
+            )?)
+        },
+    )?;
     // Validated once, against KVM's table: an invalid mask never runs a
     // vCPU (the VM built meanwhile is dropped unused).
     let xcr0 = validate_policy(
@@ -73,7 +78,6 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
     // The CPU count reaches the guest through the MP table (below), as
     // on a PC; a `cpus=` word of the caller's still overrides it.
     let cmdline = with_xfeatures_hint(&config.cmdline, xcr0);
-    let ram = machine.mem.clone();
     boot::write_boot_info(&machine.mem, &cmdline)?;
     let entry = kernel.boot_entry(config.entry);
 

@@ -62,25 +62,7 @@ impl Machine {
     /// Create the VM, its RAM (`mem_mib`, slot 0 from address 0) and vCPU 0.
     #[cfg(test)]
     pub fn create(kvm: &Kvm, mem_mib: u64) -> Result<Self> {
-        Self::build(kvm, mem_mib, None)
-    }
-
-    fn build(kvm: &Kvm, mem_mib: u64, image: Option<&RamImage<'_>>) -> Result<Self> {
-        let vm = kvm.create_vm().map_err(Error::kvm("KVM_CREATE_VM"))?;
-        vm.set_tss_address(KVM_TSS_ADDR as usize)
-            .map_err(Error::kvm("KVM_SET_TSS_ADDR"))?;
-        let mem = allocate_ram(mem_mib)?;
-        if let Some(image) = image {
-            map_image(&mem, image)?;
-        }
-        register_ram(&vm, &mem)?;
-        let vcpu = vm.create_vcpu(0).map_err(Error::kvm("KVM_CREATE_VCPU"))?;
-        Ok(Self {
-            vm,
-            vcpu,
-            mem,
-            aps: Vec::new(),
-        })
+        Ok(Self::create_smp(kvm, mem_mib, 1)?.0)
     }
 
     /// Create the VM for `vcpus` vCPUs: with more than one, the in-kernel
@@ -88,7 +70,41 @@ impl Machine {
     /// and vCPU 0; the APs' fds are returned for the caller to configure
     /// (see [`super::smp`]). One vCPU is exactly the VM `vmm` always built (no irqchip).
     pub fn create_smp(kvm: &Kvm, mem_mib: u64, vcpus: u32) -> Result<(Self, Vec<VcpuFd>)> {
-        Self::build_smp(kvm, mem_mib, vcpus, None)
+        Self::create_smp_on(kvm, allocate_ram(mem_mib)?, vcpus)
+    }
+
+    /// [`Machine::create_smp`] on RAM the caller allocated
+    /// ([`allocate_ram`]) and may be filling meanwhile from another thread
+    /// (`vmm run` loads the kernel while the VM is built).
+    pub fn create_smp_on(
+        kvm: &Kvm,
+        mem: GuestMemoryMmap,
+        vcpus: u32,
+    ) -> Result<(Self, Vec<VcpuFd>)> {
+        let vm = kvm.create_vm().map_err(Error::kvm("KVM_CREATE_VM"))?;
+        vm.set_tss_address(KVM_TSS_ADDR as usize)
+            .map_err(Error::kvm("KVM_SET_TSS_ADDR"))?;
+        if vcpus > 1 {
+            vm.create_irq_chip()
+                .map_err(Error::kvm("KVM_CREATE_IRQCHIP"))?;
+        }
+        register_ram(&vm, &mem)?;
+        let vcpu = vm.create_vcpu(0).map_err(Error::kvm("KVM_CREATE_VCPU"))?;
+        let aps = (1..vcpus.max(1))
+            .map(|i| {
+                vm.create_vcpu(u64::from(i))
+                    .map_err(Error::kvm("KVM_CREATE_VCPU"))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((
+            Self {
+                vm,
+                vcpu,
+                mem,
+                aps: Vec::new(),
+            },
+            aps,
+        ))
     }
 
     /// [`Machine::create_smp`] with the RAM of a snapshot: zero but for
@@ -106,49 +122,14 @@ impl Machine {
         vcpus: u32,
         image: &RamImage<'_>,
     ) -> Result<(Self, Vec<VcpuFd>)> {
-        Self::build_smp(kvm, mem_mib, vcpus, Some(image))
-    }
-
-    fn build_smp(
-        kvm: &Kvm,
-        mem_mib: u64,
-        vcpus: u32,
-        image: Option<&RamImage<'_>>,
-    ) -> Result<(Self, Vec<VcpuFd>)> {
-        if vcpus <= 1 {
-            return Ok((Self::build(kvm, mem_mib, image)?, Vec::new()));
-        }
-        let vm = kvm.create_vm().map_err(Error::kvm("KVM_CREATE_VM"))?;
-        vm.set_tss_address(KVM_TSS_ADDR as usize)
-            .map_err(Error::kvm("KVM_SET_TSS_ADDR"))?;
-        vm.create_irq_chip()
-            .map_err(Error::kvm("KVM_CREATE_IRQCHIP"))?;
         let mem = allocate_ram(mem_mib)?;
-        if let Some(image) = image {
-            map_image(&mem, image)?;
-        }
-        register_ram(&vm, &mem)?;
-        let vcpu = vm.create_vcpu(0).map_err(Error::kvm("KVM_CREATE_VCPU"))?;
-        let aps = (1..vcpus)
-            .map(|i| {
-                vm.create_vcpu(u64::from(i))
-                    .map_err(Error::kvm("KVM_CREATE_VCPU"))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok((
-            Self {
-                vm,
-                vcpu,
-                mem,
-                aps: Vec::new(),
-            },
-            aps,
-        ))
+        map_image(&mem, image)?;
+        Self::create_smp_on(kvm, mem, vcpus)
     }
 }
 
 /// Allocate `mib` MiB of guest RAM (anonymous, private, not yet touched).
-fn allocate_ram(mib: u64) -> Result<GuestMemoryMmap> {
+pub fn allocate_ram(mib: u64) -> Result<GuestMemoryMmap> {
     if !(MIN_MEM_MIB..=MAX_MEM_MIB).contains(&mib) {
         return Err(MemoryError::SizeOutOfRange(mib).into());
     }

@@ -140,7 +140,7 @@ pub fn supervise<R>(
     std::thread::Builder::new()
         .name("vcpu0-deadline".into())
         .spawn(move || watcher.run(after, why, timeout, &rx))
-        .map_err(VcpuError::Spawn)?;
+        .map_err(|e| VcpuError::SpawnHelper("vcpu0-deadline", e))?;
     // A panic in the vCPU loop is the error it was on a thread of its own,
     // not the end of the process.
     let value = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&watch.stop)));
