@@ -4,6 +4,9 @@
 //! CPUID always exits to the hypervisor (a few µs each), so callers read
 //! each leaf once and keep the result.
 
+use super::percpu::this_cpu;
+use super::syscall::CpuidQuery;
+use guest::protocol::record::MAX_CPUS;
 use xstate::info::leaf_1_ecx;
 
 /// One CPUID result.
@@ -57,7 +60,7 @@ pub const BOOT_LEAVES: [(u32, u32); 8] = [
 /// leaves; one system call each was most of its emulated CPL0
 /// instructions on the development host (~0.7 µs each there).
 pub fn prefetch(leaves: &[(u32, u32)]) {
-    let mut q = [super::syscall::CpuidQuery::default(); cache::SLOTS];
+    let mut q = [CpuidQuery::default(); cache::SLOTS];
     let mut n = 0;
     for &(leaf, subleaf) in leaves {
         if n < q.len() && cache::lookup(leaf, subleaf).is_none() {
@@ -85,10 +88,7 @@ pub fn forget() {
 mod cache {
     use core::cell::UnsafeCell;
 
-    use super::super::percpu::this_cpu;
-    use super::super::syscall::CpuidQuery;
-    use super::Regs;
-    use guest::protocol::record::MAX_CPUS;
+    use super::{this_cpu, CpuidQuery, Regs, MAX_CPUS};
 
     /// Leaves kept per CPU.
     pub const SLOTS: usize = 24;

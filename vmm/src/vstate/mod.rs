@@ -10,10 +10,13 @@
 //!   (what restore uses too).
 //! - `runner`: the run loops and exit decoding.
 //! - `stop`: why and how a running vCPU is stopped from outside.
+//! - `deadline`: one vCPU's deadlines as requests and a kicking timer,
+//!   without a watching thread.
 //! - [`smp`]: `--vcpus N`: the limits, the irqchip, how APs start.
 //! - [`outcome`]: what a run produced ([`RunOutcome`], [`RunEnd`]).
 
 pub mod config;
+pub(crate) mod deadline;
 pub mod dump;
 pub(crate) mod launch;
 pub(crate) mod machine;

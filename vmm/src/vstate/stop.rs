@@ -9,12 +9,12 @@
 //! thread finishes.
 
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use vmm_sys_util::signal::{register_signal_handler, Killable, SIGRTMIN};
 
+use super::deadline::{Due, Schedule};
 use crate::error::{Result, VcpuError};
 
 /// Why the VMM interrupts the vCPU thread.
@@ -30,10 +30,15 @@ pub enum StopReason {
     Peer = 3,
 }
 
-/// A [`StopReason`] the supervisor sets and the vCPU thread polls between
-/// exits. No request is 0.
+/// A [`StopReason`] the supervisor sets, or a deadline's when it passed,
+/// which the vCPU thread polls between exits.
 #[derive(Debug, Default)]
-pub struct StopFlag(AtomicU8);
+pub struct StopFlag {
+    /// A request made by someone: [`StopReason`] as a number, 0 for none.
+    request: AtomicU8,
+    /// Deadlines that become requests by themselves ([`supervise`]).
+    schedule: Option<Schedule>,
+}
 
 impl StopFlag {
     /// No stop requested.
@@ -43,28 +48,35 @@ impl StopFlag {
 
     /// Ask the vCPU thread to stop, replacing an earlier reason.
     pub fn request(&self, why: StopReason) {
-        self.0.store(why as u8, Ordering::SeqCst);
+        self.request.store(why as u8, Ordering::SeqCst);
     }
 
     /// The vCPU thread dealt with a snapshot request without ending the run
     /// (the file could not be written and the guest went on): clear it,
     /// unless a timeout replaced it meanwhile.
     pub fn snapshot_done(&self) {
-        let _ = self.0.compare_exchange(
+        let _ = self.request.compare_exchange(
             StopReason::Snapshot as u8,
             0,
             Ordering::SeqCst,
             Ordering::SeqCst,
         );
+        if let Some(s) = &self.schedule {
+            s.settle_snapshot();
+        }
     }
 
-    /// The pending request, if any.
+    /// The pending request, if any: one made, else a deadline that passed.
     pub fn requested(&self) -> Option<StopReason> {
-        match self.0.load(Ordering::Relaxed) {
+        match self.request.load(Ordering::Relaxed) {
             1 => Some(StopReason::Timeout),
             2 => Some(StopReason::Snapshot),
             3 => Some(StopReason::Peer),
-            _ => None,
+            _ => match self.schedule.as_ref().and_then(Schedule::due) {
+                Some(Due::Timeout) => Some(StopReason::Timeout),
+                Some(Due::Snapshot) => Some(StopReason::Snapshot),
+                None => None,
+            },
         }
     }
 }
@@ -92,157 +104,39 @@ fn kick_signal() -> libc::c_int {
     SIGRTMIN()
 }
 
-/// Run `body` (the vCPU loop) on this thread; stop it with a
-/// [`StopReason`] and signals when the first deadline passes. After a
-/// snapshot is due, the timeout still applies to writing it.
-///
-/// The deadlines are watched from a small thread of their own, which kicks
-/// this one. Why not the other way round (the vCPU on a new thread, as
-/// [`supervise_all_with`] runs several): a new thread's set-up (its
-/// signal stack, its malloc arena, its stack's release at the end) then
-/// sits between the VM's creation and its first `KVM_RUN` and after its
-/// end, about 0.1 ms of a run that does nothing in 4 ms; here it runs
-/// alongside the guest.
+/// Install the no-op handler of the kick signal: its only job is to make
+/// `KVM_RUN` return `EINTR` (the signal's default action would end the
+/// process).
+fn install_kick_handler() -> Result<()> {
+    register_signal_handler(kick_signal(), kick_handler).map_err(VcpuError::KickHandler)?;
+    Ok(())
+}
+
+/// Run `body` (the vCPU loop) on this thread; its [`StopFlag`] asks it to
+/// stop when the first deadline passes, and a timer kicks it out of
+/// `KVM_RUN` from then on (see [`super::deadline`], which says why no
+/// thread watches the clock). After a snapshot is due, the timeout still
+/// applies to writing it.
 pub fn supervise<R>(
     deadlines: Deadlines,
     body: impl FnOnce(&StopFlag) -> R,
 ) -> Result<Supervised<R>> {
-    let Deadlines {
-        timeout,
-        snapshot_after,
-    } = deadlines;
-    // The first deadline to pass decides why the vCPU is stopped.
-    let first = match (snapshot_after, timeout) {
-        (Some(s), Some(t)) if t <= s => Some((t, StopReason::Timeout)),
-        (Some(s), _) => Some((s, StopReason::Snapshot)),
-        (None, Some(t)) => Some((t, StopReason::Timeout)),
-        (None, None) => None,
+    if deadlines.timeout.is_some() || deadlines.snapshot_after.is_some() {
+        install_kick_handler()?;
+    }
+    let stop = StopFlag {
+        request: AtomicU8::new(0),
+        schedule: Schedule::arm(deadlines.snapshot_after, deadlines.timeout, kick_signal())
+            .map_err(VcpuError::Timer)?,
     };
-    let Some((after, why)) = first else {
-        return Ok(Supervised {
-            value: body(&StopFlag::new()),
-            timed_out: false,
-        });
-    };
-    // The handler does nothing: its only job is to make KVM_RUN return EINTR.
-    register_signal_handler(kick_signal(), kick_handler).map_err(VcpuError::KickHandler)?;
-    let watch = Arc::new(Watch {
-        stop: StopFlag::new(),
-        state: Mutex::new(WatchState {
-            running: true,
-            timed_out: false,
-        }),
-        // SAFETY: pthread_self has no preconditions.
-        target: unsafe { libc::pthread_self() },
-    });
-    let (tx, rx) = mpsc::channel::<()>();
-    let watcher = watch.clone();
-    std::thread::Builder::new()
-        .name("vcpu0-deadline".into())
-        .spawn(move || watcher.run(after, why, timeout, &rx))
-        .map_err(|e| VcpuError::SpawnHelper("vcpu0-deadline", e))?;
     // A panic in the vCPU loop is the error it was on a thread of its own,
     // not the end of the process.
-    let value = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&watch.stop)));
-    // From here on the watcher kicks no more (it only kicks while
-    // `running`, under the lock); dropping the sender ends it.
-    let timed_out = {
-        let mut state = watch.lock();
-        state.running = false;
-        state.timed_out
-    };
-    drop(tx);
+    let value = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&stop)));
+    let timed_out = stop.schedule.as_ref().is_some_and(Schedule::timed_out);
+    // Deletes the timer: nothing kicks this thread any more.
+    drop(stop);
     let value = value.map_err(|_| VcpuError::ThreadPanicked)?;
     Ok(Supervised { value, timed_out })
-}
-
-/// What [`supervise`]'s deadline thread shares with the vCPU's thread.
-struct Watch {
-    stop: StopFlag,
-    state: Mutex<WatchState>,
-    /// The thread running the vCPU (the one that called [`supervise`]).
-    target: libc::pthread_t,
-}
-
-struct WatchState {
-    /// The vCPU's thread is still in [`supervise`]'s body: it may be kicked.
-    running: bool,
-    /// The time limit passed (set only while `running`).
-    timed_out: bool,
-}
-
-impl Watch {
-    fn lock(&self) -> std::sync::MutexGuard<'_, WatchState> {
-        // A poisoned lock only means the other thread panicked holding it;
-        // the two booleans are still meaningful.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Request `why` (a timeout also records itself) and kick, unless the
-    /// body has already returned. False when it has: nothing more to do.
-    fn stop_with(&self, why: Option<StopReason>) -> bool {
-        let mut state = self.lock();
-        if !state.running {
-            return false;
-        }
-        if let Some(why) = why {
-            if why == StopReason::Timeout {
-                state.timed_out = true;
-            }
-            self.stop.request(why);
-        }
-        // SAFETY: `target` is the thread in `supervise`'s body, alive while
-        // `running` is set, which it clears under this lock before
-        // returning; the signal's handler does nothing.
-        unsafe { libc::pthread_kill(self.target, kick_signal()) };
-        true
-    }
-
-    /// The deadline thread: wait for the first deadline (or the body's
-    /// end: the sender is dropped), then request the stop and kick until
-    /// the body returns.
-    fn run(&self, after: Duration, why: StopReason, timeout: Option<Duration>, rx: &Receiver<()>) {
-        let begin = Instant::now();
-        if !matches!(rx.recv_timeout(after), Err(RecvTimeoutError::Timeout)) {
-            return;
-        }
-        if !self.stop_with(Some(why)) {
-            return;
-        }
-        // Durations from flags are bounded (`input::MAX_SECONDS`); one that
-        // is not simply never fires.
-        let limit = timeout.and_then(|t| begin.checked_add(t));
-        // Kick until the body notices. A snapshot being written meanwhile
-        // is not disturbed (the handler does nothing and writes retry on
-        // EINTR).
-        loop {
-            if !matches!(
-                rx.recv_timeout(Duration::from_millis(10)),
-                Err(RecvTimeoutError::Timeout)
-            ) {
-                return;
-            }
-            let mut next = None;
-            if why == StopReason::Snapshot && limit.is_some_and(|l| Instant::now() >= l) {
-                next = Some(StopReason::Timeout);
-            }
-            if next.is_none() && self.stop.requested().is_none() {
-                // The snapshot was not written and the guest runs on: stop
-                // kicking; only the time limit (if any) still applies.
-                let Some(l) = limit else {
-                    return;
-                };
-                let left = l.saturating_duration_since(Instant::now());
-                if !matches!(rx.recv_timeout(left), Err(RecvTimeoutError::Timeout)) {
-                    return;
-                }
-                next = Some(StopReason::Timeout);
-            }
-            if !self.stop_with(next) {
-                return;
-            }
-        }
-    }
 }
 
 /// One vCPU thread's body for [`supervise_all_with`].
@@ -270,7 +164,7 @@ pub fn supervise_all_with<R: Send + 'static>(
         timeout,
         snapshot_after,
     } = deadlines;
-    register_signal_handler(kick_signal(), kick_handler).map_err(VcpuError::KickHandler)?;
+    install_kick_handler()?;
     let stop = Arc::new(StopFlag::new());
     let (tx, rx) = mpsc::channel::<usize>();
     let mut handles = Vec::with_capacity(bodies.len());
