@@ -16,7 +16,8 @@ const PEER_VARS: [&str; 3] = [
 
 fn bench_snapshot(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     let mut cmd = Command::new(vmm_bin());
-    cmd.args(["bench", "snapshot", "--json", "--quiet"]).args(args);
+    cmd.args(["bench", "snapshot", "--json", "--quiet"])
+        .args(args);
     for v in PEER_VARS {
         cmd.env_remove(v);
     }

@@ -55,12 +55,19 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
     // on a PC; a `cpus=` word of the caller's still overrides it.
     let cmdline = with_xfeatures_hint(&config.cmdline, xcr0);
 
-    let (mut machine, ap_fds) = Machine::create_smp(&host, config.mem_mib, config.vcpus)?;
+    let (mut machine, ap_fds) =
+        Machine::create_smp_backed(&host, config.mem_mib, config.vcpus, config.hugepages)?;
     // Before anything touches guest RAM, so the kernel load faults in huge
-    // pages already.
-    let hugepages = config
-        .hugepages
-        .then(|| super::machine::advise_hugepages(&machine.mem).map_err(|e| e.to_string()));
+    // pages already (hugetlbfs RAM is huge pages already).
+    let hugepages = config.hugepages.map(|b| {
+        let advised = match b {
+            super::RamBacking::Thp => {
+                super::machine::advise_hugepages(&machine.mem).map_err(|e| e.to_string())
+            }
+            super::RamBacking::Hugetlbfs => Ok(ram_range(&machine.mem)),
+        };
+        (b, advised)
+    });
     let ram = machine.mem.clone();
     let kernel = boot::load_kernel(
         &machine.mem,
@@ -169,15 +176,19 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
         setup_time,
         boot: Some(boot),
     })?;
-    outcome.hugepages = hugepages.map(|advised| {
+    outcome.hugepages = hugepages.map(|(backing, advised)| {
         let (host, len) = advised
             .as_ref()
             .copied()
             .unwrap_or_else(|_| ram_range(&ram));
         super::outcome::HugePages {
+            backing,
             advised: advised.map(|_| ()),
             ram_kib: config.mem_mib << 10,
             anon_huge_kib: super::machine::anon_huge_kib(host, len).ok(),
+            hugetlb_kib: (backing == super::RamBacking::Hugetlbfs)
+                .then(|| super::machine::hugetlb_kib(host, len).ok())
+                .flatten(),
         }
     });
     outcome.ap_start = ap_start;

@@ -234,9 +234,7 @@ pub fn peer_cycle(
     dir: &Path,
     timeout: Duration,
 ) -> Option<Result<Cycle, CycleError>> {
-    let space = || -> Result<(), CycleError> {
-        check_space(dir, g.mem_mib, free_space(dir)?)
-    };
+    let space = || -> Result<(), CycleError> { check_space(dir, g.mem_mib, free_space(dir)?) };
     match vmm {
         Vmm::Vmm | Vmm::Qemu => None,
         Vmm::CloudHypervisor => {
