@@ -168,7 +168,7 @@ pub fn free_space(dir: &Path) -> Result<u64, PeerError> {
     }
     // SAFETY: statvfs returned 0, so it filled `st`.
     let st = unsafe { st.assume_init() };
-    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+    Ok(st.f_bavail.saturating_mul(st.f_frsize))
 }
 
 /// Lengths and allocated bytes of the files at `paths` (directories: their
