@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{kvm_or_skip, stderr, vmm, vmm_json};
+use common::{kvm_or_skip, rows_named, snapshot_check_args, stderr, vmm, vmm_json};
 
 /// `(HugePages_Total, HugePages_Free, Hugepagesize kB)` now.
 fn pool() -> Option<(u64, u64, u64)> {
@@ -125,6 +125,22 @@ fn hugetlbfs_runs_or_names_the_pages_it_needs() {
         // The guest touched some of its RAM, all of it in 2 MiB pages.
         let kib = h["hugetlb_kib"].as_u64().unwrap_or_else(|| panic!("{h}"));
         assert!(kib > 0 && kib <= 64 * 1024 && kib % 2048 == 0, "{h}");
+        // A hugetlbfs guest snapshots (its RAM found by pagemap) and its
+        // registers come back bit for bit on ordinary pages.
+        let path = std::env::temp_dir().join(format!("vmm-hugetlb-{}.snap", std::process::id()));
+        let mut args = snapshot_check_args(path.to_str().unwrap()).to_vec();
+        args.extend(["--hugepages", "hugetlbfs", "--mem", "64"]);
+        let (out, v) = vmm_json(&args);
+        assert!(out.status.success(), "{v:#}");
+        assert_eq!(v["exit_reason"], "snapshotted", "{v:#}");
+        assert_eq!(v["hugepages"]["backing"], "hugetlbfs", "{v:#}");
+        let (out, v) = vmm_json(&["restore", path.to_str().unwrap()]);
+        let _ = std::fs::remove_file(&path);
+        assert!(out.status.success(), "{v:#}");
+        assert_eq!(v["exit_status"], 0, "{v:#}");
+        let rows = rows_named(&v, "snapshot-check");
+        assert_eq!(rows.len(), 1, "{v:#}");
+        assert_eq!(rows[0]["check"], "pass", "{v:#}");
     } else {
         eprintln!("hugetlbfs_runs_or_names_the_pages_it_needs: only {free} huge pages free: the short-pool error for 64 MiB (success path not run)");
         short(64);
