@@ -285,6 +285,39 @@ pub enum MemoryError {
         #[source]
         source: std::io::Error,
     },
+    /// `--hugepages hugetlbfs` with RAM that is not a whole number of
+    /// 2 MiB pages.
+    #[error("--hugepages hugetlbfs needs --mem in whole 2 MiB huge pages: {mib} MiB is odd")]
+    HugetlbSize {
+        /// The size asked for.
+        mib: u64,
+    },
+    /// The host's pool of free 2 MiB huge pages cannot hold guest RAM.
+    #[error(
+        "--hugepages hugetlbfs: {mib} MiB of guest RAM needs {need} free 2 MiB huge pages, \
+         the host has {free} free (HugePages_Free in /proc/meminfo, of {total}); reserve them \
+         as root with `echo {} > /proc/sys/vm/nr_hugepages`",
+        total + need.saturating_sub(*free)
+    )]
+    HugetlbShort {
+        /// The size asked for.
+        mib: u64,
+        /// The pages it takes.
+        need: u64,
+        /// The pool's free pages (`HugePages_Free`).
+        free: u64,
+        /// The pool's pages (`HugePages_Total`, as `nr_hugepages`).
+        total: u64,
+    },
+    /// The huge-page mapping failed for another reason than a short pool.
+    #[error("--hugepages hugetlbfs: cannot map {mib} MiB of 2 MiB huge pages: {source}")]
+    Hugetlb {
+        /// The size asked for.
+        mib: u64,
+        /// What the kernel said.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Why a kernel could not be booted.

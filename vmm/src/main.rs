@@ -145,10 +145,12 @@ struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = vmm::native::interleave::DEFAULT_REPS,
           value_parser = clap::value_parser!(u32).range(1..=guest::protocol::MAX_ROW_REPS as i64))]
     native_reps: u32,
-    /// Back guest RAM with transparent huge pages (MADV_HUGEPAGE); the
-    /// report says how much of it they backed.
-    #[arg(long)]
-    hugepages: bool,
+    /// Back guest RAM with huge pages: `thp` (bare --hugepages) advises
+    /// transparent huge pages (MADV_HUGEPAGE); `hugetlbfs` maps RAM from the
+    /// host's 2 MiB pool (--mem even; a short pool is an error saying how
+    /// many to reserve). The report says what backed it.
+    #[arg(long, value_name = "KIND", num_args = 0..=1, default_missing_value = "thp", value_enum)]
+    hugepages: Option<vmm::vstate::RamBacking>,
     #[command(flatten)]
     session: SessionArgs,
 }

@@ -176,10 +176,12 @@ pub fn attach_interleaved(guest: &mut [ResultRow], native: &Interleaver) -> Nati
 /// The summary's view of what `--hugepages` did.
 pub fn hugepages_view(h: &crate::vstate::outcome::HugePages) -> crate::report::HugePagesView {
     crate::report::HugePagesView {
+        backing: h.backing.name().to_string(),
         advised: h.advised.is_ok(),
         error: h.advised.clone().err(),
         ram_kib: h.ram_kib,
         anon_huge_kib: h.anon_huge_kib,
+        hugetlb_kib: h.hugetlb_kib,
     }
 }
 

@@ -189,6 +189,11 @@ pub enum BenchCommand {
         /// Seconds one boot or restore may take.
         #[arg(long, value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=3600))]
         timeout: u64,
+        /// Also snapshot and restore the same guest under Cloud Hypervisor
+        /// and Firecracker (VMM_PEER_CLOUD_HYPERVISOR / VMM_PEER_FIRECRACKER;
+        /// unset: their columns say so) and report the goals.
+        #[arg(long)]
+        peers: bool,
         /// Print one JSON object instead of the table.
         #[arg(long)]
         json: bool,
@@ -485,6 +490,7 @@ pub fn main(args: BenchArgs) -> Result<i32> {
             workload,
             after,
             timeout,
+            peers,
             json,
             quiet,
         } => {
@@ -496,6 +502,17 @@ pub fn main(args: BenchArgs) -> Result<i32> {
             let dir = tempfile::Builder::new()
                 .prefix("vmm-bench-snapshot-")
                 .tempdir()?;
+            let peers = if peers {
+                match snapshot::peer_plans(|v| std::env::var_os(v)) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        crate::error::eprint(&e, None);
+                        return Ok(crate::report::exit::EXIT_USAGE);
+                    }
+                }
+            } else {
+                Vec::new()
+            };
             let plan = snapshot::Plan {
                 mem_mib: mem.unwrap_or_else(|| snapshot::DEFAULT_MEM_MIB.to_vec()),
                 runs,
@@ -504,6 +521,7 @@ pub fn main(args: BenchArgs) -> Result<i32> {
                 timeout: Duration::from_secs(timeout),
                 dir: dir.path().to_path_buf(),
                 vmm: std::env::current_exe()?,
+                peers,
             };
             let progress = Progress::new(u64::from(runs) * plan.mem_mib.len() as u64, quiet);
             let b = snapshot::run(&plan, || progress.inc())?;

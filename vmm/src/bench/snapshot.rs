@@ -19,6 +19,29 @@
 //!
 //! Figures are medians with min..p90 over `--runs` (rounds interleave the
 //! sizes, so drift on a shared machine spreads over every size alike).
+//!
+//! With `--peers`, Cloud Hypervisor and Firecracker (executables from
+//! `VMM_PEER_CLOUD_HYPERVISOR` / `VMM_PEER_FIRECRACKER`, as `vmm bench
+//! peers`; unset: the column says so) run the same embedded guest with the
+//! same workload and RAM after `vmm`, in the same round, and are paused
+//! `--after` seconds after the guest's first serial line (its boot), through
+//! their API sockets ([`super::peers::snapshot`]). Their columns:
+//!
+//! - **snapshot**: the pause request sent to the snapshot request answered
+//!   (files complete: both peers answer after writing);
+//! - **file / disk**: the snapshot's files (Cloud Hypervisor's directory;
+//!   Firecracker's state and memory files), deleted as soon as the cycle
+//!   ends; the sweep refuses a peer's snapshot (`NoSpace`) when the disk
+//!   cannot hold its RAM;
+//! - **restore**: the restoring process spawned to its resume request
+//!   answered (the peers' own "running again"; Cloud Hypervisor with
+//!   `memory_restore_mode=ondemand`, its fastest);
+//! - **checks**: the restored guest exited 0 with its record on the serial
+//!   console and every result's check passing.
+//!
+//! Then per size, the goals of issue 16: `vmm`'s snapshot median over the
+//! best (lowest) peer's (≤ 0.2 at 512 MiB and above), and `vmm`'s restore to
+//! its first `KVM_RUN` below every measured peer's restore.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -26,6 +49,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::peers::snapshot::{peer_cycle, ChRestore, Pause, PeerGuest};
+use super::peers::Vmm;
 use super::stats::Spread;
 use crate::arch::layout::{MAX_MEM_MIB, MIN_MEM_MIB};
 use crate::devices::SerialSink;
@@ -56,6 +81,55 @@ pub struct Plan {
     pub dir: PathBuf,
     /// The `vmm` executable the restores run.
     pub vmm: PathBuf,
+    /// The peers to measure beside `vmm` (`--peers`); empty without.
+    pub peers: Vec<PeerPlan>,
+}
+
+/// A peer of the sweep: its executable, or why it is absent.
+#[derive(Clone, Debug)]
+pub struct PeerPlan {
+    /// Which.
+    pub vmm: Vmm,
+    /// Its executable; `Err(reason)` when absent.
+    pub binary: std::result::Result<PathBuf, String>,
+}
+
+/// The snapshot-time goal: `vmm` ≤ this fraction of the best peer.
+pub const SNAPSHOT_GOAL_RATIO: f64 = 0.2;
+/// The smallest guest the snapshot-time goal applies to, MiB.
+pub const SNAPSHOT_GOAL_MIN_MIB: u64 = 512;
+
+/// The peers `--peers` measures, from the environment (`env` looks a
+/// variable up): Cloud Hypervisor and Firecracker. A variable set to
+/// something that is not an executable file is an error (the user asked
+/// for that peer).
+pub fn peer_plans(
+    env: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> std::result::Result<Vec<PeerPlan>, super::peers::PeerError> {
+    let (run, skipped) = super::peers::targets(PathBuf::new(), |v| {
+        // QEMU is not measured: never look it up.
+        if v == "VMM_PEER_QEMU" {
+            None
+        } else {
+            env(v)
+        }
+    })?;
+    Ok([Vmm::CloudHypervisor, Vmm::Firecracker]
+        .into_iter()
+        .map(|vmm| PeerPlan {
+            vmm,
+            binary: run
+                .iter()
+                .find(|t| t.vmm == vmm)
+                .map(|t| t.binary.clone())
+                .ok_or_else(|| {
+                    skipped
+                        .iter()
+                        .find(|s| s.vmm == vmm)
+                        .map_or_else(|| "not run".to_string(), |s| s.reason.clone())
+                }),
+        })
+        .collect())
 }
 
 /// `vmm bench snapshot --json`.
@@ -95,14 +169,143 @@ pub struct SnapshotRow {
     pub restores_passed: u32,
     /// What went wrong in the runs that did not pass (the first few).
     pub failures: Vec<String>,
+    /// The peers on the same guest (`--peers`; empty without).
+    pub peers: Vec<PeerColumn>,
+    /// The goals against the peers (`--peers`; absent without).
+    pub goals: Option<Goals>,
+}
+
+/// One peer at one guest size.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct PeerColumn {
+    /// Which.
+    pub vmm: Vmm,
+    /// Why it was not measured (its variable unset); `None` when it ran.
+    pub absent: Option<String>,
+    /// Pause request to snapshot request answered, ms.
+    pub snapshot_ms: Option<Spread>,
+    /// The snapshot files' lengths added (of the last successful cycle), bytes.
+    pub file_bytes: u64,
+    /// The disk space they took, bytes.
+    pub disk_bytes: u64,
+    /// Restoring process spawned to its resume request answered, ms.
+    pub restore_ms: Option<Spread>,
+    /// Cycles whose restored guest exited 0 with every check passing.
+    pub restores_passed: u32,
+    /// Why cycles failed (the first few).
+    pub failures: Vec<String>,
+}
+
+/// Whether a goal holds at one size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Goal {
+    /// It holds.
+    Met,
+    /// It does not.
+    Missed,
+    /// The goal does not apply at this size.
+    NotApplicable,
+    /// No peer (or `vmm` itself) was measured: nothing to compare.
+    Unmeasured,
+}
+
+impl Goal {
+    fn words(self) -> &'static str {
+        match self {
+            Goal::Met => "met",
+            Goal::Missed => "MISSED",
+            Goal::NotApplicable => "n/a",
+            Goal::Unmeasured => "unmeasured",
+        }
+    }
+}
+
+/// One peer's figures at one size for [`Goals::of`]: which, its median
+/// snapshot and restore times (ms; `None`: not measured) and its files'
+/// bytes.
+pub type PeerMedians = (Vmm, Option<f64>, Option<f64>, u64);
+
+/// `vmm` against the best peer at one size (issue 16 §1).
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct Goals {
+    /// The peer with the lowest median snapshot time.
+    pub best_snapshot_peer: Option<Vmm>,
+    /// `vmm`'s median snapshot time over that peer's.
+    pub snapshot_ratio: Option<f64>,
+    /// `snapshot_ratio` ≤ [`SNAPSHOT_GOAL_RATIO`], at
+    /// [`SNAPSHOT_GOAL_MIN_MIB`] and above.
+    pub snapshot_goal: Goal,
+    /// The peer with the lowest median restore time.
+    pub best_restore_peer: Option<Vmm>,
+    /// `vmm`'s process start to first `KVM_RUN` over that peer's restore.
+    pub restore_ratio: Option<f64>,
+    /// `vmm`'s restore below every measured peer's (`restore_ratio` < 1).
+    pub restore_goal: Goal,
+    /// `vmm`'s snapshot file over the best-snapshot peer's files.
+    pub file_ratio: Option<f64>,
+}
+
+impl Goals {
+    /// The verdicts at `mem_mib` from `vmm`'s medians and each peer's
+    /// `(which, snapshot median, restore median, file bytes)`.
+    pub fn of(
+        mem_mib: u64,
+        vmm_snapshot: Option<f64>,
+        vmm_restore: Option<f64>,
+        vmm_file: u64,
+        peers: &[PeerMedians],
+    ) -> Goals {
+        let best = |pick: fn(&PeerMedians) -> Option<f64>| {
+            peers
+                .iter()
+                .filter_map(|p| pick(p).map(|v| (p.0, v, p.3)))
+                .min_by(|a, b| a.1.total_cmp(&b.1))
+        };
+        let snap = best(|p| p.1);
+        let rest = best(|p| p.2);
+        let snapshot_ratio = snap.zip(vmm_snapshot).map(|((_, p, _), v)| v / p);
+        let restore_ratio = rest.zip(vmm_restore).map(|((_, p, _), v)| v / p);
+        let snapshot_goal = match snapshot_ratio {
+            _ if mem_mib < SNAPSHOT_GOAL_MIN_MIB => Goal::NotApplicable,
+            None => Goal::Unmeasured,
+            Some(r) if r <= SNAPSHOT_GOAL_RATIO => Goal::Met,
+            Some(_) => Goal::Missed,
+        };
+        let restore_goal = match restore_ratio {
+            None => Goal::Unmeasured,
+            Some(r) if r < 1.0 => Goal::Met,
+            Some(_) => Goal::Missed,
+        };
+        Goals {
+            best_snapshot_peer: snap.map(|s| s.0),
+            snapshot_ratio,
+            snapshot_goal,
+            best_restore_peer: rest.map(|r| r.0),
+            restore_ratio,
+            restore_goal,
+            file_ratio: snap
+                .filter(|s| s.2 > 0 && vmm_file > 0)
+                .map(|s| vmm_file as f64 / s.2 as f64),
+        }
+    }
+
+    /// Whether no goal was missed.
+    pub fn none_missed(&self) -> bool {
+        self.snapshot_goal != Goal::Missed && self.restore_goal != Goal::Missed
+    }
 }
 
 impl SnapshotBench {
     /// Whether every restore passed.
     pub fn all_ok(&self) -> bool {
-        self.rows
-            .iter()
-            .all(|r| r.restores_passed == self.runs && r.failures.is_empty())
+        self.rows.iter().all(|r| {
+            r.restores_passed == self.runs
+                && r.failures.is_empty()
+                && r.peers
+                    .iter()
+                    .all(|p| p.absent.is_some() || p.failures.is_empty())
+        })
     }
 
     /// The table.
@@ -159,7 +362,95 @@ impl SnapshotBench {
                 s.push_str(&format!("{} MiB: {f}\n", r.mem_mib));
             }
         }
+        if self.rows.iter().any(|r| !r.peers.is_empty()) {
+            self.peers_table(&mut s);
+        }
         s
+    }
+
+    fn peers_table(&self, s: &mut String) {
+        use crate::report::table::Columns;
+        s.push_str(
+            "\nthe same guest under the peers (paused the same time after the guest's boot)\n\
+             snapshot: vmm pause to rename; peers pause request to snapshot request answered\n\
+             restore: vmm process start to first KVM_RUN; peers process spawned to resume answered \
+             (cloud-hypervisor memory_restore_mode=ondemand)\n",
+        );
+        let t = Columns::new()
+            .right("", 8)
+            .left("  ", 16)
+            .right("  ", 22)
+            .right("  ", 11)
+            .right("  ", 11)
+            .right("  ", 22)
+            .left("  ", 0);
+        t.push(
+            s,
+            &[
+                "mem MiB",
+                "vmm",
+                "snapshot ms",
+                "file B",
+                "disk B",
+                "restore ms",
+                "checks",
+            ],
+        );
+        for r in &self.rows {
+            t.push(
+                s,
+                &[
+                    r.mem_mib.to_string(),
+                    "vmm".into(),
+                    ms(r.snapshot_ms.as_ref()),
+                    r.file_bytes.to_string(),
+                    r.disk_bytes.to_string(),
+                    r.restore_to_first_run_ms
+                        .map_or("-".into(), |v| format!("{v:.1}")),
+                    format!("{}/{} pass", r.restores_passed, self.runs),
+                ],
+            );
+            for p in &r.peers {
+                let checks = match &p.absent {
+                    Some(why) => format!("absent: {why}"),
+                    None => format!("{}/{} pass", p.restores_passed, self.runs),
+                };
+                t.push(
+                    s,
+                    &[
+                        String::new(),
+                        p.vmm.name().into(),
+                        ms(p.snapshot_ms.as_ref()),
+                        p.file_bytes.to_string(),
+                        p.disk_bytes.to_string(),
+                        ms(p.restore_ms.as_ref()),
+                        checks,
+                    ],
+                );
+            }
+            if let Some(g) = &r.goals {
+                let ratio = |r: Option<f64>, who: Option<Vmm>| match (r, who) {
+                    (Some(r), Some(w)) => format!("{r:.3}x {}", w.name()),
+                    _ => "-".into(),
+                };
+                s.push_str(&format!(
+                    "         goals: snapshot {} (<= {SNAPSHOT_GOAL_RATIO}x at >= {SNAPSHOT_GOAL_MIN_MIB} MiB) {}; \
+                     restore {} (< 1x) {}; file {}\n",
+                    ratio(g.snapshot_ratio, g.best_snapshot_peer),
+                    g.snapshot_goal.words(),
+                    ratio(g.restore_ratio, g.best_restore_peer),
+                    g.restore_goal.words(),
+                    g.file_ratio.map_or("-".into(), |f| format!("{f:.4}x")),
+                ));
+            }
+        }
+        for r in &self.rows {
+            for p in &r.peers {
+                for f in &p.failures {
+                    s.push_str(&format!("{} MiB {}: {f}\n", r.mem_mib, p.vmm.name()));
+                }
+            }
+        }
     }
 }
 
@@ -201,6 +492,17 @@ struct Samples {
     disk_bytes: u64,
 }
 
+/// What one peer's cycles at one size gave.
+#[derive(Default)]
+struct PeerSamples {
+    snapshot: Vec<f64>,
+    restore: Vec<f64>,
+    passed: u32,
+    failures: Vec<String>,
+    file_bytes: u64,
+    disk_bytes: u64,
+}
+
 /// Failures kept per size.
 const MAX_FAILURES: usize = 4;
 
@@ -215,11 +517,50 @@ impl Samples {
 /// Run the sweep; `tick` after every snapshot-and-restore.
 pub fn run(plan: &Plan, mut tick: impl FnMut()) -> Result<SnapshotBench> {
     let mut samples: Vec<Samples> = plan.mem_mib.iter().map(|_| Samples::default()).collect();
+    let mut peer_samples: Vec<Vec<PeerSamples>> = plan
+        .mem_mib
+        .iter()
+        .map(|_| plan.peers.iter().map(|_| PeerSamples::default()).collect())
+        .collect();
+    let kernel = plan.dir.join("guest.elf");
+    if plan.peers.iter().any(|p| p.binary.is_ok()) {
+        std::fs::write(&kernel, crate::GUEST_KERNEL)?;
+    }
+    let words = format!("workload={}", plan.workload);
     let mut starts = Vec::new();
     for _ in 0..plan.runs {
         starts.push(process_start(&plan.vmm)?);
-        for (&mib, s) in plan.mem_mib.iter().zip(samples.iter_mut()) {
+        for ((&mib, s), ps) in plan
+            .mem_mib
+            .iter()
+            .zip(samples.iter_mut())
+            .zip(peer_samples.iter_mut())
+        {
             one(plan, mib, s)?;
+            let g = PeerGuest {
+                kernel: &kernel,
+                words: &words,
+                mem_mib: mib,
+                pause: Pause::AfterBoot(plan.after),
+                ch_restore: ChRestore::OnDemand,
+            };
+            for (p, acc) in plan.peers.iter().zip(ps.iter_mut()) {
+                let Ok(binary) = &p.binary else { continue };
+                match peer_cycle(p.vmm, binary, &g, &plan.dir, plan.timeout) {
+                    None => {}
+                    Some(Ok(c)) => {
+                        acc.snapshot.push(c.snapshot_ms);
+                        acc.restore.push(c.restore_ms);
+                        acc.file_bytes = c.file_bytes;
+                        acc.disk_bytes = c.disk_bytes;
+                        acc.passed += 1;
+                    }
+                    Some(Err(e)) if acc.failures.len() < MAX_FAILURES => {
+                        acc.failures.push(e.to_string());
+                    }
+                    Some(Err(_)) => {}
+                }
+            }
             tick();
         }
     }
@@ -228,20 +569,60 @@ pub fn run(plan: &Plan, mut tick: impl FnMut()) -> Result<SnapshotBench> {
         .mem_mib
         .iter()
         .zip(samples)
-        .map(|(&mem_mib, s)| {
+        .zip(peer_samples)
+        .map(|((&mem_mib, s), ps)| {
             let restore_setup_ms = Spread::of(&s.setup);
+            let snapshot_ms = Spread::of(&s.snapshot);
+            let restore_to_first_run_ms = process_start_ms
+                .zip(restore_setup_ms)
+                .map(|(p, r)| p.median + r.median);
+            let peers: Vec<PeerColumn> = plan
+                .peers
+                .iter()
+                .zip(ps)
+                .map(|(p, a)| PeerColumn {
+                    vmm: p.vmm,
+                    absent: p.binary.as_ref().err().cloned(),
+                    snapshot_ms: Spread::of(&a.snapshot),
+                    file_bytes: a.file_bytes,
+                    disk_bytes: a.disk_bytes,
+                    restore_ms: Spread::of(&a.restore),
+                    restores_passed: a.passed,
+                    failures: a.failures,
+                })
+                .collect();
+            let goals = (!plan.peers.is_empty()).then(|| {
+                let measured: Vec<_> = peers
+                    .iter()
+                    .map(|p| {
+                        (
+                            p.vmm,
+                            p.snapshot_ms.map(|s| s.median),
+                            p.restore_ms.map(|s| s.median),
+                            p.file_bytes,
+                        )
+                    })
+                    .collect();
+                Goals::of(
+                    mem_mib,
+                    snapshot_ms.map(|s| s.median),
+                    restore_to_first_run_ms,
+                    s.file_bytes,
+                    &measured,
+                )
+            });
             SnapshotRow {
                 mem_mib,
-                snapshot_ms: Spread::of(&s.snapshot),
+                snapshot_ms,
                 file_bytes: s.file_bytes,
                 disk_bytes: s.disk_bytes,
-                restore_to_first_run_ms: process_start_ms
-                    .zip(restore_setup_ms)
-                    .map(|(p, r)| p.median + r.median),
+                restore_to_first_run_ms,
                 restore_setup_ms,
                 restored_run_ms: Spread::of(&s.run),
                 restores_passed: s.passed,
                 failures: s.failures,
+                peers,
+                goals,
             }
         })
         .collect();
@@ -355,5 +736,100 @@ mod tests {
         assert!(parse_mem("64,x").unwrap_err().contains("\"x\""));
         let big = (MAX_MEM_MIB + 1).to_string();
         assert!(parse_mem(&big).unwrap_err().contains("outside"));
+    }
+
+    const CH: Vmm = Vmm::CloudHypervisor;
+    const FC: Vmm = Vmm::Firecracker;
+
+    #[test]
+    fn goals_against_the_best_peer() {
+        // 512 MiB: vmm 20 ms against CH 200 / FC 100 (best): 0.2x, met.
+        let g = Goals::of(
+            512,
+            Some(20.0),
+            Some(5.0),
+            1000,
+            &[
+                (CH, Some(200.0), Some(25.0), 4000),
+                (FC, Some(100.0), Some(10.0), 2000),
+            ],
+        );
+        assert_eq!(g.best_snapshot_peer, Some(FC));
+        assert_eq!(g.snapshot_ratio, Some(0.2));
+        assert_eq!(g.snapshot_goal, Goal::Met);
+        assert_eq!(g.best_restore_peer, Some(FC));
+        assert_eq!(g.restore_ratio, Some(0.5));
+        assert_eq!(g.restore_goal, Goal::Met);
+        assert_eq!(g.file_ratio, Some(0.5));
+        assert!(g.none_missed());
+        // Just above 0.2x misses; a restore equal to the peer's misses.
+        let g = Goals::of(
+            2048,
+            Some(20.5),
+            Some(10.0),
+            0,
+            &[(FC, Some(100.0), Some(10.0), 2000)],
+        );
+        assert_eq!(g.snapshot_goal, Goal::Missed);
+        assert_eq!(g.restore_goal, Goal::Missed);
+        assert_eq!(g.file_ratio, None);
+        assert!(!g.none_missed());
+    }
+
+    #[test]
+    fn goals_without_peers_or_below_their_sizes() {
+        // Below 512 MiB the snapshot goal does not apply, ratio or not.
+        let g = Goals::of(64, Some(50.0), Some(5.0), 1, &[(CH, Some(10.0), None, 1)]);
+        assert_eq!(g.snapshot_ratio, Some(5.0));
+        assert_eq!(g.snapshot_goal, Goal::NotApplicable);
+        assert_eq!(g.restore_goal, Goal::Unmeasured);
+        // No peer measured (absent or every cycle failed).
+        let g = Goals::of(512, Some(50.0), Some(5.0), 1, &[(CH, None, None, 0)]);
+        assert_eq!(g.snapshot_goal, Goal::Unmeasured);
+        assert_eq!(g.restore_goal, Goal::Unmeasured);
+        assert_eq!(g.best_snapshot_peer, None);
+        // vmm itself not measured.
+        let g = Goals::of(512, None, None, 0, &[(CH, Some(1.0), Some(1.0), 1)]);
+        assert_eq!(g.snapshot_goal, Goal::Unmeasured);
+        assert!(g.none_missed());
+    }
+
+    #[test]
+    fn peer_plans_from_the_environment() {
+        let p = peer_plans(|v| match v {
+            "VMM_PEER_CLOUD_HYPERVISOR" => Some("/bin/true".into()),
+            // Never consulted: QEMU has no snapshot here.
+            "VMM_PEER_QEMU" => Some("/nonexistent".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(p.len(), 2);
+        assert_eq!(p[0].vmm, CH);
+        assert_eq!(p[0].binary, Ok(PathBuf::from("/bin/true")));
+        assert_eq!(p[1].vmm, FC);
+        assert!(p[1]
+            .binary
+            .as_ref()
+            .unwrap_err()
+            .starts_with("VMM_PEER_FIRECRACKER is not set"));
+        let e = peer_plans(|v| (v == "VMM_PEER_FIRECRACKER").then(|| "/nonexistent".into()))
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "VMM_PEER_FIRECRACKER=/nonexistent: not an executable regular file"
+        );
+    }
+
+    #[test]
+    fn a_peer_snapshot_needs_its_ram_free_on_disk() {
+        use super::super::peers::snapshot::{check_space, SPACE_MARGIN};
+        let dir = Path::new("/scratch");
+        assert!(check_space(dir, 2048, (2048 << 20) + SPACE_MARGIN).is_ok());
+        let e = check_space(dir, 2048, (2048 << 20) + SPACE_MARGIN - 1).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "not enough free space in /scratch: a 2048 MiB snapshot needs 2304 MiB free \
+             (with a 256 MiB margin), 2303 MiB are"
+        );
     }
 }

@@ -48,7 +48,11 @@ pub struct NativeView {
 /// without the option).
 #[derive(schemars::JsonSchema, Clone, Debug, Serialize, PartialEq)]
 pub struct HugePagesView {
-    /// Whether `madvise(MADV_HUGEPAGE)` on the RAM mapping succeeded.
+    /// What backed guest RAM: `thp` (MADV_HUGEPAGE on anonymous memory)
+    /// or `hugetlbfs` (2 MiB pages from the host's reserved pool).
+    pub backing: String,
+    /// Whether `madvise(MADV_HUGEPAGE)` on the RAM mapping succeeded
+    /// (hugetlbfs: true, nothing to advise).
     pub advised: bool,
     /// Why not (null when it did).
     pub error: Option<String>,
@@ -58,4 +62,8 @@ pub struct HugePagesView {
     /// of the run (`AnonHugePages` in `/proc/self/smaps`); null when it
     /// could not be read.
     pub anon_huge_kib: Option<u64>,
+    /// hugetlbfs: KiB of guest RAM in 2 MiB hugetlb pages at the end of
+    /// the run (`Private_Hugetlb` in `/proc/self/smaps`: the pages the
+    /// guest touched); null with THP.
+    pub hugetlb_kib: Option<u64>,
 }

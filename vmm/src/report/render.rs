@@ -191,7 +191,15 @@ impl RunSummary {
                     n.reps_per_row, n.noisy_rows
                 );
             }
-            if let Some(h) = &self.hugepages {
+            if let Some(h) = self.hugepages.as_ref().filter(|h| h.backing == "hugetlbfs") {
+                let _ = writeln!(
+                    s,
+                    "  hugepages: hugetlbfs (2 MiB pages, reserved at start); {} of {} KiB of guest RAM touched in them",
+                    h.hugetlb_kib
+                        .map_or("unknown".to_string(), |k| k.to_string()),
+                    h.ram_kib
+                );
+            } else if let Some(h) = &self.hugepages {
                 let _ = writeln!(
                     s,
                     "  hugepages: {}; AnonHugePages {} of {} KiB of guest RAM",

@@ -469,7 +469,10 @@ fn file_backed(maps: &str) -> impl Iterator<Item = (usize, usize)> + '_ {
         let mut f = line.split_ascii_whitespace();
         let range = f.next()?;
         let inode = f.nth(3)?;
-        if inode == "0" {
+        // Anonymous hugetlb RAM (`--hugepages hugetlbfs`) has an inode in
+        // the kernel's internal hugetlbfs, but no file behind it: pagemap
+        // reports its touched pages present, as for anonymous memory.
+        if inode == "0" || f.next() == Some("/anon_hugepage") {
             return None;
         }
         let (lo, hi) = range.split_once('-')?;
@@ -509,6 +512,14 @@ pub fn save(ctx: &SaveContext, trigger: Trigger, vm: Running<'_>) -> Result<Path
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn anonymous_hugetlb_ram_is_not_file_backed() {
+        let maps = "7f0000000000-7f0004000000 rw-p 00000000 00:10 3072  /anon_hugepage (deleted)\n\
+                    7f0004000000-7f0004001000 r--p 00000000 08:01 1234  /tmp/guest.snap\n";
+        let got: Vec<_> = file_backed(maps).collect();
+        assert_eq!(got, [(0x7f00_0400_0000, 0x7f00_0400_1000)]);
+    }
 
     #[test]
     fn file_backed_mappings_from_maps() {

@@ -94,8 +94,9 @@ pub struct RunConfig {
     /// Interleave native repetitions of every workload row with the
     /// guest's (None: the guest runs each row once, unobserved).
     pub interleave: Option<InterleaveSpec>,
-    /// `--hugepages`: `MADV_HUGEPAGE` on guest RAM.
-    pub hugepages: bool,
+    /// `--hugepages`: `MADV_HUGEPAGE` on guest RAM (THP), or RAM from
+    /// the hugetlbfs pool; `None`: plain anonymous memory.
+    pub hugepages: Option<super::RamBacking>,
 }
 
 /// What the native side of an interleaved run times.
@@ -124,7 +125,7 @@ impl Default for RunConfig {
             snapshot_force: false,
             entry: EntryChoice::Auto,
             interleave: None,
-            hugepages: false,
+            hugepages: None,
             vcpus: 1,
         }
     }

@@ -47,12 +47,18 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
     // KVM's CPUID table and then loads the kernel into the RAM: none of it
     // depends on the table, and the two halves take about as long (see
     // `HostKvm::open_overlapping`).
-    let ram = super::machine::allocate_ram(config.mem_mib)?;
+    let ram = super::machine::allocate_ram_backed(config.mem_mib, config.hugepages)?;
     // Before anything touches guest RAM, so the kernel load faults in huge
-    // pages already.
-    let hugepages = config
-        .hugepages
-        .then(|| super::machine::advise_hugepages(&ram).map_err(|e| e.to_string()));
+    // pages already (hugetlbfs RAM is huge pages already).
+    let hugepages = config.hugepages.map(|b| {
+        let advised = match b {
+            super::RamBacking::Thp => {
+                super::machine::advise_hugepages(&ram).map_err(|e| e.to_string())
+            }
+            super::RamBacking::Hugetlbfs => Ok(ram_range(&ram)),
+        };
+        (b, advised)
+    });
     let (host, (mut machine, ap_fds), kernel) = HostKvm::open_overlapping(
         |kvm| {
             // Bad counts are refused before any VM exists.
@@ -179,15 +185,19 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
         setup_time,
         boot: Some(boot),
     })?;
-    outcome.hugepages = hugepages.map(|advised| {
+    outcome.hugepages = hugepages.map(|(backing, advised)| {
         let (host, len) = advised
             .as_ref()
             .copied()
             .unwrap_or_else(|_| ram_range(&ram));
         super::outcome::HugePages {
+            backing,
             advised: advised.map(|_| ()),
             ram_kib: config.mem_mib << 10,
             anon_huge_kib: super::machine::anon_huge_kib(host, len).ok(),
+            hugetlb_kib: (backing == super::RamBacking::Hugetlbfs)
+                .then(|| super::machine::hugetlb_kib(host, len).ok())
+                .flatten(),
         }
     });
     outcome.ap_start = ap_start;

@@ -128,6 +128,153 @@ impl Machine {
     }
 }
 
+/// What backs guest RAM beyond plain anonymous memory (`--hugepages`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RamBacking {
+    /// Transparent huge pages: `MADV_HUGEPAGE` on the anonymous mapping
+    /// (the kernel may or may not find 2 MiB pages; the report says).
+    Thp,
+    /// hugetlbfs: the mapping is made of 2 MiB pages from the host's
+    /// reserved pool (`MAP_HUGETLB | MAP_HUGE_2MB`), all reserved at
+    /// `mmap` time, so a short pool is an error before the guest runs, not
+    /// a `SIGBUS` later.
+    Hugetlbfs,
+}
+
+impl RamBacking {
+    /// Its name in the report and on the command line.
+    pub const fn name(self) -> &'static str {
+        match self {
+            RamBacking::Thp => "thp",
+            RamBacking::Hugetlbfs => "hugetlbfs",
+        }
+    }
+}
+
+/// The huge-page size `--hugepages hugetlbfs` maps, MiB.
+pub const HUGETLB_PAGE_MIB: u64 = 2;
+
+/// The host's pool of default-size huge pages, from `/proc/meminfo`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HugetlbPool {
+    /// `HugePages_Total`.
+    pub total: u64,
+    /// `HugePages_Free`.
+    pub free: u64,
+    /// `Hugepagesize`, KiB.
+    pub page_kib: u64,
+}
+
+impl HugetlbPool {
+    /// The pool as `/proc/meminfo` shows it now.
+    pub fn read() -> std::io::Result<HugetlbPool> {
+        let text = std::fs::read_to_string("/proc/meminfo")?;
+        Self::parse(&text).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "/proc/meminfo has no HugePages_Total, HugePages_Free or Hugepagesize",
+            )
+        })
+    }
+
+    /// The pool from the text of `/proc/meminfo`.
+    pub fn parse(meminfo: &str) -> Option<HugetlbPool> {
+        let field = |name: &str| {
+            meminfo.lines().find_map(|l| {
+                let v = l.strip_prefix(name)?.strip_prefix(':')?;
+                v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()
+            })
+        };
+        Some(HugetlbPool {
+            total: field("HugePages_Total")?,
+            free: field("HugePages_Free")?,
+            page_kib: field("Hugepagesize")?,
+        })
+    }
+
+    /// Refuse `mib` MiB when this pool (of 2 MiB pages) is short of it.
+    /// A pool of another default size says nothing about the 2 MiB one:
+    /// the `mmap` then decides.
+    pub fn check(&self, mib: u64) -> std::result::Result<(), MemoryError> {
+        let need = mib / HUGETLB_PAGE_MIB;
+        if self.page_kib == HUGETLB_PAGE_MIB << 10 && self.free < need {
+            return Err(MemoryError::HugetlbShort {
+                mib,
+                need,
+                free: self.free,
+                total: self.total,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Allocate `mib` MiB of guest RAM backed as `backing` says (`None` and
+/// [`RamBacking::Thp`]: anonymous; THP is advised later by the caller).
+pub fn allocate_ram_backed(mib: u64, backing: Option<RamBacking>) -> Result<GuestMemoryMmap> {
+    match backing {
+        Some(RamBacking::Hugetlbfs) => allocate_hugetlb(mib),
+        None | Some(RamBacking::Thp) => allocate_ram(mib),
+    }
+}
+
+/// `mib` MiB of guest RAM in 2 MiB hugetlb pages, checked against the
+/// pool first so the error says how many pages to reserve.
+fn allocate_hugetlb(mib: u64) -> Result<GuestMemoryMmap> {
+    use vm_memory::mmap::{MmapRegionBuilder, MmapRegionError};
+    use vm_memory::GuestRegionMmap;
+    if !(MIN_MEM_MIB..=MAX_MEM_MIB).contains(&mib) {
+        return Err(MemoryError::SizeOutOfRange(mib).into());
+    }
+    if !mib.is_multiple_of(HUGETLB_PAGE_MIB) {
+        return Err(MemoryError::HugetlbSize { mib }.into());
+    }
+    let pool = HugetlbPool::read().ok();
+    if let Some(p) = pool {
+        p.check(mib)?;
+    }
+    let region = MmapRegionBuilder::new((mib << 20) as usize)
+        .with_mmap_prot(libc::PROT_READ | libc::PROT_WRITE)
+        .with_mmap_flags(
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB | libc::MAP_HUGE_2MB,
+        )
+        .with_hugetlbfs(true)
+        .build()
+        .map_err(|e| match e {
+            // The pool shrank since it was read (or its size is not 2 MiB).
+            MmapRegionError::Mmap(source) if source.raw_os_error() == Some(libc::ENOMEM) => {
+                let now = HugetlbPool::read().ok().or(pool);
+                match now {
+                    Some(p) => MemoryError::HugetlbShort {
+                        mib,
+                        need: mib / HUGETLB_PAGE_MIB,
+                        free: p.free,
+                        total: p.total,
+                    },
+                    None => MemoryError::Hugetlb { mib, source },
+                }
+            }
+            MmapRegionError::Mmap(source) => MemoryError::Hugetlb { mib, source },
+            other => MemoryError::Hugetlb {
+                mib,
+                source: std::io::Error::other(other),
+            },
+        })?;
+    let region = GuestRegionMmap::new(region, GuestAddress(0)).ok_or(MemoryError::Layout)?;
+    GuestMemoryMmap::from_regions(vec![region]).map_err(|_| MemoryError::Layout.into())
+}
+
+/// KiB of hugetlb pages (`Private_Hugetlb` + `Shared_Hugetlb` in
+/// `/proc/self/smaps`) inside `start..start + len`: how much of guest RAM
+/// 2 MiB pages backed by the end of the run (faulted in).
+pub fn hugetlb_kib(start: u64, len: u64) -> std::io::Result<u64> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps")?;
+    Ok(
+        parse_smaps_kib(&smaps, start, start + len, "Private_Hugetlb:")
+            + parse_smaps_kib(&smaps, start, start + len, "Shared_Hugetlb:"),
+    )
+}
+
 /// Allocate `mib` MiB of guest RAM (anonymous, private, not yet touched).
 pub fn allocate_ram(mib: u64) -> Result<GuestMemoryMmap> {
     if !(MIN_MEM_MIB..=MAX_MEM_MIB).contains(&mib) {
@@ -280,6 +427,11 @@ pub fn anon_huge_kib(start: u64, len: u64) -> std::io::Result<u64> {
 
 /// [`anon_huge_kib`] on the text of a smaps file.
 fn parse_anon_huge_kib(smaps: &str, start: u64, end: u64) -> u64 {
+    parse_smaps_kib(smaps, start, end, "AnonHugePages:")
+}
+
+/// The `field` (KiB) of the smaps entries inside `start..end`, added.
+fn parse_smaps_kib(smaps: &str, start: u64, end: u64, field: &str) -> u64 {
     let mut inside = false;
     let mut kib = 0;
     for line in smaps.lines() {
@@ -290,7 +442,7 @@ fn parse_anon_huge_kib(smaps: &str, start: u64, end: u64) -> u64 {
                 continue;
             }
         }
-        if let (true, Some(v)) = (inside, line.strip_prefix("AnonHugePages:")) {
+        if let (true, Some(v)) = (inside, line.strip_prefix(field)) {
             kib += v
                 .trim()
                 .trim_end_matches("kB")
@@ -322,5 +474,47 @@ mod hugepage_tests {
             63488
         );
         assert_eq!(parse_anon_huge_kib(smaps, 0x1000, 0x2000), 0);
+    }
+
+    #[test]
+    fn hugetlb_pool_from_meminfo_and_the_named_shortage() {
+        let meminfo = "MemTotal:       24683520 kB\n\
+                       HugePages_Total:      40\n\
+                       HugePages_Free:       10\n\
+                       HugePages_Rsvd:        0\n\
+                       Hugepagesize:       2048 kB\n";
+        let p = HugetlbPool::parse(meminfo).unwrap();
+        assert_eq!(
+            p,
+            HugetlbPool {
+                total: 40,
+                free: 10,
+                page_kib: 2048
+            }
+        );
+        assert!(p.check(20).is_ok());
+        let e = p.check(64).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--hugepages hugetlbfs: 64 MiB of guest RAM needs 32 free 2 MiB huge pages, the host \
+             has 10 free (HugePages_Free in /proc/meminfo, of 40); reserve them as root with \
+             `echo 62 > /proc/sys/vm/nr_hugepages`"
+        );
+        // A 1 GiB default pool says nothing about the 2 MiB one.
+        let g = HugetlbPool {
+            page_kib: 1 << 20,
+            ..p
+        };
+        assert!(g.check(64).is_ok());
+        assert_eq!(HugetlbPool::parse("MemTotal: 1 kB\n"), None);
+    }
+
+    #[test]
+    fn hugetlbfs_refuses_odd_sizes_before_mapping() {
+        let e = allocate_ram_backed(65, Some(RamBacking::Hugetlbfs)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "guest memory: --hugepages hugetlbfs needs --mem in whole 2 MiB huge pages: 65 MiB is odd"
+        );
     }
 }

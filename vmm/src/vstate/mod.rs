@@ -30,5 +30,6 @@ pub mod xfd;
 pub use config::{InterleaveSpec, KernelImage, RunConfig};
 pub use dump::RegisterDump;
 pub use launch::{check_cmdline_words, run};
+pub use machine::RamBacking;
 pub use outcome::{ExitCounts, RunEnd, RunOutcome, VcpuOutcome};
 pub use smp::{ApStart, VcpuCountError};

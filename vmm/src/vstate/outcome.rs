@@ -194,13 +194,19 @@ pub struct RunOutcome {
 /// What `--hugepages` did to guest RAM.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HugePages {
-    /// `Err`: why `madvise(MADV_HUGEPAGE)` failed.
+    /// What was asked for.
+    pub backing: super::RamBacking,
+    /// `Err`: why `madvise(MADV_HUGEPAGE)` failed (THP only).
     pub advised: std::result::Result<(), String>,
     /// Guest RAM in KiB.
     pub ram_kib: u64,
     /// `AnonHugePages` of the RAM mapping at the end of the run, KiB (None
     /// when `/proc/self/smaps` could not be read).
     pub anon_huge_kib: Option<u64>,
+    /// hugetlbfs: KiB of the RAM mapping in hugetlb pages at the end of
+    /// the run (`Private_Hugetlb`, the pages the guest touched); `None`
+    /// with THP or when smaps could not be read.
+    pub hugetlb_kib: Option<u64>,
 }
 
 #[cfg(test)]

@@ -46,7 +46,51 @@ pub struct Cycle {
     pub snapshot_ms: f64,
     /// Restoring process spawned to guest resumed, ms.
     pub restore_ms: f64,
+    /// The snapshot's files: their lengths added, bytes.
+    pub file_bytes: u64,
+    /// The disk space they took (allocated blocks), bytes.
+    pub disk_bytes: u64,
 }
+
+/// When a peer's guest is paused for its snapshot.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Pause {
+    /// Once the guest's first result line is on the serial console.
+    FirstResult,
+    /// This long after the guest's first serial output (its boot line):
+    /// the same point `vmm run --snapshot-after` pauses at, give or take
+    /// the guest's boot.
+    AfterBoot(Duration),
+}
+
+/// How Cloud Hypervisor restores guest memory.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ChRestore {
+    /// Its default: the memory file is read into fresh RAM before resuming.
+    Copy,
+    /// `memory_restore_mode=ondemand`: pages are faulted in from the file
+    /// through userfaultfd (its fastest restore).
+    OnDemand,
+}
+
+/// The guest a peer's cycle boots, and when and how it is snapshotted.
+#[derive(Clone, Copy, Debug)]
+pub struct PeerGuest<'a> {
+    /// The guest kernel (ELF, PVH).
+    pub kernel: &'a Path,
+    /// Its command line.
+    pub words: &'a str,
+    /// Guest RAM, MiB.
+    pub mem_mib: u64,
+    /// When it is paused.
+    pub pause: Pause,
+    /// Cloud Hypervisor's restore mode.
+    pub ch_restore: ChRestore,
+}
+
+/// Free space kept beyond a peer's snapshot, bytes: the snapshot's state
+/// file and whatever else shares the disk.
+pub const SPACE_MARGIN: u64 = 256 << 20;
 
 /// Why a cycle failed.
 #[derive(Debug, thiserror::Error)]
@@ -75,6 +119,86 @@ pub enum CycleError {
     /// The restored guest did not end with status 0 and a record.
     #[error("the restored guest did not finish normally: {0}")]
     Restored(String),
+    /// The snapshot directory's file system has too little room for the
+    /// peer's memory file (peers write the whole RAM).
+    #[error(
+        "not enough free space in {}: a {need_mib} MiB snapshot needs {} MiB free (with a {} MiB margin), {} MiB are",
+        dir.display(), need_mib + SPACE_MARGIN / (1 << 20), SPACE_MARGIN / (1 << 20), avail / (1 << 20)
+    )]
+    NoSpace {
+        /// The snapshot directory.
+        dir: std::path::PathBuf,
+        /// The snapshot's memory file, MiB (the guest's RAM).
+        need_mib: u64,
+        /// Bytes available to this user there.
+        avail: u64,
+    },
+}
+
+/// Refuse a snapshot of `mem_mib` MiB when `avail` bytes cannot hold it
+/// and [`SPACE_MARGIN`].
+pub fn check_space(dir: &Path, mem_mib: u64, avail: u64) -> Result<(), CycleError> {
+    if avail >= (mem_mib << 20).saturating_add(SPACE_MARGIN) {
+        Ok(())
+    } else {
+        Err(CycleError::NoSpace {
+            dir: dir.to_path_buf(),
+            need_mib: mem_mib,
+            avail,
+        })
+    }
+}
+
+/// Bytes available to this user on `dir`'s file system.
+pub fn free_space(dir: &Path) -> Result<u64, PeerError> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(|_| PeerError::Scratch {
+        path: dir.to_path_buf(),
+        source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+    })?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c` is a NUL-terminated path and `st` points to writable
+    // memory of the size statvfs(3) fills; it is read only on success.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(PeerError::Scratch {
+            path: dir.to_path_buf(),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    // SAFETY: statvfs returned 0, so it filled `st`.
+    let st = unsafe { st.assume_init() };
+    Ok(st.f_bavail.saturating_mul(st.f_frsize))
+}
+
+/// Lengths and allocated bytes of the files at `paths` (directories: their
+/// files, one level), added.
+fn sizes(paths: &[&Path]) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let mut files = Vec::new();
+    for p in paths {
+        match std::fs::read_dir(p) {
+            Ok(d) => files.extend(d.flatten().map(|e| e.path())),
+            Err(_) => files.push(p.to_path_buf()),
+        }
+    }
+    files
+        .iter()
+        .filter_map(|f| std::fs::metadata(f).ok())
+        .filter(|m| m.is_file())
+        .fold((0, 0), |(l, d), m| (l + m.len(), d + m.blocks() * 512))
+}
+
+/// Deletes snapshot files and directories when dropped: a peer's snapshot
+/// is as large as its RAM, so none outlives its cycle, failed or not.
+struct Remove(Vec<std::path::PathBuf>);
+
+impl Drop for Remove {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = std::fs::remove_dir_all(p).or_else(|_| std::fs::remove_file(p));
+        }
+    }
 }
 
 /// Runs a cycle for `t`, with its scratch files in `dir`. `None` for a VMM
@@ -86,11 +210,37 @@ pub fn cycle(
     dir: &Path,
     timeout: Duration,
 ) -> Option<Result<Cycle, CycleError>> {
+    let g = PeerGuest {
+        kernel,
+        words: SNAPSHOT_WORDS,
+        mem_mib: u64::from(MEM_MIB),
+        pause: Pause::FirstResult,
+        ch_restore: ChRestore::Copy,
+    };
     match vmm {
         Vmm::Vmm => Some(ours(binary, kernel, dir, timeout)),
         Vmm::Qemu => None,
-        Vmm::CloudHypervisor => Some(cloud_hypervisor(binary, kernel, dir, timeout)),
-        Vmm::Firecracker => Some(firecracker(binary, kernel, dir, timeout)),
+        Vmm::CloudHypervisor | Vmm::Firecracker => peer_cycle(vmm, binary, &g, dir, timeout),
+    }
+}
+
+/// A snapshot/restore cycle of peer `vmm` on guest `g`, its files in
+/// `dir` (deleted before this returns). `None` for a VMM that is not a
+/// peer with a snapshot API here (`vmm`, QEMU).
+pub fn peer_cycle(
+    vmm: Vmm,
+    binary: &Path,
+    g: &PeerGuest<'_>,
+    dir: &Path,
+    timeout: Duration,
+) -> Option<Result<Cycle, CycleError>> {
+    let space = || -> Result<(), CycleError> { check_space(dir, g.mem_mib, free_space(dir)?) };
+    match vmm {
+        Vmm::Vmm | Vmm::Qemu => None,
+        Vmm::CloudHypervisor => {
+            Some(space().and_then(|()| cloud_hypervisor(binary, g, dir, timeout)))
+        }
+        Vmm::Firecracker => Some(space().and_then(|()| firecracker(binary, g, dir, timeout))),
     }
 }
 
@@ -176,23 +326,48 @@ impl Drop for Reaper {
     }
 }
 
-/// Wait until `log` holds [`RUNNING_MARK`] (or the child ended).
+/// The first bytes the guest prints at boot.
+const BOOT_MARK: &[u8] = b"guest: ";
+
+/// Wait until the guest reaches `pause`: `log` holds [`RUNNING_MARK`], or
+/// [`BOOT_MARK`] and then the delay has passed (the child must not end).
 fn wait_running(
     child: &mut Child,
     log: &Path,
+    pause: Pause,
     deadline: Instant,
     timeout: Duration,
 ) -> Result<(), CycleError> {
+    let (mark, delay) = match pause {
+        Pause::FirstResult => (RUNNING_MARK, Duration::ZERO),
+        Pause::AfterBoot(d) => (BOOT_MARK, d),
+    };
+    let mut seen: Option<Instant> = None;
     loop {
-        let bytes = std::fs::read(log).map_err(scratch(log))?;
-        if bytes.windows(RUNNING_MARK.len()).any(|w| w == RUNNING_MARK) {
-            return Ok(());
-        }
-        if let Ok(Some(s)) = child.try_wait() {
-            return Err(CycleError::Vmm(format!(
-                "ended ({s}) before its first result; serial log tail: {:?}",
-                tail_text(&bytes)
-            )));
+        let ended = |bytes: &[u8], s: ExitStatus| {
+            CycleError::Vmm(format!(
+                "ended ({s}) before it was paused; serial log tail: {:?}",
+                tail_text(bytes)
+            ))
+        };
+        match seen {
+            Some(t) if t.elapsed() >= delay => return Ok(()),
+            Some(_) => {
+                if let Ok(Some(s)) = child.try_wait() {
+                    let bytes = std::fs::read(log).unwrap_or_default();
+                    return Err(ended(&bytes, s));
+                }
+            }
+            None => {
+                let bytes = std::fs::read(log).map_err(scratch(log))?;
+                if bytes.windows(mark.len()).any(|w| w == mark) {
+                    seen = Some(Instant::now());
+                    continue;
+                }
+                if let Ok(Some(s)) = child.try_wait() {
+                    return Err(ended(&bytes, s));
+                }
+            }
         }
         if Instant::now() >= deadline {
             return Err(CycleError::NotRunning {
@@ -228,9 +403,21 @@ fn check_restored(status: ExitStatus, log: &Path) -> Result<(), CycleError> {
             tail_text(&stderr)
         )));
     }
-    GuestRecord::parse(log, &bytes)
-        .map(|_| ())
-        .map_err(|e| CycleError::Restored(format!("{e}; serial log tail: {:?}", tail_text(&bytes))))
+    let record = GuestRecord::parse(log, &bytes).map_err(|e| {
+        CycleError::Restored(format!("{e}; serial log tail: {:?}", tail_text(&bytes)))
+    })?;
+    let failed: Vec<String> = record
+        .report
+        .results()
+        .iter()
+        .filter(|r| r.check != 1)
+        .map(|r| guest::protocol::field_str(&r.name).to_string())
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(CycleError::Restored(format!("checks failed: {failed:?}")))
+    }
 }
 
 fn ms(d: Duration) -> f64 {
@@ -273,6 +460,8 @@ fn ours(binary: &Path, kernel: &Path, dir: &Path, timeout: Duration) -> Result<C
                 .unwrap_or("no snapshot section")
         ))
     })?;
+    let (file_bytes, disk_bytes) = sizes(&[&snap]);
+    let _remove = Remove(vec![snap.clone()]);
     let mut args = os(&["restore", "--no-native", "--json", "--timeout", &secs]);
     args.push(snap.into());
     let log = dir.join("vmm-restore.json");
@@ -294,6 +483,8 @@ fn ours(binary: &Path, kernel: &Path, dir: &Path, timeout: Duration) -> Result<C
     Ok(Cycle {
         snapshot_ms: save_ms,
         restore_ms: (ms(wall) - run_ms).max(0.0),
+        file_bytes,
+        disk_bytes,
     })
 }
 
@@ -311,7 +502,7 @@ fn read_json(path: &Path) -> Result<serde_json::Value, CycleError> {
 
 fn cloud_hypervisor(
     binary: &Path,
-    kernel: &Path,
+    g: &PeerGuest<'_>,
     dir: &Path,
     timeout: Duration,
 ) -> Result<Cycle, CycleError> {
@@ -323,28 +514,29 @@ fn cloud_hypervisor(
     }
     let _ = std::fs::remove_dir_all(&snap);
     std::fs::create_dir(&snap).map_err(scratch(&snap))?;
+    let _remove = Remove(vec![snap.clone()]);
     let mut args: Vec<OsString> = vec![
         "--api-socket".into(),
         format!("path={}", sock.display()).into(),
     ];
     args.push("--kernel".into());
-    args.push(kernel.into());
+    args.push(g.kernel.into());
     args.extend(os(&[
         "--cpus",
         "boot=1",
         "--memory",
-        &format!("size={MEM_MIB}M"),
+        &format!("size={}M", g.mem_mib),
         "--serial",
         "tty",
         "--console",
         "off",
         "--cmdline",
-        SNAPSHOT_WORDS,
+        g.words,
     ]));
     let log = dir.join("ch-snapshot.serial.log");
     let deadline = Instant::now() + timeout;
     let mut c = Reaper(Some(spawn(binary, &args, &log)?));
-    wait_running(c.child(), &log, deadline, timeout)?;
+    wait_running(c.child(), &log, g.pause, deadline, timeout)?;
     let paused = Instant::now();
     api(&sock, "PUT", "/api/v1/vm.pause", None, deadline)?;
     let body = serde_json::json!({ "destination_url": format!("file://{}", snap.display()) });
@@ -357,12 +549,17 @@ fn cloud_hypervisor(
     )?;
     let snapshot_ms = ms(paused.elapsed());
     drop(c);
+    let (file_bytes, disk_bytes) = sizes(&[&snap]);
 
+    let mode = match g.ch_restore {
+        ChRestore::Copy => "",
+        ChRestore::OnDemand => ",memory_restore_mode=ondemand",
+    };
     let args: Vec<OsString> = vec![
         "--api-socket".into(),
         format!("path={}", sock2.display()).into(),
         "--restore".into(),
-        format!("source_url=file://{}", snap.display()).into(),
+        format!("source_url=file://{}{mode}", snap.display()).into(),
     ];
     let log = dir.join("ch-restore.serial.log");
     let deadline = Instant::now() + timeout;
@@ -389,12 +586,14 @@ fn cloud_hypervisor(
     Ok(Cycle {
         snapshot_ms,
         restore_ms,
+        file_bytes,
+        disk_bytes,
     })
 }
 
 fn firecracker(
     binary: &Path,
-    kernel: &Path,
+    g: &PeerGuest<'_>,
     dir: &Path,
     timeout: Duration,
 ) -> Result<Cycle, CycleError> {
@@ -405,13 +604,14 @@ fn firecracker(
     for p in [&sock, &sock2, &state, &mem] {
         let _ = std::fs::remove_file(p);
     }
+    let _remove = Remove(vec![state.clone(), mem.clone()]);
     let cfg = serde_json::json!({
         "boot-source": {
-            "kernel_image_path": kernel.to_string_lossy(),
-            "boot_args": SNAPSHOT_WORDS,
+            "kernel_image_path": g.kernel.to_string_lossy(),
+            "boot_args": g.words,
         },
         "drives": [],
-        "machine-config": { "vcpu_count": 1, "mem_size_mib": MEM_MIB },
+        "machine-config": { "vcpu_count": 1, "mem_size_mib": g.mem_mib },
     });
     let cfg_path = dir.join("firecracker-snapshot.json");
     std::fs::write(&cfg_path, cfg.to_string()).map_err(scratch(&cfg_path))?;
@@ -422,7 +622,7 @@ fn firecracker(
     let log = dir.join("fc-snapshot.serial.log");
     let deadline = Instant::now() + timeout;
     let mut c = Reaper(Some(spawn(binary, &args, &log)?));
-    wait_running(c.child(), &log, deadline, timeout)?;
+    wait_running(c.child(), &log, g.pause, deadline, timeout)?;
     let paused = Instant::now();
     api(
         &sock,
@@ -445,6 +645,7 @@ fn firecracker(
     )?;
     let snapshot_ms = ms(paused.elapsed());
     drop(c);
+    let (file_bytes, disk_bytes) = sizes(&[&state, &mem]);
 
     let mut args: Vec<OsString> = vec!["--api-sock".into(), sock2.clone().into()];
     args.extend(os(&["--level", "Error"]));
@@ -477,5 +678,7 @@ fn firecracker(
     Ok(Cycle {
         snapshot_ms,
         restore_ms,
+        file_bytes,
+        disk_bytes,
     })
 }
