@@ -175,7 +175,7 @@ pub(crate) fn sse_is_init(a: &[u8]) -> bool {
 }
 
 /// Writes the x87 init value.
-#[inline]
+#[inline(always)]
 pub(crate) fn write_x87_init(a: &mut [u8]) {
     a[X87_ENV].fill(0);
     a[X87_REGS].fill(0);
@@ -183,7 +183,7 @@ pub(crate) fn write_x87_init(a: &mut [u8]) {
 }
 
 /// Writes the SSE init value.
-#[inline]
+#[inline(always)]
 pub(crate) fn write_sse_init(a: &mut [u8]) {
     a[XMM_REGS].fill(0);
     wr_u32(a, o::MXCSR, MXCSR_INIT);
