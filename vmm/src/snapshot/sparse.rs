@@ -404,7 +404,15 @@ mod tests {
     #[test]
     fn pages_in_place_match_the_copied_encoding() {
         let mut ram = vec![0u8; 64 * PAGE_SIZE];
-        for (p, at) in [(0, 0), (1, 4095), (2, 17), (9, 100), (10, 0), (40, 5), (63, 4095)] {
+        for (p, at) in [
+            (0, 0),
+            (1, 4095),
+            (2, 17),
+            (9, 100),
+            (10, 0),
+            (40, 5),
+            (63, 4095),
+        ] {
             ram[p * PAGE_SIZE + at] = (p as u8) | 0x80;
         }
         // Blocks as the pagemap gives them: page 63 and pages 30..50 are

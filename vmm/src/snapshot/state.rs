@@ -35,9 +35,7 @@ use serde::{Deserialize, Serialize};
 use xstate::{CpuidEntry, CpuidProfile, XfeatureMask, XsaveBuf, XsaveInfo};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
-use super::format::{
-    Container, External, FormatError, SectionInfo, SparseMemory, PAGES_SECTION,
-};
+use super::format::{Container, External, FormatError, SectionInfo, SparseMemory, PAGES_SECTION};
 use crate::vstate::xfd::XfdMsrs;
 
 /// Everything in a snapshot, decoded.
