@@ -110,7 +110,7 @@ fn main() {
                     break;
                 }
                 if method.starts_with("writev") {
-                    let mut bufs = [IoSlice::new(&src)];
+                    let mut bufs = [IoSlice::new(src)];
                     f.write_all_vectored_compat(&mut bufs);
                 } else {
                     // SAFETY: the file is ours and `n` bytes long after the

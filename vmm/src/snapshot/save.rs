@@ -39,7 +39,7 @@ use crate::xstate_manager::{SyncPolicy, XstateManager};
 
 /// How a snapshot's stored pages reach its file, as the file's meta,
 /// `vmm snapshot info` and `vmm bench snapshot` show it: straight from
-/// guest memory with `writev` (see [`write_in_place`]); the one copy left
+/// guest memory with `writev` (see `write_in_place`); the one copy left
 /// is the kernel's, into the page cache.
 ///
 /// Why not a copy of our own with the method the copy measurements pick
