@@ -155,6 +155,7 @@ fn meta(mem_mib: u64) -> impl Strategy<Value = Meta> {
             guest_ran_ms: c.3,
             msrs_unreadable: c.4,
             vcpus: 1,
+            memory_write: String::new(),
         })
 }
 

@@ -128,7 +128,50 @@ pub(crate) fn require_destination(dst: &[u8], need: usize) -> Result<(), Convert
 /// assert_eq!(back, standard);
 /// # Ok::<(), xstate::ConvertError>(())
 /// ```
+#[inline]
 pub fn compact(
+    info: &XsaveInfo,
+    src: &[u8],
+    requested: XfeatureMask,
+    dst: &mut [u8],
+) -> Result<usize, ConvertError> {
+    // In line in the caller: one call to the short path, whose answer
+    // comes back in a register; everything else, errors included, goes to
+    // the general path.
+    match compact_short_dispatch(info, src, requested, dst) {
+        0 => compact_general(info, src, requested, dst),
+        n => Ok(n),
+    }
+}
+
+/// [`compact_short`] at this CPU's vector level; 0 when it does not apply,
+/// or before the level is detected (the general path detects it).
+#[inline]
+fn compact_short_dispatch(
+    info: &XsaveInfo,
+    src: &[u8],
+    requested: XfeatureMask,
+    dst: &mut [u8],
+) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    match crate::area::detected_level() {
+        // SAFETY: `detected_level` reported AVX-512F (CPUID and XCR0) on
+        // this CPU.
+        crate::area::AVX512 => unsafe { wide::compact_short_avx512(info, src, requested, dst) },
+        // SAFETY: `detected_level` reported AVX2 (CPUID and XCR0) on this
+        // CPU.
+        crate::area::AVX2 => unsafe { wide::compact_short_avx2(info, src, requested, dst) },
+        SSE2 => compact_short_sse2(info, src, requested, dst),
+        _ => 0,
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    compact_short_sse2(info, src, requested, dst)
+}
+
+/// The general path of [`compact`] ([`compact_in`]) at this CPU's vector
+/// level, out of line.
+#[inline(never)]
+fn compact_general(
     info: &XsaveInfo,
     src: &[u8],
     requested: XfeatureMask,
@@ -142,19 +185,18 @@ pub fn compact(
         crate::area::AVX2 => return unsafe { wide::compact_avx2(info, src, requested, dst) },
         _ => {}
     }
-    compact_sse2(info, src, requested, dst)
+    compact_in::<SSE2>(info, src, requested, dst)
 }
 
-/// [`compact`] with 16-byte moves, out of line so that [`compact`] itself
-/// stays a dispatcher without a stack frame.
+/// [`compact_short`] with 16-byte moves.
 #[inline(never)]
-fn compact_sse2(
+fn compact_short_sse2(
     info: &XsaveInfo,
     src: &[u8],
     requested: XfeatureMask,
     dst: &mut [u8],
-) -> Result<usize, ConvertError> {
-    compact_in::<SSE2>(info, src, requested, dst)
+) -> usize {
+    compact_short::<SSE2>(info, src, requested, dst).unwrap_or(0)
 }
 
 /// The conversions compiled for the wider vector levels: each only sets the
@@ -164,7 +206,35 @@ mod wide {
     use super::*;
     use crate::area::{AVX2, AVX512};
 
-    /// [`compact`] with 64-byte moves.
+    /// [`compact_short`] with 64-byte moves; 0 when it does not apply.
+    ///
+    /// # Safety
+    /// The CPU and XCR0 must allow AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn compact_short_avx512(
+        info: &XsaveInfo,
+        src: &[u8],
+        requested: XfeatureMask,
+        dst: &mut [u8],
+    ) -> usize {
+        compact_short::<AVX512>(info, src, requested, dst).unwrap_or(0)
+    }
+
+    /// [`compact_short`] with 32-byte moves; 0 when it does not apply.
+    ///
+    /// # Safety
+    /// The CPU and XCR0 must allow AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn compact_short_avx2(
+        info: &XsaveInfo,
+        src: &[u8],
+        requested: XfeatureMask,
+        dst: &mut [u8],
+    ) -> usize {
+        compact_short::<AVX2>(info, src, requested, dst).unwrap_or(0)
+    }
+
+    /// [`compact_in`] with 64-byte moves.
     ///
     /// # Safety
     /// The CPU and XCR0 must allow AVX-512F.
@@ -178,7 +248,7 @@ mod wide {
         compact_in::<AVX512>(info, src, requested, dst)
     }
 
-    /// [`compact`] with 32-byte moves.
+    /// [`compact_in`] with 32-byte moves.
     ///
     /// # Safety
     /// The CPU and XCR0 must allow AVX2.
@@ -221,6 +291,74 @@ mod wide {
     }
 }
 
+/// The short path of [`compact`] for the two masks a guest's state is
+/// most often in: x87|SSE alone, and x87|SSE|AVX. Both lay out as the
+/// standard format does (AVX, the first component, sits at 576 in both
+/// formats when its standard offset is 576, as on every CPU so far), so the
+/// image is the legacy region, the header and, for AVX, one fixed-size
+/// block: no layout walk, no per-component dispatch, no drop check (nothing
+/// held lies outside `requested`). Returns `None`, having written nothing,
+/// for any other case, including every error: the general path
+/// ([`compact_in`]) then names it. The bytes written are exactly those of
+/// the general path (tested by `short_path_matches_the_general_one`).
+#[inline(always)]
+fn compact_short<const L: u8>(
+    info: &XsaveInfo,
+    src: &[u8],
+    requested: XfeatureMask,
+    dst: &mut [u8],
+) -> Option<usize> {
+    let legacy = XfeatureMask::LEGACY;
+    let avx = legacy.with(Xfeature::Avx);
+    let with_avx = if requested == legacy {
+        false
+    } else if requested == avx {
+        true
+    } else {
+        return None;
+    };
+    if src.len() < XSAVE_MIN_SIZE || dst.len() < XSAVE_MIN_SIZE {
+        return None;
+    }
+    let src_bv = XfeatureMask::from_bits(header_xstate_bv(src));
+    // Standard format, nothing held outside `requested`, every requested
+    // component supported (the errors of the general path cannot arise).
+    if header_xcomp_bv(src) != 0
+        || !(src_bv - requested).is_empty()
+        || !(requested - info.supported_xcr0()).is_empty()
+    {
+        return None;
+    }
+    // A live MXCSR with XSTATE_BV bit 1 clear takes the general path.
+    if !src_bv.contains(Xfeature::Sse) && !mxcsr_is_init(src) {
+        return None;
+    }
+    let mut total = XSAVE_MIN_SIZE;
+    if with_avx {
+        // The upper halves of YMM0-15, 256 bytes by definition: a
+        // fixed-size copy.
+        const AVX_SIZE: usize = 256;
+        if info.raw_size_offset(Xfeature::Avx.index()) != (AVX_SIZE as u32, XSAVE_MIN_SIZE as u32) {
+            return None;
+        }
+        total += AVX_SIZE;
+        let (Some(d), Some(s)) = (
+            dst.get_mut(XSAVE_MIN_SIZE..total),
+            src.get(XSAVE_MIN_SIZE..total),
+        ) else {
+            return None;
+        };
+        if src_bv.contains(Xfeature::Avx) {
+            copy_at::<L>(d, s);
+        } else {
+            zero_at::<L>(d);
+        }
+    }
+    copy_legacy::<L>(src, dst, src_bv.bits());
+    write_header(dst, src_bv.bits(), requested.bits() | XCOMP_BV_COMPACTED);
+    Some(total)
+}
+
 /// [`compact`] with level-`L` copies (see [`crate::area`]'s `copy_at`).
 #[inline(always)]
 fn compact_in<const L: u8>(
@@ -238,24 +376,6 @@ fn compact_in<const L: u8>(
     let outside = src_bv - info.supported_xcr0();
     if !outside.is_empty() {
         return Err(ConvertError::Unsupported(outside));
-    }
-    // The common case of state that never left the legacy region (x87 and
-    // SSE requested, nothing else held): no component to lay out, none can
-    // be dropped; the legacy region and the header only. The same bytes as
-    // the general path below, with none of its loops.
-    let legacy = XfeatureMask::LEGACY;
-    if requested == legacy
-        && (src_bv - legacy).is_empty()
-        && (legacy - info.supported_all()).is_empty()
-        && dst.len() >= XSAVE_MIN_SIZE
-    {
-        let mxcsr_live = !mxcsr_is_init(src);
-        // (A live MXCSR with XSTATE_BV bit 1 clear takes the general path.)
-        if !mxcsr_live || src_bv.contains(Xfeature::Sse) {
-            copy_legacy::<L>(src, dst, src_bv.bits());
-            write_header(dst, src_bv.bits(), legacy.bits() | XCOMP_BV_COMPACTED);
-            return Ok(XSAVE_MIN_SIZE);
-        }
     }
     let need = standard_end(info, src_bv);
     require_source(src, need)?;
@@ -401,7 +521,8 @@ pub fn expand(
     expand_sse2(info, src, dst, xcr0)
 }
 
-/// [`expand`] with 16-byte moves (out of line, as [`compact_sse2`]).
+/// [`expand`] with 16-byte moves, out of line so that [`expand`] itself
+/// stays a dispatcher.
 #[inline(never)]
 fn expand_sse2(
     info: &XsaveInfo,
@@ -611,6 +732,108 @@ mod tests {
     use super::*;
     use crate::info::CpuidRegs;
     use crate::init::{init_image, InitMode};
+
+    /// The short path writes exactly what the general path writes, and
+    /// returns the same size, for x87|SSE and x87|SSE|AVX with every
+    /// XSTATE_BV subset, MXCSR at its init value or live, at every vector
+    /// level this CPU allows; where it does not apply it writes nothing.
+    #[test]
+    fn short_path_matches_the_general_one() {
+        let info = XsaveInfo::from_leaf_0xd(|sub| match sub {
+            0 => CpuidRegs::new(0x207, 2696, 2696, 0),
+            1 => CpuidRegs::new(0x7, 0, 0, 0),
+            2 => CpuidRegs::new(256, 576, 0, 0),
+            9 => CpuidRegs::new(8, 2688, 0, 0),
+            _ => CpuidRegs::default(),
+        })
+        .unwrap();
+        let xcr0 = XfeatureMask::from_bits(0x207);
+        let mut base = vec![0u8; 2696];
+        init_image(&info, xcr0, InitMode::Minimal, &mut base).unwrap();
+        for (k, b) in base[..512].iter_mut().enumerate().skip(32) {
+            *b = (k as u8).wrapping_mul(13) | 1;
+        }
+        for (k, b) in base[576..832].iter_mut().enumerate() {
+            *b = (k as u8).wrapping_mul(7) | 1;
+        }
+        let mut cases = 0;
+        for requested in [0x3u64, 0x7] {
+            let requested = XfeatureMask::from_bits(requested);
+            for bv in 0..=requested.bits() {
+                for mxcsr in [MXCSR_INIT_BYTES, [0x80, 0x1f, 0, 1]] {
+                    let mut img = base.clone();
+                    img[512..520].copy_from_slice(&bv.to_le_bytes());
+                    img[MXCSR].copy_from_slice(&mxcsr);
+                    let mut want = vec![0xa5u8; 1024];
+                    let general = compact_in::<SSE2>(&info, &img, requested, &mut want);
+                    for l in SSE2..=top_level() {
+                        let mut got = vec![0xa5u8; 1024];
+                        match short_at(l, &info, &img, requested, &mut got) {
+                            Some(n) => {
+                                assert_eq!(Ok(n), general, "bv {bv:#x} level {l}");
+                                assert!(got == want, "bv {bv:#x} level {l}");
+                                cases += 1;
+                            }
+                            None => assert!(got.iter().all(|&b| b == 0xa5)),
+                        }
+                    }
+                }
+            }
+        }
+        // Every XSTATE_BV takes it but a live MXCSR with SSE clear: 6 of 8
+        // for x87|SSE, 12 of 16 for x87|SSE|AVX, at each level.
+        assert_eq!(cases, 18 * usize::from(top_level() - SSE2 + 1));
+        // The public entry point agrees too (short path included).
+        let mut img = base.clone();
+        img[512..520].copy_from_slice(&7u64.to_le_bytes());
+        let (mut a, mut b) = (vec![0u8; 832], vec![0u8; 832]);
+        let x7 = XfeatureMask::from_bits(0x7);
+        assert_eq!(compact(&info, &img, x7, &mut a), Ok(832));
+        assert_eq!(compact_in::<SSE2>(&info, &img, x7, &mut b), Ok(832));
+        assert!(a == b);
+        // Errors are the general path's, named: a short destination.
+        assert_eq!(
+            compact(&info, &img, x7, &mut [0u8; 600]),
+            Err(ConvertError::DestinationTooSmall {
+                need: 832,
+                have: 600
+            })
+        );
+    }
+
+    const MXCSR_INIT_BYTES: [u8; 4] = crate::area::MXCSR_INIT.to_le_bytes();
+
+    /// The highest vector level this CPU allows.
+    fn top_level() -> u8 {
+        #[cfg(target_arch = "x86_64")]
+        return crate::area::level();
+        #[cfg(not(target_arch = "x86_64"))]
+        SSE2
+    }
+
+    /// [`compact_short`] at level `l` (at most [`top_level`]).
+    fn short_at(
+        l: u8,
+        info: &XsaveInfo,
+        src: &[u8],
+        requested: XfeatureMask,
+        dst: &mut [u8],
+    ) -> Option<usize> {
+        assert!(l <= top_level());
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `level` reported at least `l` on this CPU.
+        unsafe {
+            if l == crate::area::AVX512 {
+                return Some(wide::compact_short_avx512(info, src, requested, dst))
+                    .filter(|&n| n != 0);
+            }
+            if l == crate::area::AVX2 {
+                return Some(wide::compact_short_avx2(info, src, requested, dst))
+                    .filter(|&n| n != 0);
+            }
+        }
+        compact_short::<SSE2>(info, src, requested, dst)
+    }
 
     /// Every vector level this CPU allows converts bit for bit like the
     /// SSE2 one, both ways (the proptests of `tests/convert.rs` run the

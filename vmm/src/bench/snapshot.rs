@@ -145,6 +145,9 @@ pub struct SnapshotBench {
     pub process_start_ms: Option<Spread>,
     /// One row per guest size.
     pub rows: Vec<SnapshotRow>,
+    /// How each snapshot's stored pages were written to its file
+    /// (`crate::snapshot::save::MEMORY_WRITE`, also in the file's meta).
+    pub memory_write: String,
 }
 
 /// One guest size.
@@ -313,11 +316,14 @@ impl SnapshotBench {
         use crate::report::table::Columns;
         let mut s = format!(
             "snapshot of `workload={}` after {:.2} s, then restored to its end; median (min..p90) of {} run(s)\n\
-             process start of vmm (spawn to exit of `vmm --version`): {}\n",
+             process start of vmm (spawn to exit of `vmm --version`): {}\n\
+             stored pages written by: {} (no copy in user space; \
+             the choice is measured by `cargo bench --bench snapshot_copy`)\n",
             self.workload,
             self.after_s,
             self.runs,
-            ms(self.process_start_ms.as_ref())
+            ms(self.process_start_ms.as_ref()),
+            self.memory_write
         );
         let t = Columns::new()
             .right("", 8)
@@ -632,6 +638,7 @@ pub fn run(plan: &Plan, mut tick: impl FnMut()) -> Result<SnapshotBench> {
         runs: plan.runs,
         process_start_ms,
         rows,
+        memory_write: crate::snapshot::save::MEMORY_WRITE.into(),
     })
 }
 

@@ -39,6 +39,9 @@ pub struct SnapshotInfo {
     pub memory_pages: u64,
     /// Non-zero pages stored; the rest were all-zero and left out.
     pub memory_pages_stored: u64,
+    /// How the stored pages were written (empty for a file from before
+    /// this was recorded).
+    pub memory_write: String,
     /// The guest's command line.
     pub cmdline: String,
     /// Interrupt controllers and timers of the VM.
@@ -196,6 +199,7 @@ pub fn info(path: &Path) -> Result<SnapshotInfo, SnapshotError> {
         mem_mib: m.mem_mib,
         memory_pages: snap.memory.size / format::PAGE_SIZE as u64,
         memory_pages_stored: snap.memory.stored_pages(),
+        memory_write: m.memory_write.clone(),
         cmdline: m.cmdline.clone(),
         irqchip: m.irqchip.clone(),
         exits_before: m.exits,
@@ -246,6 +250,9 @@ impl SnapshotInfo {
             self.memory_pages,
             self.memory_pages - self.memory_pages_stored
         );
+        if !self.memory_write.is_empty() {
+            let _ = writeln!(s, "memory write  {}", self.memory_write);
+        }
         let _ = writeln!(s, "command line  {}", self.cmdline);
         let _ = writeln!(
             s,

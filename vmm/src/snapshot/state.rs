@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use xstate::{CpuidEntry, CpuidProfile, XfeatureMask, XsaveBuf, XsaveInfo};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
-use super::format::{Container, FormatError, SectionInfo, SparseMemory, PAGES_SECTION};
+use super::format::{Container, External, FormatError, SectionInfo, SparseMemory, PAGES_SECTION};
 use crate::vstate::xfd::XfdMsrs;
 
 /// Everything in a snapshot, decoded.
@@ -185,6 +185,10 @@ pub struct Meta {
     /// SMP).
     #[serde(default = "one_vcpu")]
     pub vcpus: u32,
+    /// How the stored pages were written to the file (absent: a file from
+    /// before this was recorded).
+    #[serde(default)]
+    pub memory_write: String,
 }
 
 fn one_vcpu() -> u32 {
@@ -466,6 +470,18 @@ impl Snapshot {
         let mut c = self.sections_but_pages();
         c.push(PAGES_SECTION, std::mem::take(&mut self.memory.data));
         c.to_bytes()
+    }
+
+    /// The file's bytes up to its stored pages, which the caller writes
+    /// after them (`pages_len` bytes whose CRC32 is `pages_crc`): how a
+    /// snapshot is saved without copying guest memory (see
+    /// [`super::save`]). `self.memory.data` is not read.
+    pub fn head_bytes(&self, pages_len: u64, pages_crc: u32) -> Vec<u8> {
+        self.sections_but_pages().head_bytes(External {
+            name: PAGES_SECTION,
+            len: pages_len,
+            crc: pages_crc,
+        })
     }
 
     fn sections_but_pages(&self) -> Container {

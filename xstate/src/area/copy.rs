@@ -78,6 +78,15 @@ pub(crate) fn level() -> u8 {
     }
 }
 
+/// The level detected so far: 0 before the first [`level`] call (the
+/// conversions' dispatchers branch on it without a call, and send 0 to a
+/// cold path that detects).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn detected_level() -> u8 {
+    LEVEL.load(Ordering::Relaxed)
+}
+
 /// The first call's detection, out of line so that [`level`] stays a load
 /// and a test in the conversions' entry points.
 #[cfg(target_arch = "x86_64")]
