@@ -12,9 +12,63 @@
 
 use core::arch::x86_64::*;
 
-use super::ghash::{self, Ghash, GhashKey, GhashPath, XMM_BATCH};
+use super::ghash::{self, Ghash, GhashKey, GhashPath, POWERS, XMM_BATCH};
 use super::key::RoundKeys;
 use super::ni::{self, round8};
+
+/// One AES round on the eight blocks `$b` (round key `$k`) with one GHASH
+/// block's Karatsuba products accumulated on the way: `$x` (byte-reversed
+/// ciphertext) times the key power at `$h` into `$lo` / `$hi`, and
+/// `(x0 ^ x1)(h0 ^ h1)` (the folded power at `$hk`) into `$mid`.
+///
+/// One `asm!` block, because the interleaving is the point: emitted as
+/// separate intrinsics, LLVM put the whole GHASH batch before or after
+/// the AES rounds, the core's scheduler filled with waiting `vaesenc`s,
+/// and the two halves ran one after the other (6.5 GB/s here against
+/// 12.3 GB/s for the AES half alone).
+macro_rules! stitched_round {
+    ($k:expr, $b:expr, $x:expr, $h:expr, $hk:expr, $lo:ident, $hi:ident, $mid:ident) => {{
+        let b = &mut $b;
+        // In the caller's unsafe block (its contract: AES-NI, PCLMULQDQ
+        // and AVX): registers only, plus 16-byte reads at `$h` and `$hk`,
+        // which point into the caller's `GhashKey`.
+        core::arch::asm!(
+            "vaesenc {b0}, {b0}, {k}",
+            "vpclmulqdq {t}, {x}, xmmword ptr [{h}], 0x00",
+            "vaesenc {b1}, {b1}, {k}",
+            "vpxor {lo}, {lo}, {t}",
+            "vaesenc {b2}, {b2}, {k}",
+            "vpclmulqdq {t}, {x}, xmmword ptr [{h}], 0x11",
+            "vaesenc {b3}, {b3}, {k}",
+            "vpxor {hi}, {hi}, {t}",
+            "vaesenc {b4}, {b4}, {k}",
+            "vpshufd {t}, {x}, 0x4e",
+            "vaesenc {b5}, {b5}, {k}",
+            "vpxor {t}, {t}, {x}",
+            "vaesenc {b6}, {b6}, {k}",
+            "vpclmulqdq {t}, {t}, xmmword ptr [{hk}], 0x00",
+            "vaesenc {b7}, {b7}, {k}",
+            "vpxor {mid}, {mid}, {t}",
+            b0 = inout(xmm_reg) b[0],
+            b1 = inout(xmm_reg) b[1],
+            b2 = inout(xmm_reg) b[2],
+            b3 = inout(xmm_reg) b[3],
+            b4 = inout(xmm_reg) b[4],
+            b5 = inout(xmm_reg) b[5],
+            b6 = inout(xmm_reg) b[6],
+            b7 = inout(xmm_reg) b[7],
+            k = in(xmm_reg) $k,
+            x = in(xmm_reg) $x,
+            h = in(reg) $h,
+            hk = in(reg) $hk,
+            lo = inout(xmm_reg) $lo,
+            hi = inout(xmm_reg) $hi,
+            mid = inout(xmm_reg) $mid,
+            t = out(xmm_reg) _,
+            options(pure, readonly, nostack, preserves_flags),
+        );
+    }};
+}
 
 /// Encrypt `data` in place with the counter blocks from `ctr` and hash the
 /// ciphertext into `acc`; `ctr` ends one past the last block used (a final
@@ -53,6 +107,7 @@ pub(super) unsafe fn encrypt(
         let batches = data.len() / (16 * XMM_BATCH);
         let p = data.as_mut_ptr().cast::<__m128i>();
         let mut acc = ghash::acc_load(acc.0);
+        let bswap = _mm_set_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
         for n in 0..batches {
             let first = lo.wrapping_add((n * XMM_BATCH) as u32);
             const _: () = assert!(XMM_BATCH == 8, "round8! takes eight blocks");
@@ -61,13 +116,27 @@ pub(super) unsafe fn encrypt(
                 let w = first.wrapping_add(i as u32).swap_bytes() ^ k0w;
                 *b = _mm_insert_epi32::<3>(prefix, w as i32);
             }
-            for kr in &k[1..10] {
-                round8!(avx, *kr, b);
-            }
-            // The previous batch's ciphertext, hashed while this batch's
-            // rounds run.
-            if n > 0 {
-                acc = ghash::batch_xmm(key, acc, p.add((n - 1) * XMM_BATCH));
+            if n == 0 {
+                for kr in &k[1..10] {
+                    round8!(avx, *kr, b);
+                }
+            } else {
+                // The previous batch's ciphertext, hashed while this
+                // batch's rounds run: block j rides with round j + 1.
+                let prev = p.add((n - 1) * XMM_BATCH);
+                let z = _mm_setzero_si128();
+                let (mut glo, mut ghi, mut gmid) = (z, z, z);
+                for j in 0..XMM_BATCH {
+                    let mut x = _mm_shuffle_epi8(_mm_loadu_si128(prev.add(j)), bswap);
+                    if j == 0 {
+                        x = _mm_xor_si128(x, acc);
+                    }
+                    let h = key.kd[POWERS - XMM_BATCH + j].as_ptr();
+                    let hk = key.kk[POWERS - XMM_BATCH + j].as_ptr();
+                    stitched_round!(k[j + 1], b, x, h, hk, glo, ghi, gmid);
+                }
+                round8!(avx, k[9], b);
+                acc = ghash::reduce(glo, ghi, _mm_xor_si128(gmid, _mm_xor_si128(glo, ghi)));
             }
             let q = p.add(n * XMM_BATCH);
             for (i, b) in b.iter().enumerate() {

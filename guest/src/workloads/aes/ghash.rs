@@ -181,7 +181,7 @@ macro_rules! clmul_acc_karatsuba {
 
 /// Fold the middle part in and reduce: `(hi:lo) * y^-128`.
 #[inline(always)]
-unsafe fn reduce(lo: __m128i, hi: __m128i, mid: __m128i) -> __m128i {
+pub(super) unsafe fn reduce(lo: __m128i, hi: __m128i, mid: __m128i) -> __m128i {
     // SAFETY: SSE2 and PCLMULQDQ, which every caller is compiled for.
     unsafe {
         let lo = _mm_xor_si128(lo, _mm_slli_si128::<8>(mid));
