@@ -5,7 +5,7 @@
 //! Three variants: `aesni-pclmul` (VEX AES-NI + PCLMULQDQ on XMM),
 //! `vaes-vpclmul-256` and `vaes-vpclmul-512` (VAES + VPCLMULQDQ on YMM and
 //! ZMM). `aesni-pclmul` stitches the counter and the hash into one loop
-//! ([`super::gcm_xmm`]); the VAES variants run them as two passes over the
+//! (module `gcm_xmm`); the VAES variants run them as two passes over the
 //! message (the message sizes here, up to 64 KiB, stay in L2), the CTR
 //! pass being the variant's [`Aes128::ctr_xor`], whose 128-bit increment
 //! equals GCM's `inc32` because a 96-bit IV starts the low word at 2 and
