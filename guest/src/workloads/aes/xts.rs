@@ -297,22 +297,28 @@ macro_rules! xts_xmm_flavor {
                     for chunk in &mut chunks {
                         let p = chunk.as_mut_ptr().cast::<__m128i>();
                         let mut b = [_mm_setzero_si128(); LANES];
-                        for (i, b) in b.iter_mut().enumerate() {
+                        // The output XOR rides in the last round key
+                        // (`aesenclast(x, k14 ^ T) = aesenclast(x, k14) ^ T`),
+                        // and the next batch's tweaks are computed here, at
+                        // the start, so they are ready long before the next
+                        // batch needs them instead of at its head.
+                        let mut last = [_mm_setzero_si128(); LANES];
+                        for (i, (b, last)) in b.iter_mut().zip(last.iter_mut()).enumerate() {
                             let x = _mm_xor_si128(_mm_loadu_si128(p.add(i)), tw[i]);
                             *b = _mm_xor_si128(x, k[0]);
-                        }
-                        const _: () = assert!(LANES == 8, "round8! takes eight blocks");
-                        for kr in &k[1..14] {
-                            round8!($name, *kr, b);
-                        }
-                        for (i, b) in b.iter().enumerate() {
-                            let c = _mm_aesenclast_si128(*b, k[14]);
-                            _mm_storeu_si128(p.add(i), _mm_xor_si128(c, tw[i]));
+                            *last = _mm_xor_si128(k[14], tw[i]);
                             // alpha^8: a one-byte shift of the whole lane,
                             // the byte shifted out folded back times 0x87.
                             let top = _mm_srli_si128::<15>(tw[i]);
                             let red = _mm_clmulepi64_si128::<0x00>(top, poly);
                             tw[i] = _mm_xor_si128(_mm_slli_si128::<1>(tw[i]), red);
+                        }
+                        const _: () = assert!(LANES == 8, "round8! takes eight blocks");
+                        for kr in &k[1..14] {
+                            round8!($name, *kr, b);
+                        }
+                        for (i, (b, last)) in b.iter().zip(last.iter()).enumerate() {
+                            _mm_storeu_si128(p.add(i), _mm_aesenclast_si128(*b, *last));
                         }
                     }
                     xts_tail!(k, tw[0], chunks.into_remainder(), lo);
