@@ -4,12 +4,14 @@
 //!
 //! Three variants: `aesni-pclmul` (VEX AES-NI + PCLMULQDQ on XMM),
 //! `vaes-vpclmul-256` and `vaes-vpclmul-512` (VAES + VPCLMULQDQ on YMM and
-//! ZMM). The counter and the hash run as two passes over the message (the
-//! message sizes here, up to 64 KiB, stay in L2); the CTR pass is the
-//! variant's [`Aes128::ctr_xor`], whose 128-bit increment equals GCM's
-//! `inc32` because a 96-bit IV starts the low word at 2 and a message is at
-//! most `2^32 - 2` blocks.
+//! ZMM). `aesni-pclmul` stitches the counter and the hash into one loop
+//! (module `gcm_xmm`); the VAES variants run them as two passes over the
+//! message (the message sizes here, up to 64 KiB, stay in L2), the CTR
+//! pass being the variant's [`Aes128::ctr_xor`], whose 128-bit increment
+//! equals GCM's `inc32` because a 96-bit IV starts the low word at 2 and
+//! a message is at most `2^32 - 2` blocks.
 
+use super::gcm_xmm;
 use super::ghash::{self, Ghash, GhashKey, GhashPath};
 use super::key::RoundKeys;
 use super::{soft, Aes128, AesVariant};
@@ -174,13 +176,18 @@ impl Gcm128 {
         let mut tag = [0u8; 16];
         let mut ctr = j;
         self.aes.ctr_xor(&key.rk, &mut ctr, &mut tag);
-        self.aes.ctr_xor(&key.rk, &mut ctr, data);
         let path = self.variant.parts().1;
         // SAFETY: `with_detected` checked the requirements of the variant,
-        // which include those of its GHASH path.
+        // which include those of its GHASH path (and, for `aesni-pclmul`,
+        // everything the stitched loop uses: AES-NI, PCLMULQDQ, AVX).
         let s = unsafe {
             let acc = ghash::update(path, &key.ghash, Ghash::default(), aad);
-            let acc = ghash::update(path, &key.ghash, acc, data);
+            let acc = if self.variant == GcmVariant::AesniPclmul {
+                gcm_xmm::encrypt(&key.rk, &key.ghash, &mut ctr, acc, data)
+            } else {
+                self.aes.ctr_xor(&key.rk, &mut ctr, data);
+                ghash::update(path, &key.ghash, acc, data)
+            };
             ghash::update(path, &key.ghash, acc, &lengths(aad.len(), data.len()))
         };
         for (t, s) in tag.iter_mut().zip(s.finish()) {

@@ -181,7 +181,7 @@ macro_rules! clmul_acc_karatsuba {
 
 /// Fold the middle part in and reduce: `(hi:lo) * y^-128`.
 #[inline(always)]
-unsafe fn reduce(lo: __m128i, hi: __m128i, mid: __m128i) -> __m128i {
+pub(super) unsafe fn reduce(lo: __m128i, hi: __m128i, mid: __m128i) -> __m128i {
     // SAFETY: SSE2 and PCLMULQDQ, which every caller is compiled for.
     unsafe {
         let lo = _mm_xor_si128(lo, _mm_slli_si128::<8>(mid));
@@ -225,153 +225,170 @@ unsafe fn tail_xmm(key: &GhashKey, mut acc: __m128i, data: &[u8]) -> __m128i {
     }
 }
 
+/// Blocks per reduction on the XMM path (and per batch of the stitched
+/// GCM loop, which hashes one batch of ciphertext while it encrypts the
+/// next).
+pub(super) const XMM_BATCH: usize = 8;
+
+/// Hash the [`XMM_BATCH`] blocks at `p` into `acc` with one reduction:
+/// block `i` times `K_(8-i)` (Karatsuba, 3 carry-less multiplications per
+/// block), `acc` added to the first. The body of [`update_xmm`] and of the
+/// stitched GCM loop ([`super::gcm_xmm`]).
+///
+/// # Safety
+/// The caller is compiled for PCLMULQDQ and SSSE3 (or AVX); `p` points to
+/// `16 * XMM_BATCH` readable bytes.
+#[inline(always)]
+pub(super) unsafe fn batch_xmm(key: &GhashKey, acc: __m128i, p: *const __m128i) -> __m128i {
+    // SAFETY: the caller's contract: the features, and `p` readable for
+    // the batch; the key loads read blocks inside `key`.
+    unsafe {
+        let bswap = bswap_mask!();
+        let z = _mm_setzero_si128();
+        let (mut lo, mut hi, mut mid) = (z, z, z);
+        for i in 0..XMM_BATCH {
+            let mut x = _mm_shuffle_epi8(_mm_loadu_si128(p.add(i)), bswap);
+            if i == 0 {
+                x = _mm_xor_si128(x, acc);
+            }
+            let j = POWERS - XMM_BATCH + i;
+            let h = _mm_loadu_si128(key.kd[j].as_ptr().cast());
+            let hk = _mm_loadu_si128(key.kk[j].as_ptr().cast());
+            clmul_acc_karatsuba!(
+                _mm_clmulepi64_si128,
+                _mm_xor_si128,
+                _mm_shuffle_epi32,
+                x,
+                h,
+                hk,
+                lo,
+                hi,
+                mid
+            );
+        }
+        reduce(lo, hi, _mm_xor_si128(mid, _mm_xor_si128(lo, hi)))
+    }
+}
+
+/// The accumulator as an XMM register (little-endian bytes of the u128).
+#[inline(always)]
+pub(super) unsafe fn acc_load(acc: u128) -> __m128i {
+    let a = acc.to_le_bytes();
+    // SAFETY: SSE2 is part of x86-64; reads the 16 bytes of `a`.
+    unsafe { _mm_loadu_si128(a.as_ptr().cast()) }
+}
+
+/// The inverse of [`acc_load`].
+#[inline(always)]
+pub(super) unsafe fn acc_store(acc: __m128i) -> u128 {
+    let mut out = [0u8; 16];
+    // SAFETY: SSE2 is part of x86-64; writes the 16 bytes of `out`.
+    unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), acc) };
+    u128::from_le_bytes(out)
+}
+
 /// # Safety
 /// PCLMULQDQ and AVX; `data.len()` a multiple of 16.
 #[target_feature(enable = "pclmulqdq,avx")]
 #[inline(never)]
-unsafe fn update_xmm(key: &GhashKey, acc: u128, data: &[u8]) -> u128 {
+pub(super) unsafe fn update_xmm(key: &GhashKey, acc: u128, data: &[u8]) -> u128 {
     // SAFETY: the caller upholds this function's contract (the CPU
     // features it is compiled for, and the pointers and lengths it is
     // given), which is all its intrinsics and pointer accesses rely on.
     unsafe {
-        const N: usize = 8;
-        let bswap = bswap_mask!();
-        let a = acc.to_le_bytes();
-        let mut acc = _mm_loadu_si128(a.as_ptr().cast());
-        let mut chunks = data.chunks_exact(16 * N);
+        let mut acc = acc_load(acc);
+        let mut chunks = data.chunks_exact(16 * XMM_BATCH);
         for chunk in &mut chunks {
-            let p = chunk.as_ptr().cast::<__m128i>();
-            let z = _mm_setzero_si128();
-            let (mut lo, mut hi, mut mid) = (z, z, z);
-            for i in 0..N {
-                let mut x = _mm_shuffle_epi8(_mm_loadu_si128(p.add(i)), bswap);
-                if i == 0 {
-                    x = _mm_xor_si128(x, acc);
-                }
-                let h = _mm_loadu_si128(key.kd[POWERS - N + i].as_ptr().cast());
-                let hk = _mm_loadu_si128(key.kk[POWERS - N + i].as_ptr().cast());
-                clmul_acc_karatsuba!(
-                    _mm_clmulepi64_si128,
-                    _mm_xor_si128,
-                    _mm_shuffle_epi32,
-                    x,
-                    h,
-                    hk,
-                    lo,
-                    hi,
-                    mid
-                );
-            }
-            acc = reduce(lo, hi, _mm_xor_si128(mid, _mm_xor_si128(lo, hi)));
+            acc = batch_xmm(key, acc, chunk.as_ptr().cast());
         }
-        acc = tail_xmm(key, acc, chunks.remainder());
-        let mut out = [0u8; 16];
-        _mm_storeu_si128(out.as_mut_ptr().cast(), acc);
-        u128::from_le_bytes(out)
+        acc_store(tail_xmm(key, acc, chunks.remainder()))
     }
 }
 
-/// # Safety
-/// VPCLMULQDQ, PCLMULQDQ and AVX2; `data.len()` a multiple of 16.
-#[target_feature(enable = "vpclmulqdq,pclmulqdq,avx2")]
-#[inline(never)]
-unsafe fn update_ymm(key: &GhashKey, acc: u128, data: &[u8]) -> u128 {
-    // SAFETY: the caller upholds this function's contract (the CPU
-    // features it is compiled for, and the pointers and lengths it is
-    // given), which is all its intrinsics and pointer accesses rely on.
-    unsafe {
-        const REGS: usize = 8;
-        const N: usize = 2 * REGS;
-        let bswap = _mm256_broadcastsi128_si256(bswap_mask!());
-        let a = acc.to_le_bytes();
-        let mut acc = _mm_loadu_si128(a.as_ptr().cast());
-        let mut chunks = data.chunks_exact(16 * N);
-        for chunk in &mut chunks {
-            let p = chunk.as_ptr().cast::<__m256i>();
-            let z = _mm256_setzero_si256();
-            let (mut lo, mut hi, mut mid) = (z, z, z);
-            for i in 0..REGS {
-                let mut x = _mm256_shuffle_epi8(_mm256_loadu_si256(p.add(i)), bswap);
-                if i == 0 {
-                    x = _mm256_xor_si256(x, _mm256_inserti128_si256::<0>(z, acc));
-                }
-                let h = _mm256_loadu_si256(key.kd[POWERS - N + 2 * i].as_ptr().cast());
-                clmul_acc!(
-                    _mm256_clmulepi64_epi128,
-                    _mm256_xor_si256,
-                    x,
-                    h,
-                    lo,
-                    hi,
-                    mid
-                );
-            }
-            macro_rules! fold {
-                ($v:expr) => {{
-                    let v = $v;
-                    _mm_xor_si128(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v))
-                }};
-            }
-            acc = reduce(fold!(lo), fold!(hi), fold!(mid));
-        }
-        acc = tail_xmm(key, acc, chunks.remainder());
-        let mut out = [0u8; 16];
-        _mm_storeu_si128(out.as_mut_ptr().cast(), acc);
-        u128::from_le_bytes(out)
-    }
-}
-
-/// # Safety
-/// VPCLMULQDQ, PCLMULQDQ, AVX512F, AVX512BW and AVX2; `data.len()` a
-/// multiple of 16.
-#[target_feature(enable = "vpclmulqdq,pclmulqdq,avx512f,avx512bw,avx2")]
-#[inline(never)]
-unsafe fn update_zmm(key: &GhashKey, acc: u128, data: &[u8]) -> u128 {
-    // SAFETY: the caller upholds this function's contract (the CPU
-    // features it is compiled for, and the pointers and lengths it is
-    // given), which is all its intrinsics and pointer accesses rely on.
-    unsafe {
-        const REGS: usize = 8;
-        const N: usize = 4 * REGS;
-        let bswap = _mm512_broadcast_i32x4(bswap_mask!());
-        let a = acc.to_le_bytes();
-        let mut acc = _mm_loadu_si128(a.as_ptr().cast());
-        let mut chunks = data.chunks_exact(16 * N);
-        for chunk in &mut chunks {
-            let p = chunk.as_ptr().cast::<__m512i>();
-            let z = _mm512_setzero_si512();
-            let (mut lo, mut hi, mut mid) = (z, z, z);
-            for i in 0..REGS {
-                let mut x = _mm512_shuffle_epi8(_mm512_loadu_si512(p.add(i).cast()), bswap);
-                if i == 0 {
-                    x = _mm512_xor_si512(x, _mm512_inserti32x4::<0>(z, acc));
-                }
-                let h = _mm512_loadu_si512(key.kd[POWERS - N + 4 * i].as_ptr().cast());
-                clmul_acc!(
-                    _mm512_clmulepi64_epi128,
-                    _mm512_xor_si512,
-                    x,
-                    h,
-                    lo,
-                    hi,
-                    mid
-                );
-            }
-            macro_rules! fold {
-                ($v:expr) => {{
-                    let v = $v;
-                    let v = _mm256_xor_si256(
-                        _mm512_castsi512_si256(v),
-                        _mm512_extracti64x4_epi64::<1>(v),
+/// One wide GHASH path: `$regs` registers of `$lanes` blocks per
+/// reduction. The YMM and ZMM paths differ only in their intrinsics: the
+/// type, load, byte shuffle, XOR, carry-less multiplication, placing the
+/// accumulator in lane 0, and folding the lanes of a product part into
+/// one XMM register.
+macro_rules! wide_update {
+    (
+        $(#[$doc:meta])*
+        $name:ident, $features:literal, $lanes:literal, $bcast:expr,
+        |$p:ident| $load:expr, $shuffle:ident, $xor:ident, $clmul:ident, $zero:ident, $acc0:expr,
+        |$v:ident| $fold:expr
+    ) => {
+        $(#[$doc])*
+        #[target_feature(enable = $features)]
+        #[inline(never)]
+        unsafe fn $name(key: &GhashKey, acc: u128, data: &[u8]) -> u128 {
+            // SAFETY: the caller upholds this function's contract (the CPU
+            // features it is compiled for, and the pointers and lengths it is
+            // given), which is all its intrinsics and pointer accesses rely on.
+            unsafe {
+                const REGS: usize = 8;
+                const N: usize = $lanes * REGS;
+                let bswap = $bcast(bswap_mask!());
+                let mut acc = acc_load(acc);
+                let mut chunks = data.chunks_exact(16 * N);
+                for chunk in &mut chunks {
+                    let p = chunk.as_ptr();
+                    let z = $zero();
+                    let (mut lo, mut hi, mut mid) = (z, z, z);
+                    for i in 0..REGS {
+                        let $p = p.add(16 * $lanes * i);
+                        let mut x = $shuffle($load, bswap);
+                        if i == 0 {
+                            x = $xor(x, $acc0(z, acc));
+                        }
+                        let $p = key.kd[POWERS - N + $lanes * i].as_ptr();
+                        let h = $load;
+                        clmul_acc!($clmul, $xor, x, h, lo, hi, mid);
+                    }
+                    let (lo, hi, mid) = (
+                        { let $v = lo; $fold },
+                        { let $v = hi; $fold },
+                        { let $v = mid; $fold },
                     );
-                    _mm_xor_si128(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v))
-                }};
+                    acc = reduce(lo, hi, mid);
+                }
+                acc_store(tail_xmm(key, acc, chunks.remainder()))
             }
-            acc = reduce(fold!(lo), fold!(hi), fold!(mid));
         }
-        acc = tail_xmm(key, acc, chunks.remainder());
-        let mut out = [0u8; 16];
-        _mm_storeu_si128(out.as_mut_ptr().cast(), acc);
-        u128::from_le_bytes(out)
-    }
+    };
 }
+
+wide_update!(
+    /// # Safety
+    /// VPCLMULQDQ, PCLMULQDQ and AVX2; `data.len()` a multiple of 16.
+    update_ymm,
+    "vpclmulqdq,pclmulqdq,avx2",
+    2,
+    _mm256_broadcastsi128_si256,
+    |p| _mm256_loadu_si256(p.cast()),
+    _mm256_shuffle_epi8,
+    _mm256_xor_si256,
+    _mm256_clmulepi64_epi128,
+    _mm256_setzero_si256,
+    _mm256_inserti128_si256::<0>,
+    |v| _mm_xor_si128(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v))
+);
+
+wide_update!(
+    /// # Safety
+    /// VPCLMULQDQ, PCLMULQDQ, AVX512F, AVX512BW and AVX2; `data.len()` a
+    /// multiple of 16.
+    update_zmm,
+    "vpclmulqdq,pclmulqdq,avx512f,avx512bw,avx2",
+    4,
+    _mm512_broadcast_i32x4,
+    |p| _mm512_loadu_si512(p.cast()),
+    _mm512_shuffle_epi8,
+    _mm512_xor_si512,
+    _mm512_clmulepi64_epi128,
+    _mm512_setzero_si512,
+    _mm512_inserti32x4::<0>,
+    |v| {
+        let v = _mm256_xor_si256(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v));
+        _mm_xor_si128(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v))
+    }
+);

@@ -19,6 +19,7 @@
 
 pub mod borrow;
 pub mod gcm;
+mod gcm_xmm;
 pub mod ghash;
 pub mod kat;
 pub mod kat_modes;

@@ -259,6 +259,7 @@ macro_rules! xts_xmm_flavor {
     ($name:ident, $features:literal) => {
         mod $name {
             use super::XtsKeys;
+            use crate::workloads::aes::ni::round8;
             use core::arch::x86_64::*;
 
             /// Blocks in flight.
@@ -280,33 +281,44 @@ macro_rules! xts_xmm_flavor {
                     let poly = _mm_set_epi64x(0, 0x87);
                     let u = unit.to_le_bytes();
                     let t0 = encrypt1_256!(kt, _mm_loadu_si128(u.as_ptr().cast()));
-                    let mut tw = [t0; LANES];
-                    for i in 1..LANES {
-                        tw[i] = mul_alpha_k!(xmm, tw[i - 1], 1, lo);
-                    }
+                    // Each from t0 directly, not a chain of doublings:
+                    // the first batch waits for one multiplication, not 7.
+                    let mut tw = [
+                        t0,
+                        mul_alpha_k!(xmm, t0, 1, lo),
+                        mul_alpha_k!(xmm, t0, 2, lo),
+                        mul_alpha_k!(xmm, t0, 3, lo),
+                        mul_alpha_k!(xmm, t0, 4, lo),
+                        mul_alpha_k!(xmm, t0, 5, lo),
+                        mul_alpha_k!(xmm, t0, 6, lo),
+                        mul_alpha_k!(xmm, t0, 7, lo),
+                    ];
                     let mut chunks = data.chunks_exact_mut(16 * LANES);
                     for chunk in &mut chunks {
                         let p = chunk.as_mut_ptr().cast::<__m128i>();
                         let mut b = [_mm_setzero_si128(); LANES];
-                        for (i, b) in b.iter_mut().enumerate() {
+                        // The output XOR rides in the last round key
+                        // (`aesenclast(x, k14 ^ T) = aesenclast(x, k14) ^ T`),
+                        // and the next batch's tweaks are computed here, at
+                        // the start, so they are ready long before the next
+                        // batch needs them instead of at its head.
+                        let mut last = [_mm_setzero_si128(); LANES];
+                        for (i, (b, last)) in b.iter_mut().zip(last.iter_mut()).enumerate() {
                             let x = _mm_xor_si128(_mm_loadu_si128(p.add(i)), tw[i]);
                             *b = _mm_xor_si128(x, k[0]);
-                        }
-                        let mut r = 1;
-                        while r < 14 {
-                            for b in b.iter_mut() {
-                                *b = _mm_aesenc_si128(*b, k[r]);
-                            }
-                            r += 1;
-                        }
-                        for (i, b) in b.iter().enumerate() {
-                            let c = _mm_aesenclast_si128(*b, k[14]);
-                            _mm_storeu_si128(p.add(i), _mm_xor_si128(c, tw[i]));
+                            *last = _mm_xor_si128(k[14], tw[i]);
                             // alpha^8: a one-byte shift of the whole lane,
                             // the byte shifted out folded back times 0x87.
                             let top = _mm_srli_si128::<15>(tw[i]);
                             let red = _mm_clmulepi64_si128::<0x00>(top, poly);
                             tw[i] = _mm_xor_si128(_mm_slli_si128::<1>(tw[i]), red);
+                        }
+                        const _: () = assert!(LANES == 8, "round8! takes eight blocks");
+                        for kr in &k[1..14] {
+                            round8!($name, *kr, b);
+                        }
+                        for (i, (b, last)) in b.iter().zip(last.iter()).enumerate() {
+                            _mm_storeu_si128(p.add(i), _mm_aesenclast_si128(*b, *last));
                         }
                     }
                     xts_tail!(k, tw[0], chunks.into_remainder(), lo);
