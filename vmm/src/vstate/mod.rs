@@ -28,4 +28,4 @@ pub use config::{InterleaveSpec, KernelImage, RunConfig};
 pub use dump::RegisterDump;
 pub use launch::{check_cmdline_words, run};
 pub use outcome::{ExitCounts, RunEnd, RunOutcome, VcpuOutcome};
-pub use smp::{ApStart, VcpuCountError};
+pub use smp::{ApStart, VcpuCountError, VcpuPhases};

@@ -91,6 +91,44 @@ impl ApStart {
     }
 }
 
+/// When one vCPU's thread reached the points of an SMP run that set its
+/// length, in milliseconds since the VMM began the run (`timing_ms` has
+/// setup, the first instruction and the whole run on the same clock).
+///
+/// Read together they give the run's breakdown: an AP's `first_exit_ms`
+/// is when INIT reached it, the ending vCPU's `left_ms` is the guest's exit,
+/// and every other vCPU's `left_ms` minus that is how long kicking it out
+/// of `KVM_RUN` took.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct VcpuPhases {
+    /// Its thread began, right before its first `KVM_RUN`.
+    pub thread_start_ms: f64,
+    /// Its first return from `KVM_RUN` (null when it had none): an AP's
+    /// is when INIT reached it (KVM returns from the wait for it).
+    pub first_exit_ms: Option<f64>,
+    /// Its run loop returned: its own end, or stopped after another
+    /// vCPU ended the run.
+    pub left_ms: f64,
+}
+
+impl VcpuPhases {
+    /// The phases of a thread that ran from `entered` to `left`, with its
+    /// first exit `first_exit` after `origin`.
+    pub fn new(
+        origin: std::time::Instant,
+        entered: std::time::Instant,
+        first_exit: Option<std::time::Duration>,
+        left: std::time::Instant,
+    ) -> Self {
+        let ms = |t: std::time::Instant| t.saturating_duration_since(origin).as_secs_f64() * 1e3;
+        Self {
+            thread_start_ms: ms(entered),
+            first_exit_ms: first_exit.map(|d| d.as_secs_f64() * 1e3),
+            left_ms: ms(left),
+        }
+    }
+}
+
 /// Make sure an AP waits for INIT/SIPI: the probe of the module docs.
 pub fn hold_for_sipi(ap: &VcpuFd, index: u32) -> Result<ApStart> {
     let state = ap.get_mp_state().map_err(Error::kvm("KVM_GET_MP_STATE"))?;

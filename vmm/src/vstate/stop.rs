@@ -201,8 +201,16 @@ pub fn supervise_all_with<R: Send + 'static>(
     register_signal_handler(kick_signal(), kick_handler).map_err(VcpuError::KickHandler)?;
     let stop = Arc::new(StopFlag::new());
     let (tx, rx) = mpsc::channel::<usize>();
-    let mut handles = Vec::with_capacity(bodies.len());
-    for (i, body) in bodies.into_iter().enumerate() {
+    let n = bodies.len();
+    let mut handles: Vec<Option<std::thread::JoinHandle<R>>> = (0..n).map(|_| None).collect();
+    // The last vCPU's thread first, vCPU 0's last: an AP's thread only
+    // blocks in KVM until the boot processor's SIPI reaches it, while
+    // vCPU 0 runs (and then spins at CPL3 waiting for the APs) from its
+    // first instant. Spawned first, vCPU 0's thread could take the CPU
+    // the spawning thread and then the APs' threads need: on the 2-core
+    // development host under load the AP's thread started 6-16 ms after
+    // vCPU 0's (`smp.vcpus[].phases`), all of it on the boot's path.
+    for (i, body) in bodies.into_iter().enumerate().rev() {
         let tx = tx.clone();
         let thread_stop = stop.clone();
         let handle = std::thread::Builder::new()
@@ -213,10 +221,9 @@ pub fn supervise_all_with<R: Send + 'static>(
                 value
             })
             .map_err(VcpuError::Spawn)?;
-        handles.push(Some(handle));
+        handles[i] = Some(handle);
     }
     drop(tx);
-    let n = handles.len();
     let mut results: Vec<Option<R>> = (0..n).map(|_| None).collect();
     let begin = Instant::now();
     let deadline = timeout.and_then(|t| begin.checked_add(t));
@@ -226,8 +233,12 @@ pub fn supervise_all_with<R: Send + 'static>(
     let mut done = 0;
     while done < n {
         let wait = if stop.requested().is_some() {
-            // Stopping: kick every 10 ms until all threads are out.
-            Duration::from_millis(10)
+            // Stopping: kick again every 1 ms until all threads are out. A
+            // kick that lands between a thread's look at the stop flag and
+            // its next KVM_RUN is lost, and a vCPU parked in HLT stays in
+            // KVM_RUN until the next one: this bounds that wait (it was
+            // 10 ms); a kick costs one tgkill.
+            Duration::from_millis(1)
         } else {
             [deadline, snapshot_at]
                 .into_iter()
