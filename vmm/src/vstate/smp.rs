@@ -177,6 +177,30 @@ pub fn set_apic_id(entries: &mut [kvm_cpuid_entry2], index: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn phases_are_milliseconds_after_the_origin() {
+        let origin = Instant::now();
+        let p = VcpuPhases::new(
+            origin,
+            origin + Duration::from_micros(1_500),
+            Some(Duration::from_micros(2_250)),
+            origin + Duration::from_millis(4),
+        );
+        assert_eq!(
+            p,
+            VcpuPhases {
+                thread_start_ms: 1.5,
+                first_exit_ms: Some(2.25),
+                left_ms: 4.0
+            }
+        );
+        // An instant before the origin (never, but not a panic) is 0.
+        let early = VcpuPhases::new(origin + Duration::from_millis(1), origin, None, origin);
+        assert_eq!(early.thread_start_ms, 0.0);
+        assert_eq!(early.first_exit_ms, None);
+    }
 
     #[test]
     fn counts_are_refused_by_name() {

@@ -351,6 +351,28 @@ mod all_tests {
         assert!(!timed_out);
     }
 
+    /// The threads are spawned last vCPU first (see the loop's comment):
+    /// each body still runs on the thread named for its index and its
+    /// result comes back at that index.
+    #[test]
+    fn threads_spawned_in_reverse_keep_their_index() {
+        let name = |_: &StopFlag| std::thread::current().name().map(str::to_string);
+        let bodies: Vec<VcpuBody<Option<String>>> =
+            vec![Box::new(name), Box::new(name), Box::new(name)];
+        let (values, ended_by, timed_out) =
+            supervise_all_with(timeout(600_000), bodies, |_| false).unwrap();
+        assert_eq!(
+            values,
+            vec![
+                Some("vcpu0".to_string()),
+                Some("vcpu1".to_string()),
+                Some("vcpu2".to_string())
+            ]
+        );
+        assert_eq!(ended_by, None);
+        assert!(!timed_out);
+    }
+
     #[test]
     fn the_first_ending_thread_stops_the_others() {
         let bodies: Vec<VcpuBody<(usize, bool)>> = vec![
