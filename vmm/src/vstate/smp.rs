@@ -19,6 +19,22 @@
 //! still refuses is an error naming it (a direct 64-bit start of the APs
 //! from the VMM is not built: no KVM this project runs on needs it).
 //!
+//! # What a second vCPU costs
+//!
+//! Traced on the development host (`strace -f -T`, `perf record -e
+//! sched:sched_switch -g`): the irqchip adds SRCU grace periods in KVM.
+//! `KVM_CREATE_IRQCHIP` waits for one (`kvm_set_irq_routing`), a memory
+//! slot registered after it waited ~10 ms for another
+//! (`kvm_swap_active_memslots`), so RAM is registered first
+//! (`Machine::create_smp`); closing the VM waits in
+//! `kvm_destroy_vm` (2.7 ms against 0.3 ms without an irqchip, under
+//! strace), which no order avoids. The guest sends INIT-SIPI-SIPI back to
+//! back (KVM needs none of the MP specification's delays), its APs' threads
+//! are spawned before the BSP's (see `supervise_all_with`), and a quiet
+//! guest prints no per-CPU serial lines (each byte an exit): what is left
+//! is the AP's emulated trampoline and whatever the host's scheduler
+//! adds. `--json` shows each vCPU's [`VcpuPhases`].
+//!
 //! # Why one vCPU has no irqchip
 //!
 //! `--vcpus 1` creates exactly the VM it always did (no irqchip): its exit
