@@ -253,9 +253,9 @@ pub(crate) fn build(
         guest: resolved,
     } = validated;
 
-    // Several vCPUs: RAM, the irqchip, then every vCPU (see
-    // `Machine::create_smp` for why RAM comes first); one vCPU: the VM it
-    // always was. The RAM's
+    // Several vCPUs: the irqchip first, then every vCPU (see
+    // `Machine::create_smp` and `vstate::smp`); one vCPU: the VM it always
+    // was. The RAM's
     // stored pages are mapped from the file, not copied.
     let vcpus = snap.vcpus.len() as u32;
     let (mut machine, ap_fds) = match (&snap.memory.in_file, file) {

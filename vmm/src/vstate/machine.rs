@@ -84,17 +84,10 @@ impl Machine {
         })
     }
 
-    /// Create the VM for `vcpus` vCPUs: with more than one, RAM, then the
-    /// in-kernel irqchip (before any vCPU, so every vCPU gets a LAPIC),
-    /// then the vCPUs; the APs' fds are returned for the caller to
-    /// configure (see [`super::smp`]). One vCPU is exactly the VM `vmm`
-    /// always built (no irqchip).
-    ///
-    /// RAM is registered before the irqchip on purpose: on the development
-    /// host (kvm_pvm) `KVM_SET_USER_MEMORY_REGION` took 7.8-11.5 ms when
-    /// issued after `KVM_CREATE_IRQCHIP` and 0.05-0.08 ms before it, with
-    /// the irqchip itself no slower (strace -T, four runs each); the KVM
-    /// API only requires the irqchip before the vCPUs.
+    /// Create the VM for `vcpus` vCPUs: with more than one, the in-kernel
+    /// irqchip first (every vCPU created after it gets a LAPIC), then RAM
+    /// and vCPU 0; the APs' fds are returned for the caller to configure
+    /// (see [`super::smp`]). One vCPU is exactly the VM `vmm` always built (no irqchip).
     pub fn create_smp(host: &HostKvm, mem_mib: u64, vcpus: u32) -> Result<(Self, Vec<VcpuFd>)> {
         Self::build_smp(host, mem_mib, vcpus, None)
     }
@@ -129,13 +122,13 @@ impl Machine {
         let vm = host.kvm.create_vm().map_err(Error::kvm("KVM_CREATE_VM"))?;
         vm.set_tss_address(KVM_TSS_ADDR as usize)
             .map_err(Error::kvm("KVM_SET_TSS_ADDR"))?;
+        vm.create_irq_chip()
+            .map_err(Error::kvm("KVM_CREATE_IRQCHIP"))?;
         let mem = allocate_ram(mem_mib)?;
         if let Some(image) = image {
             map_image(&mem, image)?;
         }
         register_ram(&vm, &mem)?;
-        vm.create_irq_chip()
-            .map_err(Error::kvm("KVM_CREATE_IRQCHIP"))?;
         let vcpu = vm.create_vcpu(0).map_err(Error::kvm("KVM_CREATE_VCPU"))?;
         let aps = (1..vcpus)
             .map(|i| {
