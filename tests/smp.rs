@@ -35,6 +35,47 @@ fn two_vcpus_boot_and_report_their_own_xcr0() {
     assert_eq!(v["exits"].as_u64().unwrap(), sum);
 }
 
+/// `smp.vcpus[].phases` (the SMP path's breakdown) is there for every
+/// vCPU and in the order the start-up implies: each thread starts before
+/// its first return from KVM_RUN and leaves after it; the AP's first
+/// return (INIT reached it) comes before the boot processor leaves (the
+/// BSP waits for the AP's report), and the AP, parked, leaves only after
+/// the BSP ended the run and it was kicked; no thread starts before setup
+/// ended.
+#[test]
+fn the_smp_phases_are_reported_in_start_up_order() {
+    if !common::kvm_or_skip("the_smp_phases_are_reported_in_start_up_order") {
+        return;
+    }
+    let (out, v) = common::run_bare_json("120", &["--vcpus", "2"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let setup = v["timing_ms"]["setup"].as_f64().unwrap();
+    let vcpus = v["smp"]["vcpus"].as_array().unwrap();
+    assert_eq!(vcpus.len(), 2);
+    let phase = |i: usize, name: &str| vcpus[i]["phases"][name].as_f64().unwrap();
+    for i in 0..2 {
+        let (start, first, left) = (
+            phase(i, "thread_start_ms"),
+            phase(i, "first_exit_ms"),
+            phase(i, "left_ms"),
+        );
+        assert!(setup <= start, "vCPU {i}: {v}");
+        assert!(start <= first && first <= left, "vCPU {i}: {v}");
+    }
+    assert_eq!(v["smp"]["ended_by"], 0);
+    assert_eq!(vcpus[1]["end"], "stopped");
+    assert!(phase(1, "first_exit_ms") <= phase(0, "left_ms"), "{v}");
+    assert!(phase(0, "left_ms") <= phase(1, "left_ms"), "{v}");
+    // Quiet (no --serial): the guest leaves the per-CPU lines to the VMM
+    // (each serial byte is an exit); the vCPUs' reports carry them.
+    let err = common::stderr(&out);
+    assert!(!err.contains("guest: cpu"), "{err}");
+    assert_eq!(
+        common::hex(&vcpus[1]["guest_xcr0"]),
+        common::hex(&v["policy_xfeatures"])
+    );
+}
+
 /// No `cpus=` word (the VMM passes none): the guest counts its CPUs in the
 /// MP table the VMM wrote and starts both; a `cpus=1` word still overrides
 /// the table.

@@ -268,6 +268,9 @@ pub struct VcpuRow {
     pub exits: u64,
     /// What its own xstate manager did.
     pub xstate_stats: SyncStats,
+    /// When its thread started, first exited and left its loop, in ms
+    /// since the run began: the SMP path's breakdown.
+    pub phases: crate::vstate::VcpuPhases,
 }
 
 /// The SMP part of a run: how the APs started and each vCPU.
@@ -454,6 +457,7 @@ fn smp_view(outcome: &RunOutcome, tsc_khz: u64) -> Option<SmpView> {
                 fault: r.and_then(fault_view),
                 exits: v.exits.total,
                 xstate_stats: v.xstate_stats,
+                phases: v.phases,
             }
         })
         .collect();

@@ -254,7 +254,8 @@ pub(crate) fn build(
     } = validated;
 
     // Several vCPUs: the irqchip first, then every vCPU (see
-    // `Machine::create_smp`); one vCPU: the VM it always was. The RAM's
+    // `Machine::create_smp` and `vstate::smp`); one vCPU: the VM it always
+    // was. The RAM's
     // stored pages are mapped from the file, not copied.
     let vcpus = snap.vcpus.len() as u32;
     let (mut machine, ap_fds) = match (&snap.memory.in_file, file) {

@@ -462,26 +462,38 @@ fn execute_smp(l: Launch) -> Result<RunOutcome> {
     let mut snapshot_after = l.snapshot_after.filter(|_| pausable);
     let mut snapshot_time = None;
     let mut snapshot_errors = Vec::new();
+    // Per vCPU: when its thread entered and left its loop (see VcpuPhases).
+    let mut spans: Vec<(Instant, Instant)> = Vec::new();
     let (results, ended_by, timed_out) = loop {
-        let bodies: Vec<VcpuBody<VcpuResult>> = runners
+        let bodies: Vec<VcpuBody<(VcpuResult, Instant, Instant)>> = runners
             .into_iter()
             .map(|mut r| {
                 Box::new(move |stop: &StopFlag| {
+                    let entered = Instant::now();
                     let end = r.run_loop(stop);
+                    let left = Instant::now();
                     let stopped = stop.requested() == Some(StopReason::Peer)
                         && matches!(end, Ok(RunEnd::TimedOut(d)) if d.is_zero());
-                    (r, end, stopped)
-                }) as VcpuBody<VcpuResult>
+                    ((r, end, stopped), entered, left)
+                }) as VcpuBody<(VcpuResult, Instant, Instant)>
             })
             .collect();
         let deadlines = Deadlines {
             timeout: deadline.map(|d| d.saturating_duration_since(Instant::now())),
             snapshot_after,
         };
-        let (mut results, ended_by, timed_out) =
-            supervise_all_with(deadlines, bodies, |(_, end, stopped)| {
+        let (timed, ended_by, timed_out) =
+            supervise_all_with(deadlines, bodies, |((_, end, stopped), _, _)| {
                 end.is_err() || !*stopped
             })?;
+        // The first stretch's start, the last stretch's end.
+        for (i, (_, entered, left)) in timed.iter().enumerate() {
+            match spans.get_mut(i) {
+                Some(span) => span.1 = *left,
+                None => spans.push((*entered, *left)),
+            }
+        }
+        let mut results: Vec<VcpuResult> = timed.into_iter().map(|(r, _, _)| r).collect();
         // One snapshot request per run, as with one vCPU.
         snapshot_after = None;
         let paused = results
@@ -572,6 +584,12 @@ fn execute_smp(l: Launch) -> Result<RunOutcome> {
             xstate_stats: s,
             final_xcr0,
             unhandled_ports: devices.unhandled_ports,
+            phases: spans
+                .get(i)
+                .map(|&(entered, left)| {
+                    smp::VcpuPhases::new(l.start, entered, runner.first_exit, left)
+                })
+                .unwrap_or_default(),
         });
         if i == 0 {
             bsp_devices = Some(devices);

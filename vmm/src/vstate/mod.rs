@@ -32,4 +32,4 @@ pub use dump::RegisterDump;
 pub use launch::{check_cmdline_words, run};
 pub use machine::RamBacking;
 pub use outcome::{ExitCounts, RunEnd, RunOutcome, VcpuOutcome};
-pub use smp::{ApStart, VcpuCountError};
+pub use smp::{ApStart, VcpuCountError, VcpuPhases};

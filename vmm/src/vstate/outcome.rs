@@ -108,6 +108,9 @@ pub struct VcpuOutcome {
     pub final_xcr0: Option<u64>,
     /// Port accesses nothing decoded on this vCPU.
     pub unhandled_ports: u64,
+    /// When its thread started, first exited and left its loop (the run's
+    /// last stretch after a snapshot that could not be written).
+    pub phases: super::smp::VcpuPhases,
 }
 
 /// Everything a run produced.

@@ -19,6 +19,22 @@
 //! still refuses is an error naming it (a direct 64-bit start of the APs
 //! from the VMM is not built: no KVM this project runs on needs it).
 //!
+//! # What a second vCPU costs
+//!
+//! Traced on the development host (`strace -f -T`, `perf record -e
+//! sched:sched_switch -g`): the irqchip brings SRCU grace periods in KVM
+//! (`kvm_set_irq_routing`, `kvm_swap_active_memslots`, `kvm_destroy_vm`),
+//! and one of them waits a normal grace period, 5-10 ms. With the RAM
+//! slot registered after the irqchip it is that ioctl; registered before
+//! (or after the vCPUs) it moved to closing the VM, 10 ms instead of
+//! 0.4 ms, and start to exit got longer (median 17.7 against 12.7 ms), so
+//! the order stays irqchip, RAM, vCPUs: the wait is in setup, where it
+//! costs least. The guest sends INIT-SIPI-SIPI back to back (KVM needs
+//! none of the MP specification's delays), the APs' threads are spawned
+//! before the BSP's (see `supervise_all_with`), and a quiet guest prints
+//! no per-CPU serial lines (each byte an exit). `--json` shows each
+//! vCPU's [`VcpuPhases`].
+//!
 //! # Why one vCPU has no irqchip
 //!
 //! `--vcpus 1` creates exactly the VM it always did (no irqchip): its exit
@@ -91,6 +107,44 @@ impl ApStart {
     }
 }
 
+/// When one vCPU's thread reached the points of an SMP run that set its
+/// length, in milliseconds since the VMM began the run (`timing_ms` has
+/// setup, the first instruction and the whole run on the same clock).
+///
+/// Read together they give the run's breakdown: an AP's `first_exit_ms`
+/// is when INIT reached it, the ending vCPU's `left_ms` is the guest's exit,
+/// and every other vCPU's `left_ms` minus that is how long kicking it out
+/// of `KVM_RUN` took.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct VcpuPhases {
+    /// Its thread began, right before its first `KVM_RUN`.
+    pub thread_start_ms: f64,
+    /// Its first return from `KVM_RUN` (null when it had none): an AP's
+    /// is when INIT reached it (KVM returns from the wait for it).
+    pub first_exit_ms: Option<f64>,
+    /// Its run loop returned: its own end, or stopped after another
+    /// vCPU ended the run.
+    pub left_ms: f64,
+}
+
+impl VcpuPhases {
+    /// The phases of a thread that ran from `entered` to `left`, with its
+    /// first exit `first_exit` after `origin`.
+    pub fn new(
+        origin: std::time::Instant,
+        entered: std::time::Instant,
+        first_exit: Option<std::time::Duration>,
+        left: std::time::Instant,
+    ) -> Self {
+        let ms = |t: std::time::Instant| t.saturating_duration_since(origin).as_secs_f64() * 1e3;
+        Self {
+            thread_start_ms: ms(entered),
+            first_exit_ms: first_exit.map(|d| d.as_secs_f64() * 1e3),
+            left_ms: ms(left),
+        }
+    }
+}
+
 /// Make sure an AP waits for INIT/SIPI: the probe of the module docs.
 pub fn hold_for_sipi(ap: &VcpuFd, index: u32) -> Result<ApStart> {
     let state = ap.get_mp_state().map_err(Error::kvm("KVM_GET_MP_STATE"))?;
@@ -139,6 +193,30 @@ pub fn set_apic_id(entries: &mut [kvm_cpuid_entry2], index: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn phases_are_milliseconds_after_the_origin() {
+        let origin = Instant::now();
+        let p = VcpuPhases::new(
+            origin,
+            origin + Duration::from_micros(1_500),
+            Some(Duration::from_micros(2_250)),
+            origin + Duration::from_millis(4),
+        );
+        assert_eq!(
+            p,
+            VcpuPhases {
+                thread_start_ms: 1.5,
+                first_exit_ms: Some(2.25),
+                left_ms: 4.0
+            }
+        );
+        // An instant before the origin (never, but not a panic) is 0.
+        let early = VcpuPhases::new(origin + Duration::from_millis(1), origin, None, origin);
+        assert_eq!(early.thread_start_ms, 0.0);
+        assert_eq!(early.first_exit_ms, None);
+    }
 
     #[test]
     fn counts_are_refused_by_name() {

@@ -167,8 +167,16 @@ pub fn supervise_all_with<R: Send + 'static>(
     install_kick_handler()?;
     let stop = Arc::new(StopFlag::new());
     let (tx, rx) = mpsc::channel::<usize>();
-    let mut handles = Vec::with_capacity(bodies.len());
-    for (i, body) in bodies.into_iter().enumerate() {
+    let n = bodies.len();
+    let mut handles: Vec<Option<std::thread::JoinHandle<R>>> = (0..n).map(|_| None).collect();
+    // The last vCPU's thread first, vCPU 0's last: an AP's thread only
+    // blocks in KVM until the boot processor's SIPI reaches it, while
+    // vCPU 0 runs (and then spins at CPL3 waiting for the APs) from its
+    // first instant. Spawned first, vCPU 0's thread could take the CPU
+    // the spawning thread and then the APs' threads need: on the 2-core
+    // development host under load the AP's thread started 6-16 ms after
+    // vCPU 0's (`smp.vcpus[].phases`), all of it on the boot's path.
+    for (i, body) in bodies.into_iter().enumerate().rev() {
         let tx = tx.clone();
         let thread_stop = stop.clone();
         let handle = std::thread::Builder::new()
@@ -179,10 +187,9 @@ pub fn supervise_all_with<R: Send + 'static>(
                 value
             })
             .map_err(VcpuError::Spawn)?;
-        handles.push(Some(handle));
+        handles[i] = Some(handle);
     }
     drop(tx);
-    let n = handles.len();
     let mut results: Vec<Option<R>> = (0..n).map(|_| None).collect();
     let begin = Instant::now();
     let deadline = timeout.and_then(|t| begin.checked_add(t));
@@ -192,8 +199,12 @@ pub fn supervise_all_with<R: Send + 'static>(
     let mut done = 0;
     while done < n {
         let wait = if stop.requested().is_some() {
-            // Stopping: kick every 10 ms until all threads are out.
-            Duration::from_millis(10)
+            // Stopping: kick again every 1 ms until all threads are out. A
+            // kick that lands between a thread's look at the stop flag and
+            // its next KVM_RUN is lost, and a vCPU parked in HLT stays in
+            // KVM_RUN until the next one: this bounds that wait (it was
+            // 10 ms); a kick costs one tgkill.
+            Duration::from_millis(1)
         } else {
             [deadline, snapshot_at]
                 .into_iter()
@@ -373,6 +384,28 @@ mod all_tests {
             supervise_all_with(deadlines, bodies, |_| true).unwrap();
         assert_eq!(values, vec![Some(StopReason::Snapshot); 2]);
         assert_eq!(ended_by, None, "a pause is no thread's end");
+        assert!(!timed_out);
+    }
+
+    /// The threads are spawned last vCPU first (see the loop's comment):
+    /// each body still runs on the thread named for its index and its
+    /// result comes back at that index.
+    #[test]
+    fn threads_spawned_in_reverse_keep_their_index() {
+        let name = |_: &StopFlag| std::thread::current().name().map(str::to_string);
+        let bodies: Vec<VcpuBody<Option<String>>> =
+            vec![Box::new(name), Box::new(name), Box::new(name)];
+        let (values, ended_by, timed_out) =
+            supervise_all_with(timeout(600_000), bodies, |_| false).unwrap();
+        assert_eq!(
+            values,
+            vec![
+                Some("vcpu0".to_string()),
+                Some("vcpu1".to_string()),
+                Some("vcpu2".to_string())
+            ]
+        );
+        assert_eq!(ended_by, None);
         assert!(!timed_out);
     }
 
