@@ -2,8 +2,10 @@
 //!
 //! Every port write from CPL3 is a VM exit (~31 µs on the development host),
 //! so text is collected in a buffer and written with one `rep outsb` per
-//! flush: KVM hands a string port write to the VMM as one exit with a
-//! count. The UART is not programmed and LSR is not polled: the 8250 models
+//! flush: KVM can hand a string port write to the VMM as one exit with a
+//! count. The development host's kvm_pvm does not: there each byte is an
+//! exit (counted in the VMM's exit totals), which is why a `quiet` guest
+//! prints nothing it need not. The UART is not programmed and LSR is not polled: the 8250 models
 //! of vm-superio and QEMU accept THR writes immediately at their reset
 //! configuration.
 
