@@ -11,7 +11,8 @@
 //! `std::env::args` still works (on glibc the standard library collects
 //! the arguments from `.init_array`). What goes: a stack overflow on the
 //! main thread ends in a plain SIGSEGV instead of Rust's message.
-#![no_main]
+// The test harness brings its own `main`.
+#![cfg_attr(not(test), no_main)]
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -552,6 +553,7 @@ fn parse() -> Result<Cli, clap::Error> {
 
 /// The process's entry point, called by the C runtime (see the module
 /// documentation for why it is not Rust's `fn main`).
+#[cfg(not(test))]
 #[no_mangle]
 pub extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
     // SAFETY: setting a signal's disposition to SIG_IGN, before any other
@@ -564,6 +566,7 @@ pub extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) ->
 }
 
 /// The command line's work; its exit status.
+#[cfg_attr(test, allow(dead_code))]
 fn vmm_main() -> libc::c_int {
     // Usage errors get their own status (not clap's 2, the guest's
     // CPU-exception status); --help and --version still end with 0.

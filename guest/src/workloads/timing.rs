@@ -148,8 +148,12 @@ mod tests {
             while rdtsc_fenced() - t < 10_000 {}
         };
         let (reps, cycles) = Budget::new(1_000_000, 1).measure(1, spin);
-        assert!((50..=200).contains(&reps), "{reps}");
-        assert!(cycles >= 900_000, "{cycles}");
+        // What `measure` promises whatever the machine's load: at least
+        // three quarters of the target (the top-up), and every repetition
+        // timed (each spins at least 10^4 cycles).
+        assert!(cycles >= 750_000, "{cycles}");
+        assert!((1..=MAX_REPS).contains(&reps), "{reps}");
+        assert!(cycles >= reps * 10_000, "{reps} reps in {cycles} cycles");
         assert_eq!(scale_reps(4, 100, 1000), 40);
         assert_eq!(scale_reps(1, u64::MAX, 10), 1);
     }
