@@ -6,11 +6,11 @@
 //! Four variants, as the seed thread on VAES measured them: `aesni`
 //! (legacy-SSE `aesenc`), `aesni-avx` (the same code VEX-encoded),
 //! `vaes-avx2` (two blocks per YMM register) and `vaes-512` (four per ZMM).
-//! Each keeps 8 registers of blocks in flight; the tweaks of a batch live
-//! in registers and advance by alpha^(blocks per batch): in the XMM
-//! variants a one-byte shift and one PCLMULQDQ by 0x87 (four vector
-//! operations, where shifts and XORs alone take ten: they compete with
-//! `aesenc` for the same pipes), in the VAES variants shifts and XORs.
+//! Each keeps 8 registers of blocks in flight. The XMM variants double
+//! their tweaks in general-purpose registers (integer ALUs, not the vector
+//! pipes `aesenc` runs on) and feed them in through memory operands; the
+//! VAES variants keep a batch's tweaks in registers and advance them by
+//! alpha^(blocks per batch) with shifts and XORs.
 //!
 //! Data units must be a whole number of blocks (disk sectors are):
 //! ciphertext stealing is not implemented, and a partial unit is an error.
@@ -278,50 +278,49 @@ macro_rules! xts_xmm_flavor {
                     let k = load_keys_256!(keys.data);
                     let kt = load_keys_256!(keys.tweak);
                     let lo = _mm_set_epi64x(0, -1);
-                    let poly = _mm_set_epi64x(0, 0x87);
                     let u = unit.to_le_bytes();
                     let t0 = encrypt1_256!(kt, _mm_loadu_si128(u.as_ptr().cast()));
-                    // Each from t0 directly, not a chain of doublings:
-                    // the first batch waits for one multiplication, not 7.
-                    let mut tw = [
-                        t0,
-                        mul_alpha_k!(xmm, t0, 1, lo),
-                        mul_alpha_k!(xmm, t0, 2, lo),
-                        mul_alpha_k!(xmm, t0, 3, lo),
-                        mul_alpha_k!(xmm, t0, 4, lo),
-                        mul_alpha_k!(xmm, t0, 5, lo),
-                        mul_alpha_k!(xmm, t0, 6, lo),
-                        mul_alpha_k!(xmm, t0, 7, lo),
-                    ];
+                    let mut t0b = [0u8; 16];
+                    _mm_storeu_si128(t0b.as_mut_ptr().cast(), t0);
+                    // The tweaks live in general-purpose registers: their
+                    // doubling (shift, carry times 0x87) runs on the integer
+                    // ALUs, and they reach the blocks through memory
+                    // operands (load ports), so the vector pipes that run
+                    // `aesenc` see one XOR per block besides the rounds.
+                    let mut t = u128::from_le_bytes(t0b);
+                    // Round keys 0 and 14 are folded into the stored
+                    // tweaks: the input XOR and the first AddRoundKey are
+                    // one XOR, and the output XOR rides in `aesenclast`
+                    // (`aesenclast(x, k14 ^ T) = aesenclast(x, k14) ^ T`).
+                    let k0 = u128::from_le_bytes(keys.data.0[0]);
+                    let k14 = u128::from_le_bytes(keys.data.0[14]);
                     let mut chunks = data.chunks_exact_mut(16 * LANES);
                     for chunk in &mut chunks {
                         let p = chunk.as_mut_ptr().cast::<__m128i>();
+                        let mut first = [0u128; LANES];
+                        let mut last = [0u128; LANES];
+                        for (f, l) in first.iter_mut().zip(last.iter_mut()) {
+                            *f = t ^ k0;
+                            *l = t ^ k14;
+                            t = super::mul_alpha(t);
+                        }
                         let mut b = [_mm_setzero_si128(); LANES];
-                        // The output XOR rides in the last round key
-                        // (`aesenclast(x, k14 ^ T) = aesenclast(x, k14) ^ T`),
-                        // and the next batch's tweaks are computed here, at
-                        // the start, so they are ready long before the next
-                        // batch needs them instead of at its head.
-                        let mut last = [_mm_setzero_si128(); LANES];
-                        for (i, (b, last)) in b.iter_mut().zip(last.iter_mut()).enumerate() {
-                            let x = _mm_xor_si128(_mm_loadu_si128(p.add(i)), tw[i]);
-                            *b = _mm_xor_si128(x, k[0]);
-                            *last = _mm_xor_si128(k[14], tw[i]);
-                            // alpha^8: a one-byte shift of the whole lane,
-                            // the byte shifted out folded back times 0x87.
-                            let top = _mm_srli_si128::<15>(tw[i]);
-                            let red = _mm_clmulepi64_si128::<0x00>(top, poly);
-                            tw[i] = _mm_xor_si128(_mm_slli_si128::<1>(tw[i]), red);
+                        for (i, b) in b.iter_mut().enumerate() {
+                            let f = _mm_loadu_si128(first.as_ptr().add(i).cast());
+                            *b = _mm_xor_si128(_mm_loadu_si128(p.add(i)), f);
                         }
                         const _: () = assert!(LANES == 8, "round8! takes eight blocks");
                         for kr in &k[1..14] {
                             round8!($name, *kr, b);
                         }
-                        for (i, (b, last)) in b.iter().zip(last.iter()).enumerate() {
-                            _mm_storeu_si128(p.add(i), _mm_aesenclast_si128(*b, *last));
+                        for (i, b) in b.iter().enumerate() {
+                            let l = _mm_loadu_si128(last.as_ptr().add(i).cast());
+                            _mm_storeu_si128(p.add(i), _mm_aesenclast_si128(*b, l));
                         }
                     }
-                    xts_tail!(k, tw[0], chunks.into_remainder(), lo);
+                    let tb = t.to_le_bytes();
+                    let tw = _mm_loadu_si128(tb.as_ptr().cast());
+                    xts_tail!(k, tw, chunks.into_remainder(), lo);
                 }
             }
         }
