@@ -169,11 +169,21 @@ impl XsaveInfo {
         let mut raw = [CpuidRegs::default(); 64];
         raw[0] = read(0);
         raw[1] = read(1);
-        let (xcr0, xss) = supported_masks(&raw);
-        for i in (xcr0 | xss).iter_indices().filter(|&i| i >= 2) {
+        for i in Self::component_subleaves(raw[0], raw[1]) {
             raw[i as usize] = read(i);
         }
         Self::from_raw(raw)
+    }
+
+    /// The subleaves above 1 that [`XsaveInfo::from_leaf_0xd`] reads, given
+    /// subleaves 0 and 1: one per supported XCR0 or IA32_XSS component.
+    /// A caller that must fetch leaves ahead (the guest, where each CPUID
+    /// is an emulated system call) asks for exactly these.
+    pub fn component_subleaves(sub0: CpuidRegs, sub1: CpuidRegs) -> impl Iterator<Item = u32> {
+        let mut raw = [CpuidRegs::default(); 64];
+        (raw[0], raw[1]) = (sub0, sub1);
+        let (xcr0, xss) = supported_masks(&raw);
+        (xcr0 | xss).iter_indices().filter(|&i| i >= 2)
     }
 
     /// Builds and validates from an array of every subleaf's registers

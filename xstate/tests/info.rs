@@ -162,3 +162,18 @@ fn restricted_view() {
     assert_eq!(r.raw_subleaf(1).ebx, 832 + 16 + 24);
     assert_eq!(r.raw_subleaf(18), CpuidRegs::default());
 }
+
+/// The subleaves `from_leaf_0xd` reads beyond 0 and 1 are exactly the
+/// supported XCR0 and IA32_XSS components from 2 up, in order.
+#[test]
+fn component_subleaves_follow_both_masks() {
+    // XCR0 0xe7 (x87, SSE, AVX, AVX-512), XSS bits 11 and 12 (CET).
+    let sub0 = CpuidRegs::new(0xe7, 0x980, 0x988, 0);
+    let sub1 = CpuidRegs::new(0xf, 0x988, 0x1800, 0);
+    let got: Vec<u32> = XsaveInfo::component_subleaves(sub0, sub1).collect();
+    assert_eq!(got, [2, 5, 6, 7, 11, 12]);
+    // A component only in EDX (bit 32 + 2 = 34) counts too.
+    let sub0 = CpuidRegs::new(0x3, 0x240, 0x240, 0x4);
+    let got: Vec<u32> = XsaveInfo::component_subleaves(sub0, CpuidRegs::default()).collect();
+    assert_eq!(got, [34]);
+}

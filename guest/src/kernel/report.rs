@@ -127,14 +127,12 @@ pub fn fill_cpu(report: &mut Report) -> Result<(), ModelError> {
     // Subleaf 0 EBX is the standard size for the XCR0 set at boot, which
     // is why this runs after boot and not before. The component subleaves
     // the model reads are those of 0xD.0 and 0xD.1's masks: one call.
-    let (d0, d1) = (cpuid(0xd, 0), cpuid(0xd, 1));
-    let offered = (u64::from(d0.edx) << 32 | u64::from(d0.eax))
-        | (u64::from(d1.edx) << 32 | u64::from(d1.ecx));
+    let regs = |r: cpu::Regs| CpuidRegs::new(r.eax, r.ebx, r.ecx, r.edx);
     let mut subleaves = [(0xd, 0); 24];
     let mut n = 0;
-    for i in 2..64u32 {
-        if offered & (1 << i) != 0 && n < subleaves.len() {
-            subleaves[n] = (0xd, i);
+    for i in XsaveInfo::component_subleaves(regs(cpuid(0xd, 0)), regs(cpuid(0xd, 1))) {
+        if let Some(slot) = subleaves.get_mut(n) {
+            *slot = (0xd, i);
             n += 1;
         }
     }
@@ -145,7 +143,7 @@ pub fn fill_cpu(report: &mut Report) -> Result<(), ModelError> {
         if let Some(slot) = raw.get_mut(sub as usize) {
             *slot = r;
         }
-        CpuidRegs::new(r.eax, r.ebx, r.ecx, r.edx)
+        regs(r)
     });
     let (d0, d1) = (raw[0], raw[1]);
     report.cpuid_xcr0_supported = (u64::from(d0.edx) << 32) | u64::from(d0.eax);
