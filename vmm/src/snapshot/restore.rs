@@ -571,6 +571,32 @@ mod tests {
     /// Every bit of the vCPU's extended state survives snapshot and
     /// restore into another VM: XCR0 and the KVM_GET_XSAVE image compared
     /// byte for byte over the guest's standard size.
+    /// What both round trips below save with: the 8 MiB unit machine's
+    /// context (no CPUID check, lazy sync), writing to a per-process
+    /// temporary file named after `what`.
+    fn unit_save_context(
+        host: &HostKvm,
+        policy: &mut crate::cpuid::Policy,
+        guest: &crate::cpuid::GuestCpuid,
+        what: &str,
+    ) -> (std::path::PathBuf, SaveContext) {
+        policy.cpuid_check = None;
+        let path =
+            std::env::temp_dir().join(format!("vmm-unit-{what}-{}.snap", std::process::id()));
+        let ctx = SaveContext::new(
+            host,
+            path.clone(),
+            8,
+            String::new(),
+            policy,
+            SyncPolicy::Lazy,
+            0,
+            guest.cpuid.as_slice().to_vec(),
+        )
+        .unwrap();
+        (path, ctx)
+    }
+
     #[test]
     fn xsave_state_survives_bit_for_bit() {
         let Ok(host) = HostKvm::open() else {
@@ -624,19 +650,7 @@ mod tests {
             "KVM took every component"
         );
 
-        policy.cpuid_check = None;
-        let path = std::env::temp_dir().join(format!("vmm-unit-xsave-{}.snap", std::process::id()));
-        let ctx = SaveContext::new(
-            &host,
-            path.clone(),
-            8,
-            String::new(),
-            &policy,
-            SyncPolicy::Lazy,
-            0,
-            guest.cpuid.as_slice().to_vec(),
-        )
-        .unwrap();
+        let (path, ctx) = unit_save_context(&host, &mut policy, &guest, "xsave");
         let mut xm = XstateManager::new(SyncPolicy::Lazy, host.xstate.info, xcr0, host.xsave2_size);
         let devices = Devices::new(SerialSink::Null);
         let snap = save::capture(
@@ -760,19 +774,7 @@ mod tests {
         let (ref0, regs0) = prepare(&mut m.vcpu, 0, wide);
         let (ref1, regs1) = prepare(&mut ap, 1, narrow);
 
-        policy.cpuid_check = None;
-        let path = std::env::temp_dir().join(format!("vmm-unit-smp-{}.snap", std::process::id()));
-        let ctx = SaveContext::new(
-            &host,
-            path.clone(),
-            8,
-            String::new(),
-            &policy,
-            SyncPolicy::Lazy,
-            0,
-            guest.cpuid.as_slice().to_vec(),
-        )
-        .unwrap();
+        let (path, ctx) = unit_save_context(&host, &mut policy, &guest, "smp");
         let new_xm =
             || XstateManager::new(SyncPolicy::Lazy, host.xstate.info, wide, host.xsave2_size);
         let (mut xm0, mut xm1) = (new_xm(), new_xm());
