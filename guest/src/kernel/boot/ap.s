@@ -17,16 +17,7 @@
 ap_trampoline:
     cli
     lgdtl %cs:(ap_tramp_gdtr - ap_trampoline)
-    movl $pml4, %eax
-    movl %eax, %cr3
-    movl ${cr4_boot}, %eax
-    movl %eax, %cr4
-    movl ${msr_efer}, %ecx
-    movl ${efer_boot}, %eax
-    xorl %edx, %edx
-    wrmsr
-    movl ${cr0_long}, %eax
-    movl %eax, %cr0
+    enable_long_mode            /* boot/entry.s */
     ljmpl ${kernel_cs}, $ap_long_entry
     .p2align 2
 ap_tramp_gdtr:

@@ -45,10 +45,11 @@ boot_start:
 /* off, EBX = guest-physical address of hvm_start_info.                   */
 /* 11 instructions, all emulated on the development host.                 */
 /* ---------------------------------------------------------------------- */
-    .code32
-    .globl pvh_start32
-pvh_start32:
-    lgdt gdt_ptr
+/* Paging with the kernel's identity map, PAE, long mode, then CR0.PG:  */
+/* the switch to long mode, shared with the AP trampoline (boot/ap.s,  */
+/* assembled later in the same unit). The far jump that follows it      */
+/* enters 64-bit code.                                                   */
+    .macro enable_long_mode
     movl $pml4, %eax
     movl %eax, %cr3
     movl ${cr4_boot}, %eax
@@ -59,6 +60,13 @@ pvh_start32:
     wrmsr
     movl ${cr0_long}, %eax
     movl %eax, %cr0
+    .endm
+
+    .code32
+    .globl pvh_start32
+pvh_start32:
+    lgdt gdt_ptr
+    enable_long_mode
     ljmp ${kernel_cs}, $long_entry
 
 /* ---------------------------------------------------------------------- */
