@@ -217,6 +217,11 @@ fn ram_range(mem: &vm_memory::GuestMemoryMmap) -> (u64, u64) {
         .unwrap_or((0, 0))
 }
 
+/// A TSC anchor read within this is taken as it is ([`BootClock::new`]).
+const ANCHOR_WINDOW: Duration = Duration::from_micros(50);
+/// Reads of the anchor at most.
+const ANCHOR_TRIES: usize = 4;
+
 /// How a booted guest was started, and what places its first instruction
 /// on the VMM's clock.
 #[derive(Clone, Copy, Debug)]
@@ -232,12 +237,34 @@ impl BootClock {
     /// Read the anchor: the guest TSC runs at `tsc_khz` from here on
     /// whether or not the vCPU runs, so one pair converts any later guest
     /// TSC value into the VMM's time.
+    ///
+    /// The TSC read is bracketed by two clock reads and placed at their
+    /// midpoint: a thread preempted between reading one and the other
+    /// (a loaded host) would otherwise put every later guest time late by
+    /// the preemption. A bracket wider than [`ANCHOR_WINDOW`] is read again
+    /// (a few times at most), keeping the tightest.
     fn new(entry: BootEntry, vcpu: &kvm_ioctls::VcpuFd) -> Self {
-        let anchor = match vcpu::get_msrs(vcpu, &[MSR_IA32_TSC]) {
-            Ok((values, _)) => values.first().map(|&(_, tsc)| (Instant::now(), tsc)),
-            Err(_) => None,
-        };
-        Self { entry, anchor }
+        let mut anchor: Option<(Instant, Duration, u64)> = None;
+        for _ in 0..ANCHOR_TRIES {
+            let before = Instant::now();
+            let Ok((values, _)) = vcpu::get_msrs(vcpu, &[MSR_IA32_TSC]) else {
+                break;
+            };
+            let window = before.elapsed();
+            let Some(&(_, tsc)) = values.first() else {
+                break;
+            };
+            if anchor.is_none_or(|(_, best, _)| window < best) {
+                anchor = Some((before + window / 2, window, tsc));
+            }
+            if window <= ANCHOR_WINDOW {
+                break;
+            }
+        }
+        Self {
+            entry,
+            anchor: anchor.map(|(at, _, tsc)| (at, tsc)),
+        }
     }
 
     /// When the guest ran its first instruction, after `start`: the TSC
