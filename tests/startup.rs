@@ -120,3 +120,28 @@ fn bench_startup_names_a_missing_compiler() {
         "{err}"
     );
 }
+
+/// The `vmm` binary carries GCC's unwinder instead of loading
+/// `libgcc_s.so.1` at every start (vmm/build.rs, `static_unwinder`),
+/// whenever the C compiler has the static archive to link.
+#[test]
+fn the_binary_does_not_load_the_shared_unwinder() {
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let archive = std::process::Command::new(&cc)
+        .arg("-print-file-name=libgcc_eh.a")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|p| std::path::Path::new(p).is_absolute());
+    let Some(archive) = archive else {
+        eprintln!("skipped: `{cc}` has no libgcc_eh.a, so vmm links the shared unwinder");
+        return;
+    };
+    let bin = std::fs::read(common::vmm_bin()).unwrap();
+    // DT_NEEDED names live in .dynstr; nothing else in the binary spells it.
+    let needed = bin.windows(13).any(|w| w == b"libgcc_s.so.1");
+    assert!(
+        !needed,
+        "vmm still needs libgcc_s.so.1 although {archive} exists"
+    );
+}

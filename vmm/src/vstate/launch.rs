@@ -373,6 +373,7 @@ pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
         snapshot_errors: Vec::new(),
         pausable: false,
         paused: None,
+        xcr0_since_run: None,
     };
     let supervised = supervise(deadlines, move |stop| {
         let mut runner = runner;
@@ -389,7 +390,8 @@ pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
     let first_instruction = l
         .boot
         .and_then(|b| b.first_instruction(&runner.mem, l.start, l.tsc_khz));
-    let final_xcr0 = vcpu::get_xcr0(&runner.vcpu).ok();
+    let mut runner = runner;
+    let final_xcr0 = runner.xcr0().ok();
     // The last check of the guest's XCR0: a guest that left the policy and
     // then only spun, or exited, still broke it. A crash keeps its own
     // diagnosis (and register dump).
@@ -480,6 +482,7 @@ fn execute_smp(l: Launch) -> Result<RunOutcome> {
         snapshot_errors: Vec::new(),
         pausable,
         paused: None,
+        xcr0_since_run: None,
     };
     let mut runners = vec![runner(vcpu, l.devices, l.xstate)];
     for ap in aps {
@@ -574,9 +577,9 @@ fn execute_smp(l: Launch) -> Result<RunOutcome> {
     let mut marks_dropped = 0;
     let mut first_exit = None;
     let mut bsp_devices = None;
-    for (i, (runner, result, stopped)) in results.into_iter().enumerate() {
+    for (i, (mut runner, result, stopped)) in results.into_iter().enumerate() {
         let mut own_end = if stopped { None } else { Some(result?) };
-        let final_xcr0 = vcpu::get_xcr0(&runner.vcpu).ok();
+        let final_xcr0 = runner.xcr0().ok();
         if let (Some(xcr0), Some(RunEnd::Exited(_))) = (final_xcr0, &own_end) {
             if let Some(why) = xcr0_violation(xcr0, l.policy.xcr0) {
                 own_end = Some(RunEnd::ProtocolViolation(why));

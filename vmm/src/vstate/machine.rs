@@ -418,6 +418,47 @@ pub fn advise_hugepages(mem: &GuestMemoryMmap) -> std::io::Result<(u64, u64)> {
     Ok(range)
 }
 
+/// `MADV_POPULATE_WRITE` (Linux 5.14): fault in the guest RAM pages
+/// under `addr..addr + len` for writing with one system call, before the
+/// VMM writes them itself (the kernel image).
+///
+/// Why: here every first touch of an anonymous page is a trap that costs
+/// ~1.3 µs (a nested hypervisor takes it), and the kernel image's ~450 KB
+/// are ~110 of them, about a tenth of `vmm run`'s start-up. Populating the
+/// range allocates and zeroes the same pages without the traps. Advice
+/// only: contents are unchanged, and a kernel without it (`EINVAL`) or a
+/// range outside RAM is an error the caller may ignore (the copy then
+/// faults the pages in as before).
+pub fn populate_for_write(
+    mem: &GuestMemoryMmap,
+    addr: GuestAddress,
+    len: u64,
+) -> std::io::Result<()> {
+    const PAGE: u64 = 4096;
+    if len == 0 {
+        return Ok(());
+    }
+    let first = addr.0 & !(PAGE - 1);
+    let end = addr
+        .0
+        .checked_add(len)
+        .and_then(|e| e.checked_next_multiple_of(PAGE))
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let span = (end - first) as usize;
+    let host = mem
+        .get_slice(GuestAddress(first), span)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?
+        .ptr_guard_mut()
+        .as_ptr();
+    // SAFETY: advice on `span` bytes of a live anonymous mapping owned by
+    // `mem` (get_slice checked the range lies in one region); populating
+    // never changes page contents.
+    if unsafe { libc::madvise(host.cast(), span, libc::MADV_POPULATE_WRITE) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// KiB of `AnonHugePages` in the `/proc/self/smaps` entries inside
 /// `start..start + len`: how much of guest RAM transparent huge pages back.
 pub fn anon_huge_kib(start: u64, len: u64) -> std::io::Result<u64> {
@@ -516,5 +557,73 @@ mod hugepage_tests {
             e.to_string(),
             "guest memory: --hugepages hugetlbfs needs --mem in whole 2 MiB huge pages: 65 MiB is odd"
         );
+    }
+}
+
+#[cfg(test)]
+mod populate_tests {
+    use super::*;
+
+    /// Which of the `pages` 4 KiB pages from `addr` are resident (`mincore`).
+    fn resident(mem: &GuestMemoryMmap, addr: u64, pages: usize) -> Vec<bool> {
+        let host = mem.get_host_address(GuestAddress(addr)).unwrap();
+        let mut vec = vec![0u8; pages];
+        // SAFETY: `host` is page-aligned inside `mem`'s live mapping and
+        // `vec` holds one byte per page queried.
+        let r = unsafe { libc::mincore(host.cast(), pages * 4096, vec.as_mut_ptr()) };
+        assert_eq!(r, 0, "mincore: {}", std::io::Error::last_os_error());
+        vec.iter().map(|b| b & 1 == 1).collect()
+    }
+
+    /// Guest RAM in 4 KiB pages whatever the host's THP setting, so
+    /// residency is per page.
+    fn small_page_ram() -> GuestMemoryMmap {
+        let mem = allocate_ram(MIN_MEM_MIB).unwrap();
+        let host = mem.get_host_address(GuestAddress(0)).unwrap();
+        // SAFETY: advice on the whole live anonymous mapping `mem` owns.
+        let r = unsafe {
+            libc::madvise(
+                host.cast(),
+                (MIN_MEM_MIB << 20) as usize,
+                libc::MADV_NOHUGEPAGE,
+            )
+        };
+        assert_eq!(r, 0);
+        mem
+    }
+
+    #[test]
+    fn populating_faults_in_exactly_the_pages_under_the_range() {
+        let mem = small_page_ram();
+        // 3 bytes before a page boundary up to 5 bytes into the third page
+        // after it: pages 17..=20 of the ones queried from page 16.
+        let at = GuestAddress(17 * 4096 + 4093);
+        match populate_for_write(&mem, at, 3 + 2 * 4096 + 5) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                eprintln!("skipped: this kernel has no MADV_POPULATE_WRITE (Linux 5.14+)");
+                return;
+            }
+            Err(e) => panic!("populate: {e}"),
+        }
+        let got = resident(&mem, 16 * 4096, 6);
+        assert_eq!(got, [false, true, true, true, true, false]);
+        // Contents are untouched (zero) and writable.
+        let mut buf = [0xffu8; 16];
+        mem.read_slice(&mut buf, at).unwrap();
+        assert_eq!(buf, [0; 16]);
+        mem.write_slice(&[1, 2, 3], at).unwrap();
+    }
+
+    #[test]
+    fn populating_nothing_or_outside_ram_is_harmless() {
+        let mem = small_page_ram();
+        populate_for_write(&mem, GuestAddress(4096), 0).unwrap();
+        assert_eq!(resident(&mem, 0, 4), [false; 4]);
+        let end = MIN_MEM_MIB << 20;
+        let e = populate_for_write(&mem, GuestAddress(end - 4096), 8192).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
+        let e = populate_for_write(&mem, GuestAddress(u64::MAX - 10), 100).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
     }
 }

@@ -59,6 +59,11 @@ pub(crate) struct VcpuRunner {
     pub pausable: bool,
     /// Why this vCPU's loop left for a snapshot of the whole machine.
     pub paused: Option<Trigger>,
+    /// The guest's XCR0 as [`VcpuRunner::policy_violation`] last read it,
+    /// until the vCPU runs again: the run's last check reuses it instead
+    /// of asking KVM a second time for a value the guest cannot have
+    /// changed (one ioctl, ~6 µs, on every run's end).
+    pub xcr0_since_run: Option<u64>,
 }
 
 /// Failed snapshot messages kept for the report: a guest asking again and
@@ -127,6 +132,8 @@ impl VcpuRunner {
                 Some(_) => return Ok(RunEnd::TimedOut(Duration::ZERO)),
             }
             self.xstate.before_run(&self.vcpu)?;
+            // The guest may change its state from here on.
+            self.xcr0_since_run = None;
             let step = Step::from(self.vcpu.run());
             if self.first_exit.is_none() {
                 self.first_exit = Some(self.origin.elapsed());
@@ -215,9 +222,20 @@ impl VcpuRunner {
     /// debug exit, edit and snapshot requests), before any snapshot and at
     /// the end of the run, never on the benchmark ports (markers, exit
     /// targets) whose cost `vmm bench exits` measures.
-    fn policy_violation(&self) -> Result<Option<RunEnd>> {
-        let xcr0 = super::vcpu::get_xcr0(&self.vcpu)?;
+    fn policy_violation(&mut self) -> Result<Option<RunEnd>> {
+        let xcr0 = self.xcr0()?;
         Ok(xcr0_violation(xcr0, self.xstate.policy_xcr0()).map(RunEnd::ProtocolViolation))
+    }
+
+    /// The guest's XCR0: the value read since the vCPU last ran, else
+    /// `KVM_GET_XCRS` (kept until the next `KVM_RUN`).
+    pub(crate) fn xcr0(&mut self) -> Result<u64> {
+        if let Some(xcr0) = self.xcr0_since_run {
+            return Ok(xcr0);
+        }
+        let xcr0 = super::vcpu::get_xcr0(&self.vcpu)?;
+        self.xcr0_since_run = Some(xcr0);
+        Ok(xcr0)
     }
 
     /// Write a snapshot and end the run. Called between exits only: the
@@ -227,14 +245,17 @@ impl VcpuRunner {
     /// report, said on stderr, and `None` lets the guest run on. Other
     /// errors (KVM refusing to hand over the state) still end the run.
     fn snapshot(&mut self, trigger: Trigger) -> Result<Option<RunEnd>> {
-        let Some(ctx) = self.snapshot.as_ref() else {
+        if self.snapshot.is_none() {
             return Ok(Some(RunEnd::TimedOut(Duration::ZERO)));
-        };
+        }
         // A snapshot of state outside the policy would be declared
         // restorable and refused by restore: the run ends here instead.
         if let Some(end) = self.policy_violation()? {
             return Ok(Some(end));
         }
+        let Some(ctx) = self.snapshot.as_ref() else {
+            return Ok(Some(RunEnd::TimedOut(Duration::ZERO)));
+        };
         let began = Instant::now();
         let saved = save::save(
             ctx,
@@ -271,6 +292,7 @@ impl VcpuRunner {
     /// at the end) are looked at.
     fn raw_loop(&mut self, stop: &StopFlag) -> Result<RunEnd> {
         loop {
+            self.xcr0_since_run = None;
             match Step::from(self.vcpu.run()) {
                 Step::Exit(VcpuExit::IoOut(MARK_PORT, data)) => {
                     self.marks.push((le_value(data), self.start.elapsed()));
