@@ -184,8 +184,7 @@ extern "C" fn user_main(start_info: u32) -> ! {
     if !cmdline.quiet {
         report::print_human(report, status, &mut out);
     }
-    report::send_everywhere(report, &mut out);
-    syscall::exit(status)
+    report::send_everywhere_and_exit(report, status, &mut out)
 }
 
 /// Whether this run uses a context-switch strategy: it runs workloads or

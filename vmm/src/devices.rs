@@ -25,8 +25,8 @@ use std::io::Write;
 use std::time::Duration;
 
 use guest::protocol::{
-    Report, DEBUG_EXIT_PORT, EDIT_STATUS_NONE, MARK_PORT, REPORT_PORT, REP_PORT, SERIAL_PORT,
-    XSTATE_EDIT_PORT,
+    split_report_exit, Report, DEBUG_EXIT_PORT, EDIT_STATUS_NONE, MARK_PORT, REPORT_EXIT_PORT,
+    REPORT_PORT, REP_PORT, SERIAL_PORT, XSTATE_EDIT_PORT,
 };
 
 use crate::native::interleave::Interleaver;
@@ -287,20 +287,33 @@ impl Devices {
             MARK_PORT => PortAction::Mark(le_value(data)),
             XSTATE_EDIT_PORT => PortAction::EditXmm(le_value(data)),
             REPORT_PORT => {
-                match read_report(mem, le_value(data) as u64) {
-                    ReportDelivery::Accepted(r) => {
-                        if self.report.replace(r).is_some() {
-                            self.reports_dropped += 1;
-                        }
-                    }
-                    ReportDelivery::Rejected(e) => self.report_errors.push(bounded_reason(e)),
-                }
+                self.take_report(mem, le_value(data) as u64);
                 PortAction::Continue
+            }
+            REPORT_EXIT_PORT => {
+                // The report first: a bad one is recorded as refused and
+                // the run still ends with the status the guest gave.
+                let (addr, status) = split_report_exit(le_value(data));
+                self.take_report(mem, addr);
+                PortAction::Exit(status)
             }
             _ => {
                 self.unhandled_ports += 1;
                 PortAction::Continue
             }
+        }
+    }
+
+    /// A report handed over at `addr`: kept (replacing an earlier one,
+    /// which is counted as dropped) or its refusal recorded.
+    pub fn take_report(&mut self, mem: &GuestMemoryMmap, addr: u64) {
+        match read_report(mem, addr) {
+            ReportDelivery::Accepted(r) => {
+                if self.report.replace(r).is_some() {
+                    self.reports_dropped += 1;
+                }
+            }
+            ReportDelivery::Rejected(e) => self.report_errors.push(bounded_reason(e)),
         }
     }
 
@@ -446,6 +459,43 @@ mod tests {
         assert!(
             first.starts_with("report address 0xfffff000 (+") && first.contains("not in guest RAM"),
             "{first}"
+        );
+    }
+
+    #[test]
+    fn the_report_exit_port_delivers_the_report_and_ends_with_its_status() {
+        let mem = ram();
+        let mut d = Devices::new(SerialSink::Null);
+        let mut r = Report::new();
+        r.tsc_khz = 1234;
+        mem.write_slice(r.as_bytes(), GuestAddress(0x2040)).unwrap();
+        let v = guest::protocol::report_exit_value(0x2040, 37).unwrap();
+        assert_eq!(v, 0x2040 | 37);
+        match d.port_write(&mem, REPORT_EXIT_PORT, &v.to_le_bytes()) {
+            PortAction::Exit(status) => assert_eq!(status, 37),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(d.report.as_ref().unwrap().tsc_khz, 1234);
+        assert_eq!((d.reports_dropped, d.report_errors.total()), (0, 0));
+    }
+
+    #[test]
+    fn a_bad_report_at_the_report_exit_port_is_refused_and_the_run_still_ends() {
+        let mem = ram();
+        let mut d = Devices::new(SerialSink::Null);
+        // Outside RAM, status 3; then RAM without a report, status 0.
+        for (v, want) in [(0xffff_f000u32 | 3, 3), (0x4000, 0)] {
+            match d.port_write(&mem, REPORT_EXIT_PORT, &v.to_le_bytes()) {
+                PortAction::Exit(status) => assert_eq!(status, want),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(d.report.is_none());
+        assert_eq!(d.report_errors.total(), 2);
+        assert!(
+            d.report_errors.items()[0].starts_with("report address 0xfffff000 (+"),
+            "{:?}",
+            d.report_errors.items()
         );
     }
 

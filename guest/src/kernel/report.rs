@@ -1,5 +1,6 @@
 //! The run's [`Report`]: filled at CPL3 from CPUID, XGETBV and the xstate
-//! crate's layout model, handed to the VMM through [`REPORT_PORT`], and
+//! crate's layout model, handed to the VMM through [`REPORT_PORT`] (with
+//! the exit status through [`REPORT_EXIT_PORT`] at the run's end), and
 //! printed for humans on COM1.
 
 use super::cpu::{self, cpuid, XSAVE_FEATURE_XGETBV1};
@@ -10,8 +11,8 @@ use core::cell::UnsafeCell;
 use core::fmt::{self, Write};
 use core::sync::atomic::{AtomicBool, Ordering};
 use guest::protocol::{
-    field_str, write_record, xsave_variants, ComponentReport, ExitStatus, Report, WorkUnit,
-    REPORT_PORT,
+    field_str, report_exit_value, write_record, xsave_variants, ComponentReport, ExitStatus,
+    Report, WorkUnit, REPORT_EXIT_ALIGN, REPORT_EXIT_PORT, REPORT_PORT,
 };
 use xstate::{CpuidRegs, Format, InfoError, LayoutError, Xfeature, XfeatureMask, XsaveInfo};
 
@@ -32,7 +33,12 @@ const LEGACY: [ComponentReport; 2] = [
     },
 ];
 
+/// Aligned for [`REPORT_EXIT_PORT`]: the address's low bits carry the
+/// exit status (the report's own layout is unchanged).
+#[repr(C, align(64))]
 struct ReportCell(UnsafeCell<Report>);
+
+const _: () = assert!(core::mem::align_of::<ReportCell>() as u64 == REPORT_EXIT_ALIGN);
 
 // SAFETY: one vCPU, no interrupts; see `report_ptr` for who may use it.
 unsafe impl Sync for ReportCell {}
@@ -72,6 +78,24 @@ pub fn send_everywhere(report: &Report, out: &mut Console) {
         let _ = write_record(report, out);
         out.flush();
     }
+}
+
+/// The run's end: the record line on COM1 (unless `quiet`, as
+/// [`send_everywhere`]), then the report and `status` in one write to
+/// [`REPORT_EXIT_PORT`] (`vmm` ends the run there), then the ordinary
+/// exit for VMMs that ignore that port (which never saw the report port
+/// either). A report that cannot travel with the status (not aligned)
+/// goes to [`REPORT_PORT`] first, as before.
+pub fn send_everywhere_and_exit(report: &Report, status: ExitStatus, out: &mut Console) -> ! {
+    if RECORD_ON_SERIAL.load(Ordering::Relaxed) {
+        let _ = write_record(report, out);
+        out.flush();
+    }
+    match report_exit_value(report as *const Report as u64, status as u32) {
+        Some(value) => outl(REPORT_EXIT_PORT, value),
+        None => send(report),
+    }
+    super::syscall::exit(status)
 }
 
 /// Name of state component `i` (the xstate crate's short names).

@@ -11,6 +11,7 @@
 //! | 0x600 | 8     | out       | after the debug exit, for VMMs that ignore it: ACPI S5 shutdown (Cloud Hypervisor) |
 //! | 0x64  | 8     | out       | after that: i8042 CPU reset (Firecracker); then the guest halts |
 //! | 0xf8  | 32    | out       | report: guest-physical address (< 4 GiB) of a [`Report`] |
+//! | 0xfc  | 32    | out       | report and exit in one write: a [`REPORT_EXIT_ALIGN`]-aligned report address ORed with the exit status ([`report_exit_value`]); ignored by other VMMs, after which the guest uses 0xf4 |
 //! | 0xf0  | 32    | out       | exit benchmark target: the VMM decodes the exit and does nothing else |
 //! | 0xec  | 32    | out       | benchmark marker: [`MARK_END`] \| result index; the VMM timestamps rows |
 //! | 0xe8  | 32    | out       | xstate edit request: the VMM sets XMM(value & 15) to [`xmm_edit_pattern`] through its xstate manager |
@@ -47,7 +48,7 @@
 //!
 //! The [`Report`] is a `repr(C)` little-endian record in guest memory. The
 //! guest writes it completely and then writes its address to
-//! [`REPORT_PORT`]; the VMM copies it out through bounds-checked guest-memory
+//! [`REPORT_PORT`] (or, at the run's end, to [`REPORT_EXIT_PORT`]); the VMM copies it out through bounds-checked guest-memory
 //! accessors and validates magic, version, size and counts with
 //! [`Report::from_bytes`] before trusting a single field.
 //!
@@ -71,6 +72,7 @@ pub use cmdline::{
     VMM_OWNED_WORDS, WORKLOAD_NAMES,
 };
 pub use names::{exception_mnemonic, xsave_variants, SWITCH_STRATEGIES, XSAVE_FEATURE_NAMES};
+pub use ports::{report_exit_value, split_report_exit, REPORT_EXIT_ALIGN, REPORT_EXIT_PORT};
 pub use ports::{
     xmm_edit_pattern, ExitStatus, ACPI_S5_SHUTDOWN, ACPI_SHUTDOWN_PORT, BENCH_MMIO_ADDR,
     BENCH_PIO_PORT, DEBUG_EXIT_PORT, EDIT_STATUS_DONE, EDIT_STATUS_NONE, EDIT_STATUS_REFUSED,

@@ -11,8 +11,8 @@
 use std::time::{Duration, Instant};
 
 use guest::protocol::{
-    xmm_edit_pattern, DEBUG_EXIT_PORT, EDIT_STATUS_DONE, MARK_PORT, REPORT_PORT, SNAPSHOT_PORT,
-    XSTATE_EDIT_PORT,
+    split_report_exit, xmm_edit_pattern, DEBUG_EXIT_PORT, EDIT_STATUS_DONE, MARK_PORT,
+    REPORT_EXIT_PORT, REPORT_PORT, SNAPSHOT_PORT, XSTATE_EDIT_PORT,
 };
 use kvm_bindings::{
     KVM_INTERNAL_ERROR_DELIVERY_EV, KVM_INTERNAL_ERROR_EMULATION, KVM_INTERNAL_ERROR_SIMUL_EX,
@@ -304,6 +304,14 @@ impl VcpuRunner {
                         return Ok(end);
                     }
                 }
+                Step::Exit(VcpuExit::IoOut(REPORT_EXIT_PORT, data)) => {
+                    let (addr, status) = split_report_exit(le_value(data));
+                    self.devices.take_report(&self.mem, addr);
+                    if let Some(end) = self.policy_violation()? {
+                        return Ok(end);
+                    }
+                    return Ok(RunEnd::guest_exit(status));
+                }
                 Step::Exit(VcpuExit::IoOut(DEBUG_EXIT_PORT, data)) => {
                     let status = le_value(data);
                     if let Some(end) = self.policy_violation()? {
@@ -343,7 +351,7 @@ impl VcpuRunner {
 fn is_protocol_port(port: u16) -> bool {
     matches!(
         port,
-        REPORT_PORT | DEBUG_EXIT_PORT | XSTATE_EDIT_PORT | SNAPSHOT_PORT
+        REPORT_PORT | REPORT_EXIT_PORT | DEBUG_EXIT_PORT | XSTATE_EDIT_PORT | SNAPSHOT_PORT
     )
 }
 
