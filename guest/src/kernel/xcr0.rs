@@ -123,8 +123,10 @@ pub fn apply_policy(cmdline: &Cmdline, out: &mut impl Write) -> Result<(), &'sta
     if current == 0 {
         return Ok(()); // no XSAVE: nothing to narrow
     }
-    let (eax, _, _, edx) = syscall::cpuid_cpl0(0xd, 0);
-    let supported = (u64::from(edx) << 32) | u64::from(eax);
+    // The supported mask (EAX, EDX) does not follow XCR0: the answer the
+    // boot's prefetch kept will do (no system call).
+    let d0 = cpuid(0xd, 0);
+    let supported = (u64::from(d0.edx) << 32) | u64::from(d0.eax);
     let target = supported & policy;
     if target == current {
         return Ok(());
