@@ -93,12 +93,6 @@ pub fn load_kernel(
     name: &str,
     plan: &ImagePlan,
 ) -> Result<LoadedKernel, BootError> {
-    for seg in &plan.segments {
-        // Best effort: without it the copy below faults the pages in one
-        // by one, as it always did.
-        let _ =
-            crate::vstate::machine::populate_for_write(mem, GuestAddress(seg.paddr), seg.filesz);
-    }
     let mut cursor = Cursor::new(image);
     Elf::load(mem, None, &mut cursor, Some(GuestAddress(HIGHMEM_START))).map_err(|source| {
         BootError::ElfLoad {

@@ -66,6 +66,15 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
             Machine::create_smp_on(kvm, ram.clone(), config.vcpus)
         },
         || {
+            // Best effort: without it the copy faults the pages in one by
+            // one (see `populate_for_write`).
+            for seg in &plan.segments {
+                let _ = super::machine::populate_for_write(
+                    &ram,
+                    vm_memory::GuestAddress(seg.paddr),
+                    seg.filesz,
+                );
+            }
             Ok(boot::load_kernel(
                 &ram,
                 &config.kernel.bytes,
