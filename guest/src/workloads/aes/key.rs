@@ -12,6 +12,8 @@ pub const BLOCK: usize = 16;
 pub struct RoundKeys(pub [[u8; 16]; 11]);
 
 /// An expanded AES-256 key: round keys 0..=14 (FIPS-197 5.2 with Nk = 8),
-/// the data and tweak keys of XTS-AES-256.
+/// the data and tweak keys of XTS-AES-256. 16-aligned: the XTS batch
+/// reads the round keys as legacy-SSE memory operands, which must be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C, align(16))]
 pub struct RoundKeys256(pub [[u8; 16]; 15]);
