@@ -173,6 +173,15 @@ pub fn mul_alpha(t: u128) -> u128 {
     (t << 1) ^ ((t >> 127) * 0x87)
 }
 
+/// Multiply a tweak by alpha^`k` (1 <= k <= 120) in one step: the `k` bits
+/// shifted out of the top come back times x^7 + x^2 + x + 1. A jump of
+/// several doublings costs one doubling's latency.
+pub fn mul_alpha_pow(t: u128, k: u32) -> u128 {
+    debug_assert!((1..=120).contains(&k));
+    let c = t >> (128 - k);
+    (t << k) ^ c ^ (c << 1) ^ (c << 2) ^ (c << 7)
+}
+
 /// Multiply each 128-bit lane of `$t` by alpha^`$k` (1 <= k <= 57): shift
 /// the lane left by k bits and fold the k bits shifted out of the top back
 /// in times 0x87 (x^7 + x^2 + x + 1), spelled as shifts and XORs. `$p` is
@@ -484,8 +493,12 @@ macro_rules! xts_xmm_flavor {
                 // given), which is all its intrinsics and pointer accesses rely on.
                 unsafe {
                     let kt = load_keys_256!(keys.tweak);
-                    let u = unit.to_le_bytes();
-                    let t0 = encrypt1_256!(kt, _mm_loadu_si128(u.as_ptr().cast()));
+                    // The sequence number straight from general-purpose
+                    // registers: through memory it would be a 16-byte load
+                    // of two 8-byte stores, which cannot be forwarded, at
+                    // the head of every message's critical path.
+                    let u = _mm_set_epi64x((unit >> 64) as i64, unit as i64);
+                    let t0 = encrypt1_256!(kt, u);
                     let mut t0b = [0u8; 16];
                     _mm_storeu_si128(t0b.as_mut_ptr().cast(), t0);
                     let mut t = u128::from_le_bytes(t0b);
@@ -505,6 +518,7 @@ macro_rules! xts_xmm_flavor {
                     let first = first.as_mut_ptr().cast::<super::Tweaks>();
                     let last = last.as_mut_ptr().cast::<super::Tweaks>();
                     if let Some(chunk0) = chunks.next() {
+                        let lo = _mm_set_epi64x(0, -1);
                         // The first batch's tweaks come from the tweak
                         // just encrypted: computed side by side from it in
                         // vector registers and stored whole (16-byte
@@ -520,19 +534,29 @@ macro_rules! xts_xmm_flavor {
                             let c = _mm_srai_epi32::<31>(_mm_shuffle_epi32::<0x13>(t));
                             _mm_xor_si128(_mm_add_epi64(t, t), _mm_and_si128(c, carries))
                         };
-                        let mut tw = [t0; LANES];
-                        for i in 1..LANES {
-                            tw[i] = double(tw[i - 1]);
-                        }
+                        // Two levels deep, not a chain of seven: the
+                        // batch's last block starts a few cycles after
+                        // its first, with the AES units waiting on it.
+                        let t2 = mul_alpha_k!(xmm, t0, 2, lo);
+                        let t4 = mul_alpha_k!(xmm, t0, 4, lo);
+                        let t6 = mul_alpha_k!(xmm, t0, 6, lo);
+                        let tw = [
+                            t0,
+                            double(t0),
+                            t2,
+                            double(t2),
+                            t4,
+                            double(t4),
+                            t6,
+                            double(t6),
+                        ];
                         let l = last.cast::<__m128i>();
                         let mut tk0 = [_mm_setzero_si128(); LANES];
                         for (i, (tw, tk0)) in tw.iter().zip(tk0.iter_mut()).enumerate() {
                             *tk0 = _mm_xor_si128(*tw, k0x);
                             _mm_store_si128(l.add(i), _mm_xor_si128(*tw, k14x));
                         }
-                        for _ in 0..LANES {
-                            t = super::mul_alpha(t);
-                        }
+                        t = super::mul_alpha_pow(t, LANES as u32);
                         if n > 1 {
                             super::fill_tweaks(&mut t, k0, k14, first.add(1), last.add(1));
                         }
@@ -595,8 +619,8 @@ unsafe fn encrypt_256(keys: &XtsKeys, unit: u128, data: &mut [u8]) {
         }
         let lo = _mm_set_epi64x(0, -1);
         let lo256 = _mm256_set_epi64x(0, -1, 0, -1);
-        let u = unit.to_le_bytes();
-        let t0 = encrypt1_256!(kt, _mm_loadu_si128(u.as_ptr().cast()));
+        let u = _mm_set_epi64x((unit >> 64) as i64, unit as i64);
+        let t0 = encrypt1_256!(kt, u);
         let t1 = mul_alpha_k!(xmm, t0, 1, lo);
         // Register i holds the tweaks of blocks 2i and 2i + 1.
         let base = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(t0), t1);
@@ -658,8 +682,8 @@ unsafe fn encrypt_512(keys: &XtsKeys, unit: u128, data: &mut [u8]) {
         }
         let lo = _mm_set_epi64x(0, -1);
         let lo512 = _mm512_set_epi64(0, -1, 0, -1, 0, -1, 0, -1);
-        let u = unit.to_le_bytes();
-        let t0 = encrypt1_256!(kt, _mm_loadu_si128(u.as_ptr().cast()));
+        let u = _mm_set_epi64x((unit >> 64) as i64, unit as i64);
+        let t0 = encrypt1_256!(kt, u);
         let t1 = mul_alpha_k!(xmm, t0, 1, lo);
         let t2 = mul_alpha_k!(xmm, t0, 2, lo);
         let t3 = mul_alpha_k!(xmm, t0, 3, lo);
