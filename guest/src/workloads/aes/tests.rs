@@ -100,6 +100,25 @@ fn every_host_xts_variant_passes_known_answers() {
 }
 
 #[test]
+fn a_jump_of_k_doublings_is_k_doublings() {
+    // Tweaks with the top bits set and clear, so every carry path is taken.
+    let tweaks = [
+        1u128,
+        u128::MAX,
+        0x8000_0000_0000_0000_0000_0000_0000_0001,
+        0xfedc_ba98_7654_3210_0123_4567_89ab_cdef,
+        0x0123_4567_89ab_cdef_fedc_ba98_7654_3210,
+    ];
+    for t in tweaks {
+        let mut d = t;
+        for k in 1..=120 {
+            d = xts::mul_alpha(d);
+            assert_eq!(xts::mul_alpha_pow(t, k), d, "{t:#x} * alpha^{k}");
+        }
+    }
+}
+
+#[test]
 fn every_host_gcm_variant_passes_known_answers() {
     let all = host_variants(&GcmVariant::ALL, Gcm128::new);
     for g in &all {
