@@ -267,6 +267,36 @@ macro_rules! xts_tail {
     }};
 }
 
+/// Rounds 1..=13 on xmm0..xmm7, then the eight blocks out (asm text
+/// shared by [`xts_batch`] and [`xts_first_batch`]).
+macro_rules! xts_rounds_and_out_text {
+    ($f_:ident) => {
+        concat!(
+            xts_round_text!($f_, "16"),
+            xts_round_text!($f_, "32"),
+            xts_round_text!($f_, "48"),
+            xts_round_text!($f_, "64"),
+            xts_round_text!($f_, "80"),
+            xts_round_text!($f_, "96"),
+            xts_round_text!($f_, "112"),
+            xts_round_text!($f_, "128"),
+            xts_round_text!($f_, "144"),
+            xts_round_text!($f_, "160"),
+            xts_round_text!($f_, "176"),
+            xts_round_text!($f_, "192"),
+            xts_round_text!($f_, "208"),
+            xts_io_text!($f_, out, "xmm0", "0"),
+            xts_io_text!($f_, out, "xmm1", "16"),
+            xts_io_text!($f_, out, "xmm2", "32"),
+            xts_io_text!($f_, out, "xmm3", "48"),
+            xts_io_text!($f_, out, "xmm4", "64"),
+            xts_io_text!($f_, out, "xmm5", "80"),
+            xts_io_text!($f_, out, "xmm6", "96"),
+            xts_io_text!($f_, out, "xmm7", "112"),
+        )
+    };
+}
+
 /// Block `$i` in for the first batch: the tweak ^ k0 is already in the
 /// register; XOR the data block into it.
 macro_rules! xts_in_reg_text {
@@ -290,17 +320,7 @@ macro_rules! xts_first_batch {
                 xts_in_reg_text!($f_, "xmm2", "32"), xts_in_reg_text!($f_, "xmm3", "48"),
                 xts_in_reg_text!($f_, "xmm4", "64"), xts_in_reg_text!($f_, "xmm5", "80"),
                 xts_in_reg_text!($f_, "xmm6", "96"), xts_in_reg_text!($f_, "xmm7", "112"),
-                xts_round_text!($f_, "16"), xts_round_text!($f_, "32"),
-                xts_round_text!($f_, "48"), xts_round_text!($f_, "64"),
-                xts_round_text!($f_, "80"), xts_round_text!($f_, "96"),
-                xts_round_text!($f_, "112"), xts_round_text!($f_, "128"),
-                xts_round_text!($f_, "144"), xts_round_text!($f_, "160"),
-                xts_round_text!($f_, "176"), xts_round_text!($f_, "192"),
-                xts_round_text!($f_, "208"),
-                xts_io_text!($f_, out, "xmm0", "0"), xts_io_text!($f_, out, "xmm1", "16"),
-                xts_io_text!($f_, out, "xmm2", "32"), xts_io_text!($f_, out, "xmm3", "48"),
-                xts_io_text!($f_, out, "xmm4", "64"), xts_io_text!($f_, out, "xmm5", "80"),
-                xts_io_text!($f_, out, "xmm6", "96"), xts_io_text!($f_, out, "xmm7", "112"),
+                xts_rounds_and_out_text!($f_),
             ),
             p = in(reg) $p, l = in(reg) $l, k = in(reg) $k,
             inout("xmm0") $t[0] => _, inout("xmm1") $t[1] => _,
@@ -453,17 +473,7 @@ macro_rules! xts_batch {
                 xts_io_text!($f_, in, "xmm2", "32"), xts_io_text!($f_, in, "xmm3", "48"),
                 xts_io_text!($f_, in, "xmm4", "64"), xts_io_text!($f_, in, "xmm5", "80"),
                 xts_io_text!($f_, in, "xmm6", "96"), xts_io_text!($f_, in, "xmm7", "112"),
-                xts_round_text!($f_, "16"), xts_round_text!($f_, "32"),
-                xts_round_text!($f_, "48"), xts_round_text!($f_, "64"),
-                xts_round_text!($f_, "80"), xts_round_text!($f_, "96"),
-                xts_round_text!($f_, "112"), xts_round_text!($f_, "128"),
-                xts_round_text!($f_, "144"), xts_round_text!($f_, "160"),
-                xts_round_text!($f_, "176"), xts_round_text!($f_, "192"),
-                xts_round_text!($f_, "208"),
-                xts_io_text!($f_, out, "xmm0", "0"), xts_io_text!($f_, out, "xmm1", "16"),
-                xts_io_text!($f_, out, "xmm2", "32"), xts_io_text!($f_, out, "xmm3", "48"),
-                xts_io_text!($f_, out, "xmm4", "64"), xts_io_text!($f_, out, "xmm5", "80"),
-                xts_io_text!($f_, out, "xmm6", "96"), xts_io_text!($f_, out, "xmm7", "112"),
+                xts_rounds_and_out_text!($f_),
             ),
             p = in(reg) $p, f = in(reg) $f, l = in(reg) $l, k = in(reg) $k,
             out("xmm0") _, out("xmm1") _, out("xmm2") _, out("xmm3") _,
