@@ -129,3 +129,37 @@ fn repetitions_out_of_range_are_refused() {
         assert!(err.contains("--native-reps"), "{bad}: {err}");
     }
 }
+
+/// The AES yardsticks come with the interleaved rows too: `--workload aes`
+/// pairs every row with its native run, and the host's `openssl speed`
+/// still stands beside each mode (a figure, or why there is none).
+#[test]
+fn paired_aes_rows_still_get_their_openssl_yardsticks() {
+    if !kvm_or_skip("paired_aes_rows_still_get_their_openssl_yardsticks") {
+        return;
+    }
+    let (out, v) = vmm_json(&["run", "--workload", "aes,quick", "--native-reps", "1"]);
+    assert!(out.status.success(), "{v:#}");
+    let ys = v["openssl_yardsticks"]
+        .as_array()
+        .expect("openssl_yardsticks");
+    for cipher in ["aes-128-cbc", "aes-128-ctr"] {
+        let y: Vec<&Value> = ys.iter().filter(|y| y["cipher"] == cipher).collect();
+        // Quick runs keep one size per mode.
+        assert_eq!(y.len(), 1, "{cipher}: {ys:#?}");
+        let y = y[0];
+        match y["openssl_mb_per_s"].as_f64() {
+            Some(o) => {
+                assert!(o > 0.0, "{y}");
+                let guest = y["guest"].as_array().unwrap();
+                assert!(!guest.is_empty(), "{y}");
+                for g in guest {
+                    let ratio = g["vs_openssl"].as_f64().unwrap();
+                    let mb = g["mb_per_s"].as_f64().unwrap();
+                    assert!((ratio - mb / o).abs() < 1e-9, "{g}");
+                }
+            }
+            None => assert!(y["error"].as_str().is_some_and(|e| !e.is_empty()), "{y}"),
+        }
+    }
+}

@@ -410,6 +410,10 @@ fn print_outcome(
     if let Some(workload) = native.filter(|_| unpaired) {
         let native = native::run_native(workload, summary.tsc_khz)?;
         native::attach_ratios(&mut summary.results, &native);
+    }
+    // The yardsticks follow the guest's AES rows, paired or not (none
+    // without AES rows: `openssl` is not started).
+    if let Some(workload) = native {
         let quick = guest::workloads::Selection::parse(workload).is_ok_and(|s| s.quick);
         summary.openssl_yardsticks = native::aes_yardsticks(&summary.results, quick);
         summary.openssl_aes_128_cbc_mb_per_s = native::cbc_8192(&summary.openssl_yardsticks);

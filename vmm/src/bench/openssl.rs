@@ -3,8 +3,10 @@
 //! same process right after the guest and its native rows, and the seed
 //! thread's Ice Lake XTS figures as a labelled static reference.
 //!
-//! Each figure costs one `openssl speed -elapsed -evp CIPHER -bytes N
-//! -seconds 1` (one second); quick runs keep one size per cipher. Ratios
+//! Each figure is the median of [`RUNS`] runs of `openssl speed -elapsed
+//! -evp CIPHER -bytes N -seconds 1` (a second each), as the guest's XTS and
+//! GCM rows are medians of their samples: one run's figure moved by 10%
+//! here between runs. Quick runs keep one size per cipher. Ratios
 //! are reported, never asserted: the goal (every AES-NI variant >= 1.0x
 //! openssl for the same mode and size, VAES ahead of it) is read off the
 //! table.
@@ -97,7 +99,7 @@ pub struct GuestFigure<'a> {
 
 /// Every yardstick for `rows`: one per cipher and size the guest timed
 /// (sizes >= [`MIN_SIZE`]; with `quick`, only each cipher's largest size up
-/// to 8 KiB), measured with `speed` (normally [`openssl_speed`]).
+/// to 8 KiB), measured with `speed` (normally [`openssl_speed_median`]).
 pub fn yardsticks(
     rows: &[GuestFigure<'_>],
     quick: bool,
@@ -156,6 +158,27 @@ fn timed_variant(v: &str) -> bool {
     !v.contains("+xsave") && v != "soft"
 }
 
+/// Runs of `openssl speed` per figure.
+pub const RUNS: usize = 3;
+
+/// The median of [`RUNS`] runs of [`openssl_speed`]; the first failure
+/// when any fails.
+pub fn openssl_speed_median(cipher: &str, size: u64) -> Result<f64, OpensslError> {
+    median_of(RUNS, || openssl_speed(cipher, size))
+}
+
+/// The median of `runs` figures from `speed`, or its first error.
+pub fn median_of(
+    runs: usize,
+    mut speed: impl FnMut() -> Result<f64, OpensslError>,
+) -> Result<f64, OpensslError> {
+    let mut v = (0..runs.max(1))
+        .map(|_| speed())
+        .collect::<Result<Vec<f64>, _>>()?;
+    v.sort_by(f64::total_cmp);
+    Ok(v[v.len() / 2])
+}
+
 /// `openssl speed -elapsed -evp CIPHER -bytes SIZE -seconds 1` on the host,
 /// in MB/s.
 pub fn openssl_speed(cipher: &str, size: u64) -> Result<f64, OpensslError> {
@@ -198,7 +221,7 @@ pub fn render(ys: &[Yardstick], with_seed: bool) -> String {
     }
     let _ = writeln!(
         s,
-        "yardsticks (host `openssl speed -evp`, 1 s each; guest MB/s and guest/openssl)"
+        "yardsticks (host `openssl speed -evp`, median of {RUNS} runs of 1 s; guest MB/s and guest/openssl)"
     );
     for y in ys {
         let o = match (y.openssl_mb_per_s, &y.error) {
@@ -235,6 +258,31 @@ pub fn render(ys: &[Yardstick], with_seed: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_figure_is_the_median_of_its_runs_or_the_first_error() {
+        let mut figures = [5000.0, 4000.0, 5400.0].into_iter();
+        assert_eq!(
+            median_of(3, || Ok(figures.next().unwrap())).unwrap(),
+            5000.0
+        );
+        let mut calls = 0;
+        let err = median_of(3, || {
+            calls += 1;
+            if calls == 2 {
+                Err(OpensslError::Unparsable {
+                    cipher: "aes-256-xts".into(),
+                })
+            } else {
+                Ok(1.0)
+            }
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("no aes-256-xts row"), "{err}");
+        // The failing run stops the rest.
+        assert_eq!(calls, 2);
+        assert_eq!(median_of(0, || Ok(7.0)).unwrap(), 7.0);
+    }
 
     #[test]
     fn parses_openssl_speed_rows() {

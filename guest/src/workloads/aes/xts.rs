@@ -11,9 +11,11 @@
 //! the tweaks do not fit sixteen XMM registers, and the compiler shuffled
 //! and reloaded them between rounds), double their tweaks in
 //! general-purpose registers (integer ALUs, not the vector pipes `aesenc`
-//! runs on) one batch ahead, and read them as memory operands; only a
-//! message's first batch takes its tweaks in registers, straight from the
-//! tweak encryption. The VAES variants keep a batch's tweaks in registers
+//! runs on) two batches ahead, between the rounds of the batch in flight,
+//! and read them as memory operands; a message's first two batches take
+//! theirs from the tweak encryption in vector registers. On Zen 3 the
+//! tweak work done between batches (not inside them) and a batch's loads
+//! of stores made one batch earlier each cost a third of the throughput. The VAES variants keep a batch's tweaks in registers
 //! and advance them by alpha^(blocks per batch) with shifts and XORs.
 //!
 //! Data units must be a whole number of blocks (disk sectors are):
@@ -268,18 +270,29 @@ macro_rules! xts_tail {
 }
 
 /// Rounds 1..=13 on xmm0..xmm7, then the eight blocks out (asm text
-/// shared by [`xts_batch`] and [`xts_first_batch`]).
+/// shared by [`xts_batch`] and [`xts_first_batch`]). Rounds 1..=8 each
+/// carry one of the next batch's tweaks ([`xts_fill_text`]), so that
+/// integer work is dispatched beside the `aesenc`s instead of queueing
+/// behind a whole batch of them.
 macro_rules! xts_rounds_and_out_text {
     ($f_:ident) => {
         concat!(
             xts_round_text!($f_, "16"),
+            xts_fill_text!("0", "8"),
             xts_round_text!($f_, "32"),
+            xts_fill_text!("16", "24"),
             xts_round_text!($f_, "48"),
+            xts_fill_text!("32", "40"),
             xts_round_text!($f_, "64"),
+            xts_fill_text!("48", "56"),
             xts_round_text!($f_, "80"),
+            xts_fill_text!("64", "72"),
             xts_round_text!($f_, "96"),
+            xts_fill_text!("80", "88"),
             xts_round_text!($f_, "112"),
+            xts_fill_text!("96", "104"),
             xts_round_text!($f_, "128"),
+            xts_fill_text!("112", "120"),
             xts_round_text!($f_, "144"),
             xts_round_text!($f_, "160"),
             xts_round_text!($f_, "176"),
@@ -293,6 +306,45 @@ macro_rules! xts_rounds_and_out_text {
             xts_io_text!($f_, out, "xmm5", "80"),
             xts_io_text!($f_, out, "xmm6", "96"),
             xts_io_text!($f_, out, "xmm7", "112"),
+        )
+    };
+}
+
+/// One of the next batch's tweaks, in general-purpose registers (integer
+/// ALUs, not the vector pipes `aesenc` runs on): the tweak `{hi}:{lo}` is
+/// stored XORed with round key 0 (at `{k}`) into `{nf}` and with round key
+/// 14 (at `{k} + 224`) into `{nl}`, at byte offsets `$lo`/`$hi`, then
+/// multiplied by alpha: `add`/`adc` carry the low qword's top bit into the
+/// high one, and the high qword's top bit selects 0x87.
+macro_rules! xts_fill_text {
+    ($lo:literal, $hi:literal) => {
+        concat!(
+            "mov {a}, {lo}\n",
+            "xor {a}, [{k}]\n",
+            "mov [{nf} + ",
+            $lo,
+            "], {a}\n",
+            "mov {a}, {hi}\n",
+            "xor {a}, [{k} + 8]\n",
+            "mov [{nf} + ",
+            $hi,
+            "], {a}\n",
+            "mov {a}, {lo}\n",
+            "xor {a}, [{k} + 224]\n",
+            "mov [{nl} + ",
+            $lo,
+            "], {a}\n",
+            "mov {a}, {hi}\n",
+            "xor {a}, [{k} + 232]\n",
+            "mov [{nl} + ",
+            $hi,
+            "], {a}\n",
+            "mov {m}, {hi}\n",
+            "sar {m}, 63\n",
+            "and {m}, 0x87\n",
+            "add {lo}, {lo}\n",
+            "adc {hi}, {hi}\n",
+            "xor {lo}, {m}\n",
         )
     };
 }
@@ -313,7 +365,7 @@ macro_rules! xts_in_reg_text {
 /// instead of through memory: one store-to-load trip fewer on the path
 /// every message waits on.
 macro_rules! xts_first_batch {
-    ($f_:ident, $p:expr, $t:expr, $l:expr, $k:expr) => {
+    ($f_:ident, $p:expr, $t:expr, $l:expr, $k:expr, $nf:expr, $nl:expr, $lo:expr, $hi:expr) => {
         core::arch::asm!(
             concat!(
                 xts_in_reg_text!($f_, "xmm0", "0"), xts_in_reg_text!($f_, "xmm1", "16"),
@@ -323,12 +375,14 @@ macro_rules! xts_first_batch {
                 xts_rounds_and_out_text!($f_),
             ),
             p = in(reg) $p, l = in(reg) $l, k = in(reg) $k,
+            nf = in(reg) $nf, nl = in(reg) $nl,
+            lo = inout(reg) $lo, hi = inout(reg) $hi, a = out(reg) _, m = out(reg) _,
             inout("xmm0") $t[0] => _, inout("xmm1") $t[1] => _,
             inout("xmm2") $t[2] => _, inout("xmm3") $t[3] => _,
             inout("xmm4") $t[4] => _, inout("xmm5") $t[5] => _,
             inout("xmm6") $t[6] => _, inout("xmm7") $t[7] => _,
             out("xmm8") _,
-            options(nostack, preserves_flags),
+            options(nostack),
         )
     };
 }
@@ -336,28 +390,6 @@ macro_rules! xts_first_batch {
 /// A batch's stored tweaks: 16-aligned for legacy-SSE memory operands.
 #[repr(C, align(16))]
 struct Tweaks([u128; 8]);
-
-/// A batch's tweaks from `*t` on, doubled in general-purpose registers
-/// (integer ALUs, not the vector pipes `aesenc` runs on): stored XORed
-/// with round key 0 in `first` (the input XOR and the first AddRoundKey
-/// in one) and with round key 14 in `last` (`aesenclast(x, k14 ^ T) =
-/// aesenclast(x, k14) ^ T`); `*t` moves past them.
-///
-/// # Safety
-/// `first` and `last` must be valid for writes of a [`Tweaks`] (they may
-/// be uninitialised: a message pays no zeroing of tweaks it overwrites).
-#[inline(always)]
-unsafe fn fill_tweaks(t: &mut u128, k0: u128, k14: u128, first: *mut Tweaks, last: *mut Tweaks) {
-    let (f, l) = (first.cast::<u128>(), last.cast::<u128>());
-    for i in 0..8 {
-        // SAFETY: entry `i` of 8 inside the caller's `Tweaks`.
-        unsafe {
-            f.add(i).write(*t ^ k0);
-            l.add(i).write(*t ^ k14);
-        }
-        *t = mul_alpha(*t);
-    }
-}
 
 /// One AES round on blocks xmm0..xmm7 with the round key at byte offset
 /// `$off` of `{k}`, loaded once into xmm8 (asm text for [`xts_batch`]).
@@ -466,7 +498,7 @@ macro_rules! xts_io_text {
 /// batch's eight blocks, round key and stored tweaks exceed the sixteen
 /// XMM registers and it shuffles and reloads them between rounds.
 macro_rules! xts_batch {
-    ($f_:ident, $p:expr, $f:expr, $l:expr, $k:expr) => {
+    ($f_:ident, $p:expr, $f:expr, $l:expr, $k:expr, $nf:expr, $nl:expr, $lo:expr, $hi:expr) => {
         core::arch::asm!(
             concat!(
                 xts_io_text!($f_, in, "xmm0", "0"), xts_io_text!($f_, in, "xmm1", "16"),
@@ -476,9 +508,11 @@ macro_rules! xts_batch {
                 xts_rounds_and_out_text!($f_),
             ),
             p = in(reg) $p, f = in(reg) $f, l = in(reg) $l, k = in(reg) $k,
+            nf = in(reg) $nf, nl = in(reg) $nl,
+            lo = inout(reg) $lo, hi = inout(reg) $hi, a = out(reg) _, m = out(reg) _,
             out("xmm0") _, out("xmm1") _, out("xmm2") _, out("xmm3") _,
             out("xmm4") _, out("xmm5") _, out("xmm6") _, out("xmm7") _, out("xmm8") _,
-            options(nostack, preserves_flags),
+            options(nostack),
         )
     };
 }
@@ -511,29 +545,31 @@ macro_rules! xts_xmm_flavor {
                     let t0 = encrypt1_256!(kt, u);
                     let mut t0b = [0u8; 16];
                     _mm_storeu_si128(t0b.as_mut_ptr().cast(), t0);
-                    let mut t = u128::from_le_bytes(t0b);
+                    let t = u128::from_le_bytes(t0b);
                     // Round keys 0 and 14 are folded into the stored
-                    // tweaks (see `fill_tweaks`).
+                    // tweaks (see `xts_fill_text`).
                     let rk = &keys.data.0;
-                    let k0 = u128::from_le_bytes(rk[0]);
-                    let k14 = u128::from_le_bytes(rk[14]);
                     let mut chunks = data.chunks_exact_mut(16 * LANES);
                     let n = chunks.len();
-                    // Two batches' stored tweaks: the next batch's are
-                    // written while this one's rounds run, so its loads
-                    // never wait on stores still in flight (a 16-byte load
-                    // of two 8-byte stores cannot be forwarded).
-                    let mut first = core::mem::MaybeUninit::<[super::Tweaks; 2]>::uninit();
-                    let mut last = core::mem::MaybeUninit::<[super::Tweaks; 2]>::uninit();
+                    // Three batches' stored tweaks: each batch stores
+                    // the one after next's, so a batch's loads come a
+                    // whole batch after the 8-byte stores they read (a
+                    // 16-byte load of two 8-byte stores cannot be
+                    // forwarded; it waits until they reach the cache).
+                    let mut first = core::mem::MaybeUninit::<[super::Tweaks; 3]>::uninit();
+                    let mut last = core::mem::MaybeUninit::<[super::Tweaks; 3]>::uninit();
                     let first = first.as_mut_ptr().cast::<super::Tweaks>();
                     let last = last.as_mut_ptr().cast::<super::Tweaks>();
+                    // Batch 2's first tweak, in general-purpose registers
+                    // (see `xts_fill_text`).
+                    let t16 = super::mul_alpha_pow(t, 2 * LANES as u32);
+                    let (mut tlo, mut thi) = (t16 as u64, (t16 >> 64) as u64);
                     if let Some(chunk0) = chunks.next() {
                         let lo = _mm_set_epi64x(0, -1);
-                        // The first batch's tweaks come from the tweak
-                        // just encrypted: computed side by side from it in
-                        // vector registers and stored whole (16-byte
-                        // stores forward to the batch's loads), while `t`
-                        // skips past them in general-purpose registers.
+                        // Batches 0 and 1 take their tweaks from the tweak
+                        // just encrypted, computed side by side in vector
+                        // registers: batch 0's in registers, batch 1's
+                        // stored whole (16-byte stores forward).
                         let k0x = _mm_loadu_si128(rk[0].as_ptr().cast());
                         let k14x = _mm_loadu_si128(rk[14].as_ptr().cast());
                         // Doubling in four vector operations: the carries
@@ -566,34 +602,74 @@ macro_rules! xts_xmm_flavor {
                             *tk0 = _mm_xor_si128(*tw, k0x);
                             _mm_store_si128(l.add(i), _mm_xor_si128(*tw, k14x));
                         }
-                        t = super::mul_alpha_pow(t, LANES as u32);
-                        if n > 1 {
-                            super::fill_tweaks(&mut t, k0, k14, first.add(1), last.add(1));
+                        let t8 = mul_alpha_k!(xmm, t0, 8, lo);
+                        let t10 = mul_alpha_k!(xmm, t0, 10, lo);
+                        let t12 = mul_alpha_k!(xmm, t0, 12, lo);
+                        let t14 = mul_alpha_k!(xmm, t0, 14, lo);
+                        let tw = [
+                            t8,
+                            double(t8),
+                            t10,
+                            double(t10),
+                            t12,
+                            double(t12),
+                            t14,
+                            double(t14),
+                        ];
+                        let (f1, l1) = (
+                            first.add(1).cast::<__m128i>(),
+                            last.add(1).cast::<__m128i>(),
+                        );
+                        for (i, tw) in tw.iter().enumerate() {
+                            _mm_store_si128(f1.add(i), _mm_xor_si128(*tw, k0x));
+                            _mm_store_si128(l1.add(i), _mm_xor_si128(*tw, k14x));
                         }
-                        xts_first_batch!($name, chunk0.as_mut_ptr(), tk0, last, rk.as_ptr());
+                        const _: () = assert!(LANES == 8, "xts_first_batch! takes eight blocks");
+                        xts_first_batch!(
+                            $name,
+                            chunk0.as_mut_ptr(),
+                            tk0,
+                            last,
+                            rk.as_ptr(),
+                            first.add(2),
+                            last.add(2),
+                            tlo,
+                            thi
+                        );
                     }
-                    for (i, chunk) in (&mut chunks).enumerate() {
-                        let i = i + 1;
-                        let cur = i & 1;
-                        if i + 1 < n {
-                            let next = cur ^ 1;
-                            super::fill_tweaks(&mut t, k0, k14, first.add(next), last.add(next));
-                        }
-                        const _: () = assert!(LANES == 8, "xts_batch! takes eight blocks");
+                    // Batch i reads buffer i % 3 and fills (i + 2) % 3.
+                    let (mut cur, mut fill) = (1usize, 0usize);
+                    for chunk in &mut chunks {
+                        // The last two batches fill tweaks nobody reads
+                        // but the tail: cheaper than other copies of the
+                        // batch.
                         xts_batch!(
                             $name,
                             chunk.as_mut_ptr(),
                             first.add(cur),
                             last.add(cur),
-                            rk.as_ptr()
+                            rk.as_ptr(),
+                            first.add(fill),
+                            last.add(fill),
+                            tlo,
+                            thi
                         );
+                        cur = if cur == 2 { 0 } else { cur + 1 };
+                        fill = if fill == 2 { 0 } else { fill + 1 };
                     }
                     let rest = chunks.into_remainder();
                     if !rest.is_empty() {
                         let k = load_keys_256!(keys.data);
                         let lo = _mm_set_epi64x(0, -1);
-                        let tb = t.to_le_bytes();
-                        let tw = _mm_loadu_si128(tb.as_ptr().cast());
+                        // The tail's tweak: the first of batch n's, stored
+                        // (^ k0) by batch n - 2 (or before batch 0), or the
+                        // unit's own.
+                        let tw = if n == 0 {
+                            t0
+                        } else {
+                            let k0x = _mm_loadu_si128(rk[0].as_ptr().cast());
+                            _mm_xor_si128(_mm_load_si128(first.add(n % 3).cast()), k0x)
+                        };
                         xts_tail!(k, tw, rest, lo);
                     }
                 }

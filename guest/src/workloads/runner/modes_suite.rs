@@ -1,12 +1,14 @@
 //! The XTS-AES-256 and AES-128-GCM rows: known answers first, then
 //! throughput per message size, then at one 512-byte sector the same
 //! message with the register borrow (XRSTOR + XSAVE) around it for XMM,
-//! YMM and ZMM live state, and the portable implementation.
+//! YMM and ZMM live state, and the portable implementation. Each timed
+//! row but the portable one is the median of several samples
+//! ([`MODE_SAMPLES`]).
 
 use core::fmt::Write;
 
 use super::ctx::Ctx;
-use super::sizes::{modes_scratch, AES_FIXED_BYTES, BORROW_SIZE, MODE_BUF};
+use super::sizes::{modes_scratch, AES_FIXED_BYTES, BORROW_SIZE, MODE_BUF, MODE_SAMPLES};
 use crate::protocol::WorkUnit;
 use crate::workloads::aes::borrow::{Borrow, AREA_BYTES};
 use crate::workloads::aes::gcm::{self, Gcm128, GcmKey, GcmVariant};
@@ -67,15 +69,16 @@ fn rows<F: FnMut(&mut [u8])>(
     enc: &mut F,
 ) {
     let fixed_bytes = AES_FIXED_BYTES[ctx.full];
+    let samples = MODE_SAMPLES[ctx.full];
     for &size in sizes {
         if size > buf.len() || !size.is_multiple_of(BLOCK) {
             ctx.skip(name, variant, &bad_size(size));
             continue;
         }
         let msg = &mut buf[..size];
-        let (reps, cycles) = ctx
-            .budget
-            .measure(fixed_bytes / (size as u64 + 64), || enc(msg));
+        let (reps, cycles) =
+            ctx.budget
+                .measure_median(samples, fixed_bytes / (size as u64 + 64), || enc(msg));
         let work = reps * size as u64;
         ctx.result(
             name,
@@ -99,10 +102,12 @@ fn rows<F: FnMut(&mut [u8])>(
             }
         };
         let msg = &mut buf[..size];
-        let (reps, cycles) = ctx.budget.measure(fixed_bytes / (size as u64 + 64), || {
-            b.pair();
-            enc(msg)
-        });
+        let (reps, cycles) =
+            ctx.budget
+                .measure_median(samples, fixed_bytes / (size as u64 + 64), || {
+                    b.pair();
+                    enc(msg)
+                });
         let work = reps * size as u64;
         ctx.result(
             name,

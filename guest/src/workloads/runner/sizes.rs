@@ -73,6 +73,10 @@ impl Sizes<'static> {
 pub(super) const TARGET_MS_QUICK: u64 = 20;
 /// Target duration of one measurement in full runs.
 pub(super) const TARGET_MS_FULL: u64 = 50;
+/// Samples per XTS/GCM row (quick, full), of which the row reports the
+/// median rate: these rows stand against `openssl speed`, and a single
+/// sample of tens of milliseconds carried the host's noise into the ratio.
+pub(super) const MODE_SAMPLES: [usize; 2] = [3, 5];
 
 /// With the TSC frequency unknown, repetition counts come from a fixed
 /// amount of work instead: AES bytes (plus 64 per call for call overhead)
