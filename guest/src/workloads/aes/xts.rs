@@ -580,42 +580,41 @@ macro_rules! xts_xmm_flavor {
                             let c = _mm_srai_epi32::<31>(_mm_shuffle_epi32::<0x13>(t));
                             _mm_xor_si128(_mm_add_epi64(t, t), _mm_and_si128(c, carries))
                         };
-                        // Two levels deep, not a chain of seven: the
-                        // batch's last block starts a few cycles after
-                        // its first, with the AES units waiting on it.
-                        let t2 = mul_alpha_k!(xmm, t0, 2, lo);
-                        let t4 = mul_alpha_k!(xmm, t0, 4, lo);
-                        let t6 = mul_alpha_k!(xmm, t0, 6, lo);
-                        let tw = [
+                        // A batch's eight tweaks from four jumps two
+                        // doublings apart: two levels deep, not a chain of
+                        // seven, so the batch's last block starts a few
+                        // cycles after its first, with the AES units
+                        // waiting on it.
+                        let eight = |j: [__m128i; 4]| {
+                            [
+                                j[0],
+                                double(j[0]),
+                                j[1],
+                                double(j[1]),
+                                j[2],
+                                double(j[2]),
+                                j[3],
+                                double(j[3]),
+                            ]
+                        };
+                        let tw = eight([
                             t0,
-                            double(t0),
-                            t2,
-                            double(t2),
-                            t4,
-                            double(t4),
-                            t6,
-                            double(t6),
-                        ];
+                            mul_alpha_k!(xmm, t0, 2, lo),
+                            mul_alpha_k!(xmm, t0, 4, lo),
+                            mul_alpha_k!(xmm, t0, 6, lo),
+                        ]);
                         let l = last.cast::<__m128i>();
                         let mut tk0 = [_mm_setzero_si128(); LANES];
                         for (i, (tw, tk0)) in tw.iter().zip(tk0.iter_mut()).enumerate() {
                             *tk0 = _mm_xor_si128(*tw, k0x);
                             _mm_store_si128(l.add(i), _mm_xor_si128(*tw, k14x));
                         }
-                        let t8 = mul_alpha_k!(xmm, t0, 8, lo);
-                        let t10 = mul_alpha_k!(xmm, t0, 10, lo);
-                        let t12 = mul_alpha_k!(xmm, t0, 12, lo);
-                        let t14 = mul_alpha_k!(xmm, t0, 14, lo);
-                        let tw = [
-                            t8,
-                            double(t8),
-                            t10,
-                            double(t10),
-                            t12,
-                            double(t12),
-                            t14,
-                            double(t14),
-                        ];
+                        let tw = eight([
+                            mul_alpha_k!(xmm, t0, 8, lo),
+                            mul_alpha_k!(xmm, t0, 10, lo),
+                            mul_alpha_k!(xmm, t0, 12, lo),
+                            mul_alpha_k!(xmm, t0, 14, lo),
+                        ]);
                         let (f1, l1) = (
                             first.add(1).cast::<__m128i>(),
                             last.add(1).cast::<__m128i>(),
