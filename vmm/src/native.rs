@@ -199,7 +199,7 @@ pub fn aes_yardsticks(guest: &[ResultRow], quick: bool) -> Vec<Yardstick> {
             mb_per_s: r.mb_per_s,
         })
         .collect();
-    openssl::yardsticks(&figures, quick, &mut openssl::openssl_speed_median)
+    openssl::yardsticks(&figures, quick, openssl::RUNS, &mut openssl::openssl_speed)
 }
 
 /// The seed's Ice Lake AES-256-XTS 4 KiB figures, when `guest` has XTS

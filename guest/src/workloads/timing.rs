@@ -32,9 +32,6 @@ pub struct Budget {
 /// The most repetitions one measurement gets, whatever the calibration says.
 pub const MAX_REPS: u64 = 1 << 28;
 
-/// The most samples [`Budget::measure_median`] takes.
-pub const MAX_SAMPLES: usize = 15;
-
 impl Budget {
     /// `target_ms` per measurement at `tsc_khz` (0 = unknown).
     pub fn new(tsc_khz: u64, target_ms: u64) -> Self {
@@ -82,26 +79,6 @@ impl Budget {
         (total_reps, total)
     }
 
-    /// [`Budget::measure`] `samples` times (1..=[`MAX_SAMPLES`]) and the
-    /// sample with the median rate (repetitions, TSC cycles). Why: one long
-    /// sample averages in whatever the host did meanwhile (an interrupt, a
-    /// preempted vCPU, a busy sibling thread), and under nested KVM that
-    /// moved single figures by 20-40%; the median of several is the
-    /// code's own rate.
-    pub fn measure_median(
-        &self,
-        samples: usize,
-        fixed_reps: u64,
-        mut f: impl FnMut(),
-    ) -> (u64, u64) {
-        let n = samples.clamp(1, MAX_SAMPLES);
-        let mut s = [(1u64, 1u64); MAX_SAMPLES];
-        for x in s.iter_mut().take(n) {
-            *x = self.measure(fixed_reps, &mut f);
-        }
-        median_rate(&mut s[..n])
-    }
-
     /// Like [`Budget::measure`] for work that needs untimed preparation
     /// before every repetition (Linpack regenerates its matrix): only `f`
     /// is timed; both get `state`. The first `prepare` + `f` is an untimed
@@ -134,12 +111,15 @@ impl Budget {
 }
 
 /// The (repetitions, cycles) sample with the median cycles per repetition
-/// (the upper one of an even count), compared without division.
-fn median_rate(s: &mut [(u64, u64)]) -> (u64, u64) {
+/// (the upper one of an even count), compared without division. Why the
+/// median: one sample averages in whatever the host did meanwhile (an
+/// interrupt, a preempted vCPU), and under nested KVM that moved single
+/// figures by 20-40%. An empty slice gives (0, 0).
+pub fn median_rate(s: &mut [(u64, u64)]) -> (u64, u64) {
     s.sort_unstable_by(|a, b| {
         (u128::from(a.1) * u128::from(b.0)).cmp(&(u128::from(b.1) * u128::from(a.0)))
     });
-    s[s.len() / 2]
+    s.get(s.len() / 2).copied().unwrap_or((0, 0))
 }
 
 /// Repetitions so `r` repetitions that took `dt` cycles scale to `target`.
@@ -159,23 +139,7 @@ mod tests {
         let mut s = [(10, 100), (10, 300), (20, 400)];
         assert_eq!(median_rate(&mut s), (20, 400));
         assert_eq!(median_rate(&mut [(3, 9)]), (3, 9));
-    }
-
-    #[test]
-    fn median_sampling_runs_each_sample_and_clamps_the_count() {
-        // Without a TSC frequency every sample is a warm-up call and the
-        // fixed repetitions.
-        let b = Budget::new(0, 20);
-        let mut n = 0u64;
-        assert_eq!(b.measure_median(3, 7, || n += 1).0, 7);
-        assert_eq!(n, 3 * 8);
-        // Out-of-range sample counts are clamped, never a panic.
-        let mut n = 0u64;
-        assert_eq!(b.measure_median(0, 2, || n += 1).0, 2);
-        assert_eq!(n, 3);
-        let mut n = 0u64;
-        b.measure_median(usize::MAX, 1, || n += 1);
-        assert_eq!(n, 2 * MAX_SAMPLES as u64);
+        assert_eq!(median_rate(&mut []), (0, 0));
     }
 
     #[test]

@@ -4,9 +4,10 @@
 //! thread's Ice Lake XTS figures as a labelled static reference.
 //!
 //! Each figure is the median of [`RUNS`] runs of `openssl speed -elapsed
-//! -evp CIPHER -bytes N -seconds 1` (a second each), as the guest's XTS and
-//! GCM rows are medians of their samples: one run's figure moved by 10%
-//! here between runs. Quick runs keep one size per cipher. Ratios
+//! -evp CIPHER -bytes N -seconds 1` (a second each), taken round the
+//! figures as the guest's XTS and GCM rows take their samples round the
+//! rows: one run's figure moved by 10% here between runs. Quick runs keep
+//! one size per cipher. Ratios
 //! are reported, never asserted: the goal (every AES-NI variant >= 1.0x
 //! openssl for the same mode and size, VAES ahead of it) is read off the
 //! table.
@@ -99,13 +100,19 @@ pub struct GuestFigure<'a> {
 
 /// Every yardstick for `rows`: one per cipher and size the guest timed
 /// (sizes >= [`MIN_SIZE`]; with `quick`, only each cipher's largest size up
-/// to 8 KiB), measured with `speed` (normally [`openssl_speed_median`]).
+/// to 8 KiB), each the median of `runs` figures from `speed` (normally
+/// [`RUNS`] and [`openssl_speed`]). The runs go round the figures (every
+/// figure once, then every figure again ...), so that a slow spell of the
+/// host, which lasts seconds here, cannot take all of one figure's runs. A
+/// figure whose run fails is not run again: its yardstick carries the
+/// error.
 pub fn yardsticks(
     rows: &[GuestFigure<'_>],
     quick: bool,
+    runs: usize,
     speed: &mut dyn FnMut(&str, u64) -> Result<f64, OpensslError>,
 ) -> Vec<Yardstick> {
-    let mut out = Vec::new();
+    let mut figures: Vec<(&str, u64)> = Vec::new();
     for cipher in CIPHERS {
         let mut sizes: Vec<u64> = rows
             .iter()
@@ -123,9 +130,26 @@ pub fn yardsticks(
                 .into_iter()
                 .collect();
         }
-        for size in sizes {
-            let (openssl_mb_per_s, error) = match speed(cipher, size) {
-                Ok(v) => (Some(v), None),
+        figures.extend(sizes.into_iter().map(|size| (cipher, size)));
+    }
+    let mut got: Vec<Result<Vec<f64>, OpensslError>> =
+        figures.iter().map(|_| Ok(Vec::new())).collect();
+    for _ in 0..runs.max(1) {
+        for (&(cipher, size), got) in figures.iter().zip(got.iter_mut()) {
+            if let Ok(v) = got {
+                match speed(cipher, size) {
+                    Ok(x) => v.push(x),
+                    Err(e) => *got = Err(e),
+                }
+            }
+        }
+    }
+    figures
+        .iter()
+        .zip(got)
+        .map(|(&(cipher, size), got)| {
+            let (openssl_mb_per_s, error) = match got {
+                Ok(mut v) => (median(&mut v), None),
                 Err(e) => (None, Some(e.to_string())),
             };
             let guest = rows
@@ -140,16 +164,21 @@ pub fn yardsticks(
                     })
                 })
                 .collect();
-            out.push(Yardstick {
+            Yardstick {
                 cipher: cipher.to_string(),
                 size,
                 openssl_mb_per_s,
                 error,
                 guest,
-            });
-        }
-    }
-    out
+            }
+        })
+        .collect()
+}
+
+/// The median of `v` (the upper one of an even count); `None` when empty.
+fn median(v: &mut [f64]) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied()
 }
 
 /// Whether a variant is a plain implementation (not a register-borrow row,
@@ -160,24 +189,6 @@ fn timed_variant(v: &str) -> bool {
 
 /// Runs of `openssl speed` per figure.
 pub const RUNS: usize = 3;
-
-/// The median of [`RUNS`] runs of [`openssl_speed`]; the first failure
-/// when any fails.
-pub fn openssl_speed_median(cipher: &str, size: u64) -> Result<f64, OpensslError> {
-    median_of(RUNS, || openssl_speed(cipher, size))
-}
-
-/// The median of `runs` figures from `speed`, or its first error.
-pub fn median_of(
-    runs: usize,
-    mut speed: impl FnMut() -> Result<f64, OpensslError>,
-) -> Result<f64, OpensslError> {
-    let mut v = (0..runs.max(1))
-        .map(|_| speed())
-        .collect::<Result<Vec<f64>, _>>()?;
-    v.sort_by(f64::total_cmp);
-    Ok(v[v.len() / 2])
-}
 
 /// `openssl speed -elapsed -evp CIPHER -bytes SIZE -seconds 1` on the host,
 /// in MB/s.
@@ -260,28 +271,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_figure_is_the_median_of_its_runs_or_the_first_error() {
-        let mut figures = [5000.0, 4000.0, 5400.0].into_iter();
-        assert_eq!(
-            median_of(3, || Ok(figures.next().unwrap())).unwrap(),
-            5000.0
-        );
-        let mut calls = 0;
-        let err = median_of(3, || {
-            calls += 1;
-            if calls == 2 {
-                Err(OpensslError::Unparsable {
-                    cipher: "aes-256-xts".into(),
-                })
+    fn a_figure_is_the_median_of_its_runs_taken_round_the_figures() {
+        let rows = [
+            row("aes-256-xts", "aesni", 512, 1000.0),
+            row("aes-256-xts", "aesni", 4096, 2000.0),
+            row("aes-128-cbc", "aesni-sse", 8192, 1500.0),
+        ];
+        let mut asked = Vec::new();
+        let mut xts = [5000.0, 4000.0, 6000.0, 5400.0, 3000.0, 4500.0].into_iter();
+        let mut speed = |c: &str, n: u64| {
+            asked.push(n);
+            if c == "aes-128-cbc" {
+                Err(OpensslError::Unparsable { cipher: c.into() })
             } else {
-                Ok(1.0)
+                Ok(xts.next().unwrap())
             }
-        })
-        .unwrap_err();
-        assert!(err.to_string().contains("no aes-256-xts row"), "{err}");
-        // The failing run stops the rest.
-        assert_eq!(calls, 2);
-        assert_eq!(median_of(0, || Ok(7.0)).unwrap(), 7.0);
+        };
+        let ys = yardsticks(&rows, false, 3, &mut speed);
+        // Round the figures, three times; the failed one is not rerun.
+        assert_eq!(asked, [8192, 512, 4096, 512, 4096, 512, 4096]);
+        assert_eq!(ys[1].openssl_mb_per_s, Some(5000.0)); // of 5000, 6000, 3000
+        assert_eq!(ys[2].openssl_mb_per_s, Some(4500.0)); // of 4000, 5400, 4500
+        assert_eq!(ys[0].openssl_mb_per_s, None);
+        assert!(ys[0].error.as_deref().unwrap().contains("aes-128-cbc"));
+        assert_eq!(median(&mut []), None);
     }
 
     #[test]
@@ -325,7 +338,7 @@ mod tests {
                 Ok(4000.0)
             }
         };
-        let ys = yardsticks(&rows, false, &mut speed);
+        let ys = yardsticks(&rows, false, 1, &mut speed);
         assert_eq!(
             asked,
             [
@@ -343,7 +356,7 @@ mod tests {
         assert_eq!(ys[1].guest.len(), 1);
         assert_eq!(ys[1].guest[0].vs_openssl, Some(0.25));
         assert_eq!(ys[2].guest[0].vs_openssl, Some(0.5));
-        let quick = yardsticks(&rows, true, &mut |_, _| Ok(1.0));
+        let quick = yardsticks(&rows, true, 1, &mut |_, _| Ok(1.0));
         assert_eq!(
             quick.iter().map(|y| y.size).collect::<Vec<_>>(),
             [8192, 4096]

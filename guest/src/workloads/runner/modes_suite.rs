@@ -3,12 +3,15 @@
 //! message with the register borrow (XRSTOR + XSAVE) around it for XMM,
 //! YMM and ZMM live state, and the portable implementation. Each timed
 //! row but the portable one is the median of several samples
-//! ([`MODE_SAMPLES`]).
+//! ([`MODE_SAMPLES`]), taken round the rows.
 
 use core::fmt::Write;
 
 use super::ctx::Ctx;
-use super::sizes::{modes_scratch, AES_FIXED_BYTES, BORROW_SIZE, MODE_BUF, MODE_SAMPLES};
+use super::sizes::{
+    modes_scratch, AES_FIXED_BYTES, BORROW_SIZE, MAX_MODE_SAMPLES, MAX_MODE_SIZES, MODE_BUF,
+    MODE_SAMPLES,
+};
 use crate::protocol::WorkUnit;
 use crate::workloads::aes::borrow::{Borrow, AREA_BYTES};
 use crate::workloads::aes::gcm::{self, Gcm128, GcmKey, GcmVariant};
@@ -20,6 +23,7 @@ use crate::workloads::live::Live;
 use crate::workloads::scratch::Scratch;
 use crate::workloads::selection::Selection;
 use crate::workloads::text::Reason;
+use crate::workloads::timing::median_rate;
 
 const XTS: &str = "aes-256-xts";
 const GCM: &str = "aes-128-gcm";
@@ -52,71 +56,116 @@ fn bad_size(size: usize) -> Reason {
     r
 }
 
-/// One mode's rows for one variant that passed its known answers: `enc`
-/// encrypts one message (and advances whatever per-message state it has).
-/// Generic, not `dyn`: the timed loop calls the variant directly, as a
-/// caller of a cipher library would (one indirect call is ~2% of a 512-byte
-/// XTS message here).
+/// One timed row: variant `v` (an index into the suite's list) on
+/// `size`-byte messages, with the register borrow for `live` state around
+/// each message, or without.
+#[derive(Clone, Copy)]
+struct Row {
+    v: usize,
+    size: usize,
+    live: Option<Live>,
+}
+
+/// Most variants of one mode (XTS has four).
+const MAX_VARIANTS: usize = 4;
+/// Most timed rows of one mode: every variant at every size and with each
+/// of the three borrows.
+const MAX_ROWS: usize = MAX_VARIANTS * (MAX_MODE_SIZES + Live::ALL.len());
+
+/// One mode's rows for the variants that passed their known answers
+/// (`variants[v]` names variant `v`); `enc(v, msg)` encrypts one message
+/// with variant `v` (and advances whatever per-message state it has).
+///
+/// The samples go round the rows (every row's first sample, then every
+/// row's second ...) and each row reports its median rate: the host's slow
+/// spells last seconds here, and samples taken back to back could all fall
+/// in one. `enc` is generic, not `dyn`: the timed loop calls the variant
+/// directly, as a caller of a cipher library would (one indirect call is
+/// ~2% of a 512-byte XTS message here).
 #[allow(clippy::too_many_arguments)]
-fn rows<F: FnMut(&mut [u8])>(
+fn rows<F: FnMut(usize, &mut [u8])>(
     ctx: &mut Ctx,
     name: &str,
-    variant: &str,
+    variants: &[&str],
     sizes: &[usize],
     buf: &mut [u8],
     area: &mut [u8],
     usable: &CpuFeatures,
     enc: &mut F,
 ) {
-    let fixed_bytes = AES_FIXED_BYTES[ctx.full];
-    let samples = MODE_SAMPLES[ctx.full];
-    for &size in sizes {
-        if size > buf.len() || !size.is_multiple_of(BLOCK) {
-            ctx.skip(name, variant, &bad_size(size));
-            continue;
-        }
-        let msg = &mut buf[..size];
-        let (reps, cycles) =
-            ctx.budget
-                .measure_median(samples, fixed_bytes / (size as u64 + 64), || enc(msg));
-        let work = reps * size as u64;
-        ctx.result(
-            name,
-            variant,
-            size,
-            work,
-            cycles,
-            WorkUnit::Bytes,
-            true,
-            0.0,
-        );
-    }
-    let size = BORROW_SIZE;
-    for live in Live::ALL {
-        let v = borrowed(variant, live);
-        let mut b = match Borrow::new(area, live, usable) {
-            Ok(b) => b,
-            Err(why) => {
-                ctx.skip(name, v.as_str(), &unavailable(&why));
+    let mut rows = [Row {
+        v: 0,
+        size: 0,
+        live: None,
+    }; MAX_ROWS];
+    let mut n = 0;
+    for (v, &variant) in variants.iter().enumerate().take(MAX_VARIANTS) {
+        for &size in sizes.iter().take(MAX_MODE_SIZES) {
+            if size > buf.len() || !size.is_multiple_of(BLOCK) {
+                ctx.skip(name, variant, &bad_size(size));
                 continue;
             }
+            rows[n] = Row {
+                v,
+                size,
+                live: None,
+            };
+            n += 1;
+        }
+        for live in Live::ALL {
+            if let Err(why) = Borrow::new(area, live, usable) {
+                ctx.skip(name, borrowed(variant, live).as_str(), &unavailable(&why));
+                continue;
+            }
+            rows[n] = Row {
+                v,
+                size: BORROW_SIZE,
+                live: Some(live),
+            };
+            n += 1;
+        }
+    }
+    let rows = &rows[..n];
+    let fixed_bytes = AES_FIXED_BYTES[ctx.full];
+    let samples = MODE_SAMPLES[ctx.full].clamp(1, MAX_MODE_SAMPLES);
+    let mut got = [[(0u64, 0u64); MAX_MODE_SAMPLES]; MAX_ROWS];
+    for s in 0..samples {
+        for (row, got) in rows.iter().zip(got.iter_mut()) {
+            let msg = &mut buf[..row.size];
+            let fixed = fixed_bytes / (row.size as u64 + 64);
+            got[s] = match row.live {
+                None => ctx.budget.measure(fixed, || enc(row.v, msg)),
+                // Available: `Borrow::new` succeeded for it above and
+                // depends only on the live state and the features.
+                Some(live) => match Borrow::new(area, live, usable) {
+                    Ok(mut b) => ctx.budget.measure(fixed, || {
+                        b.pair();
+                        enc(row.v, msg)
+                    }),
+                    Err(_) => (0, 0),
+                },
+            };
+        }
+    }
+    for (row, got) in rows.iter().zip(got.iter_mut()) {
+        let (reps, cycles) = median_rate(&mut got[..samples]);
+        let variant = variants[row.v];
+        let label = match row.live {
+            Some(live) => borrowed(variant, live),
+            None => {
+                let mut r = Reason::new();
+                let _ = write!(r, "{variant}");
+                r
+            }
         };
-        let msg = &mut buf[..size];
-        let (reps, cycles) =
-            ctx.budget
-                .measure_median(samples, fixed_bytes / (size as u64 + 64), || {
-                    b.pair();
-                    enc(msg)
-                });
-        let work = reps * size as u64;
         ctx.result(
             name,
-            v.as_str(),
-            size,
-            work,
+            label.as_str(),
+            row.size,
+            reps * row.size as u64,
             cycles,
             WorkUnit::Bytes,
-            true,
+            reps > 0,
             0.0,
         );
     }
@@ -169,6 +218,9 @@ pub(super) fn xts_suite(
         return;
     };
     let keys = XtsKeys::new(&XTS_V10_KEY);
+    let mut timed: [Option<Xts256>; MAX_VARIANTS] = [None; MAX_VARIANTS];
+    let mut names = [""; MAX_VARIANTS];
+    let mut n = 0;
     for v in XtsVariant::ALL {
         let x = match Xts256::with_detected(v, usable) {
             Ok(x) => x,
@@ -181,15 +233,20 @@ pub(super) fn xts_suite(
             failed(ctx, XTS, v.name(), sizes, &why);
             continue;
         }
-        // Consecutive sectors, as a disk writes them.
-        let mut unit = 0u128;
-        let mut enc = |m: &mut [u8]| {
-            // Whole blocks by construction (`rows` checks): cannot fail.
-            let _ = x.encrypt_unit(&keys, unit, m);
-            unit += 1;
-        };
-        rows(ctx, XTS, v.name(), sizes, buf, area, usable, &mut enc);
+        timed[n] = Some(x);
+        names[n] = v.name();
+        n += 1;
     }
+    // Consecutive sectors per variant, as a disk writes them.
+    let mut units = [0u128; MAX_VARIANTS];
+    let mut enc = |v: usize, m: &mut [u8]| {
+        if let Some(x) = &timed[v] {
+            // Whole blocks by construction (`rows` checks): cannot fail.
+            let _ = x.encrypt_unit(&keys, units[v], m);
+            units[v] += 1;
+        }
+    };
+    rows(ctx, XTS, &names[..n], sizes, buf, area, usable, &mut enc);
     // The portable row ("generic C" in the seed): vector 10 first.
     let mut d = kat_modes::XTS_V10_PLAINTEXT;
     let kat_keys = kat_modes::xts_keys(&XTS_V10_KEY, sel.corrupt_aes_key);
@@ -211,6 +268,9 @@ pub(super) fn gcm_suite(
     let Some((buf, area)) = buffers(ctx, GCM, &names, scratch) else {
         return;
     };
+    let mut timed: [Option<(Gcm128, GcmKey)>; MAX_VARIANTS] = [None, None, None, None];
+    let mut names = [""; MAX_VARIANTS];
+    let mut n = 0;
     for v in GcmVariant::ALL {
         let g = match Gcm128::with_detected(v, usable) {
             Ok(g) => g,
@@ -223,13 +283,17 @@ pub(super) fn gcm_suite(
             failed(ctx, GCM, v.name(), sizes, &why);
             continue;
         }
-        let key = GcmKey::new(g.expand_key(&kat::KEY_2B7E));
-        let mut enc = |m: &mut [u8]| {
-            // At most 64 KiB: far below GCM's limit, cannot fail.
-            let _ = g.encrypt(&key, &IV, &[], m);
-        };
-        rows(ctx, GCM, v.name(), sizes, buf, area, usable, &mut enc);
+        timed[n] = Some((g, GcmKey::new(g.expand_key(&kat::KEY_2B7E))));
+        names[n] = v.name();
+        n += 1;
     }
+    let mut enc = |v: usize, m: &mut [u8]| {
+        if let Some((g, key)) = &timed[v] {
+            // At most 64 KiB: far below GCM's limit, cannot fail.
+            let _ = g.encrypt(key, &IV, &[], m);
+        }
+    };
+    rows(ctx, GCM, &names[..n], sizes, buf, area, usable, &mut enc);
     let v = &kat_modes::GCM_VECTORS[1];
     let mut rk = soft::expand_key(&v.key);
     if sel.corrupt_aes_key {

@@ -77,6 +77,13 @@ pub(super) const TARGET_MS_FULL: u64 = 50;
 /// median rate: these rows stand against `openssl speed`, and a single
 /// sample of tens of milliseconds carried the host's noise into the ratio.
 pub(super) const MODE_SAMPLES: [usize; 2] = [3, 5];
+/// Most samples per XTS/GCM row.
+pub(super) const MAX_MODE_SAMPLES: usize = 5;
+/// Most XTS/GCM message sizes per run.
+pub(super) const MAX_MODE_SIZES: usize = 4;
+const _: () =
+    assert!(MODE_SIZES.len() <= MAX_MODE_SIZES && MODE_SIZES_QUICK.len() <= MAX_MODE_SIZES);
+const _: () = assert!(MODE_SAMPLES[0] <= MAX_MODE_SAMPLES && MODE_SAMPLES[1] <= MAX_MODE_SAMPLES);
 
 /// With the TSC frequency unknown, repetition counts come from a fixed
 /// amount of work instead: AES bytes (plus 64 per call for call overhead)
