@@ -17,6 +17,8 @@ use std::process::Command;
 
 use serde::Serialize;
 
+use super::stats::Spread;
+
 /// The seed thread's AES-256-XTS figures at 4 KiB messages on Ice Lake,
 /// MB/s: a static reference, not measured here.
 pub const SEED_ICE_LAKE_XTS_4K: [(&str, f64); 5] = [
@@ -149,7 +151,7 @@ pub fn yardsticks(
         .zip(got)
         .map(|(&(cipher, size), got)| {
             let (openssl_mb_per_s, error) = match got {
-                Ok(mut v) => (median(&mut v), None),
+                Ok(v) => (Spread::of(&v).map(|s| s.median), None),
                 Err(e) => (None, Some(e.to_string())),
             };
             let guest = rows
@@ -173,12 +175,6 @@ pub fn yardsticks(
             }
         })
         .collect()
-}
-
-/// The median of `v` (the upper one of an even count); `None` when empty.
-fn median(v: &mut [f64]) -> Option<f64> {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied()
 }
 
 /// Whether a variant is a plain implementation (not a register-borrow row,
@@ -294,7 +290,6 @@ mod tests {
         assert_eq!(ys[2].openssl_mb_per_s, Some(4500.0)); // of 4000, 5400, 4500
         assert_eq!(ys[0].openssl_mb_per_s, None);
         assert!(ys[0].error.as_deref().unwrap().contains("aes-128-cbc"));
-        assert_eq!(median(&mut []), None);
     }
 
     #[test]
