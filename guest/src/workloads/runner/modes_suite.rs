@@ -127,7 +127,8 @@ fn rows<F: FnMut(usize, &mut [u8])>(
     }
     let rows = &rows[..n];
     let fixed_bytes = AES_FIXED_BYTES[ctx.full];
-    let samples = MODE_SAMPLES[ctx.full].clamp(1, MAX_MODE_SAMPLES);
+    // At most MAX_MODE_SAMPLES (checked where they are defined).
+    let samples = MODE_SAMPLES[ctx.full];
     let mut got = [[(0u64, 0u64); MAX_MODE_SAMPLES]; MAX_ROWS];
     for s in 0..samples {
         for (row, got) in rows.iter().zip(got.iter_mut()) {
@@ -150,17 +151,10 @@ fn rows<F: FnMut(usize, &mut [u8])>(
     for (row, got) in rows.iter().zip(got.iter_mut()) {
         let (reps, cycles) = median_rate(&mut got[..samples]);
         let variant = variants[row.v];
-        let label = match row.live {
-            Some(live) => borrowed(variant, live),
-            None => {
-                let mut r = Reason::new();
-                let _ = write!(r, "{variant}");
-                r
-            }
-        };
+        let with_borrow = row.live.map(|live| borrowed(variant, live));
         ctx.result(
             name,
-            label.as_str(),
+            with_borrow.as_ref().map_or(variant, Reason::as_str),
             row.size,
             reps * row.size as u64,
             cycles,

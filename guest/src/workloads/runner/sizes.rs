@@ -83,7 +83,12 @@ pub(super) const MAX_MODE_SAMPLES: usize = 5;
 pub(super) const MAX_MODE_SIZES: usize = 4;
 const _: () =
     assert!(MODE_SIZES.len() <= MAX_MODE_SIZES && MODE_SIZES_QUICK.len() <= MAX_MODE_SIZES);
-const _: () = assert!(MODE_SAMPLES[0] <= MAX_MODE_SAMPLES && MODE_SAMPLES[1] <= MAX_MODE_SAMPLES);
+const _: () = assert!(
+    MODE_SAMPLES[0] >= 1
+        && MODE_SAMPLES[0] <= MAX_MODE_SAMPLES
+        && MODE_SAMPLES[1] >= 1
+        && MODE_SAMPLES[1] <= MAX_MODE_SAMPLES
+);
 
 /// With the TSC frequency unknown, repetition counts come from a fixed
 /// amount of work instead: AES bytes (plus 64 per call for call overhead)
