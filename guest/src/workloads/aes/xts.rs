@@ -14,9 +14,10 @@
 //! runs on) two batches ahead, between the rounds of the batch in flight,
 //! and read them as memory operands; a message's first two batches take
 //! theirs from the tweak encryption in vector registers. On Zen 3 the
-//! tweak work done between batches (not inside them) and a batch's loads
-//! of stores made one batch earlier each cost a third of the throughput. The VAES variants keep a batch's tweaks in registers
-//! and advance them by alpha^(blocks per batch) with shifts and XORs.
+//! tweak work done between batches (not inside them) cost a fifth of the
+//! throughput, and a batch's loads of stores made one batch earlier a
+//! third. The VAES variants keep a batch's tweaks in registers and advance
+//! them by alpha^(blocks per batch) with shifts and XORs.
 //!
 //! Data units must be a whole number of blocks (disk sectors are):
 //! ciphertext stealing is not implemented, and a partial unit is an error.
@@ -271,7 +272,7 @@ macro_rules! xts_tail {
 
 /// Rounds 1..=13 on xmm0..xmm7, then the eight blocks out (asm text
 /// shared by [`xts_batch`] and [`xts_first_batch`]). Rounds 1..=8 each
-/// carry one of the next batch's tweaks ([`xts_fill_text`]), so that
+/// carry one of the next-but-one batch's tweaks ([`xts_fill_text`]), so that
 /// integer work is dispatched beside the `aesenc`s instead of queueing
 /// behind a whole batch of them.
 macro_rules! xts_rounds_and_out_text {
@@ -310,7 +311,7 @@ macro_rules! xts_rounds_and_out_text {
     };
 }
 
-/// One of the next batch's tweaks, in general-purpose registers (integer
+/// One of the next-but-one batch's tweaks, in general-purpose registers (integer
 /// ALUs, not the vector pipes `aesenc` runs on): the tweak `{hi}:{lo}` is
 /// stored XORed with round key 0 (at `{k}`) into `{nf}` and with round key
 /// 14 (at `{k} + 224`) into `{nl}`, at byte offsets `$lo`/`$hi`, then
