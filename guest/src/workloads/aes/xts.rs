@@ -12,12 +12,18 @@
 //! and reloaded them between rounds), double their tweaks in
 //! general-purpose registers (integer ALUs, not the vector pipes `aesenc`
 //! runs on) two batches ahead, between the rounds of the batch in flight,
-//! and read them as memory operands; a message's first two batches take
-//! theirs from the tweak encryption in vector registers. On Zen 3 the
-//! tweak work done between batches (not inside them) cost a fifth of the
-//! throughput, and a batch's loads of stores made one batch earlier a
-//! third. The VAES variants keep a batch's tweaks in registers and advance
-//! them by alpha^(blocks per batch) with shifts and XORs.
+//! store them plain (two 8-byte stores each) and read them as memory
+//! operands, with round keys 0 and 14 held in registers; a message's
+//! first two batches take theirs from the tweak encryption in vector
+//! registers. On Zen 3 the tweak work done between batches (not inside
+//! them) cost a fifth of the throughput, a batch's loads of stores made
+//! one batch earlier a third, and storing each tweak twice (pre-XORed
+//! with round keys 0 and 14) made the slow spells, when the core's store
+//! throughput halves for seconds at a time, a fifth slower. Doubling in
+//! vector registers with one 16-byte store per tweak instead stayed below
+//! 5700 MB/s even in quiet spells: it takes the pipes `aesenc` needs.
+//! The VAES variants keep a batch's tweaks in registers and advance them
+//! by alpha^(blocks per batch) with shifts and XORs.
 //!
 //! Data units must be a whole number of blocks (disk sectors are):
 //! ciphertext stealing is not implemented, and a partial unit is an error.
@@ -313,33 +319,23 @@ macro_rules! xts_rounds_and_out_text {
 
 /// One of the next-but-one batch's tweaks, in general-purpose registers (integer
 /// ALUs, not the vector pipes `aesenc` runs on): the tweak `{hi}:{lo}` is
-/// stored XORed with round key 0 (at `{k}`) into `{nf}` and with round key
-/// 14 (at `{k} + 224`) into `{nl}`, at byte offsets `$lo`/`$hi`, then
-/// multiplied by alpha: `add`/`adc` carry the low qword's top bit into the
-/// high one, and the high qword's top bit selects 0x87.
+/// stored as it is into `{nf}` at byte offsets `$lo`/`$hi`, then multiplied
+/// by alpha: `add`/`adc` carry the low qword's top bit into the high one,
+/// and the high qword's top bit selects 0x87. Two stores per tweak and no
+/// loads: round keys 0 and 14 are applied from registers instead
+/// ([`xts_io_text`]), because store throughput is what varies on these
+/// machines (measured natively on Zen 3: a loop of plain 8-byte stores ran
+/// at 2.6-5.1 G/s from one 100 ms to the next, a pure ALU chain within
+/// 3%).
 macro_rules! xts_fill_text {
     ($lo:literal, $hi:literal) => {
         concat!(
-            "mov {a}, {lo}\n",
-            "xor {a}, [{k}]\n",
             "mov [{nf} + ",
             $lo,
-            "], {a}\n",
-            "mov {a}, {hi}\n",
-            "xor {a}, [{k} + 8]\n",
+            "], {lo}\n",
             "mov [{nf} + ",
             $hi,
-            "], {a}\n",
-            "mov {a}, {lo}\n",
-            "xor {a}, [{k} + 224]\n",
-            "mov [{nl} + ",
-            $lo,
-            "], {a}\n",
-            "mov {a}, {hi}\n",
-            "xor {a}, [{k} + 232]\n",
-            "mov [{nl} + ",
-            $hi,
-            "], {a}\n",
+            "], {hi}\n",
             "mov {m}, {hi}\n",
             "sar {m}, 63\n",
             "and {m}, 0x87\n",
@@ -364,9 +360,10 @@ macro_rules! xts_in_reg_text {
 /// [`xts_batch`] for a message's first batch, whose tweaks (^ round key
 /// 0) arrive in registers `$t[0..8]` straight from the tweak encryption
 /// instead of through memory: one store-to-load trip fewer on the path
-/// every message waits on.
+/// every message waits on. `$f` holds the same tweaks (without round key
+/// 0) for the way out.
 macro_rules! xts_first_batch {
-    ($f_:ident, $p:expr, $t:expr, $l:expr, $k:expr, $nf:expr, $nl:expr, $lo:expr, $hi:expr) => {
+    ($f_:ident, $p:expr, $t:expr, $f:expr, $k:expr, $nf:expr, $lo:expr, $hi:expr, $k0:expr, $k14:expr) => {
         core::arch::asm!(
             concat!(
                 xts_in_reg_text!($f_, "xmm0", "0"), xts_in_reg_text!($f_, "xmm1", "16"),
@@ -375,14 +372,13 @@ macro_rules! xts_first_batch {
                 xts_in_reg_text!($f_, "xmm6", "96"), xts_in_reg_text!($f_, "xmm7", "112"),
                 xts_rounds_and_out_text!($f_),
             ),
-            p = in(reg) $p, l = in(reg) $l, k = in(reg) $k,
-            nf = in(reg) $nf, nl = in(reg) $nl,
-            lo = inout(reg) $lo, hi = inout(reg) $hi, a = out(reg) _, m = out(reg) _,
+            p = in(reg) $p, f = in(reg) $f, k = in(reg) $k, nf = in(reg) $nf,
+            lo = inout(reg) $lo, hi = inout(reg) $hi, m = out(reg) _,
             inout("xmm0") $t[0] => _, inout("xmm1") $t[1] => _,
             inout("xmm2") $t[2] => _, inout("xmm3") $t[3] => _,
             inout("xmm4") $t[4] => _, inout("xmm5") $t[5] => _,
             inout("xmm6") $t[6] => _, inout("xmm7") $t[7] => _,
-            out("xmm8") _,
+            out("xmm8") _, in("xmm9") $k0, in("xmm10") $k14,
             options(nostack),
         )
     };
@@ -427,8 +423,9 @@ macro_rules! xts_round_text {
     };
 }
 
-/// Block `$i` in (data at `{p}` XOR stored tweak at `{f}`) and out
-/// (`aesenclast` with the stored tweak ^ k14 at `{l}`, stored to `{p}`).
+/// Block `$i` in (data at `{p}` XOR stored tweak at `{f}` XOR round key 0
+/// in xmm9) and out (`aesenclast` with round key 14 in xmm10, XOR the
+/// stored tweak at `{f}`, stored to `{p}`).
 macro_rules! xts_io_text {
     (sse, in, $x:literal, $off:literal) => {
         concat!(
@@ -441,37 +438,43 @@ macro_rules! xts_io_text {
             $x,
             ", [{f} + ",
             $off,
-            "]\n"
+            "]\n",
+            "pxor ",
+            $x,
+            ", xmm9\n",
         )
     };
     (avx, in, $x:literal, $off:literal) => {
         concat!(
-            "vmovdqu ",
+            "vpxor ",
             $x,
-            ", [{p} + ",
+            ", xmm9, [{f} + ",
             $off,
             "]\n",
             "vpxor ",
             $x,
             ", ",
             $x,
-            ", [{f} + ",
+            ", [{p} + ",
             $off,
-            "]\n"
+            "]\n",
         )
     };
     (sse, out, $x:literal, $off:literal) => {
         concat!(
             "aesenclast ",
             $x,
-            ", [{l} + ",
+            ", xmm10\n",
+            "pxor ",
+            $x,
+            ", [{f} + ",
             $off,
             "]\n",
             "movdqu [{p} + ",
             $off,
             "], ",
             $x,
-            "\n"
+            "\n",
         )
     };
     (avx, out, $x:literal, $off:literal) => {
@@ -480,26 +483,33 @@ macro_rules! xts_io_text {
             $x,
             ", ",
             $x,
-            ", [{l} + ",
+            ", xmm10\n",
+            "vpxor ",
+            $x,
+            ", ",
+            $x,
+            ", [{f} + ",
             $off,
             "]\n",
             "vmovdqu [{p} + ",
             $off,
             "], ",
             $x,
-            "\n"
+            "\n",
         )
     };
 }
 
 /// One whole batch of eight blocks (128 bytes at `$p`, in place) as a
-/// single `asm!` block: in with the stored tweaks at `$f`, 13 rounds with
-/// the 16-aligned round keys at `$k` (each loaded once into xmm8), out with
-/// the stored tweaks at `$l`. Why one block: left to the compiler, the
-/// batch's eight blocks, round key and stored tweaks exceed the sixteen
-/// XMM registers and it shuffles and reloads them between rounds.
+/// single `asm!` block: in with the stored tweaks at `$f` and round key 0
+/// (`$k0`), 13 rounds with the 16-aligned round keys at `$k` (each loaded
+/// once into xmm8), out with round key 14 (`$k14`) and the stored tweaks
+/// again; meanwhile the tweaks of the next-but-one batch go to `$nf`. Why
+/// one block: left to the compiler, the batch's eight blocks, round key
+/// and stored tweaks exceed the sixteen XMM registers and it shuffles and
+/// reloads them between rounds.
 macro_rules! xts_batch {
-    ($f_:ident, $p:expr, $f:expr, $l:expr, $k:expr, $nf:expr, $nl:expr, $lo:expr, $hi:expr) => {
+    ($f_:ident, $p:expr, $f:expr, $k:expr, $nf:expr, $lo:expr, $hi:expr, $k0:expr, $k14:expr) => {
         core::arch::asm!(
             concat!(
                 xts_io_text!($f_, in, "xmm0", "0"), xts_io_text!($f_, in, "xmm1", "16"),
@@ -508,11 +518,11 @@ macro_rules! xts_batch {
                 xts_io_text!($f_, in, "xmm6", "96"), xts_io_text!($f_, in, "xmm7", "112"),
                 xts_rounds_and_out_text!($f_),
             ),
-            p = in(reg) $p, f = in(reg) $f, l = in(reg) $l, k = in(reg) $k,
-            nf = in(reg) $nf, nl = in(reg) $nl,
-            lo = inout(reg) $lo, hi = inout(reg) $hi, a = out(reg) _, m = out(reg) _,
+            p = in(reg) $p, f = in(reg) $f, k = in(reg) $k, nf = in(reg) $nf,
+            lo = inout(reg) $lo, hi = inout(reg) $hi, m = out(reg) _,
             out("xmm0") _, out("xmm1") _, out("xmm2") _, out("xmm3") _,
             out("xmm4") _, out("xmm5") _, out("xmm6") _, out("xmm7") _, out("xmm8") _,
+            in("xmm9") $k0, in("xmm10") $k14,
             options(nostack),
         )
     };
@@ -547,9 +557,9 @@ macro_rules! xts_xmm_flavor {
                     let mut t0b = [0u8; 16];
                     _mm_storeu_si128(t0b.as_mut_ptr().cast(), t0);
                     let t = u128::from_le_bytes(t0b);
-                    // Round keys 0 and 14 are folded into the stored
-                    // tweaks (see `xts_fill_text`).
                     let rk = &keys.data.0;
+                    let k0x = _mm_loadu_si128(rk[0].as_ptr().cast());
+                    let k14x = _mm_loadu_si128(rk[14].as_ptr().cast());
                     let mut chunks = data.chunks_exact_mut(16 * LANES);
                     let n = chunks.len();
                     // Three batches' stored tweaks: each batch stores
@@ -557,10 +567,8 @@ macro_rules! xts_xmm_flavor {
                     // whole batch after the 8-byte stores they read (a
                     // 16-byte load of two 8-byte stores cannot be
                     // forwarded; it waits until they reach the cache).
-                    let mut first = core::mem::MaybeUninit::<[super::Tweaks; 3]>::uninit();
-                    let mut last = core::mem::MaybeUninit::<[super::Tweaks; 3]>::uninit();
-                    let first = first.as_mut_ptr().cast::<super::Tweaks>();
-                    let last = last.as_mut_ptr().cast::<super::Tweaks>();
+                    let mut tweaks = core::mem::MaybeUninit::<[super::Tweaks; 3]>::uninit();
+                    let tweaks = tweaks.as_mut_ptr().cast::<super::Tweaks>();
                     // Batch 2's first tweak, in general-purpose registers
                     // (see `xts_fill_text`).
                     let t16 = super::mul_alpha_pow(t, 2 * LANES as u32);
@@ -569,10 +577,9 @@ macro_rules! xts_xmm_flavor {
                         let lo = _mm_set_epi64x(0, -1);
                         // Batches 0 and 1 take their tweaks from the tweak
                         // just encrypted, computed side by side in vector
-                        // registers: batch 0's in registers, batch 1's
-                        // stored whole (16-byte stores forward).
-                        let k0x = _mm_loadu_si128(rk[0].as_ptr().cast());
-                        let k14x = _mm_loadu_si128(rk[14].as_ptr().cast());
+                        // registers: batch 0's in registers (^ round key
+                        // 0) and stored, batch 1's stored (16-byte stores
+                        // forward).
                         // Doubling in four vector operations: the carries
                         // out of each qword's top bit, moved to where they
                         // land (0x87 into the low qword, 1 into the high).
@@ -604,11 +611,11 @@ macro_rules! xts_xmm_flavor {
                             mul_alpha_k!(xmm, t0, 4, lo),
                             mul_alpha_k!(xmm, t0, 6, lo),
                         ]);
-                        let l = last.cast::<__m128i>();
+                        let f0 = tweaks.cast::<__m128i>();
                         let mut tk0 = [_mm_setzero_si128(); LANES];
                         for (i, (tw, tk0)) in tw.iter().zip(tk0.iter_mut()).enumerate() {
                             *tk0 = _mm_xor_si128(*tw, k0x);
-                            _mm_store_si128(l.add(i), _mm_xor_si128(*tw, k14x));
+                            _mm_store_si128(f0.add(i), *tw);
                         }
                         let tw = eight([
                             mul_alpha_k!(xmm, t0, 8, lo),
@@ -616,25 +623,22 @@ macro_rules! xts_xmm_flavor {
                             mul_alpha_k!(xmm, t0, 12, lo),
                             mul_alpha_k!(xmm, t0, 14, lo),
                         ]);
-                        let (f1, l1) = (
-                            first.add(1).cast::<__m128i>(),
-                            last.add(1).cast::<__m128i>(),
-                        );
+                        let f1 = tweaks.add(1).cast::<__m128i>();
                         for (i, tw) in tw.iter().enumerate() {
-                            _mm_store_si128(f1.add(i), _mm_xor_si128(*tw, k0x));
-                            _mm_store_si128(l1.add(i), _mm_xor_si128(*tw, k14x));
+                            _mm_store_si128(f1.add(i), *tw);
                         }
                         const _: () = assert!(LANES == 8, "xts_first_batch! takes eight blocks");
                         xts_first_batch!(
                             $name,
                             chunk0.as_mut_ptr(),
                             tk0,
-                            last,
+                            tweaks,
                             rk.as_ptr(),
-                            first.add(2),
-                            last.add(2),
+                            tweaks.add(2),
                             tlo,
-                            thi
+                            thi,
+                            k0x,
+                            k14x
                         );
                     }
                     // Batch i reads buffer i % 3 and fills (i + 2) % 3.
@@ -646,13 +650,13 @@ macro_rules! xts_xmm_flavor {
                         xts_batch!(
                             $name,
                             chunk.as_mut_ptr(),
-                            first.add(cur),
-                            last.add(cur),
+                            tweaks.add(cur),
                             rk.as_ptr(),
-                            first.add(fill),
-                            last.add(fill),
+                            tweaks.add(fill),
                             tlo,
-                            thi
+                            thi,
+                            k0x,
+                            k14x
                         );
                         cur = if cur == 2 { 0 } else { cur + 1 };
                         fill = if fill == 2 { 0 } else { fill + 1 };
@@ -662,13 +666,12 @@ macro_rules! xts_xmm_flavor {
                         let k = load_keys_256!(keys.data);
                         let lo = _mm_set_epi64x(0, -1);
                         // The tail's tweak: the first of batch n's, stored
-                        // (^ k0) by batch n - 2 (or before batch 0), or the
-                        // unit's own.
+                        // by batch n - 2 (or before batch 0), or the unit's
+                        // own.
                         let tw = if n == 0 {
                             t0
                         } else {
-                            let k0x = _mm_loadu_si128(rk[0].as_ptr().cast());
-                            _mm_xor_si128(_mm_load_si128(first.add(n % 3).cast()), k0x)
+                            _mm_load_si128(tweaks.add(n % 3).cast())
                         };
                         xts_tail!(k, tw, rest, lo);
                     }
