@@ -19,6 +19,7 @@ pub(super) trait F64Vec: Copy {
     /// `a * b + c` (fused where the ISA has FMA).
     unsafe fn mul_add(a: Self, b: Self, c: Self) -> Self;
     unsafe fn add(a: Self, b: Self) -> Self;
+    unsafe fn mul(a: Self, b: Self) -> Self;
 }
 
 /// SSE2: two lanes, no FMA (multiply, then add).
@@ -72,6 +73,13 @@ impl F64Vec for __m128d {
         // features it is compiled for, and the pointers and lengths it is
         // given), which is all its intrinsics and pointer accesses rely on.
         unsafe { _mm_add_pd(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn mul(a: Self, b: Self) -> Self {
+        // SAFETY: the caller upholds this function's contract (the CPU
+        // features it is compiled for, and the pointers and lengths it is
+        // given), which is all its intrinsics and pointer accesses rely on.
+        unsafe { _mm_mul_pd(a, b) }
     }
 }
 
@@ -127,6 +135,13 @@ impl F64Vec for __m256d {
         // given), which is all its intrinsics and pointer accesses rely on.
         unsafe { _mm256_add_pd(a, b) }
     }
+    #[inline(always)]
+    unsafe fn mul(a: Self, b: Self) -> Self {
+        // SAFETY: the caller upholds this function's contract (the CPU
+        // features it is compiled for, and the pointers and lengths it is
+        // given), which is all its intrinsics and pointer accesses rely on.
+        unsafe { _mm256_mul_pd(a, b) }
+    }
 }
 
 /// AVX-512F: eight lanes, fused multiply-add.
@@ -180,5 +195,12 @@ impl F64Vec for __m512d {
         // features it is compiled for, and the pointers and lengths it is
         // given), which is all its intrinsics and pointer accesses rely on.
         unsafe { _mm512_add_pd(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn mul(a: Self, b: Self) -> Self {
+        // SAFETY: the caller upholds this function's contract (the CPU
+        // features it is compiled for, and the pointers and lengths it is
+        // given), which is all its intrinsics and pointer accesses rely on.
+        unsafe { _mm512_mul_pd(a, b) }
     }
 }
