@@ -94,17 +94,29 @@ unsafe fn blocked<V: F64Vec, const MV: usize, const NR: usize>(x: &Args) {
                     pack_a::<V, MV>(mcb, kcb, x.a.add(ic + pc * x.lda), x.lda, x.alpha, ap);
                     let mut jr = 0;
                     while jr < ncb {
+                        let cols = NR.min(ncb - jr);
                         let mut ir = 0;
                         while ir < mcb {
-                            micro::<V, MV, NR>(
-                                kcb,
-                                ap.add(ir * kcb),
-                                bp.add(jr * kcb),
-                                x.c.add(ic + ir + (jc + jr) * x.ldc),
-                                x.ldc,
-                                mr.min(mcb - ir),
-                                NR.min(ncb - jr),
-                            );
+                            let tile = Tile {
+                                kc: kcb,
+                                a: ap.add(ir * kcb),
+                                b: bp.add(jr * kcb),
+                                c: x.c.add(ic + ir + (jc + jr) * x.ldc),
+                                ldc: x.ldc,
+                                m: mr.min(mcb - ir),
+                                n: cols,
+                            };
+                            // A narrow last panel (n not a multiple of NR)
+                            // computes the columns it has, rounded up to an
+                            // even count, not NR: at n = 512 the 8x6 tiles'
+                            // last panel has 2 columns of 6.
+                            if cols <= 2 {
+                                micro::<V, MV, NR, 2>(tile);
+                            } else if cols <= 4 {
+                                micro::<V, MV, NR, 4>(tile);
+                            } else {
+                                micro::<V, MV, NR, NR>(tile);
+                            }
                             ir += mr;
                         }
                         jr += NR;
@@ -221,11 +233,10 @@ macro_rules! kstep {
     }};
 }
 
-/// `C[0..m, 0..n] += Apanel * Bpanel` for one `MR x NR` tile; `m < MR` or
-/// `n < NR` only at the matrix edges (the panels are zero-padded).
-#[inline(always)]
-#[allow(clippy::needless_range_loop)] // register-tile indexing, fully unrolled
-unsafe fn micro<V: F64Vec, const MV: usize, const NR: usize>(
+/// One call of the micro-kernel: `C[0..m, 0..n] += A panel * B panel`
+/// over `kc` k-steps, with C's leading dimension `ldc`.
+#[derive(Clone, Copy)]
+struct Tile {
     kc: usize,
     a: *const f64,
     b: *const f64,
@@ -233,7 +244,24 @@ unsafe fn micro<V: F64Vec, const MV: usize, const NR: usize>(
     ldc: usize,
     m: usize,
     n: usize,
-) {
+}
+
+/// `C[0..m, 0..n] += Apanel * Bpanel` for one `MR x NX` tile of a B
+/// micro-panel `NR` wide (`NX <= NR` columns of it are computed); `m < MR`
+/// or `n < NX` only at the matrix edges (the panels are zero-padded).
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // register-tile indexing, fully unrolled
+unsafe fn micro<V: F64Vec, const MV: usize, const NR: usize, const NX: usize>(t: Tile) {
+    let Tile {
+        kc,
+        a,
+        b,
+        c,
+        ldc,
+        m,
+        n,
+    } = t;
+    const { assert!(NX <= NR, "a tile is at most a micro-panel wide") };
     // SAFETY: the caller upholds this function's contract (the CPU
     // features it is compiled for, and the pointers and lengths it is
     // given), which is all its intrinsics and pointer accesses rely on.
@@ -250,27 +278,27 @@ unsafe fn micro<V: F64Vec, const MV: usize, const NR: usize>(
             _mm_prefetch::<_MM_HINT_T0>(col.cast());
             _mm_prefetch::<_MM_HINT_T0>(col.add(m - 1).cast());
         }
-        let mut acc = [[V::zero(); MV]; NR];
+        let mut acc = [[V::zero(); MV]; NX];
         let mut a = a;
         let mut b = b;
         let mut p = 0;
         while p + 4 <= kc {
-            kstep!(acc, a, b, MV, NR, lanes);
-            kstep!(acc, a.add(mr), b.add(NR), MV, NR, lanes);
-            kstep!(acc, a.add(2 * mr), b.add(2 * NR), MV, NR, lanes);
-            kstep!(acc, a.add(3 * mr), b.add(3 * NR), MV, NR, lanes);
+            kstep!(acc, a, b, MV, NX, lanes);
+            kstep!(acc, a.add(mr), b.add(NR), MV, NX, lanes);
+            kstep!(acc, a.add(2 * mr), b.add(2 * NR), MV, NX, lanes);
+            kstep!(acc, a.add(3 * mr), b.add(3 * NR), MV, NX, lanes);
             a = a.add(4 * mr);
             b = b.add(4 * NR);
             p += 4;
         }
         while p < kc {
-            kstep!(acc, a, b, MV, NR, lanes);
+            kstep!(acc, a, b, MV, NX, lanes);
             a = a.add(mr);
             b = b.add(NR);
             p += 1;
         }
-        if m == mr && n == NR {
-            for j in 0..NR {
+        if m == mr && n == NX {
+            for j in 0..NX {
                 for v in 0..MV {
                     let cp = c.add(j * ldc + v * lanes);
                     V::storeu(cp, V::add(V::loadu(cp), acc[j][v]));
@@ -278,7 +306,7 @@ unsafe fn micro<V: F64Vec, const MV: usize, const NR: usize>(
             }
         } else {
             let mut tile = [0.0f64; MAX_TILE];
-            for j in 0..NR {
+            for j in 0..NX {
                 for v in 0..MV {
                     V::storeu(tile.as_mut_ptr().add(j * mr + v * lanes), acc[j][v]);
                 }
