@@ -227,12 +227,8 @@ impl RunSummary {
         if let Some(c) = &self.copy {
             c.render(&mut s);
         }
-        if let Some(o) = self.openssl_aes_128_cbc_mb_per_s {
-            let _ = writeln!(
-                s,
-                "  host openssl speed -evp aes-128-cbc (8192 B): {o:.0} MB/s"
-            );
-        }
+        // `openssl_aes_128_cbc_mb_per_s` (JSON) is the yardsticks' CBC
+        // 8192 B figure: the table below prints it, so no line of its own.
         s.push_str(&crate::bench::openssl::render(
             &self.openssl_yardsticks,
             !self.seed_xts_4k_ice_lake.is_empty(),
