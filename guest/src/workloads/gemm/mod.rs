@@ -12,8 +12,11 @@
 //!   (12 YMM), AVX-512 24x8 (24 ZMM).
 //!
 //! Packing zero-pads partial micro-panels, so the kernel always runs full
-//! tiles and only the write-back of an edge tile is masked. `alpha` is
-//! folded into the packed A.
+//! tiles (a B panel with 1-4 real columns runs a 2- or 4-column tile) and
+//! only the write-back of an edge tile is masked. `alpha` is folded into
+//! the packed A, which is packed column by column (each column of A read
+//! once, front to back), and each tile's C lines are prefetched before its
+//! k loop.
 //!
 //! One generic implementation is instantiated per ISA inside a
 //! `#[target_feature]` function, so each variant is compiled (and
