@@ -134,6 +134,12 @@ pub struct XsaveInfo {
     /// conversions walk them in memory order to zero the gaps).
     std_order: [u8; 64],
     std_count: u8,
+    /// End of the highest user component in the standard format, and the
+    /// compacted size, both for all of the supported XCR0: what converting
+    /// a whole image needs, computed once here instead of walking the
+    /// components on every call (see `convert::compact`).
+    xcr0_standard_end: u32,
+    xcr0_compacted_end: u32,
 }
 
 impl XsaveInfo {
@@ -266,12 +272,25 @@ impl XsaveInfo {
             std_count += 1;
         }
         std_order[..std_count].sort_unstable_by_key(|&i| (raw[i as usize].ebx, i));
+        let (mut std_end, mut compacted_end) = (HEADER_END, HEADER_END);
+        for i in xcr0.iter_indices().filter(|&i| i >= 2) {
+            let r = raw[i as usize];
+            // Both fit in u32: the checks above bound the standard end by
+            // 0.ECX and every compacted size by u32::MAX.
+            std_end = std_end.max(r.ebx + r.eax);
+            if r.ecx & leaf_d_ecx::ALIGN64 != 0 {
+                compacted_end = compacted_end.next_multiple_of(64);
+            }
+            compacted_end += r.eax;
+        }
         let mut info = Self {
             raw,
             xcr0,
             xss,
             std_order,
             std_count: std_count as u8,
+            xcr0_standard_end: std_end,
+            xcr0_compacted_end: compacted_end,
         };
         // Keep only what was validated; stale data of unsupported subleaves
         // would otherwise make equal CPUs compare unequal.
@@ -281,6 +300,19 @@ impl XsaveInfo {
             }
         }
         Ok(info)
+    }
+
+    /// End of the highest user component of the supported XCR0 in the
+    /// standard format (at least 576).
+    #[inline]
+    pub(crate) fn xcr0_standard_end(&self) -> usize {
+        self.xcr0_standard_end as usize
+    }
+
+    /// Compacted size of the supported XCR0's components.
+    #[inline]
+    pub(crate) fn xcr0_compacted_end(&self) -> usize {
+        self.xcr0_compacted_end as usize
     }
 
     /// Supported user components >= 2, ascending by standard offset.
