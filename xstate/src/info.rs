@@ -137,7 +137,7 @@ pub struct XsaveInfo {
     /// End of the highest user component in the standard format, and the
     /// compacted size, both for all of the supported XCR0: what converting
     /// a whole image needs, computed once here instead of walking the
-    /// components on every call (see `convert::compact`).
+    /// components on every call (see `convert::standard_end`).
     xcr0_standard_end: u32,
     xcr0_compacted_end: u32,
 }
@@ -272,25 +272,14 @@ impl XsaveInfo {
             std_count += 1;
         }
         std_order[..std_count].sort_unstable_by_key(|&i| (raw[i as usize].ebx, i));
-        let (mut std_end, mut compacted_end) = (HEADER_END, HEADER_END);
-        for i in xcr0.iter_indices().filter(|&i| i >= 2) {
-            let r = raw[i as usize];
-            // Both fit in u32: the checks above bound the standard end by
-            // 0.ECX and every compacted size by u32::MAX.
-            std_end = std_end.max(r.ebx + r.eax);
-            if r.ecx & leaf_d_ecx::ALIGN64 != 0 {
-                compacted_end = compacted_end.next_multiple_of(64);
-            }
-            compacted_end += r.eax;
-        }
         let mut info = Self {
             raw,
             xcr0,
             xss,
             std_order,
             std_count: std_count as u8,
-            xcr0_standard_end: std_end,
-            xcr0_compacted_end: compacted_end,
+            xcr0_standard_end: 0,
+            xcr0_compacted_end: 0,
         };
         // Keep only what was validated; stale data of unsupported subleaves
         // would otherwise make equal CPUs compare unequal.
@@ -299,6 +288,12 @@ impl XsaveInfo {
                 info.raw[i as usize] = CpuidRegs::default();
             }
         }
+        // By the conversions' own layout rules, on the validated subleaves;
+        // both fit in u32 (the standard end is bounded by 0.ECX, every
+        // compacted size by the check above). XCR0 is compactable: bit 63
+        // was rejected.
+        info.xcr0_standard_end = standard_end_walk(&info, xcr0) as u32;
+        info.xcr0_compacted_end = walk_compacted(&info, xcr0, |_, _, _| {}) as u32;
         Ok(info)
     }
 
@@ -444,6 +439,41 @@ impl XsaveInfo {
         }
         Self::from_leaf_0xd(|i| cpuid(0xd, i))
     }
+}
+
+/// End of the highest standard-format component of `mask` (user components
+/// only; at least 576), by walking them: what [`XsaveInfo`] precomputes for
+/// its XCR0, and what the conversions use for other masks.
+pub(crate) fn standard_end_walk(info: &XsaveInfo, mask: XfeatureMask) -> usize {
+    let mut end = XSAVE_MIN_SIZE;
+    for i in mask.iter_indices().filter(|&i| i >= 2) {
+        let (size, off) = info.raw_size_offset(i);
+        end = end.max(off as usize + size as usize);
+    }
+    end
+}
+
+/// The compacted layout rule, once: each component >= 2 of `mask` in
+/// ascending order, placed after the previous one (64-byte aligned when
+/// CPUID 0xD.i ECX[1] says so), told to `place(index, offset, size)`.
+/// Returns the compacted size. `mask` must be compactable on this CPU (no
+/// bit 63, every component enumerated: the conversions check it first).
+#[inline(always)]
+pub(crate) fn walk_compacted(
+    info: &XsaveInfo,
+    mask: XfeatureMask,
+    mut place: impl FnMut(u32, usize, usize),
+) -> usize {
+    let mut next = XSAVE_MIN_SIZE;
+    for i in mask.iter_indices().filter(|&i| i >= 2) {
+        if info.raw_align64(i) {
+            next = next.next_multiple_of(64);
+        }
+        let size = info.raw_size_offset(i).0 as usize;
+        place(i, next, size);
+        next += size;
+    }
+    next
 }
 
 /// Executes CPUID on the running CPU.
