@@ -70,6 +70,15 @@ pub(super) unsafe fn gemm_avx512(x: &Args) {
 /// tile's `MR` rows, `NR` is its columns.
 #[inline(always)]
 unsafe fn blocked<V: F64Vec, const MV: usize, const NR: usize>(x: &Args) {
+    // The pack buffer holds whole micro-panels: a block of MC rows packs
+    // into MC / MR panels only if MR divides MC, and a column block
+    // rounded up to whole NR-wide panels stays within NC_MAX only if NR
+    // divides NC_MAX. Otherwise the padding of the last panel runs past
+    // its region (A into B, B past PACK_LEN).
+    const {
+        assert!(MC.is_multiple_of(MV * V::LANES), "MC must be a multiple of MR");
+        assert!(NC_MAX.is_multiple_of(NR), "NC_MAX must be a multiple of NR");
+    };
     // SAFETY: the caller upholds this function's contract (the CPU
     // features it is compiled for, and the pointers and lengths it is
     // given), which is all its intrinsics and pointer accesses rely on.
