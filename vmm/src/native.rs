@@ -9,6 +9,7 @@ use guest::protocol::{Report, RowKind};
 use guest::workloads::{self, AesVariant, CpuFeatures, GemmVariant, Selection};
 
 use crate::bench::openssl::{self, GuestFigure, Yardstick};
+use crate::bench::stats::Spread;
 use crate::error::{Error, Result};
 use crate::report::parallel::Measured;
 use crate::report::summary::SeedFigure;
@@ -102,23 +103,11 @@ fn row_of(pair: &RepPair) -> Option<(&'static str, &'static str, u64)> {
     Some((k.kind.name(), variant, u64::from(k.size)))
 }
 
-/// The median of `v` (sorted in place; the mean of the middle two for an
-/// even count), or `None` when empty.
-pub fn median(v: &mut [f64]) -> Option<f64> {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(v[n / 2]),
-        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
-    }
-}
-
 /// The spread of one row's pairs and their median ratio.
 pub fn spread(pairs: &[&RepPair]) -> Option<(f64, RatioSpread)> {
-    let mut ratios: Vec<f64> = pairs.iter().filter_map(|p| p.ratio()).collect();
-    let med = median(&mut ratios)?;
-    let (min, max) = (ratios[0], ratios[ratios.len() - 1]);
+    let ratios: Vec<f64> = pairs.iter().filter_map(|p| p.ratio()).collect();
+    let Spread { min, median, .. } = Spread::of(&ratios)?;
+    let max = ratios.iter().copied().fold(min, f64::max);
     let with_digest: Vec<_> = pairs.iter().filter(|p| p.guest.digest != 0).collect();
     let same_result = (!with_digest.is_empty()).then(|| {
         with_digest
@@ -126,12 +115,12 @@ pub fn spread(pairs: &[&RepPair]) -> Option<(f64, RatioSpread)> {
             .all(|p| p.native.ran != 0 && p.native.digest == p.guest.digest)
     });
     Some((
-        med,
+        median,
         RatioSpread {
             reps: ratios.len() as u32,
             min,
             max,
-            noisy: max - min > (med - 1.0).abs(),
+            noisy: max - min > (median - 1.0).abs(),
             same_result,
         },
     ))
@@ -279,7 +268,6 @@ mod tests {
         let none = pair((0, 0, 0), (1, 1, 0));
         assert_eq!(none.ratio(), None);
         assert!(spread(&[&none]).is_none());
-        assert_eq!(median(&mut [3.0, 1.0, 2.0, 10.0]), Some(2.5));
     }
 
     #[test]
