@@ -3,7 +3,8 @@
 //! when they pass (the vCPU loop asks between exits), and a POSIX timer
 //! aimed at the vCPU's own thread ([`KickTimer`]) interrupts `KVM_RUN` from
 //! the first deadline on, every [`KICK_EVERY`], so a guest that never
-//! exits is stopped too.
+//! exits is stopped too. [`DueAt`] is the arithmetic both this schedule
+//! and the SMP supervisor ([`super::stop::supervise_all_with`]) judge by.
 //!
 //! Why not a thread that sleeps until the deadline and signals the vCPU: a
 //! thread is created before the first `KVM_RUN` and must be gone before
@@ -28,11 +29,52 @@ pub enum Due {
     Snapshot,
 }
 
+/// `--snapshot-after` and `--timeout` as instants counted from one start.
+/// Durations too large for the clock (flags are bounded, see
+/// `input::MAX_SECONDS`) never pass.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DueAt {
+    snapshot: Option<Instant>,
+    timeout: Option<Instant>,
+}
+
+impl DueAt {
+    /// The deadlines `snapshot_after` and `timeout` after `begin`.
+    pub fn after(
+        begin: Instant,
+        snapshot_after: Option<Duration>,
+        timeout: Option<Duration>,
+    ) -> Self {
+        let at = |d: Option<Duration>| d.and_then(|d| begin.checked_add(d));
+        Self {
+            snapshot: at(snapshot_after),
+            timeout: at(timeout),
+        }
+    }
+
+    /// The earlier deadline, if there is one.
+    pub fn first(&self) -> Option<Instant> {
+        [self.snapshot, self.timeout].into_iter().flatten().min()
+    }
+
+    /// The deadline that has passed at `now`: the timeout before the
+    /// snapshot (the timeout also applies to writing the snapshot);
+    /// the snapshot only while `snapshot_pending`.
+    pub fn passed(&self, now: Instant, snapshot_pending: bool) -> Option<Due> {
+        if self.timeout.is_some_and(|t| now >= t) {
+            Some(Due::Timeout)
+        } else if snapshot_pending && self.snapshot.is_some_and(|t| now >= t) {
+            Some(Due::Snapshot)
+        } else {
+            None
+        }
+    }
+}
+
 /// Deadlines that become stop requests by themselves.
 #[derive(Debug)]
 pub struct Schedule {
-    snapshot_at: Option<Instant>,
-    timeout_at: Option<Instant>,
+    at: DueAt,
     /// The snapshot request was dealt with without ending the run (the file
     /// could not be written): only the timeout is left.
     snapshot_settled: AtomicBool,
@@ -44,24 +86,20 @@ pub struct Schedule {
 impl Schedule {
     /// Start counting `deadlines` now, kicking the calling thread with
     /// `signal` (whose handler must already be installed). `None` when
-    /// there is no deadline. Durations too large for the clock (flags are
-    /// bounded, see `input::MAX_SECONDS`) never pass.
+    /// there is no deadline.
     pub fn arm(
         snapshot_after: Option<Duration>,
         timeout: Option<Duration>,
         signal: libc::c_int,
     ) -> io::Result<Option<Self>> {
-        let now = Instant::now();
-        let at = |d: Option<Duration>| d.and_then(|d| now.checked_add(d));
-        let (snapshot_at, timeout_at) = (at(snapshot_after), at(timeout));
-        let Some(first) = [snapshot_at, timeout_at].into_iter().flatten().min() else {
+        let at = DueAt::after(Instant::now(), snapshot_after, timeout);
+        let Some(first) = at.first() else {
             return Ok(None);
         };
         let timer = KickTimer::for_this_thread(signal)?;
         timer.kick_from(first)?;
         Ok(Some(Self {
-            snapshot_at,
-            timeout_at,
+            at,
             snapshot_settled: AtomicBool::new(false),
             timeout_seen: AtomicBool::new(false),
             timer,
@@ -71,14 +109,12 @@ impl Schedule {
     /// The request that is due now, if any: the timeout before the
     /// snapshot (the timeout also applies to writing the snapshot).
     pub fn due(&self) -> Option<Due> {
-        let now = Instant::now();
-        if self.timeout_at.is_some_and(|t| now >= t) {
+        let pending = !self.snapshot_settled.load(Ordering::Relaxed);
+        let due = self.at.passed(Instant::now(), pending);
+        if due == Some(Due::Timeout) {
             self.timeout_seen.store(true, Ordering::Relaxed);
-            return Some(Due::Timeout);
         }
-        let snapshot = !self.snapshot_settled.load(Ordering::Relaxed)
-            && self.snapshot_at.is_some_and(|t| now >= t);
-        snapshot.then_some(Due::Snapshot)
+        due
     }
 
     /// The snapshot request was dealt with and the guest goes on: stop
@@ -89,7 +125,7 @@ impl Schedule {
         }
         // A failure leaves the timer repeating: extra EINTRs, which the
         // vCPU loop takes as "ask again", never a missed stop.
-        let _ = match self.timeout_at {
+        let _ = match self.at.timeout {
             Some(t) => self.timer.kick_from(t),
             None => self.timer.disarm(),
         };
@@ -207,6 +243,29 @@ mod tests {
         std::thread::sleep(Duration::from_millis(60));
         assert_eq!(s.due(), Some(Due::Timeout));
         assert!(s.timed_out());
+    }
+
+    #[test]
+    fn deadlines_pass_timeout_first_and_snapshot_only_while_pending() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let at = DueAt::after(t0, Some(ms(10)), Some(ms(20)));
+        assert_eq!(at.first(), Some(t0 + ms(10)));
+        assert_eq!(at.passed(t0 + ms(5), true), None);
+        assert_eq!(at.passed(t0 + ms(10), true), Some(Due::Snapshot));
+        assert_eq!(at.passed(t0 + ms(10), false), None);
+        assert_eq!(at.passed(t0 + ms(20), true), Some(Due::Timeout));
+        assert_eq!(at.passed(t0 + ms(20), false), Some(Due::Timeout));
+        // Only a timeout; a deadline past the clock's range never passes.
+        let only = DueAt::after(t0, None, Some(ms(1)));
+        assert_eq!(only.first(), Some(t0 + ms(1)));
+        assert_eq!(only.passed(t0 + ms(1), true), Some(Due::Timeout));
+        let never = DueAt::after(t0, Some(Duration::MAX), None);
+        assert_eq!(
+            (never.first(), never.passed(t0 + ms(1), true)),
+            (None, None)
+        );
+        assert_eq!(DueAt::after(t0, None, None), DueAt::default());
     }
 
     #[test]

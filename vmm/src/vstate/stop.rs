@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use vmm_sys_util::signal::{register_signal_handler, Killable, SIGRTMIN};
 
-use super::deadline::{Due, Schedule};
+use super::deadline::{Due, DueAt, Schedule};
 use crate::error::{Result, VcpuError};
 
 /// Why the VMM interrupts the vCPU thread.
@@ -191,9 +191,7 @@ pub fn supervise_all_with<R: Send + 'static>(
     }
     drop(tx);
     let mut results: Vec<Option<R>> = (0..n).map(|_| None).collect();
-    let begin = Instant::now();
-    let deadline = timeout.and_then(|t| begin.checked_add(t));
-    let snapshot_at = snapshot_after.and_then(|t| begin.checked_add(t));
+    let at = DueAt::after(Instant::now(), snapshot_after, timeout);
     let mut ended_by = None;
     let mut timed_out = false;
     let mut done = 0;
@@ -206,13 +204,9 @@ pub fn supervise_all_with<R: Send + 'static>(
             // 10 ms); a kick costs one tgkill.
             Duration::from_millis(1)
         } else {
-            [deadline, snapshot_at]
-                .into_iter()
-                .flatten()
-                .min()
-                .map_or(Duration::from_secs(3600), |d| {
-                    d.saturating_duration_since(Instant::now())
-                })
+            at.first().map_or(Duration::from_secs(3600), |d| {
+                d.saturating_duration_since(Instant::now())
+            })
         };
         match rx.recv_timeout(wait) {
             Ok(i) => {
@@ -227,15 +221,18 @@ pub fn supervise_all_with<R: Send + 'static>(
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                let now = Instant::now();
-                if stop.requested() != Some(StopReason::Timeout)
-                    && stop.requested() != Some(StopReason::Peer)
-                    && deadline.is_some_and(|d| now >= d)
-                {
-                    timed_out = true;
-                    stop.request(StopReason::Timeout);
-                } else if stop.requested().is_none() && snapshot_at.is_some_and(|d| now >= d) {
-                    stop.request(StopReason::Snapshot);
+                // The timeout replaces a snapshot request, never a stop
+                // that a vCPU's own end (Peer) or the timeout made.
+                let requested = stop.requested();
+                match at.passed(Instant::now(), requested.is_none()) {
+                    Some(Due::Timeout)
+                        if !matches!(requested, Some(StopReason::Timeout | StopReason::Peer)) =>
+                    {
+                        timed_out = true;
+                        stop.request(StopReason::Timeout);
+                    }
+                    Some(Due::Snapshot) => stop.request(StopReason::Snapshot),
+                    _ => {}
                 }
             }
         }
