@@ -568,9 +568,21 @@ mod tests {
     use crate::snapshot::save::{self, Trigger};
     use xstate::{Xfeature, XfeatureMask};
 
-    /// Every bit of the vCPU's extended state survives snapshot and
-    /// restore into another VM: XCR0 and the KVM_GET_XSAVE image compared
-    /// byte for byte over the guest's standard size.
+    /// KVM here, or `None` after saying the test is skipped; a skip fails
+    /// under `VMM_REQUIRE_KVM=1`.
+    fn host_or_skip(test: &str) -> Option<HostKvm> {
+        match HostKvm::open() {
+            Ok(host) => Some(host),
+            Err(e) => {
+                if std::env::var("VMM_REQUIRE_KVM").as_deref() == Ok("1") {
+                    panic!("{test}: VMM_REQUIRE_KVM=1 but KVM cannot be opened: {e}");
+                }
+                eprintln!("SKIPPED {test}: KVM unavailable ({e})");
+                None
+            }
+        }
+    }
+
     /// What both round trips below save with: the 8 MiB unit machine's
     /// context (no CPUID check, lazy sync), writing to a per-process
     /// temporary file named after `what`.
@@ -597,13 +609,12 @@ mod tests {
         (path, ctx)
     }
 
+    /// Every bit of the vCPU's extended state survives snapshot and
+    /// restore into another VM: XCR0 and the KVM_GET_XSAVE image compared
+    /// byte for byte over the guest's standard size.
     #[test]
     fn xsave_state_survives_bit_for_bit() {
-        let Ok(host) = HostKvm::open() else {
-            if std::env::var("VMM_REQUIRE_KVM").as_deref() == Ok("1") {
-                panic!("VMM_REQUIRE_KVM=1 but KVM cannot be opened");
-            }
-            eprintln!("SKIPPED xsave_state_survives_bit_for_bit: KVM unavailable");
+        let Some(host) = host_or_skip("xsave_state_survives_bit_for_bit") else {
             return;
         };
         let xcr0 = host.xstate.supported_xcr0()
@@ -727,11 +738,7 @@ mod tests {
     /// and LAPIC IDs read back from KVM match, bit for bit.
     #[test]
     fn every_vcpu_survives_an_smp_snapshot_bit_for_bit() {
-        let Ok(host) = HostKvm::open() else {
-            if std::env::var("VMM_REQUIRE_KVM").as_deref() == Ok("1") {
-                panic!("VMM_REQUIRE_KVM=1 but KVM cannot be opened");
-            }
-            eprintln!("SKIPPED every_vcpu_survives_an_smp_snapshot_bit_for_bit: KVM unavailable");
+        let Some(host) = host_or_skip("every_vcpu_survives_an_smp_snapshot_bit_for_bit") else {
             return;
         };
         let wide = host.xstate.supported_xcr0()

@@ -76,7 +76,10 @@ unsafe fn blocked<V: F64Vec, const MV: usize, const NR: usize>(x: &Args) {
     // divides NC_MAX. Otherwise the padding of the last panel runs past
     // its region (A into B, B past PACK_LEN).
     const {
-        assert!(MC.is_multiple_of(MV * V::LANES), "MC must be a multiple of MR");
+        assert!(
+            MC.is_multiple_of(MV * V::LANES),
+            "MC must be a multiple of MR"
+        );
         assert!(NC_MAX.is_multiple_of(NR), "NC_MAX must be a multiple of NR");
     };
     // SAFETY: the caller upholds this function's contract (the CPU
