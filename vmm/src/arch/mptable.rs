@@ -7,15 +7,17 @@
 //!
 //! The configuration table holds one processor entry per vCPU (local APIC
 //! ID = vCPU index, as KVM numbers them; vCPU 0 is the bootstrap
-//! processor), one ISA bus, the in-kernel IOAPIC KVM emulates with
-//! `KVM_CREATE_IRQCHIP`, the sixteen ISA interrupts routed one to one to
-//! its inputs, and the usual local interrupts (ExtINT on LINT0, NMI on
-//! LINT1). Both structures carry the checksums the specification asks
-//! for (every byte of the structure sums to 0 modulo 256).
+//! processor), one ISA bus, the usual local interrupts (ExtINT on LINT0,
+//! NMI on LINT1) and, when the VM has one (a full in-kernel irqchip,
+//! `KVM_CREATE_IRQCHIP`), the IOAPIC with the sixteen ISA interrupts
+//! routed one to one to its inputs. A split irqchip has no IOAPIC to
+//! describe (see `vstate::smp`). Both structures carry the checksums the
+//! specification asks for (every byte of the structure sums to 0 modulo
+//! 256).
 //!
-//! Only machines with an irqchip (`--vcpus` above 1) get a table: a
-//! one-vCPU VM has no IOAPIC to describe, and its guest falls back to one
-//! CPU when it finds no table, exactly as before SMP existed.
+//! Only machines with an irqchip (`--vcpus` above 1) get a table: its
+//! guest falls back to one CPU when it finds no table, exactly as before
+//! SMP existed.
 
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
@@ -73,9 +75,10 @@ pub struct CpuSignature {
 }
 
 /// The bytes of the floating pointer structure followed by the
-/// configuration table for `cpus` CPUs, to be placed at [`MPTABLE_ADDR`].
-/// A pure function.
-pub fn build(cpus: u32, sig: CpuSignature) -> Result<Vec<u8>, MpTableError> {
+/// configuration table for `cpus` CPUs, with the IOAPIC and its ISA
+/// interrupts when `ioapic`, to be placed at [`MPTABLE_ADDR`]. A pure
+/// function.
+pub fn build(cpus: u32, sig: CpuSignature, ioapic: bool) -> Result<Vec<u8>, MpTableError> {
     if cpus == 0 {
         return Err(MpTableError::NoCpus);
     }
@@ -96,15 +99,17 @@ pub fn build(cpus: u32, sig: CpuSignature) -> Result<Vec<u8>, MpTableError> {
     entries.extend_from_slice(&[ENTRY_BUS, ISA_BUS]);
     entries.extend_from_slice(b"ISA   ");
     count += 1;
-    entries.extend_from_slice(&[ENTRY_IOAPIC, ioapic_id, IOAPIC_VERSION, 1]);
-    entries.extend_from_slice(&IOAPIC_ADDR.to_le_bytes());
-    count += 1;
-    for irq in 0..ISA_IRQS {
-        // Flags 0: polarity and trigger mode conform to the bus (ISA: edge,
-        // active high).
-        entries.extend_from_slice(&[ENTRY_IO_INTERRUPT, INT_VECTORED, 0, 0]);
-        entries.extend_from_slice(&[ISA_BUS, irq, ioapic_id, irq]);
+    if ioapic {
+        entries.extend_from_slice(&[ENTRY_IOAPIC, ioapic_id, IOAPIC_VERSION, 1]);
+        entries.extend_from_slice(&IOAPIC_ADDR.to_le_bytes());
         count += 1;
+        for irq in 0..ISA_IRQS {
+            // Flags 0: polarity and trigger mode conform to the bus (ISA:
+            // edge, active high).
+            entries.extend_from_slice(&[ENTRY_IO_INTERRUPT, INT_VECTORED, 0, 0]);
+            entries.extend_from_slice(&[ISA_BUS, irq, ioapic_id, irq]);
+            count += 1;
+        }
     }
     for (kind, lint) in [(INT_EXTINT, 0u8), (INT_NMI, 1u8)] {
         // Destination 0xff: every local APIC.
@@ -151,9 +156,14 @@ fn checksum(bytes: &[u8]) -> u8 {
     0u8.wrapping_sub(bytes.iter().fold(0u8, |a, b| a.wrapping_add(*b)))
 }
 
-/// Write the tables for `cpus` CPUs at [`MPTABLE_ADDR`].
-pub fn write(mem: &GuestMemoryMmap, cpus: u32, sig: CpuSignature) -> Result<(), MemoryError> {
-    let bytes = build(cpus, sig).map_err(MemoryError::MpTable)?;
+/// Write the tables for `cpus` CPUs ([`build`]) at [`MPTABLE_ADDR`].
+pub fn write(
+    mem: &GuestMemoryMmap,
+    cpus: u32,
+    sig: CpuSignature,
+    ioapic: bool,
+) -> Result<(), MemoryError> {
+    let bytes = build(cpus, sig, ioapic).map_err(MemoryError::MpTable)?;
     mem.write_slice(&bytes, GuestAddress(MPTABLE_ADDR))
         .map_err(|source| MemoryError::Write {
             what: "the MP table",
@@ -175,7 +185,7 @@ mod tests {
             eax: 0x00a1_0f11,
             edx: 0x178b_fbff,
         };
-        let b = build(2, sig).unwrap();
+        let b = build(2, sig, true).unwrap();
         // 16 (pointer) + 44 (header) + 2*20 + 8 (bus) + 8 (IOAPIC) + 16*8 + 2*8.
         assert_eq!(b.len(), 16 + 44 + 40 + 8 + 8 + 128 + 16);
         // Floating pointer: signature, table right after it at 0x9fc10.
@@ -213,10 +223,37 @@ mod tests {
         assert_eq!(t[7], 0xe7, "table checksum byte");
     }
 
+    /// A split irqchip's table: the same processors, bus and local
+    /// interrupts, no IOAPIC and no ISA interrupt entries.
+    #[test]
+    fn without_an_ioapic_two_cpus_exact_bytes() {
+        let sig = CpuSignature {
+            eax: 0x00a1_0f11,
+            edx: 0x178b_fbff,
+        };
+        let with = build(2, sig, true).unwrap();
+        let b = build(2, sig, false).unwrap();
+        // 16 (pointer) + 44 (header) + 2*20 + 8 (bus) + 2*8.
+        assert_eq!(b.len(), 16 + 44 + 40 + 8 + 16);
+        assert_eq!(&b[..10], &with[..10], "pointer to the same place");
+        assert_eq!(sum(&b[..16]), 0);
+        let t = &b[16..];
+        assert_eq!(u16::from_le_bytes([t[4], t[5]]) as usize, t.len());
+        assert_eq!(sum(t), 0, "table checksum");
+        assert_eq!(u16::from_le_bytes([t[34], t[35]]), 2 + 1 + 2);
+        // The header but for the entry count, and the processor and bus
+        // entries, as with an IOAPIC; then the local interrupts right after
+        // the bus.
+        assert_eq!(&t[8..34], &with[16 + 8..16 + 34]);
+        assert_eq!(&t[36..92], &with[16 + 36..16 + 92]);
+        assert_eq!(&t[92..100], &[4, 3, 0, 0, 0, 0, 0xff, 0]);
+        assert_eq!(&t[100..108], &[4, 1, 0, 0, 0, 0, 0xff, 1]);
+    }
+
     #[test]
     fn every_count_sums_to_zero_and_fits() {
         for n in 1..=guest::protocol::record::MAX_CPUS {
-            let b = build(n, CpuSignature::default()).unwrap();
+            let b = build(n, CpuSignature::default(), true).unwrap();
             assert_eq!(sum(&b[..16]), 0, "{n}");
             assert_eq!(sum(&b[16..]), 0, "{n}");
             assert!(b.len() <= MPTABLE_MAX);
@@ -227,9 +264,11 @@ mod tests {
     /// The guest's own parser finds every CPU in what the VMM writes.
     #[test]
     fn the_guest_parser_reads_the_table() {
-        for n in 1..=guest::protocol::record::MAX_CPUS {
+        for (n, ioapic) in
+            (1..=guest::protocol::record::MAX_CPUS).flat_map(|n| [(n, true), (n, false)])
+        {
             let mut ram = vec![0u8; 0x10_0000];
-            let b = build(n, CpuSignature::default()).unwrap();
+            let b = build(n, CpuSignature::default(), ioapic).unwrap();
             let at = MPTABLE_ADDR as usize;
             ram[at..at + b.len()].copy_from_slice(&b);
             let read = |addr: u64, buf: &mut [u8]| {
@@ -248,15 +287,21 @@ mod tests {
 
     #[test]
     fn bad_counts_are_refused() {
-        assert_eq!(build(0, CpuSignature::default()), Err(MpTableError::NoCpus));
-        // 16 + 44 + 40 * 20 + 8 + 8 + 128 + 16 = 1020 bytes fit, 41 CPUs do not.
-        assert_eq!(build(40, CpuSignature::default()).unwrap().len(), 1020);
         assert_eq!(
-            build(41, CpuSignature::default()),
+            build(0, CpuSignature::default(), true),
+            Err(MpTableError::NoCpus)
+        );
+        // 16 + 44 + 40 * 20 + 8 + 8 + 128 + 16 = 1020 bytes fit, 41 CPUs do not.
+        assert_eq!(
+            build(40, CpuSignature::default(), true).unwrap().len(),
+            1020
+        );
+        assert_eq!(
+            build(41, CpuSignature::default(), true),
             Err(MpTableError::TooManyCpus(41))
         );
         assert_eq!(
-            build(300, CpuSignature::default()),
+            build(300, CpuSignature::default(), true),
             Err(MpTableError::TooManyCpus(300))
         );
     }

@@ -275,9 +275,10 @@ impl RunSummary {
         if let Some(smp) = &self.smp {
             let _ = writeln!(
                 s,
-                "vCPUs: {} (APs started by {}); the run's end came from vCPU {}",
+                "vCPUs: {} (APs started by {}, {} irqchip); the run's end came from vCPU {}",
                 smp.vcpus.len(),
                 smp.ap_start.map_or("-", |a| a.name()),
+                smp.irqchip.label(),
                 smp.ended_by
             );
             if let (Some(n), Some(from)) = (smp.cpus_wanted, &smp.cpus_source) {

@@ -278,6 +278,9 @@ pub struct VcpuRow {
 pub struct SmpView {
     /// How the application processors were started (`init-sipi`).
     pub ap_start: Option<crate::vstate::ApStart>,
+    /// The VM's in-kernel interrupt hardware: `split` (LAPICs only) or
+    /// `full` (`KVM_CREATE_IRQCHIP`: LAPICs, PICs and IOAPIC).
+    pub irqchip: crate::vstate::smp::Irqchip,
     /// The vCPU whose end is the run's end.
     pub ended_by: u32,
     /// Every vCPU, in index order.
@@ -468,6 +471,7 @@ fn smp_view(outcome: &RunOutcome, tsc_khz: u64) -> Option<SmpView> {
     let bsp = outcome.vcpus.first().and_then(|v| v.report.as_deref());
     Some(SmpView {
         ap_start: outcome.ap_start,
+        irqchip: outcome.irqchip,
         ended_by: outcome.ended_by,
         parallel: super::parallel::parallel_rows(&per_vcpu),
         vcpus,

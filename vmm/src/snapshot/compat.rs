@@ -30,8 +30,10 @@ use super::state::{Snapshot, VcpuState};
 use crate::arch::layout::{MAX_MEM_MIB, MIN_MEM_MIB};
 use crate::cpuid::{resolve_policy, GuestCpuid, Policy};
 use crate::kvm::HostKvm;
+use crate::vstate::smp::Irqchip;
 use crate::vstate::vcpu::MSR_IA32_XSS;
 use crate::xstate_manager::SyncPolicy;
+use kvm_ioctls::Cap;
 
 /// CR4.OSXSAVE: XSETBV, XGETBV and the XSAVE family are enabled.
 pub const CR4_OSXSAVE: u64 = 1 << 18;
@@ -100,6 +102,9 @@ pub struct Checked {
     pub sync: SyncPolicy,
     /// Every vCPU's checks, in index order (the fields above are vCPU 0's).
     pub vcpus: Vec<VcpuChecked>,
+    /// The interrupt hardware the VM had (`meta.irqchip`), which the
+    /// restore rebuilds.
+    pub irqchip: Irqchip,
 }
 
 /// What [`validate`] established, consumed by the restore: the checked state
@@ -119,6 +124,14 @@ pub struct Validated {
 /// `vmm snapshot info` reports its answer, `vmm restore` consumes it.
 pub fn validate(path: &Path, snap: &Snapshot, host: &HostKvm) -> Result<Validated, SnapshotError> {
     let checked = check(path, snap, &HostFacts::of(host))?;
+    if checked.irqchip == Irqchip::Split && !host.kvm.check_extension(Cap::SplitIrqchip) {
+        return Err(SnapshotError::Incompatible {
+            path: path.to_path_buf(),
+            reason: "its VM had a split irqchip (LAPICs only); this KVM cannot make one \
+                     (no KVM_CAP_SPLIT_IRQCHIP)"
+                .into(),
+        });
+    }
     let max = crate::vstate::smp::kvm_max_vcpus(&host.kvm);
     if snap.vcpus.len() as u32 > max {
         return Err(SnapshotError::Incompatible {
@@ -299,7 +312,7 @@ fn check_meta(path: &Path, snap: &Snapshot) -> Result<(InitMode, SyncPolicy), Sn
 /// function (no ioctl).
 pub fn check(path: &Path, snap: &Snapshot, host: &HostFacts) -> Result<Checked, SnapshotError> {
     let (init, sync) = check_meta(path, snap)?;
-    check_vcpu_count(path, snap)?;
+    let irqchip = check_vcpu_count(path, snap)?;
     let source = snap
         .meta
         .source_info()
@@ -322,12 +335,15 @@ pub fn check(path: &Path, snap: &Snapshot, host: &HostFacts) -> Result<Checked, 
         init,
         sync,
         vcpus,
+        irqchip,
     })
 }
 
 /// `meta.vcpus` against the vCPU sections, and the interrupt hardware
-/// several vCPUs need: the irqchip sections and one LAPIC per vCPU.
-fn check_vcpu_count(path: &Path, snap: &Snapshot) -> Result<(), SnapshotError> {
+/// (`meta.irqchip`) against the count and the sections: several vCPUs need
+/// LAPICs (one `vcpuN.lapic` each), a full irqchip the `irqchip.*`
+/// sections, a split one none of them, one vCPU no irqchip at all.
+fn check_vcpu_count(path: &Path, snap: &Snapshot) -> Result<Irqchip, SnapshotError> {
     let n = snap.vcpus.len();
     if n == 0 || snap.meta.vcpus as usize != n {
         return Err(invalid(
@@ -340,35 +356,51 @@ fn check_vcpu_count(path: &Path, snap: &Snapshot) -> Result<(), SnapshotError> {
             ),
         ));
     }
-    let chip = snap.irqchip.is_some();
-    if n == 1 && chip {
+    let name = &snap.meta.irqchip;
+    let kind = Irqchip::from_name(name).ok_or_else(|| {
+        invalid(
+            path,
+            "meta.irqchip",
+            format!("{name:?} is not \"none\", \"kvm\" or \"split\""),
+        )
+    })?;
+    if (n == 1) == kind.has_lapics() {
         return Err(invalid(
             path,
-            "irqchip.ioapic",
-            "present in a snapshot of one vCPU: this vmm gives a one-vCPU VM no irqchip".into(),
+            "meta.irqchip",
+            if n == 1 {
+                format!("{name:?} for one vCPU: this vmm gives a one-vCPU VM no irqchip")
+            } else {
+                format!("\"none\" for {n} vCPUs: their APs start through in-kernel LAPICs")
+            },
         ));
     }
-    if n > 1 && !chip {
+    let chip = snap.irqchip.is_some();
+    if chip != kind.has_ioapic() {
         return Err(invalid(
             path,
             "irqchip.ioapic",
-            format!("missing: a VM of {n} vCPUs has an in-kernel irqchip whose state it needs"),
+            if chip {
+                format!("present, but meta.irqchip {name:?} has no PICs or IOAPIC to load it into")
+            } else {
+                format!("missing: a VM of {n} vCPUs with a full irqchip needs its PICs' and IOAPIC's state")
+            },
         ));
     }
     for v in &snap.vcpus {
-        if v.lapic.is_some() != chip {
+        if v.lapic.is_some() != kind.has_lapics() {
             return Err(invalid(
                 path,
                 format!("vcpu{}.lapic", v.id),
-                if chip {
+                if kind.has_lapics() {
                     "missing: every vCPU of a VM with an irqchip has a local APIC".into()
                 } else {
-                    "present in a VM without an irqchip (no irqchip.* sections)".into()
+                    "present in a VM without an irqchip (meta.irqchip \"none\")".into()
                 },
             ));
         }
     }
-    Ok(())
+    Ok(kind)
 }
 
 /// What [`check`] established for one vCPU.

@@ -253,11 +253,12 @@ pub(crate) fn build(
         guest: resolved,
     } = validated;
 
-    // Several vCPUs: the irqchip first, then every vCPU (see
-    // `Machine::create_smp` and `vstate::smp`); one vCPU: the VM it always
-    // was. The RAM's
-    // stored pages are mapped from the file, not copied.
+    // Several vCPUs: the irqchip the source VM had first, then every vCPU
+    // (see `Machine::create_smp` and `vstate::smp`); one vCPU: the VM it
+    // always was. The RAM's stored pages are mapped from the file, not
+    // copied.
     let vcpus = snap.vcpus.len() as u32;
+    let irqchip = checked.irqchip;
     let (mut machine, ap_fds) = match (&snap.memory.in_file, file) {
         (Some(pages), Some(file)) => {
             let runs = snap
@@ -269,11 +270,12 @@ pub(crate) fn build(
                 &host.kvm,
                 meta.mem_mib,
                 vcpus,
+                irqchip,
                 &RamImage { file, runs },
             )?
         }
         (Some(_), None) => return Err(MemoryError::Layout.into()),
-        (None, _) => Machine::create_smp(&host.kvm, meta.mem_mib, vcpus)?,
+        (None, _) => Machine::create_smp(&host.kvm, meta.mem_mib, vcpus, irqchip)?,
     };
     snap.memory.apply(|addr, data| {
         machine
@@ -566,6 +568,7 @@ mod tests {
     use crate::cpuid::resolve_policy;
     use crate::snapshot::compat::tests::pattern_image;
     use crate::snapshot::save::{self, Trigger};
+    use crate::vstate::smp::Irqchip;
     use xstate::{Xfeature, XfeatureMask};
 
     /// KVM here, or `None` after saying the test is skipped; a skip fails
@@ -735,23 +738,38 @@ mod tests {
     /// Two vCPUs with different XCR0s (the AVX-512 class beside x87|SSE)
     /// and different register patterns: after capture_smp, the file and a
     /// restore into another VM, both vCPUs' xsave images, XCR0s, registers
-    /// and LAPIC IDs read back from KVM match, bit for bit.
+    /// and LAPIC IDs read back from KVM match, bit for bit. With a split
+    /// irqchip (what `vmm run` makes where KVM has it) and with the full
+    /// one (a KVM without it, and the files of earlier versions): the
+    /// restored VM has the source's, and only the full one has the
+    /// `irqchip.*` sections.
     #[test]
     fn every_vcpu_survives_an_smp_snapshot_bit_for_bit() {
         let Some(host) = host_or_skip("every_vcpu_survives_an_smp_snapshot_bit_for_bit") else {
             return;
         };
+        let split = host.kvm.check_extension(kvm_ioctls::Cap::SplitIrqchip);
+        if !split {
+            eprintln!("this KVM has no KVM_CAP_SPLIT_IRQCHIP: the full irqchip only");
+        }
+        smp_round_trip(&host, Irqchip::Full);
+        if split {
+            smp_round_trip(&host, Irqchip::Split);
+        }
+    }
+
+    fn smp_round_trip(host: &HostKvm, kind: Irqchip) {
         let wide = host.xstate.supported_xcr0()
             & (XfeatureMask::LEGACY.with(Xfeature::Avx) | XfeatureMask::AVX512);
         let narrow = XfeatureMask::LEGACY;
         let (mut policy, guest) = resolve_policy(
-            &host,
+            host,
             Some(&format!("{:#x}", wide.bits())),
             xstate::InitMode::Minimal,
             0,
         )
         .unwrap();
-        let (mut m, mut ap_fds) = Machine::create_smp(&host.kvm, 8, 2).unwrap();
+        let (mut m, mut ap_fds) = Machine::create_smp(&host.kvm, 8, 2, kind).unwrap();
         let mut ap = ap_fds.pop().unwrap();
         // One vCPU's consistent state: its CPUID, CR4.OSXSAVE, XCR0, an
         // xsave image of patterns (`salt` makes the XMM registers differ
@@ -781,7 +799,7 @@ mod tests {
         let (ref0, regs0) = prepare(&mut m.vcpu, 0, wide);
         let (ref1, regs1) = prepare(&mut ap, 1, narrow);
 
-        let (path, ctx) = unit_save_context(&host, &mut policy, &guest, "smp");
+        let (path, ctx) = unit_save_context(host, &mut policy, &guest, "smp");
         let new_xm =
             || XstateManager::new(SyncPolicy::Lazy, host.xstate.info, wide, host.xsave2_size);
         let (mut xm0, mut xm1) = (new_xm(), new_xm());
@@ -791,6 +809,7 @@ mod tests {
             Trigger::Time,
             save::PausedSmp {
                 vm: &m.vm,
+                irqchip: kind,
                 vcpus: vec![
                     save::PausedVcpu {
                         vcpu: &mut m.vcpu,
@@ -809,15 +828,15 @@ mod tests {
         )
         .unwrap();
         assert_eq!(snap.meta.vcpus, 2);
-        assert_eq!(snap.meta.irqchip, "kvm");
+        assert_eq!(snap.meta.irqchip, kind.name());
         // Each vCPU compacted with only its own components.
         assert_eq!(
             snap.vcpus[1].xstate.len() as u32,
             host.xstate.info.compacted_size(narrow).unwrap()
         );
         let back = Snapshot::from_bytes(&snap.to_bytes()).unwrap();
-        assert!(back.irqchip.is_some());
-        let validated = validate(&path, &back, &host).unwrap();
+        assert_eq!(back.irqchip.is_some(), kind == Irqchip::Full);
+        let validated = validate(&path, &back, host).unwrap();
         assert_eq!(validated.checked.vcpus.len(), 2);
         assert_eq!(validated.checked.vcpus[1].xcr0, narrow);
         let standards: Vec<_> = validated
@@ -829,13 +848,14 @@ mod tests {
         let launch = build(
             &back,
             validated,
-            &host,
+            host,
             &RestoreOptions::default(),
             Instant::now(),
             None,
         )
         .unwrap();
         assert_eq!(launch.machine.aps.len(), 1);
+        assert_eq!(launch.machine.irqchip, kind);
         let restored = [&launch.machine.vcpu, &launch.machine.aps[0].vcpu];
         for (i, (fd, (reference, regs, xcr0))) in restored
             .iter()

@@ -22,6 +22,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kvm_bindings::{kvm_cpuid_entry2, kvm_irqchip};
+
+use crate::vstate::smp::Irqchip;
 use kvm_ioctls::{VcpuFd, VmFd};
 use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 use xstate::{CpuidProfile, XsaveInfo};
@@ -200,7 +202,7 @@ fn capture_in_place<'m>(
     let snap = Snapshot {
         meta: Meta {
             msrs_unreadable: unreadable,
-            ..meta(ctx, trigger, devices, exits, ran, 1, "none")
+            ..meta(ctx, trigger, devices, exits, ran, 1, Irqchip::Absent.name())
         },
         memory: pages.memory.clone(),
         serial_output: devices.serial_output().to_vec(),
@@ -316,6 +318,8 @@ pub struct PausedVcpu<'a> {
 pub struct PausedSmp<'a> {
     /// The VM (its irqchip and PIT state).
     pub vm: &'a VmFd,
+    /// What interrupt hardware it has.
+    pub irqchip: Irqchip,
     /// Every vCPU, in index order.
     pub vcpus: Vec<PausedVcpu<'a>>,
     /// Guest RAM.
@@ -328,8 +332,9 @@ pub struct PausedSmp<'a> {
     pub ran: Duration,
 }
 
-/// Capture a paused SMP machine: every vCPU (with its LAPIC), the irqchip
-/// (both PICs and the IOAPIC), the PIT when the VM has one, and RAM.
+/// Capture a paused SMP machine: every vCPU (with its LAPIC), with a full
+/// irqchip both PICs, the IOAPIC and the PIT when the VM has one, and
+/// RAM.
 pub fn capture_smp(ctx: &SaveContext, trigger: Trigger, vm: PausedSmp<'_>) -> Result<Snapshot> {
     let (mut snap, pages) = capture_smp_in_place(ctx, trigger, vm)?;
     snap.memory = pages.to_owned_memory();
@@ -345,6 +350,7 @@ fn capture_smp_in_place<'m>(
 ) -> Result<(Snapshot, PagesInPlace<'m>)> {
     let PausedSmp {
         vm: vm_fd,
+        irqchip: kind,
         vcpus,
         mem,
         devices,
@@ -373,23 +379,27 @@ fn capture_smp_in_place<'m>(
             .map_err(Error::kvm("KVM_GET_IRQCHIP"))?;
         Ok(c)
     };
-    let irqchip = IrqchipState {
-        pic_master: chip(IRQCHIP_SECTIONS[0].0)?,
-        pic_slave: chip(IRQCHIP_SECTIONS[1].0)?,
-        ioapic: chip(IRQCHIP_SECTIONS[2].0)?,
-        // No KVM_CREATE_PIT2 here: a VM without a PIT has no state to keep.
-        pit: vm_fd.get_pit2().ok(),
+    let irqchip = if kind.has_ioapic() {
+        Some(IrqchipState {
+            pic_master: chip(IRQCHIP_SECTIONS[0].0)?,
+            pic_slave: chip(IRQCHIP_SECTIONS[1].0)?,
+            ioapic: chip(IRQCHIP_SECTIONS[2].0)?,
+            // No KVM_CREATE_PIT2 here: a VM without a PIT has no state to keep.
+            pit: vm_fd.get_pit2().ok(),
+        })
+    } else {
+        None
     };
     let pages = scan_memory(mem)?;
     let snap = Snapshot {
         meta: Meta {
             msrs_unreadable: unreadable,
-            ..meta(ctx, trigger, devices, exits, ran, n, "kvm")
+            ..meta(ctx, trigger, devices, exits, ran, n, kind.name())
         },
         memory: pages.memory.clone(),
         serial_output: devices.serial_output().to_vec(),
         vcpus: states,
-        irqchip: Some(irqchip),
+        irqchip,
     };
     Ok((snap, pages))
 }

@@ -16,8 +16,8 @@
 //! | `vcpuN.debugregs` | `struct kvm_debugregs` (128 bytes), when KVM has it |
 //! | `vcpuN.xfd` | `IA32_XFD` and `IA32_XFD_ERR` as (index u32, 0 u32, value u64), exactly those two, when KVM lists them (hosts with XFD, see [`crate::vstate::xfd`]); optional: a snapshot without it restores as before |
 //! | `vcpuN.xstate` | the extended state **compacted with only the components in use**: an XSAVEC-format image whose XCOMP_BV (bit 63 set) equals its XSTATE_BV, laid out by the source KVM's leaf 0xD in `meta` |
-//! | `vcpuN.lapic` | `struct kvm_lapic_state` (1024 bytes), when the VM has an in-kernel irqchip (`--vcpus` above 1) |
-//! | `irqchip.pic_master`, `irqchip.pic_slave`, `irqchip.ioapic` | `struct kvm_irqchip` (520 bytes each, `KVM_GET_IRQCHIP` chips 0, 1, 2), when the VM has an in-kernel irqchip |
+//! | `vcpuN.lapic` | `struct kvm_lapic_state` (1024 bytes), when the VM has an in-kernel irqchip, split or full (`--vcpus` above 1) |
+//! | `irqchip.pic_master`, `irqchip.pic_slave`, `irqchip.ioapic` | `struct kvm_irqchip` (520 bytes each, `KVM_GET_IRQCHIP` chips 0, 1, 2), when the VM has a full in-kernel irqchip (`meta.irqchip` `kvm`) |
 //! | `pit` | `struct kvm_pit_state2` (112 bytes), when the VM has an in-kernel PIT |
 //!
 //! `meta.vcpus` says how many vCPUs the file holds (1 when absent: files
@@ -166,10 +166,13 @@ pub struct Meta {
     pub xsave2_size: u64,
     /// The guest's TSC rate in kHz (0: unknown).
     pub tsc_khz: u32,
-    /// Interrupt controllers and timers: `none` for one vCPU (no
-    /// KVM_CREATE_IRQCHIP; the guest polls), `kvm` for several (the
-    /// in-kernel irqchip: the `vcpuN.lapic` and `irqchip.*` sections carry
-    /// its state, `pit` the PIT's when the VM has one).
+    /// Interrupt controllers and timers (`vstate::smp::Irqchip`): `none`
+    /// for one vCPU (no irqchip; the guest polls); for several, `split`
+    /// (`KVM_CAP_SPLIT_IRQCHIP`: in-kernel LAPICs only, their state in the
+    /// `vcpuN.lapic` sections) or `kvm` (`KVM_CREATE_IRQCHIP`, what a KVM
+    /// without the split irqchip gives and what earlier versions always
+    /// made: the `irqchip.*` sections add both PICs and the IOAPIC, `pit`
+    /// the PIT's when the VM has one).
     pub irqchip: String,
     /// COM1's registers.
     pub serial: SerialRegs,

@@ -63,7 +63,8 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
         |kvm| {
             // Bad counts are refused before any VM exists.
             smp::check_vcpus(config.vcpus, smp::kvm_max_vcpus(kvm))?;
-            Machine::create_smp_on(kvm, ram.clone(), config.vcpus)
+            let irqchip = smp::Irqchip::for_new_vm(kvm, config.vcpus);
+            Machine::create_smp_on(kvm, ram.clone(), config.vcpus, irqchip)
         },
         || {
             // Best effort: without it the copy faults the pages in one by
@@ -121,7 +122,12 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
                 edx: e.edx,
             })
             .unwrap_or_default();
-        mptable::write(&machine.mem, config.vcpus, leaf1)?;
+        mptable::write(
+            &machine.mem,
+            config.vcpus,
+            leaf1,
+            machine.irqchip.has_ioapic(),
+        )?;
     }
     let mut ap_start = None;
     for (i, vcpu) in ap_fds.into_iter().enumerate() {
@@ -451,6 +457,7 @@ pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
         vcpus: Vec::new(),
         ended_by: 0,
         ap_start: None,
+        irqchip: smp::Irqchip::Absent,
     })
 }
 
@@ -469,6 +476,7 @@ fn execute_smp(l: Launch) -> Result<RunOutcome> {
         vcpu,
         mem,
         aps,
+        irqchip,
     } = l.machine;
     let serial_sink = l.devices.serial.writer().sink();
     let xstate_sync = l.xstate.policy();
@@ -548,7 +556,15 @@ fn execute_smp(l: Launch) -> Result<RunOutcome> {
         else {
             break (results, ended_by, timed_out);
         };
-        match snapshot_smp(ctx, trigger, &_vm, &mem, &mut results, &l.policy, run_start)? {
+        match snapshot_smp(
+            ctx,
+            trigger,
+            (&_vm, irqchip),
+            &mem,
+            &mut results,
+            &l.policy,
+            run_start,
+        )? {
             SmpSaved::Written(path, took) => {
                 snapshot_time = Some(took);
                 end_with(&mut results, who, RunEnd::Snapshotted(path));
@@ -685,6 +701,7 @@ fn execute_smp(l: Launch) -> Result<RunOutcome> {
         ended_by: ended_by as u32,
         vcpus,
         ap_start: None,
+        irqchip,
     })
 }
 
@@ -732,7 +749,7 @@ enum SmpSaved {
 fn snapshot_smp(
     ctx: &SaveContext,
     trigger: Trigger,
-    vm: &kvm_ioctls::VmFd,
+    (vm, irqchip): (&kvm_ioctls::VmFd, smp::Irqchip),
     mem: &vm_memory::GuestMemoryMmap,
     results: &mut [VcpuResult],
     policy: &Policy,
@@ -765,6 +782,7 @@ fn snapshot_smp(
     }
     let paused = PausedSmp {
         vm,
+        irqchip,
         vcpus,
         mem,
         devices,

@@ -18,6 +18,7 @@ use kvm_bindings::kvm_userspace_memory_region;
 use kvm_ioctls::{Kvm, VcpuFd, VmFd};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 
+use super::smp::Irqchip;
 use crate::arch::layout::{KVM_TSS_ADDR, MAX_MEM_MIB, MIN_MEM_MIB};
 use crate::error::{Error, MemoryError, Result};
 use crate::xstate_manager::XstateManager;
@@ -56,21 +57,29 @@ pub struct Machine {
     pub mem: GuestMemoryMmap,
     /// vCPUs 1.. (empty with one vCPU, and after a restore).
     pub aps: Vec<Ap>,
+    /// The VM's interrupt hardware (none with one vCPU).
+    pub irqchip: Irqchip,
 }
 
 impl Machine {
     /// Create the VM, its RAM (`mem_mib`, slot 0 from address 0) and vCPU 0.
     #[cfg(test)]
     pub fn create(kvm: &Kvm, mem_mib: u64) -> Result<Self> {
-        Ok(Self::create_smp(kvm, mem_mib, 1)?.0)
+        Ok(Self::create_smp(kvm, mem_mib, 1, Irqchip::Absent)?.0)
     }
 
-    /// Create the VM for `vcpus` vCPUs: with more than one, the in-kernel
-    /// irqchip first (every vCPU created after it gets a LAPIC), then RAM
-    /// and vCPU 0; the APs' fds are returned for the caller to configure
-    /// (see [`super::smp`]). One vCPU is exactly the VM `vmm` always built (no irqchip).
-    pub fn create_smp(kvm: &Kvm, mem_mib: u64, vcpus: u32) -> Result<(Self, Vec<VcpuFd>)> {
-        Self::create_smp_on(kvm, allocate_ram(mem_mib)?, vcpus)
+    /// Create the VM for `vcpus` vCPUs: the `irqchip` first (every vCPU
+    /// created after it gets a LAPIC; [`Irqchip::for_new_vm`] says which a
+    /// new VM gets), then RAM and vCPU 0; the APs' fds are returned for
+    /// the caller to configure (see [`super::smp`]). One vCPU is exactly
+    /// the VM `vmm` always built (no irqchip).
+    pub fn create_smp(
+        kvm: &Kvm,
+        mem_mib: u64,
+        vcpus: u32,
+        irqchip: Irqchip,
+    ) -> Result<(Self, Vec<VcpuFd>)> {
+        Self::create_smp_on(kvm, allocate_ram(mem_mib)?, vcpus, irqchip)
     }
 
     /// [`Machine::create_smp`] on RAM the caller allocated
@@ -80,14 +89,17 @@ impl Machine {
         kvm: &Kvm,
         mem: GuestMemoryMmap,
         vcpus: u32,
+        irqchip: Irqchip,
     ) -> Result<(Self, Vec<VcpuFd>)> {
+        if vcpus > 1 && !irqchip.has_lapics() {
+            return Err(Error::Argument(format!(
+                "{vcpus} vCPUs need in-kernel LAPICs to start; the VM was to have no irqchip"
+            )));
+        }
         let vm = kvm.create_vm().map_err(Error::kvm("KVM_CREATE_VM"))?;
         vm.set_tss_address(KVM_TSS_ADDR as usize)
             .map_err(Error::kvm("KVM_SET_TSS_ADDR"))?;
-        if vcpus > 1 {
-            vm.create_irq_chip()
-                .map_err(Error::kvm("KVM_CREATE_IRQCHIP"))?;
-        }
+        irqchip.create(&vm)?;
         register_ram(&vm, &mem)?;
         let vcpu = vm.create_vcpu(0).map_err(Error::kvm("KVM_CREATE_VCPU"))?;
         let aps = (1..vcpus.max(1))
@@ -102,6 +114,7 @@ impl Machine {
                 vcpu,
                 mem,
                 aps: Vec::new(),
+                irqchip,
             },
             aps,
         ))
@@ -120,11 +133,12 @@ impl Machine {
         kvm: &Kvm,
         mem_mib: u64,
         vcpus: u32,
+        irqchip: Irqchip,
         image: &RamImage<'_>,
     ) -> Result<(Self, Vec<VcpuFd>)> {
         let mem = allocate_ram(mem_mib)?;
         map_image(&mem, image)?;
-        Self::create_smp_on(kvm, mem, vcpus)
+        Self::create_smp_on(kvm, mem, vcpus, irqchip)
     }
 }
 

@@ -188,6 +188,8 @@ pub struct RunOutcome {
     pub ended_by: u32,
     /// How the APs were started (`None` with one vCPU).
     pub ap_start: Option<super::smp::ApStart>,
+    /// The VM's interrupt hardware.
+    pub irqchip: super::smp::Irqchip,
     /// The interleaved native repetitions, when they were asked for.
     pub native: Option<Box<Interleaver>>,
     /// What `--hugepages` did, when asked for.

@@ -4,9 +4,9 @@
 //! # How APs start
 //!
 //! The standard way, as QEMU, Firecracker and Cloud Hypervisor do it: the
-//! VM gets an in-kernel irqchip (`KVM_CREATE_IRQCHIP`, before any vCPU, so
-//! every vCPU gets a LAPIC), the APs sit in wait-for-SIPI, and the guest's
-//! bootstrap processor (vCPU 0) sends INIT-SIPI-SIPI through its LAPIC.
+//! VM gets in-kernel LAPICs (an [`Irqchip`], before any vCPU, so every
+//! vCPU gets one), the APs sit in wait-for-SIPI, and the guest's bootstrap
+//! processor (vCPU 0) sends INIT-SIPI-SIPI through its LAPIC.
 //! KVM then starts each AP in real mode at the SIPI vector's page, where
 //! the guest's trampoline takes it to long mode. The VMM only runs every AP
 //! thread's `KVM_RUN`, which blocks in KVM until the SIPI arrives.
@@ -19,17 +19,34 @@
 //! still refuses is an error naming it (a direct 64-bit start of the APs
 //! from the VMM is not built: no KVM this project runs on needs it).
 //!
+//! # Which irqchip: split, as Cloud Hypervisor
+//!
+//! The guest needs LAPICs only (INIT-SIPI-SIPI, IPIs); it never touches a
+//! PIC or the IOAPIC. A full in-kernel irqchip (`KVM_CREATE_IRQCHIP`) adds
+//! both 8259 PICs and the IOAPIC, whose port and MMIO devices KVM puts on
+//! its I/O buses, each registration an SRCU update. Traced on the
+//! development host (`strace -f -T`, `perf record -e sched:sched_switch
+//! -g`), the next update after them, registering the RAM slot
+//! (`kvm_swap_active_memslots`), then waits a normal grace period, 5-10
+//! ms, wherever it is put (registered before the irqchip, the wait moved
+//! to closing the VM). A split irqchip (`KVM_CAP_SPLIT_IRQCHIP`, the LAPICs
+//! in KVM, the rest left to user space, which here has none to offer)
+//! registers no such device: the RAM slot took 0.1-0.3 ms after it against
+//! 5-7 ms after `KVM_CREATE_IRQCHIP` (a C probe of the three ways, three
+//! rounds). So a new VM of several vCPUs gets a split irqchip where KVM
+//! has the capability and the full one where it does not; a restore
+//! rebuilds what the snapshot's VM had (snapshots of earlier versions
+//! carry the PICs' and IOAPIC's state: [`Irqchip::Full`]). The MP table
+//! describes an IOAPIC only when there is one.
+//!
 //! # What a second vCPU costs
 //!
-//! Traced on the development host (`strace -f -T`, `perf record -e
-//! sched:sched_switch -g`): the irqchip brings SRCU grace periods in KVM
-//! (`kvm_set_irq_routing`, `kvm_swap_active_memslots`, `kvm_destroy_vm`),
-//! and one of them waits a normal grace period, 5-10 ms. With the RAM
-//! slot registered after the irqchip it is that ioctl; registered before
-//! (or after the vCPUs) it moved to closing the VM, 10 ms instead of
-//! 0.4 ms, and start to exit got longer (median 17.7 against 12.7 ms), so
-//! the order stays irqchip, RAM, vCPUs: the wait is in setup, where it
-//! costs least. The guest sends INIT-SIPI-SIPI back to back (KVM needs
+//! `vmm run --workload none --no-native --vcpus 2` on the development host
+//! (Zen 3 under kvm_pvm, 15 runs each, medians): 5.1 ms from spawn to exit
+//! with the split irqchip, setup 1.6 ms, against 4.5 ms and the same setup
+//! with one vCPU; it was 12.3 ms, setup 7.5 ms, with the full irqchip. The
+//! rest is the AP's bring-up in the guest. The guest sends INIT-SIPI-SIPI
+//! back to back (KVM needs
 //! none of the MP specification's delays), the APs' threads are spawned
 //! before the BSP's (see `supervise_all_with`), and a quiet guest prints
 //! no per-CPU serial lines (each byte an exit). `--json` shows each
@@ -41,8 +58,11 @@
 //! benchmarks and the guest's "HLT with nothing to wake it" diagnosis stay
 //! what they measured and said before SMP existed.
 
-use kvm_bindings::{kvm_cpuid_entry2, kvm_mp_state, KVM_MP_STATE_UNINITIALIZED};
-use kvm_ioctls::{Cap, Kvm, VcpuFd};
+use kvm_bindings::{
+    kvm_cpuid_entry2, kvm_enable_cap, kvm_mp_state, KVM_CAP_SPLIT_IRQCHIP,
+    KVM_MP_STATE_UNINITIALIZED,
+};
+use kvm_ioctls::{Cap, Kvm, VcpuFd, VmFd};
 use serde::Serialize;
 
 use crate::cpuid::GuestCpuid;
@@ -66,6 +86,90 @@ pub fn kvm_max_vcpus(kvm: &Kvm) -> u32 {
         n as u32
     } else {
         4
+    }
+}
+
+/// The interrupt hardware KVM emulates for a VM (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Irqchip {
+    /// None: one vCPU (the guest polls; see "Why one vCPU has no
+    /// irqchip").
+    Absent,
+    /// `KVM_CREATE_IRQCHIP`: the LAPICs, both 8259 PICs and the IOAPIC.
+    Full,
+    /// `KVM_CAP_SPLIT_IRQCHIP`: the LAPICs only.
+    Split,
+}
+
+impl Irqchip {
+    /// Every kind, for parsing.
+    pub const ALL: [Irqchip; 3] = [Irqchip::Absent, Irqchip::Full, Irqchip::Split];
+
+    /// Its name in a snapshot's `meta.irqchip` and in the report (`kvm`
+    /// for the full one, as snapshots have always said).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Irqchip::Absent => "none",
+            Irqchip::Full => "kvm",
+            Irqchip::Split => "split",
+        }
+    }
+
+    /// How the report's text calls it.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Irqchip::Absent => "no",
+            Irqchip::Full => "full",
+            Irqchip::Split => "split",
+        }
+    }
+
+    /// The kind named `name` ([`Irqchip::name`]).
+    pub fn from_name(name: &str) -> Option<Irqchip> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// What a new VM of `vcpus` vCPUs gets from this KVM.
+    pub fn for_new_vm(kvm: &Kvm, vcpus: u32) -> Irqchip {
+        if vcpus <= 1 {
+            Irqchip::Absent
+        } else if kvm.check_extension(Cap::SplitIrqchip) {
+            Irqchip::Split
+        } else {
+            Irqchip::Full
+        }
+    }
+
+    /// Whether the VM has an IOAPIC (and both PICs), whose state a
+    /// snapshot keeps in its `irqchip.*` sections.
+    pub const fn has_ioapic(self) -> bool {
+        matches!(self, Irqchip::Full)
+    }
+
+    /// Whether every vCPU has an in-kernel LAPIC (`vcpuN.lapic`).
+    pub const fn has_lapics(self) -> bool {
+        !matches!(self, Irqchip::Absent)
+    }
+
+    /// Create it on `vm`, before any vCPU.
+    pub fn create(self, vm: &VmFd) -> Result<()> {
+        match self {
+            Irqchip::Absent => Ok(()),
+            Irqchip::Full => vm
+                .create_irq_chip()
+                .map_err(Error::kvm("KVM_CREATE_IRQCHIP")),
+            Irqchip::Split => {
+                // args[0]: the IOAPIC pins reserved for a user-space
+                // IOAPIC's routes; there is none.
+                let cap = kvm_enable_cap {
+                    cap: KVM_CAP_SPLIT_IRQCHIP,
+                    ..Default::default()
+                };
+                vm.enable_cap(&cap)
+                    .map_err(Error::kvm("KVM_ENABLE_CAP(KVM_CAP_SPLIT_IRQCHIP)"))
+            }
+        }
     }
 }
 
