@@ -175,16 +175,19 @@ pub fn write(
 mod tests {
     use super::*;
 
+    /// CPUID.1 EAX/EDX of a Zen 3 EPYC (family 0x19, model 1).
+    const ZEN3: CpuSignature = CpuSignature {
+        eax: 0x00a1_0f11,
+        edx: 0x178b_fbff,
+    };
+
     fn sum(b: &[u8]) -> u8 {
         b.iter().fold(0u8, |a, x| a.wrapping_add(*x))
     }
 
     #[test]
     fn two_cpus_exact_bytes() {
-        let sig = CpuSignature {
-            eax: 0x00a1_0f11,
-            edx: 0x178b_fbff,
-        };
+        let sig = ZEN3;
         let b = build(2, sig, true).unwrap();
         // 16 (pointer) + 44 (header) + 2*20 + 8 (bus) + 8 (IOAPIC) + 16*8 + 2*8.
         assert_eq!(b.len(), 16 + 44 + 40 + 8 + 8 + 128 + 16);
@@ -227,10 +230,7 @@ mod tests {
     /// interrupts, no IOAPIC and no ISA interrupt entries.
     #[test]
     fn without_an_ioapic_two_cpus_exact_bytes() {
-        let sig = CpuSignature {
-            eax: 0x00a1_0f11,
-            edx: 0x178b_fbff,
-        };
+        let sig = ZEN3;
         let with = build(2, sig, true).unwrap();
         let b = build(2, sig, false).unwrap();
         // 16 (pointer) + 44 (header) + 2*20 + 8 (bus) + 2*8.
