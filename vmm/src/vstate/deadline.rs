@@ -155,8 +155,13 @@ impl KickTimer {
         let mut event: libc::sigevent = unsafe { std::mem::zeroed() };
         event.sigev_notify = libc::SIGEV_THREAD_ID;
         event.sigev_signo = signal;
-        // SAFETY: gettid has no preconditions.
-        event.sigev_notify_thread_id = unsafe { libc::gettid() };
+        // The system call, not glibc's `gettid()`: the standard library
+        // refers to that symbol weakly, and a statically linked build
+        // (`-C target-feature=+crt-static`) then resolved it to address 0
+        // and crashed here at the first run with a deadline.
+        // SAFETY: SYS_gettid takes no arguments and cannot fail.
+        let tid = unsafe { libc::syscall(libc::SYS_gettid) };
+        event.sigev_notify_thread_id = tid as libc::pid_t;
         let mut id: libc::timer_t = std::ptr::null_mut();
         // SAFETY: both pointers are to live locals; the kernel copies the
         // event and writes the ID.
