@@ -21,6 +21,7 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
+use kvm_ioctls::Cap;
 use xstate::buffer::{XCOMP_BV_COMPACTED, XSAVE_MIN_SIZE};
 use xstate::info::leaf_1_ecx;
 use xstate::{restorable_on, Format, InitMode, Xfeature, XfeatureMask, XsaveBuf, XsaveInfo};
@@ -33,7 +34,6 @@ use crate::kvm::HostKvm;
 use crate::vstate::smp::Irqchip;
 use crate::vstate::vcpu::MSR_IA32_XSS;
 use crate::xstate_manager::SyncPolicy;
-use kvm_ioctls::Cap;
 
 /// CR4.OSXSAVE: XSETBV, XGETBV and the XSAVE family are enabled.
 pub const CR4_OSXSAVE: u64 = 1 << 18;

@@ -22,8 +22,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kvm_bindings::{kvm_cpuid_entry2, kvm_irqchip};
-
-use crate::vstate::smp::Irqchip;
 use kvm_ioctls::{VcpuFd, VmFd};
 use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 use xstate::{CpuidProfile, XsaveInfo};
@@ -35,6 +33,7 @@ use crate::cpuid::Policy;
 use crate::devices::Devices;
 use crate::error::{Error, MemoryError, Result};
 use crate::kvm::HostKvm;
+use crate::vstate::smp::Irqchip;
 use crate::vstate::vcpu::{self, SAVED_MSRS};
 use crate::vstate::xfd;
 use crate::xstate_manager::{SyncPolicy, XstateManager};
