@@ -278,7 +278,7 @@ impl RunSummary {
                 "vCPUs: {} (APs started by {}, {} irqchip); the run's end came from vCPU {}",
                 smp.vcpus.len(),
                 smp.ap_start.map_or("-", |a| a.name()),
-                smp.irqchip.label(),
+                smp.irqchip.name(),
                 smp.ended_by
             );
             if let (Some(n), Some(from)) = (smp.cpus_wanted, &smp.cpus_source) {

@@ -278,8 +278,9 @@ pub struct VcpuRow {
 pub struct SmpView {
     /// How the application processors were started (`init-sipi`).
     pub ap_start: Option<crate::vstate::ApStart>,
-    /// The VM's in-kernel interrupt hardware: `split` (LAPICs only) or
-    /// `full` (`KVM_CREATE_IRQCHIP`: LAPICs, PICs and IOAPIC).
+    /// The VM's in-kernel interrupt hardware, as its snapshots name it:
+    /// `split` (LAPICs only) or `kvm` (`KVM_CREATE_IRQCHIP`: LAPICs, PICs
+    /// and IOAPIC).
     pub irqchip: crate::vstate::smp::Irqchip,
     /// The vCPU whose end is the run's end.
     pub ended_by: u32,

@@ -90,15 +90,19 @@ pub fn kvm_max_vcpus(kvm: &Kvm) -> u32 {
 }
 
 /// The interrupt hardware KVM emulates for a VM (see the module docs).
+/// One spelling everywhere: a snapshot's `meta.irqchip`, the report's JSON
+/// and its text ([`Irqchip::name`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-#[serde(rename_all = "kebab-case")]
 pub enum Irqchip {
     /// None: one vCPU (the guest polls; see "Why one vCPU has no
     /// irqchip").
+    #[serde(rename = "none")]
     Absent,
     /// `KVM_CREATE_IRQCHIP`: the LAPICs, both 8259 PICs and the IOAPIC.
+    #[serde(rename = "kvm")]
     Full,
     /// `KVM_CAP_SPLIT_IRQCHIP`: the LAPICs only.
+    #[serde(rename = "split")]
     Split,
 }
 
@@ -112,15 +116,6 @@ impl Irqchip {
         match self {
             Irqchip::Absent => "none",
             Irqchip::Full => "kvm",
-            Irqchip::Split => "split",
-        }
-    }
-
-    /// How the report's text calls it.
-    pub const fn label(self) -> &'static str {
-        match self {
-            Irqchip::Absent => "no",
-            Irqchip::Full => "full",
             Irqchip::Split => "split",
         }
     }
@@ -297,6 +292,15 @@ pub fn set_apic_id(entries: &mut [kvm_cpuid_entry2], index: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_irqchip_has_one_name_in_snapshots_and_reports() {
+        for k in Irqchip::ALL {
+            assert_eq!(serde_json::to_value(k).unwrap(), k.name());
+            assert_eq!(Irqchip::from_name(k.name()), Some(k));
+        }
+        assert_eq!(Irqchip::from_name("full"), None);
+    }
     use std::time::{Duration, Instant};
 
     #[test]
