@@ -108,6 +108,42 @@ fn the_guest_counts_cpus_from_the_mp_table() {
     );
 }
 
+/// `xfeatures.cpuN=` only narrows the policy: a mask of every bit leaves
+/// AP 1 at the policy (before, it got everything CPUID offered), and
+/// words naming no AP or no mask are named on the console.
+#[test]
+fn a_per_cpu_xfeatures_word_cannot_widen_the_policy() {
+    if !common::kvm_or_skip("a_per_cpu_xfeatures_word_cannot_widen_the_policy") {
+        return;
+    }
+    let (out, v) = common::run_bare_json(
+        "120",
+        &[
+            "--vcpus",
+            "2",
+            "--xfeatures",
+            "0x3",
+            "--cmdline",
+            "xfeatures.cpu1=0xffffffffffffffff xfeatures.cpu5=0x3 xfeatures.cpux=1",
+        ],
+    );
+    let stderr = common::stderr(&out);
+    assert!(out.status.success(), "{stderr}");
+    let vcpus = v["smp"]["vcpus"].as_array().unwrap();
+    assert_eq!(vcpus.len(), 2);
+    for c in vcpus {
+        assert_eq!(common::hex(&c["guest_xcr0"]), 0x3, "{c}");
+    }
+    assert!(
+        stderr.contains("guest: xfeatures.cpu5=0x3: no such AP"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("guest: xfeatures.cpux=1: no such CPU (at most 8) or no hex mask"),
+        "{stderr}"
+    );
+}
+
 /// With no override every AP takes the policy: three vCPUs, three reports.
 #[test]
 fn every_ap_takes_the_policy_by_default() {

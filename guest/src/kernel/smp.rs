@@ -132,15 +132,29 @@ pub struct Started {
 
 /// Start CPUs 1..`wanted` (BSP only, after its XCR0 policy is set).
 pub fn start_aps(cmdline: &Cmdline, wanted: u32, out: &mut Console) -> Started {
-    if wanted <= 1 {
-        return Started { wanted, online: 0 };
-    }
-    shared::request(wanted, cmdline);
+    // `xfeatures.cpuN=` narrows the policy for AP N, never widens it: the
+    // policy is the VMM's (CPUID alone does not carry it on kvm_pvm), and
+    // the word may come from a user's `--cmdline`.
     let policy = xcr0::xcr0();
     for (i, slot) in TARGET_XCR0.iter().enumerate().take(wanted as usize).skip(1) {
         slot.store(
-            cmdline.cpu_xfeatures[i].unwrap_or(policy),
+            cmdline.cpu_xfeatures[i].map_or(policy, |mask| mask & policy),
             Ordering::Relaxed,
+        );
+    }
+    for (cpu, mask) in cmdline
+        .cpu_xfeatures
+        .iter()
+        .enumerate()
+        .filter_map(|(i, m)| m.map(|m| (i, m)))
+        .filter(|&(i, _)| !(1..wanted as usize).contains(&i))
+    {
+        let _ = writeln!(out, "guest: xfeatures.cpu{cpu}={mask:#x}: no such AP");
+    }
+    if let Some(word) = cmdline.bad_cpu_xfeatures {
+        let _ = writeln!(
+            out,
+            "guest: {word}: no such CPU (at most {MAX_CPUS}) or no hex mask"
         );
     }
     for (cpu, kind) in cmdline
@@ -165,6 +179,12 @@ pub fn start_aps(cmdline: &Cmdline, wanted: u32, out: &mut Console) -> Started {
     if let Some(word) = cmdline.bad_cpu_fault {
         let _ = writeln!(out, "guest: {word}: no such CPU (at most {MAX_CPUS})");
     }
+    // The per-CPU words above are checked, and named when they name no AP,
+    // even when there is none to start.
+    if wanted <= 1 {
+        return Started { wanted, online: 0 };
+    }
+    shared::request(wanted, cmdline);
     // SAFETY: the two symbols delimit the trampoline in .boot; the page at
     // AP_TRAMPOLINE is identity-mapped RAM nothing else uses (below the
     // VMM's command line, above its start_info and memory map).

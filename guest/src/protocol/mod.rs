@@ -39,7 +39,7 @@
 //! | `exits=N` | exits per benchmark row (default 10000) |
 //! | `xfeatures=MASK` | hex XCR0 policy: the guest sets XCR0 = CPUID 0xD.0 mask & MASK. The VMM always passes it, because some KVMs (kvm_pvm) answer CPUID from the host whatever table the VMM set |
 //! | `fault=KIND` | testing: end the run with a deliberate CPU exception in the CPL3 task after the CPUID part of the report is filled (`ud`, `de`, `pf`, `gp`) |
-//! | `cpus=N`, `xfeatures.cpuN=MASK`, `fault.cpuN=KIND` | SMP: how many CPUs to bring up (the VMM passes its `--vcpus`), CPU N's own XCR0 policy, a deliberate exception on AP N once it is up |
+//! | `cpus=N`, `xfeatures.cpuN=MASK`, `fault.cpuN=KIND` | SMP: how many CPUs to bring up (the VMM passes its `--vcpus`), CPU N's own XCR0 (hex: the policy & MASK, so it only narrows), a deliberate exception on AP N once it is up |
 //! | `selftest` | testing: exercise the kernel's system calls and print what they returned |
 //! | `hostile=MODE` | testing: misbehave on purpose after setup, to show the VMM survives it ([`HOSTILE_MODES`]): `idle` (spin, no exits), `report-flood` (valid reports in a loop), `bad-report-flood` (report addresses outside RAM), `mark-flood` (benchmark markers), `serial-flood` (`rep outsb` to COM1), `edit-xmm` (an xstate edit request, checking the answer the VMM gives), `xsetbv-all` (XCR0 = everything CPUID 0xD.0 offers, ignoring `xfeatures=`), `status-N` (debug exit with `N`). The floods never end: run them with `--timeout` |
 //!
