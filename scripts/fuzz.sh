@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Run every cargo-fuzz target for SECONDS each (default 60) and print, per
 # target, the executions libFuzzer made and whether it crashed. Exits 1 if
-# any target crashed; the crashing input is in fuzz/artifacts/<target>/
-# (copy it to fuzz/regressions/<target>/ once fixed: see fuzz/README.md).
+# any target crashed, or could not be built (`-` in the crashes column);
+# the crashing input is in fuzz/artifacts/<target>/ (copy it to
+# fuzz/regressions/<target>/ once fixed: see fuzz/README.md).
 #
 # Needs the nightly toolchain and cargo-fuzz. New inputs libFuzzer finds go
 # to fuzz/target/fuzz-work/<target>/ (not committed); the committed seeds in
@@ -43,7 +44,13 @@ for t in "${targets[@]}"; do
     fi
     artifact=$(sed -nE 's/.*Test unit written to (.*)$/\1/p' "$log" | tail -n 1)
     crashes=0
-    if [ "$rc" -ne 0 ] || [ -n "$artifact" ]; then
+    if ! grep -q '^INFO: Seed:' "$log"; then
+        # libFuzzer never started: `cargo fuzz run` rebuilds when a source
+        # changed since the build above, and that build failed. Not a crash.
+        crashes=-
+        crashed=1
+        artifact="(build failed, exit $rc: see fuzz/$log)"
+    elif [ "$rc" -ne 0 ] || [ -n "$artifact" ]; then
         crashes=1
         crashed=1
         [ -n "$artifact" ] || artifact="(exit $rc, no artifact: see fuzz/$log)"
