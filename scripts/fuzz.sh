@@ -45,11 +45,11 @@ for t in "${targets[@]}"; do
     artifact=$(sed -nE 's/.*Test unit written to (.*)$/\1/p' "$log" | tail -n 1)
     crashes=0
     if ! grep -q '^INFO: Seed:' "$log"; then
-        # libFuzzer never started: `cargo fuzz run` rebuilds when a source
-        # changed since the build above, and that build failed. Not a crash.
+        # libFuzzer never started. Usually a failed build: `cargo fuzz run`
+        # rebuilds when a source changed since the build above. Not a crash.
         crashes=-
         crashed=1
-        artifact="(build failed, exit $rc: see fuzz/$log)"
+        artifact="(libFuzzer did not start, exit $rc; a failed build? see fuzz/$log)"
     elif [ "$rc" -ne 0 ] || [ -n "$artifact" ]; then
         crashes=1
         crashed=1

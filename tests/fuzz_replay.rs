@@ -56,6 +56,43 @@ fn every_seed_replays_without_panic() {
     }
 }
 
+/// The firmware-table seeds hold the CPU counts they were built with,
+/// through the fuzz body's own memory model: the target's seeds reach the
+/// parsers' success paths, not only their refusals.
+#[test]
+fn firmware_seeds_give_their_cpu_counts() {
+    for (name, bytes, counts) in fuzz_bodies::firmware_seeds() {
+        assert_eq!(fuzz_bodies::firmware_counts(&bytes), Some(counts), "{name}");
+        let committed = fuzz_dir().join("corpus/firmware_tables").join(name);
+        assert_eq!(
+            std::fs::read(&committed).ok(),
+            Some(bytes),
+            "{} differs from firmware_seeds(): run write_seed_corpus",
+            committed.display()
+        );
+    }
+}
+
+/// Seeds written valid must stay valid. A format change that leaves them
+/// behind turns them into refusals, and the fuzzer into a test of the
+/// first check only: until session 9 the report seeds were 11,816-byte
+/// records of an older version, and the real snapshot was never in git
+/// (`.gitignore` drops `*.snap`).
+#[test]
+fn the_valid_seeds_still_parse() {
+    let seed = |target: &str, name: &str| {
+        let path = fuzz_dir().join("corpus").join(target).join(name);
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    };
+    let stale = "is stale: run write_seed_corpus (see its doc comment)";
+    for name in ["empty", "two-results"] {
+        guest::protocol::Report::from_bytes(&seed("report_record", name))
+            .unwrap_or_else(|e| panic!("report_record/{name} {stale}: {e:?}"));
+    }
+    vmm::snapshot::state::Snapshot::from_bytes(&seed("snapshot_container", "real-tiny-guest"))
+        .unwrap_or_else(|e| panic!("snapshot_container/real-tiny-guest {stale}: {e}"));
+}
+
 #[test]
 fn every_regression_replays_without_panic() {
     replay("regressions");
@@ -128,7 +165,8 @@ fn write_seed_corpus() {
     let _ = std::fs::remove_file(&snap);
     let _ = std::fs::remove_file(&kernel);
     let c = Container::parse(&file).expect("a fresh snapshot parses");
-    write("snapshot_container", "real-tiny-guest.snap", &file);
+    // No `.snap` extension: `.gitignore` keeps snapshot files out of git.
+    write("snapshot_container", "real-tiny-guest", &file);
     write("snapshot_container", "truncated-header", &file[..40]);
     write("snapshot_container", "truncated-table", &file[..100]);
     // The format before this one (the page index and the pages in one
@@ -328,6 +366,9 @@ fn write_seed_corpus() {
         v.extend_from_slice(image);
         v
     };
+    for (name, bytes, _) in fuzz_bodies::firmware_seeds() {
+        write("firmware_tables", name, &bytes);
+    }
     for (cpu, file, xcr0) in [
         (0u8, "intel-sapphire-rapids.json", 0x602e7u64),
         (1, "amd-zen3-milan.json", 0x207),

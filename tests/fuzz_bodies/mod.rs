@@ -37,6 +37,7 @@ pub const TARGETS: &[Target] = &[
     ("elf_loader", elf_loader),
     ("guest_cmdline", guest_cmdline),
     ("xsave_buffer", xsave_buffer),
+    ("firmware_tables", firmware_tables),
 ];
 
 /// A whole snapshot file: header, section table, checksums
@@ -213,6 +214,137 @@ pub fn elf_loader(data: &[u8]) {
             let _ = e.to_string();
         }
     }
+}
+
+/// CPU counts from the MADT and from the MP table (`None`: no valid table).
+pub type CpuCounts = (Option<u32>, Option<u32>);
+
+/// A firmware-table seed: its file name, its bytes, the counts it holds.
+pub type FirmwareSeed = (&'static str, Vec<u8>, CpuCounts);
+
+/// The guest's CPU counts from the firmware tables of `data`
+/// (`[rsdp u32 LE][memory...]`): the ACPI MADT reached through the RSDP
+/// (`guest::firmware::madt_cpus`) and the MP table found by its floating
+/// pointer (`mptable_cpus`). Guest memory is the input's memory repeated:
+/// every address below 4 GiB reads `memory[addr % len]`, so any pointer a
+/// table holds lands in the input's own bytes, and the MP search (at
+/// 0x9fc00 and 0xf0000) finds what sits at those offsets. `None` for
+/// input too short to hold one byte of memory.
+pub fn firmware_counts(data: &[u8]) -> Option<CpuCounts> {
+    let (rsdp, mem) = data.split_first_chunk::<4>()?;
+    if mem.is_empty() {
+        return None;
+    }
+    let len = mem.len() as u64;
+    let read = |addr: u64, buf: &mut [u8]| {
+        // Like the guest kernel's reader: nothing at or above 4 GiB.
+        if addr
+            .checked_add(buf.len() as u64)
+            .is_none_or(|end| end > 1 << 32)
+        {
+            return false;
+        }
+        for (i, b) in buf.iter_mut().enumerate() {
+            *b = mem[((addr + i as u64) % len) as usize];
+        }
+        true
+    };
+    let rsdp = u64::from(u32::from_le_bytes(*rsdp));
+    Some((
+        guest::firmware::madt_cpus(&read, rsdp),
+        guest::firmware::mptable_cpus(&read),
+    ))
+}
+
+/// The guest's firmware-table parsers on arbitrary tables
+/// ([`firmware_counts`]): a count, when there is one, is at least one CPU
+/// and no more than the table could list (a 64 KiB MADT of 8-byte
+/// entries; the MP table's 16-bit entry count).
+pub fn firmware_tables(data: &[u8]) {
+    let Some((madt, mp)) = firmware_counts(data) else {
+        return;
+    };
+    if let Some(n) = madt {
+        assert!((1..=8192).contains(&n), "MADT count {n}");
+    }
+    if let Some(n) = mp {
+        assert!((1..=u32::from(u16::MAX)).contains(&n), "MP table count {n}");
+    }
+}
+
+/// Firmware-table seeds (`[rsdp u32 LE][memory]`, see [`firmware_counts`])
+/// with the CPU counts they hold: MP tables as `vmm` writes them, and an
+/// ACPI 2.0 RSDP -> XSDT -> MADT and an ACPI 1.0 RSDP -> RSDT -> MADT as
+/// QEMU microvm and Cloud Hypervisor give them.
+pub fn firmware_seeds() -> Vec<FirmwareSeed> {
+    use vmm::arch::mptable::{build, CpuSignature};
+    let checksum = |b: &mut [u8], at: usize| {
+        b[at] = 0;
+        b[at] = 0u8.wrapping_sub(b.iter().fold(0u8, |a, x| a.wrapping_add(*x)));
+    };
+    // 1 KiB of memory: physical 0x9fc00 (the MP table's place) is offset 0.
+    let mp = |cpus: u32, ioapic: bool| {
+        let mut m = vec![0u8; 4 + 1024];
+        let t = build(cpus, CpuSignature::default(), ioapic).expect("an MP table");
+        m[4..4 + t.len()].copy_from_slice(&t);
+        m
+    };
+    let sdt = |sig: &[u8; 4], body: &[u8]| {
+        let mut t = sig.to_vec();
+        t.extend_from_slice(&((36 + body.len()) as u32).to_le_bytes());
+        t.extend_from_slice(&[2, 0]);
+        t.extend_from_slice(b"VMMFUZTABLE0");
+        t.resize(36, 0);
+        t.extend_from_slice(body);
+        checksum(&mut t, 9);
+        t
+    };
+    // 4 KiB of memory: the RSDP at physical 0xe0000 (offset 0), the root
+    // table at 0x100, the MADT at 0x200: two enabled local APICs, one
+    // disabled, one enabled x2APIC.
+    let acpi = |v2: bool| {
+        let mut m = vec![0u8; 4 + 4096];
+        m[..4].copy_from_slice(&0xe_0000u32.to_le_bytes());
+        let mut madt = 0xfee0_0000u32.to_le_bytes().to_vec();
+        madt.extend_from_slice(&[0; 4]);
+        for (id, flags) in [(0u8, 1u8), (1, 1), (2, 0)] {
+            madt.extend_from_slice(&[0, 8, id, id, flags, 0, 0, 0]);
+        }
+        madt.extend_from_slice(&[9, 16, 0, 0, 3, 0, 0, 0, 1, 0, 0, 0, 3, 0, 0, 0]);
+        let madt = sdt(b"APIC", &madt);
+        let root = if v2 {
+            sdt(b"XSDT", &0x200u64.to_le_bytes())
+        } else {
+            sdt(b"RSDT", &0x200u32.to_le_bytes())
+        };
+        let mut r = [0u8; 36];
+        r[..8].copy_from_slice(b"RSD PTR ");
+        r[15] = if v2 { 2 } else { 0 };
+        if v2 {
+            r[20..24].copy_from_slice(&36u32.to_le_bytes());
+            r[24..32].copy_from_slice(&0x100u64.to_le_bytes());
+        } else {
+            r[16..20].copy_from_slice(&0x100u32.to_le_bytes());
+        }
+        checksum(&mut r[..20], 8);
+        checksum(&mut r, 32);
+        let at = |m: &mut Vec<u8>, off: usize, b: &[u8]| {
+            m[4 + off..4 + off + b.len()].copy_from_slice(b)
+        };
+        at(&mut m, 0, &r);
+        at(&mut m, 0x100, &root);
+        at(&mut m, 0x200, &madt);
+        m
+    };
+    let mut bad_madt = acpi(true);
+    bad_madt[4 + 0x200 + 40] ^= 1;
+    vec![
+        ("mptable-2-cpus", mp(2, true), (None, Some(2))),
+        ("mptable-8-cpus-no-ioapic", mp(8, false), (None, Some(8))),
+        ("acpi2-xsdt-madt", acpi(true), (Some(3), None)),
+        ("acpi1-rsdt-madt", acpi(false), (Some(3), None)),
+        ("acpi2-madt-checksum", bad_madt, (None, None)),
+    ]
 }
 
 /// The guest command line parser, and every view of it.
