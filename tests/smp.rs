@@ -144,6 +144,27 @@ fn a_per_cpu_xfeatures_word_cannot_widen_the_policy() {
     );
 }
 
+/// With one vCPU there is no AP to start, but the per-CPU words are still
+/// read: each is named as naming no AP, and the run ends normally.
+#[test]
+fn per_cpu_words_without_an_ap_are_named() {
+    if !common::kvm_or_skip("per_cpu_words_without_an_ap_are_named") {
+        return;
+    }
+    let (out, v) = common::run_bare_json("120", &["--cmdline", "xfeatures.cpu1=0x3 fault.cpu1=ud"]);
+    let stderr = common::stderr(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(v["exit_status"], 0);
+    assert!(
+        stderr.contains("guest: xfeatures.cpu1=0x3: no such AP"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("guest: fault.cpu1=ud: no such AP or fault kind"),
+        "{stderr}"
+    );
+}
+
 /// With no override every AP takes the policy: three vCPUs, three reports.
 #[test]
 fn every_ap_takes_the_policy_by_default() {
