@@ -132,16 +132,6 @@ pub struct Started {
 
 /// Start CPUs 1..`wanted` (BSP only, after its XCR0 policy is set).
 pub fn start_aps(cmdline: &Cmdline, wanted: u32, out: &mut Console) -> Started {
-    // `xfeatures.cpuN=` narrows the policy for AP N, never widens it: the
-    // policy is the VMM's (CPUID alone does not carry it on kvm_pvm), and
-    // the word may come from a user's `--cmdline`.
-    let policy = xcr0::xcr0();
-    for (i, slot) in TARGET_XCR0.iter().enumerate().take(wanted as usize).skip(1) {
-        slot.store(
-            cmdline.cpu_xfeatures[i].map_or(policy, |mask| mask & policy),
-            Ordering::Relaxed,
-        );
-    }
     for (cpu, mask) in cmdline
         .cpu_xfeatures
         .iter()
@@ -185,6 +175,16 @@ pub fn start_aps(cmdline: &Cmdline, wanted: u32, out: &mut Console) -> Started {
         return Started { wanted, online: 0 };
     }
     shared::request(wanted, cmdline);
+    // `xfeatures.cpuN=` narrows the policy for AP N, never widens it: the
+    // policy is the VMM's (CPUID alone does not carry it on kvm_pvm), and
+    // the word may come from a user's `--cmdline`.
+    let policy = xcr0::xcr0();
+    for (i, slot) in TARGET_XCR0.iter().enumerate().take(wanted as usize).skip(1) {
+        slot.store(
+            cmdline.cpu_xfeatures[i].map_or(policy, |mask| mask & policy),
+            Ordering::Relaxed,
+        );
+    }
     // SAFETY: the two symbols delimit the trampoline in .boot; the page at
     // AP_TRAMPOLINE is identity-mapped RAM nothing else uses (below the
     // VMM's command line, above its start_info and memory map).

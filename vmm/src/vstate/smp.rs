@@ -46,11 +46,10 @@
 //! with the split irqchip, setup 1.6 ms, against 4.5 ms and the same setup
 //! with one vCPU; it was 12.3 ms, setup 7.5 ms, with the full irqchip. The
 //! rest is the AP's bring-up in the guest. The guest sends INIT-SIPI-SIPI
-//! back to back (KVM needs
-//! none of the MP specification's delays), the APs' threads are spawned
-//! before the BSP's (see `supervise_all_with`), and a quiet guest prints
-//! no per-CPU serial lines (each byte an exit). `--json` shows each
-//! vCPU's [`VcpuPhases`].
+//! back to back (KVM needs none of the MP specification's delays), the
+//! APs' threads are spawned before the BSP's (see `supervise_all_with`),
+//! and a quiet guest prints no per-CPU serial lines (each byte an exit).
+//! `--json` shows each vCPU's [`VcpuPhases`].
 //!
 //! # Why one vCPU has no irqchip
 //!
@@ -292,6 +291,7 @@ pub fn set_apic_id(entries: &mut [kvm_cpuid_entry2], index: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::{Duration, Instant};
 
     #[test]
     fn an_irqchip_has_one_name_in_snapshots_and_reports() {
@@ -301,7 +301,6 @@ mod tests {
         }
         assert_eq!(Irqchip::from_name("full"), None);
     }
-    use std::time::{Duration, Instant};
 
     #[test]
     fn phases_are_milliseconds_after_the_origin() {
