@@ -471,8 +471,9 @@ type VcpuResult = (VcpuRunner, Result<RunEnd>, bool);
 /// (the boot processor's exit, any vCPU's crash, exception or protocol
 /// violation) stops the others, as does the timeout.
 fn execute_smp(l: Launch) -> Result<RunOutcome> {
+    // The VM stays open until the run's results are read.
     let Machine {
-        vm: _vm,
+        vm,
         vcpu,
         mem,
         aps,
@@ -556,15 +557,12 @@ fn execute_smp(l: Launch) -> Result<RunOutcome> {
         else {
             break (results, ended_by, timed_out);
         };
-        match snapshot_smp(
-            ctx,
-            trigger,
-            (&_vm, irqchip),
-            &mem,
-            &mut results,
-            &l.policy,
-            run_start,
-        )? {
+        let machine = SmpMachine {
+            vm: &vm,
+            irqchip,
+            mem: &mem,
+        };
+        match snapshot_smp(ctx, trigger, machine, &mut results, &l.policy, run_start)? {
             SmpSaved::Written(path, took) => {
                 snapshot_time = Some(took);
                 end_with(&mut results, who, RunEnd::Snapshotted(path));
@@ -743,14 +741,25 @@ enum SmpSaved {
     NotWritten(Error),
 }
 
+/// The machine-wide half of a paused SMP guest, which a snapshot saves
+/// beside its vCPUs: borrowed from the run for the length of one save.
+#[derive(Clone, Copy)]
+struct SmpMachine<'a> {
+    /// The VM (its irqchip and PIT state).
+    vm: &'a kvm_ioctls::VmFd,
+    /// What interrupt hardware it has.
+    irqchip: smp::Irqchip,
+    /// Guest RAM.
+    mem: &'a vm_memory::GuestMemoryMmap,
+}
+
 /// Save a machine whose vCPU threads have all returned (`results`, in
 /// index order): every vCPU's XCR0 is checked against the policy first (a
 /// snapshot of state outside it would be refused by restore).
 fn snapshot_smp(
     ctx: &SaveContext,
     trigger: Trigger,
-    (vm, irqchip): (&kvm_ioctls::VmFd, smp::Irqchip),
-    mem: &vm_memory::GuestMemoryMmap,
+    machine: SmpMachine<'_>,
     results: &mut [VcpuResult],
     policy: &Policy,
     run_start: Instant,
@@ -780,6 +789,7 @@ fn snapshot_smp(
             xstate: &mut r.xstate,
         });
     }
+    let SmpMachine { vm, irqchip, mem } = machine;
     let paused = PausedSmp {
         vm,
         irqchip,
