@@ -15,7 +15,7 @@ use core::fmt;
 
 use crate::area::XSAVE_MIN_SIZE;
 use crate::feature::Xfeature;
-use crate::info::XsaveInfo;
+use crate::info::{walk_compacted, XsaveInfo};
 use crate::mask::XfeatureMask;
 
 /// [`XSAVE_MIN_SIZE`] as the `u32` byte count layouts are measured in.
@@ -197,25 +197,24 @@ impl XsaveInfo {
                 }
             }
             Format::Compacted => {
-                let mut next: u64 = u64::from(HEADER_END);
-                for i in mask.iter_indices() {
+                // x87 and SSE keep their legacy places in the compacted
+                // format too; the rest follow the header by the one rule the
+                // conversions also use.
+                for i in mask.iter_indices().filter(|&i| i < 2) {
+                    // Supported (checked above), so present.
                     let c = self
                         .component_by_index(i)
                         .ok_or(LayoutError::Unsupported(XfeatureMask::from_bits(1 << i)))?;
-                    if i < 2 {
-                        l.offsets[i as usize] = c.standard_offset;
-                        l.sizes[i as usize] = c.size;
-                        continue;
-                    }
-                    if c.align64 {
-                        next = next.div_ceil(64) * 64;
-                    }
-                    let off = u32::try_from(next).map_err(|_| LayoutError::TooLarge)?;
-                    l.offsets[i as usize] = off;
+                    l.offsets[i as usize] = c.standard_offset;
                     l.sizes[i as usize] = c.size;
-                    next += u64::from(c.size);
                 }
-                l.total = u32::try_from(next).map_err(|_| LayoutError::TooLarge)?;
+                // Every offset and the end fit in u32: XsaveInfo refuses a
+                // CPU whose compacted area of everything would not.
+                let end = walk_compacted(self, mask, |i, off, size| {
+                    l.offsets[i as usize] = off as u32;
+                    l.sizes[i as usize] = size as u32;
+                });
+                l.total = end as u32;
             }
         }
         Ok(l)
@@ -231,8 +230,6 @@ pub enum LayoutError {
     SupervisorInStandard(XfeatureMask),
     /// Bit 63 is the compacted-format flag of XCOMP_BV, not a component.
     Bit63,
-    /// The area would exceed 4 GiB.
-    TooLarge,
 }
 
 impl fmt::Display for LayoutError {
@@ -248,7 +245,6 @@ impl fmt::Display for LayoutError {
             LayoutError::Bit63 => {
                 f.write_str("xsave layout: bit 63 is the compacted-format flag, not a component")
             }
-            LayoutError::TooLarge => f.write_str("xsave layout: area would exceed 4 GiB"),
         }
     }
 }
