@@ -99,9 +99,12 @@ pub struct RepRecord {
     pub key: u32,
     /// Repetition index, from 0.
     pub rep: u32,
-    /// Work units of the timed repetitions (bytes or flops).
+    /// Work units of the repetition's median part (bytes or flops): a
+    /// measurement is timed in parts, and the part with the median rate
+    /// stands for it (`guest::workloads::timing::Measured`), here and in
+    /// the native repetition it is paired with.
     pub work: u64,
-    /// TSC cycles they took.
+    /// TSC cycles that part took.
     pub cycles: u64,
     /// A digest of the row's checked result (DGEMM: the product's bits;
     /// Linpack: the solution's bits; AES: 0), to show that guest and native

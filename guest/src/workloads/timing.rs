@@ -32,6 +32,82 @@ pub struct Budget {
 /// The most repetitions one measurement gets, whatever the calibration says.
 pub const MAX_REPS: u64 = 1 << 28;
 
+/// Parts a calibrated measurement is timed in (fewer when it has fewer
+/// repetitions).
+pub const PARTS: u64 = 5;
+
+/// Samples kept per measurement: the parts and the top-ups after them (a
+/// later top-up joins the last sample).
+const MAX_SAMPLES: usize = 8;
+
+/// One measurement: its totals, and the part of it with the median rate.
+///
+/// Why the part: the measurement is timed in [`PARTS`] back-to-back parts,
+/// and an interrupt or a preempted vCPU (under nested KVM, a burst of the
+/// host's other work) slows the part it lands in, not the others. The
+/// totals average that burst in; the median part leaves it out. A
+/// guest/native pair compares median parts on both sides (the same code
+/// times both), so a burst on one side of one pair does not decide its
+/// ratio. The totals stay what the report's throughput is, beside the
+/// host's `openssl speed`, which also averages its whole run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Measured {
+    /// Repetitions timed, all parts together.
+    pub reps: u64,
+    /// TSC cycles they took.
+    pub cycles: u64,
+    /// (repetitions, cycles) of the part with the median rate.
+    pub median_part: (u64, u64),
+}
+
+/// Collects the timed parts of one measurement.
+struct Samples {
+    parts: [(u64, u64); MAX_SAMPLES],
+    len: usize,
+    reps: u64,
+    cycles: u64,
+}
+
+impl Samples {
+    fn new() -> Self {
+        Samples {
+            parts: [(0, 0); MAX_SAMPLES],
+            len: 0,
+            reps: 0,
+            cycles: 0,
+        }
+    }
+
+    /// `reps` repetitions took `cycles`: a new sample, or (all slots
+    /// taken) more of the last one.
+    fn push(&mut self, reps: u64, cycles: u64) {
+        self.reps += reps;
+        self.cycles = self.cycles.saturating_add(cycles);
+        if self.len < MAX_SAMPLES {
+            self.parts[self.len] = (reps, cycles);
+            self.len += 1;
+        } else {
+            let last = &mut self.parts[MAX_SAMPLES - 1];
+            last.0 += reps;
+            last.1 = last.1.saturating_add(cycles);
+        }
+    }
+
+    fn finish(mut self) -> Measured {
+        Measured {
+            reps: self.reps,
+            cycles: self.cycles,
+            median_part: median_rate(&mut self.parts[..self.len]),
+        }
+    }
+}
+
+/// Repetitions of part `i` when `reps` are cut into `parts` parts (the
+/// first `reps % parts` get one more).
+fn part_reps(reps: u64, parts: u64, i: u64) -> u64 {
+    reps / parts + u64::from(i < reps % parts)
+}
+
 impl Budget {
     /// `target_ms` per measurement at `tsc_khz` (0 = unknown).
     pub fn new(tsc_khz: u64, target_ms: u64) -> Self {
@@ -42,11 +118,20 @@ impl Budget {
 
     /// Time `f`, repeated so the measurement lasts about the target, or
     /// `fixed_reps` times when the TSC frequency is unknown. Returns
-    /// (repetitions, TSC cycles of the timed repetitions).
+    /// (repetitions, TSC cycles of the timed repetitions): the totals of
+    /// [`Budget::measure_parts`].
+    pub fn measure(&self, fixed_reps: u64, f: impl FnMut()) -> (u64, u64) {
+        let m = self.measure_parts(fixed_reps, f);
+        (m.reps, m.cycles)
+    }
+
+    /// [`Budget::measure`], with the part of the median rate too.
     ///
     /// Calibration runs grow 4x until they last 1/16 of the target (which
-    /// also warms caches and TLBs); calibration time is not reported.
-    pub fn measure(&self, fixed_reps: u64, mut f: impl FnMut()) -> (u64, u64) {
+    /// also warms caches and TLBs); calibration time is not reported. The
+    /// calibrated repetitions are then timed in [`PARTS`] parts. With the
+    /// frequency unknown, the `fixed_reps` are one part.
+    pub fn measure_parts(&self, fixed_reps: u64, mut f: impl FnMut()) -> Measured {
         let mut time = |reps: u64| {
             let t0 = rdtsc_fenced();
             for _ in 0..reps {
@@ -54,10 +139,12 @@ impl Budget {
             }
             rdtsc_fenced().wrapping_sub(t0)
         };
+        let mut samples = Samples::new();
         if self.target_cycles == 0 {
             time(1); // warm-up
             let reps = fixed_reps.clamp(1, MAX_REPS);
-            return (reps, time(reps));
+            samples.push(reps, time(reps));
+            return samples.finish();
         }
         let mut r = 1u64;
         let reps = loop {
@@ -67,16 +154,23 @@ impl Budget {
             }
             r *= 4;
         };
+        let parts = PARTS.min(reps);
+        for i in 0..parts {
+            let n = part_reps(reps, parts, i);
+            samples.push(n, time(n));
+        }
         // A calibration run slowed by an interrupt or a preempted vCPU
         // under-estimates the rate; top up until the target is reached.
-        let (mut total_reps, mut total) = (reps, time(reps));
-        while total < self.target_cycles * 3 / 4 && total_reps < MAX_REPS {
-            let more = scale_reps(total_reps, total.max(1), self.target_cycles - total)
-                .min(MAX_REPS - total_reps);
-            total += time(more);
-            total_reps += more;
+        while samples.cycles < self.target_cycles * 3 / 4 && samples.reps < MAX_REPS {
+            let more = scale_reps(
+                samples.reps,
+                samples.cycles.max(1),
+                self.target_cycles - samples.cycles,
+            )
+            .min(MAX_REPS - samples.reps);
+            samples.push(more, time(more));
         }
-        (total_reps, total)
+        samples.finish()
     }
 
     /// Like [`Budget::measure`] for work that needs untimed preparation
@@ -87,9 +181,22 @@ impl Budget {
         &self,
         fixed_reps: u64,
         state: &mut S,
+        prepare: impl FnMut(&mut S),
+        f: impl FnMut(&mut S),
+    ) -> (u64, u64) {
+        let m = self.measure_with_setup_parts(fixed_reps, state, prepare, f);
+        (m.reps, m.cycles)
+    }
+
+    /// [`Budget::measure_with_setup`], with the part of the median rate
+    /// too: consecutive repetitions grouped into [`PARTS`] parts.
+    pub fn measure_with_setup_parts<S>(
+        &self,
+        fixed_reps: u64,
+        state: &mut S,
         mut prepare: impl FnMut(&mut S),
         mut f: impl FnMut(&mut S),
-    ) -> (u64, u64) {
+    ) -> Measured {
         prepare(state);
         let t0 = rdtsc_fenced();
         f(state);
@@ -99,14 +206,20 @@ impl Budget {
         } else {
             scale_reps(1, first, self.target_cycles)
         };
-        let mut cycles = 0u64;
-        for _ in 0..reps {
-            prepare(state);
-            let t0 = rdtsc_fenced();
-            f(state);
-            cycles += rdtsc_fenced().wrapping_sub(t0);
+        let parts = PARTS.min(reps);
+        let mut samples = Samples::new();
+        for i in 0..parts {
+            let n = part_reps(reps, parts, i);
+            let mut cycles = 0u64;
+            for _ in 0..n {
+                prepare(state);
+                let t0 = rdtsc_fenced();
+                f(state);
+                cycles += rdtsc_fenced().wrapping_sub(t0);
+            }
+            samples.push(n, cycles);
         }
-        (reps, cycles)
+        samples.finish()
     }
 }
 
@@ -178,5 +291,59 @@ mod tests {
         assert!(cycles >= reps * 10_000, "{reps} reps in {cycles} cycles");
         assert_eq!(scale_reps(4, 100, 1000), 40);
         assert_eq!(scale_reps(1, u64::MAX, 10), 1);
+    }
+
+    #[test]
+    fn the_median_part_is_one_timed_part_of_the_measurement() {
+        let spin = || {
+            let t = rdtsc_fenced();
+            while rdtsc_fenced() - t < 10_000 {}
+        };
+        let m = Budget::new(1_000_000, 1).measure_parts(1, spin);
+        let (reps, cycles) = m.median_part;
+        assert!((1..=m.reps).contains(&reps), "{m:?}");
+        assert!(cycles <= m.cycles, "{m:?}");
+        assert!(cycles >= reps * 10_000, "{m:?}");
+        // Unknown frequency: the fixed repetitions are the one part.
+        let m = Budget::new(0, 20).measure_parts(7, || {});
+        assert_eq!((m.reps, m.median_part), (7, (7, m.cycles)));
+        // With setup: every repetition in some part.
+        let mut calls = 0u64;
+        let m = Budget::new(0, 20).measure_with_setup_parts(7, &mut calls, |_| {}, |c| *c += 1);
+        assert_eq!((m.reps, calls), (7, 8));
+        assert!((1..=2).contains(&m.median_part.0), "{m:?}");
+    }
+
+    #[test]
+    fn a_burst_in_one_part_moves_the_totals_not_the_median_part() {
+        // Five parts of 80 repetitions at 10^4 cycles each; a preempted
+        // vCPU adds 4 * 10^6 cycles to the fourth.
+        let mut s = Samples::new();
+        for i in 0..PARTS {
+            let burst = if i == 3 { 4_000_000 } else { 0 };
+            s.push(80, 800_000 + burst);
+        }
+        let m = s.finish();
+        assert_eq!((m.reps, m.cycles), (400, 8_000_000));
+        assert_eq!(m.median_part, (80, 800_000));
+    }
+
+    #[test]
+    fn parts_share_the_repetitions_and_samples_past_the_last_slot_join_it() {
+        assert_eq!(
+            core::array::from_fn(|i| part_reps(7, 5, i as u64)),
+            [2, 2, 1, 1, 1]
+        );
+        assert_eq!((0..3).map(|i| part_reps(3, 3, i)).sum::<u64>(), 3);
+        let mut s = Samples::new();
+        for _ in 0..MAX_SAMPLES {
+            s.push(10, 100);
+        }
+        // Two slow top-ups: into the last slot, which becomes the slowest.
+        s.push(10, 1000);
+        s.push(10, 1000);
+        assert_eq!((s.len, s.reps, s.cycles), (MAX_SAMPLES, 100, 2800));
+        assert_eq!(s.parts[MAX_SAMPLES - 1], (30, 2100));
+        assert_eq!(s.finish().median_part, (10, 100));
     }
 }

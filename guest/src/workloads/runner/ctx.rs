@@ -11,7 +11,7 @@ use crate::protocol::{
 use crate::workloads::features::CpuFeatures;
 use crate::workloads::gemm::{Dgemm, GemmVariant};
 use crate::workloads::text::Reason;
-use crate::workloads::timing::Budget;
+use crate::workloads::timing::{Budget, Measured};
 
 /// One run's report, budget and verdict.
 pub(super) struct Ctx<'r> {
@@ -38,7 +38,8 @@ impl Ctx<'_> {
 
     /// Time `f` like [`Budget::measure`], once per repetition the hook
     /// asks for, telling the hook after each (`work` units per call of
-    /// `f`, `digest` of the row's checked result). Returns the totals.
+    /// `f`, `digest` of the row's checked result) with the repetition's
+    /// median part ([`Measured`]). Returns the totals.
     pub(super) fn measure(
         &mut self,
         key: RowKey,
@@ -49,16 +50,10 @@ impl Ctx<'_> {
     ) -> (u64, u64) {
         let (mut reps, mut cycles) = (0u64, 0u64);
         for rep in 0..self.hook.reps().max(1) {
-            let (r, c) = self.budget.measure(fixed, &mut f);
-            reps += r;
-            cycles += c;
-            self.hook.rep_done(&RepRecord {
-                key: key.encode(),
-                rep,
-                work: r * work,
-                cycles: c,
-                digest,
-            });
+            let m = self.budget.measure_parts(fixed, &mut f);
+            reps += m.reps;
+            cycles += m.cycles;
+            self.hook.rep_done(&rep_record(key, rep, work, m, digest));
         }
         (reps, cycles)
     }
@@ -78,18 +73,13 @@ impl Ctx<'_> {
     ) -> (u64, u64) {
         let (mut reps, mut cycles) = (0u64, 0u64);
         for rep in 0..self.hook.reps().max(1) {
-            let (r, c) = self
+            let m = self
                 .budget
-                .measure_with_setup(fixed, state, &mut prepare, &mut f);
-            reps += r;
-            cycles += c;
-            self.hook.rep_done(&RepRecord {
-                key: key.encode(),
-                rep,
-                work: r * work,
-                cycles: c,
-                digest: digest(state),
-            });
+                .measure_with_setup_parts(fixed, state, &mut prepare, &mut f);
+            reps += m.reps;
+            cycles += m.cycles;
+            self.hook
+                .rep_done(&rep_record(key, rep, work, m, digest(state)));
         }
         (reps, cycles)
     }
@@ -160,5 +150,18 @@ impl Ctx<'_> {
                 None
             }
         }
+    }
+}
+
+/// What the hook hears of repetition `rep` of row `key`: its median part
+/// (see [`Measured`]), `work` units per call.
+fn rep_record(key: RowKey, rep: u32, work: u64, m: Measured, digest: u64) -> RepRecord {
+    let (reps, cycles) = m.median_part;
+    RepRecord {
+        key: key.encode(),
+        rep,
+        work: reps * work,
+        cycles,
+        digest,
     }
 }
