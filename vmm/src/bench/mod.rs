@@ -152,7 +152,7 @@ pub enum BenchCommand {
     /// still shows what was measured), 68 when a variable names no
     /// executable.
     Peers {
-        /// Runs per VMM; times are their median and min..max [default: 3].
+        /// Runs per VMM; times are their median and min..max.
         #[arg(long, default_value_t = peers::DEFAULT_RUNS, value_parser = clap::value_parser!(u32).range(1..=peers::MAX_RUNS as i64))]
         runs: u32,
         /// Exits per guest benchmark row (the guest's `exits=` word).
@@ -176,7 +176,7 @@ pub enum BenchCommand {
         /// Guest RAM sizes in MiB [default: 64,512,2048].
         #[arg(long, value_name = "LIST", value_parser = snapshot::parse_mem)]
         mem: Option<std::vec::Vec<u64>>,
-        /// Runs per size; figures are their median and min..p90 [default: 3].
+        /// Runs per size; figures are their median and min..p90.
         #[arg(long, default_value_t = snapshot::DEFAULT_RUNS, value_parser = clap::value_parser!(u32).range(1..=snapshot::MAX_RUNS as i64))]
         runs: u32,
         /// The guest's workloads (as `vmm run --workload`).
