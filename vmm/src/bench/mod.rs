@@ -182,10 +182,12 @@ pub enum BenchCommand {
         /// The guest's workloads (as `vmm run --workload`).
         #[arg(long, default_value = "gemm")]
         workload: String,
-        /// Seconds after boot the snapshot is taken (by default mid-DGEMM,
-        /// with about 27 MB of the guest's RAM in use).
-        #[arg(long, value_name = "SECONDS", default_value_t = 2.0, value_parser = parse_budget)]
-        after: f64,
+        /// Seconds after boot the snapshot is taken [default: 0.6 of the
+        /// workload's own run, timed by one boot before the sweep: with
+        /// `gemm`, mid-DGEMM with about 27 MB of the guest's RAM in use on
+        /// any CPU].
+        #[arg(long, value_name = "SECONDS", value_parser = parse_budget)]
+        after: Option<f64>,
         /// Seconds one boot or restore may take.
         #[arg(long, value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=3600))]
         timeout: u64,
@@ -517,7 +519,7 @@ pub fn main(args: BenchArgs) -> Result<i32> {
                 mem_mib: mem.unwrap_or_else(|| snapshot::DEFAULT_MEM_MIB.to_vec()),
                 runs,
                 workload,
-                after: Duration::from_secs_f64(after),
+                after: after.map(Duration::from_secs_f64),
                 timeout: Duration::from_secs(timeout),
                 dir: dir.path().to_path_buf(),
                 vmm: std::env::current_exe()?,

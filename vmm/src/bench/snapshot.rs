@@ -2,8 +2,9 @@
 //! RAM grows, for the same guest work.
 //!
 //! Per `--mem` size and run: the guest boots with the workload (default
-//! `gemm`), is snapshotted after `--after` seconds (mid-DGEMM by default) in
-//! this process, and is then restored by a child `vmm restore` that runs it
+//! `gemm`), is snapshotted after `--after` seconds (by default
+//! [`AUTO_AFTER`] of the workload's own run, timed by one boot first:
+//! mid-DGEMM on any CPU) in this process, and is then restored by a child `vmm restore` that runs it
 //! to its normal end. Measured:
 //!
 //! - **snapshot**: from the guest's pause (the vCPU back in the VMM) to the
@@ -73,8 +74,9 @@ pub struct Plan {
     pub runs: u32,
     /// The guest's workload list.
     pub workload: String,
-    /// When the snapshot is taken.
-    pub after: Duration,
+    /// When the snapshot is taken; `None`: [`AUTO_AFTER`] of the
+    /// workload's own run, timed by one boot before the sweep.
+    pub after: Option<Duration>,
     /// Limit of one boot or restore.
     pub timeout: Duration,
     /// Where the snapshots go (a private temporary directory).
@@ -93,6 +95,16 @@ pub struct PeerPlan {
     /// Its executable; `Err(reason)` when absent.
     pub binary: std::result::Result<PathBuf, String>,
 }
+
+/// Without `--after`, the snapshot is taken this far into the workload's
+/// run, as one boot of the same guest timed it.
+///
+/// Why not a fixed time: the same `gemm` rows take 1.25 s on a Zen 3
+/// without AVX-512 and over 2 s on a Zen 5 with it, so the 2 s the bench
+/// once used found the Zen 3 guest already gone. At 0.6 of the run the
+/// largest DGEMM (n = 1024, whose matrices are the ~27 MB in use) has
+/// started on both, and 0.4 of the run is left as margin for noise.
+pub const AUTO_AFTER: f64 = 0.6;
 
 /// The snapshot-time goal: `vmm` ≤ this fraction of the best peer.
 pub const SNAPSHOT_GOAL_RATIO: f64 = 0.2;
@@ -139,6 +151,9 @@ pub struct SnapshotBench {
     pub workload: String,
     /// Seconds after boot the snapshot was taken.
     pub after_s: f64,
+    /// Without `--after`: seconds the workload's own run took in the
+    /// timing boot, of which `after_s` is [`AUTO_AFTER`]; null with it.
+    pub after_auto_run_s: Option<f64>,
     /// Runs per size.
     pub runs: u32,
     /// Process start of `vmm` (spawn to exit of `vmm --version`), ms.
@@ -314,8 +329,12 @@ impl SnapshotBench {
     /// The table.
     pub fn to_table(&self) -> String {
         use crate::report::table::Columns;
+        let auto = match self.after_auto_run_s {
+            Some(run) => format!(" ({AUTO_AFTER} of its {run:.2} s run)"),
+            None => String::new(),
+        };
         let mut s = format!(
-            "snapshot of `workload={}` after {:.2} s, then restored to its end; median (min..p90) of {} run(s)\n\
+            "snapshot of `workload={}` after {:.2} s{auto}, then restored to its end; median (min..p90) of {} run(s)\n\
              process start of vmm (spawn to exit of `vmm --version`): {}\n\
              stored pages written by: {} (no copy in user space; \
              the choice is measured by `cargo bench --bench snapshot_copy`)\n",
@@ -532,6 +551,17 @@ pub fn run(plan: &Plan, mut tick: impl FnMut()) -> Result<SnapshotBench> {
     if plan.peers.iter().any(|p| p.binary.is_ok()) {
         std::fs::write(&kernel, crate::GUEST_KERNEL)?;
     }
+    let (after, after_auto_run) = match plan.after {
+        Some(after) => (after, None),
+        None => {
+            let run = auto_after(plan)?;
+            (run.mul_f64(AUTO_AFTER), Some(run))
+        }
+    };
+    let plan = &Plan {
+        after: Some(after),
+        ..plan.clone()
+    };
     let words = format!("workload={}", plan.workload);
     let mut starts = Vec::new();
     for _ in 0..plan.runs {
@@ -547,7 +577,7 @@ pub fn run(plan: &Plan, mut tick: impl FnMut()) -> Result<SnapshotBench> {
                 kernel: &kernel,
                 words: &words,
                 mem_mib: mib,
-                pause: Pause::AfterBoot(plan.after),
+                pause: Pause::AfterBoot(after),
                 ch_restore: ChRestore::OnDemand,
             };
             for (p, acc) in plan.peers.iter().zip(ps.iter_mut()) {
@@ -634,7 +664,8 @@ pub fn run(plan: &Plan, mut tick: impl FnMut()) -> Result<SnapshotBench> {
         .collect();
     Ok(SnapshotBench {
         workload: plan.workload.clone(),
-        after_s: plan.after.as_secs_f64(),
+        after_s: after.as_secs_f64(),
+        after_auto_run_s: after_auto_run.map(|d| d.as_secs_f64()),
         runs: plan.runs,
         process_start_ms,
         rows,
@@ -660,15 +691,36 @@ fn process_start(vmm: &Path) -> Result<f64> {
     Ok(took)
 }
 
+/// How long the workload's own run takes: one boot of the same guest at
+/// the sweep's smallest size, to its end, no snapshot.
+fn auto_after(plan: &Plan) -> Result<Duration> {
+    let mib = plan.mem_mib.iter().copied().min().unwrap_or(MIN_MEM_MIB);
+    let outcome = vstate::run(RunConfig {
+        mem_mib: mib,
+        cmdline: format!("quiet workload={}", plan.workload),
+        serial: SerialSink::Null,
+        timeout: Some(plan.timeout),
+        ..RunConfig::default()
+    })?;
+    match outcome.end {
+        RunEnd::Exited(0) => Ok(outcome.run_time),
+        end => Err(Error::Argument(format!(
+            "the timing boot for --after (workload={}, {mib} MiB) did not end with status 0 ({end:?}); give --after SECONDS",
+            plan.workload
+        ))),
+    }
+}
+
 /// One snapshot (in this process) and its restore (a child) at `mib`.
 fn one(plan: &Plan, mib: u64, s: &mut Samples) -> Result<()> {
+    let after = plan.after.unwrap_or_default();
     let file = plan.dir.join(format!("bench-{mib}MiB.snap"));
     let outcome = vstate::run(RunConfig {
         mem_mib: mib,
         cmdline: format!("quiet workload={}", plan.workload),
         serial: SerialSink::Null,
         timeout: Some(plan.timeout),
-        snapshot_after: Some(plan.after),
+        snapshot_after: Some(after),
         snapshot_file: Some(file.clone()),
         snapshot_force: true,
         ..RunConfig::default()
@@ -680,7 +732,7 @@ fn one(plan: &Plan, mib: u64, s: &mut Samples) -> Result<()> {
                 RunEnd::Exited(_) => "exited",
                 _ => "stopped otherwise",
             },
-            plan.after.as_secs_f64()
+            after.as_secs_f64()
         ));
         return Ok(());
     };
