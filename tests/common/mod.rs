@@ -137,11 +137,10 @@ pub fn data(name: &str) -> String {
         .to_string()
 }
 
-/// The embedded guest kernel, written to a temporary file (for QEMU).
-pub fn guest_kernel_file() -> PathBuf {
-    let path = std::env::temp_dir().join(format!("vmm-guest-kernel-{}.elf", std::process::id()));
-    std::fs::write(&path, vmm::GUEST_KERNEL).expect("write guest kernel");
-    path
+/// The embedded guest kernel, written to a temporary file (for QEMU),
+/// removed when the returned path is dropped.
+pub fn guest_kernel_file() -> tempfile::TempPath {
+    temp_file("guest-kernel.elf", vmm::GUEST_KERNEL)
 }
 
 /// A minimal ELF64 with one PT_LOAD segment of `code` at 1 MiB and,
@@ -200,11 +199,17 @@ pub fn tiny_pvh_elf(code: &[u8], with_pvh_note: bool) -> Vec<u8> {
     e
 }
 
-/// Write bytes to a temporary file named after the test.
-pub fn temp_file(name: &str, bytes: &[u8]) -> PathBuf {
-    let path = std::env::temp_dir().join(format!("vmm-test-{}-{name}", std::process::id()));
-    std::fs::write(&path, bytes).expect("write temp file");
-    path
+/// `bytes` in a new file of the temporary directory whose name ends in
+/// `name`, removed when the returned path is dropped (so a test run leaves
+/// nothing behind, and tests running at once never share a file).
+pub fn temp_file(name: &str, bytes: &[u8]) -> tempfile::TempPath {
+    let mut f = tempfile::Builder::new()
+        .prefix("vmm-test-")
+        .suffix(&format!("-{name}"))
+        .tempfile()
+        .expect("create temp file");
+    std::io::Write::write_all(&mut f, bytes).expect("write temp file");
+    f.into_temp_path()
 }
 
 /// 32-bit PVH entry code: load seven GPRs with distinct values, ask for a
