@@ -98,23 +98,25 @@ fn detect_once() -> u8 {
     l
 }
 
-/// Copies `src` to `dst` (equal lengths) at the widest level.
+/// Copies `src` to `dst` (equal lengths) at level `l`, which must not be
+/// above [`level`]. A parameter, not a change of the detected level: tests
+/// running at once (the conversions') rely on that level.
 ///
 /// # Panics
 /// If the lengths differ (as `copy_from_slice` does).
 #[cfg(test)]
-pub(crate) fn copy_bytes(dst: &mut [u8], src: &[u8]) {
-    match level() {
+pub(crate) fn copy_bytes(l: u8, dst: &mut [u8], src: &[u8]) {
+    match l {
         AVX512 => copy_at::<AVX512>(dst, src),
         AVX2 => copy_at::<AVX2>(dst, src),
         _ => copy_at::<SSE2>(dst, src),
     }
 }
 
-/// Zeroes `dst` at the widest level.
+/// Zeroes `dst` at level `l` (see [`copy_bytes`]).
 #[cfg(test)]
-pub(crate) fn zero_bytes(dst: &mut [u8]) {
-    match level() {
+pub(crate) fn zero_bytes(l: u8, dst: &mut [u8]) {
+    match l {
         AVX512 => zero_at::<AVX512>(dst),
         AVX2 => zero_at::<AVX2>(dst),
         _ => zero_at::<SSE2>(dst),
@@ -302,15 +304,13 @@ mod tests {
     #[test]
     fn copy_and_zero_touch_exactly_their_range_at_every_level() {
         let src: [u8; 1200] = core::array::from_fn(|i| (i as u8).wrapping_mul(31) | 1);
-        let top = level();
-        for l in SSE2..=top {
-            LEVEL.store(l, Ordering::Relaxed);
+        for l in SSE2..=level() {
             for len in 0..1100 {
                 let mut dst = [0xeeu8; 1200];
-                copy_bytes(&mut dst[3..3 + len], &src[5..5 + len]);
+                copy_bytes(l, &mut dst[3..3 + len], &src[5..5 + len]);
                 assert_eq!(&dst[3..3 + len], &src[5..5 + len], "level {l} len {len}");
                 assert!(dst[..3].iter().chain(&dst[3 + len..]).all(|&b| b == 0xee));
-                zero_bytes(&mut dst[7..7 + len]);
+                zero_bytes(l, &mut dst[7..7 + len]);
                 assert!(
                     dst[7..7 + len].iter().all(|&b| b == 0),
                     "level {l} len {len}"
@@ -319,6 +319,5 @@ mod tests {
                 assert!(dst[7 + len..].iter().all(|&b| b == 0xee));
             }
         }
-        LEVEL.store(top, Ordering::Relaxed);
     }
 }
