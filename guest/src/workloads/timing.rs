@@ -177,20 +177,10 @@ impl Budget {
     /// before every repetition (Linpack regenerates its matrix): only `f`
     /// is timed; both get `state`. The first `prepare` + `f` is an untimed
     /// warm-up that also calibrates the repetition count.
+    ///
+    /// Returns the totals and the part of the median rate, consecutive
+    /// repetitions grouped into [`PARTS`] parts (see [`Measured`]).
     pub fn measure_with_setup<S>(
-        &self,
-        fixed_reps: u64,
-        state: &mut S,
-        prepare: impl FnMut(&mut S),
-        f: impl FnMut(&mut S),
-    ) -> (u64, u64) {
-        let m = self.measure_with_setup_parts(fixed_reps, state, prepare, f);
-        (m.reps, m.cycles)
-    }
-
-    /// [`Budget::measure_with_setup`], with the part of the median rate
-    /// too: consecutive repetitions grouped into [`PARTS`] parts.
-    pub fn measure_with_setup_parts<S>(
         &self,
         fixed_reps: u64,
         state: &mut S,
@@ -270,9 +260,8 @@ mod tests {
         assert_eq!(n, 8); // one warm-up
         assert!(cycles > 0);
         let mut counts = (0, 0);
-        let (reps, _) =
-            Budget::new(0, 20).measure_with_setup(3, &mut counts, |c| c.0 += 1, |c| c.1 += 1);
-        assert_eq!((reps, counts), (3, (4, 4)));
+        let m = Budget::new(0, 20).measure_with_setup(3, &mut counts, |c| c.0 += 1, |c| c.1 += 1);
+        assert_eq!((m.reps, counts), (3, (4, 4)));
     }
 
     #[test]
@@ -309,7 +298,7 @@ mod tests {
         assert_eq!((m.reps, m.median_part), (7, (7, m.cycles)));
         // With setup: every repetition in some part.
         let mut calls = 0u64;
-        let m = Budget::new(0, 20).measure_with_setup_parts(7, &mut calls, |_| {}, |c| *c += 1);
+        let m = Budget::new(0, 20).measure_with_setup(7, &mut calls, |_| {}, |c| *c += 1);
         assert_eq!((m.reps, calls), (7, 8));
         assert!((1..=2).contains(&m.median_part.0), "{m:?}");
     }

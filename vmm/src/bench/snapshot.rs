@@ -558,10 +558,6 @@ pub fn run(plan: &Plan, mut tick: impl FnMut()) -> Result<SnapshotBench> {
             (run.mul_f64(AUTO_AFTER), Some(run))
         }
     };
-    let plan = &Plan {
-        after: Some(after),
-        ..plan.clone()
-    };
     let words = format!("workload={}", plan.workload);
     let mut starts = Vec::new();
     for _ in 0..plan.runs {
@@ -572,7 +568,7 @@ pub fn run(plan: &Plan, mut tick: impl FnMut()) -> Result<SnapshotBench> {
             .zip(samples.iter_mut())
             .zip(peer_samples.iter_mut())
         {
-            one(plan, mib, s)?;
+            one(plan, after, mib, s)?;
             let g = PeerGuest {
                 kernel: &kernel,
                 words: &words,
@@ -691,17 +687,22 @@ fn process_start(vmm: &Path) -> Result<f64> {
     Ok(took)
 }
 
-/// How long the workload's own run takes: one boot of the same guest at
-/// the sweep's smallest size, to its end, no snapshot.
-fn auto_after(plan: &Plan) -> Result<Duration> {
-    let mib = plan.mem_mib.iter().copied().min().unwrap_or(MIN_MEM_MIB);
-    let outcome = vstate::run(RunConfig {
+/// The sweep's guest at `mib`: its workload, quiet, no serial output.
+fn guest(plan: &Plan, mib: u64) -> RunConfig {
+    RunConfig {
         mem_mib: mib,
         cmdline: format!("quiet workload={}", plan.workload),
         serial: SerialSink::Null,
         timeout: Some(plan.timeout),
         ..RunConfig::default()
-    })?;
+    }
+}
+
+/// How long the workload's own run takes: one boot of the same guest at
+/// the sweep's smallest size, to its end, no snapshot.
+fn auto_after(plan: &Plan) -> Result<Duration> {
+    let mib = plan.mem_mib.iter().copied().min().unwrap_or(MIN_MEM_MIB);
+    let outcome = vstate::run(guest(plan, mib))?;
     match outcome.end {
         RunEnd::Exited(0) => Ok(outcome.run_time),
         end => Err(Error::Argument(format!(
@@ -711,19 +712,15 @@ fn auto_after(plan: &Plan) -> Result<Duration> {
     }
 }
 
-/// One snapshot (in this process) and its restore (a child) at `mib`.
-fn one(plan: &Plan, mib: u64, s: &mut Samples) -> Result<()> {
-    let after = plan.after.unwrap_or_default();
+/// One snapshot (in this process) `after` the boot, and its restore (a
+/// child), at `mib`.
+fn one(plan: &Plan, after: Duration, mib: u64, s: &mut Samples) -> Result<()> {
     let file = plan.dir.join(format!("bench-{mib}MiB.snap"));
     let outcome = vstate::run(RunConfig {
-        mem_mib: mib,
-        cmdline: format!("quiet workload={}", plan.workload),
-        serial: SerialSink::Null,
-        timeout: Some(plan.timeout),
         snapshot_after: Some(after),
         snapshot_file: Some(file.clone()),
         snapshot_force: true,
-        ..RunConfig::default()
+        ..guest(plan, mib)
     })?;
     let (RunEnd::Snapshotted(_), Some(took)) = (&outcome.end, outcome.snapshot_time) else {
         s.fail(format!(

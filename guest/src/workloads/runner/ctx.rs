@@ -75,7 +75,7 @@ impl Ctx<'_> {
         for rep in 0..self.hook.reps().max(1) {
             let m = self
                 .budget
-                .measure_with_setup_parts(fixed, state, &mut prepare, &mut f);
+                .measure_with_setup(fixed, state, &mut prepare, &mut f);
             reps += m.reps;
             cycles += m.cycles;
             self.hook
