@@ -219,9 +219,9 @@ fn dgemm(c: &mut Criterion) {
 
 /// Interleaved pairs per DGEMM order: each round times our variants and
 /// OpenBLAS back to back on the same matrices, in alternating order, and
-/// the ratio is taken per round. Criterion times one function for seconds before the next, so a
-/// slow spell of the host (these VMs have spells of seconds) can land on
-/// one side only; a pair's two timings share the spell, and the median of
+/// the ratio is taken per round. Criterion times one function for seconds
+/// before the next, so a slow spell of the host (these VMs have spells of
+/// seconds) can land on one side only; a pair's two timings share the spell, and the median of
 /// the pairs' ratios is what the goal (>= 1.0x) is judged on. SSE2 is left
 /// out where a wider variant exists (it is never the best there, and at
 /// n = 2048 one call takes over a second).
