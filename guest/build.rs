@@ -27,8 +27,8 @@ fn main() {
         "-Wl,--gc-sections".to_string(),
         "-Wl,-z,noexecstack".to_string(),
         // The VMM's native entry point: a root for --gc-sections (nothing in
-        // the kernel calls it; see `vmm_native_row` in main.rs).
-        "-Wl,-u,vmm_native_row".to_string(),
+        // the kernel calls it; see `vmm_native_row2` in main.rs).
+        "-Wl,-u,vmm_native_row2".to_string(),
     ] {
         println!("cargo:rustc-link-arg-bin=guest-kernel={arg}");
     }

@@ -23,6 +23,8 @@ fn check_spread(r: &Value, reps: u64) {
     let med = r["native_ratio"].as_f64().unwrap_or_else(|| panic!("{r}"));
     let sp = &r["native_spread"];
     assert_eq!(sp["reps"].as_u64(), Some(reps), "{r}");
+    // Every repetition was compared part by part.
+    assert!(sp["parts"].as_u64().unwrap() >= reps, "{r}");
     let (min, max) = (sp["min"].as_f64().unwrap(), sp["max"].as_f64().unwrap());
     assert!(min > 0.0 && min <= med && med <= max, "{r}");
     assert_eq!(
@@ -53,6 +55,11 @@ fn every_row_gets_a_median_ratio_with_its_spread_from_the_guests_own_code() {
     assert!(n["fallback_reason"].is_null(), "{n}");
     assert_eq!(n["reps_per_row"], 3, "{n}");
     assert_eq!(n["pairs"].as_u64(), Some(3 * rows.len() as u64), "{n}");
+    let parts: u64 = rows
+        .iter()
+        .map(|r| r["native_spread"]["parts"].as_u64().unwrap())
+        .sum();
+    assert_eq!(n["part_pairs"].as_u64(), Some(parts), "{n}");
     let noisy = rows
         .iter()
         .filter(|r| r["native_spread"]["noisy"] == true)
@@ -67,7 +74,7 @@ fn a_kernel_without_the_native_entry_falls_back_and_says_why() {
         return;
     }
     let mut kernel = std::fs::read(guest_kernel_file()).unwrap();
-    let name = b"vmm_native_row\0";
+    let name = b"vmm_native_row2\0";
     let at = kernel
         .windows(name.len())
         .position(|w| w == name)
@@ -87,7 +94,7 @@ fn a_kernel_without_the_native_entry_falls_back_and_says_why() {
     let n = &v["native"];
     assert_eq!(n["code"], "vmm-build", "{n}");
     assert_eq!(
-        n["fallback_reason"], "the guest kernel exports no `vmm_native_row` function",
+        n["fallback_reason"], "the guest kernel exports no `vmm_native_row2` function",
         "{n}"
     );
     for r in dgemm_rows(&v) {

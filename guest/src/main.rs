@@ -13,8 +13,8 @@ mod kernel;
 
 use core::fmt::Write;
 use guest::protocol::{
-    fixed_str, Cmdline, ExitStatus, NativeRowArgs, NativeRowOut, RepRecord, Report, RowKey,
-    SkipRecord, FAULT_KINDS, MAX_ROW_REPS, REP_PORT,
+    fixed_str, Cmdline, ExitStatus, NativeRowArgs, NativeRowOut, PartRecord, RepRecord, Report,
+    RowKey, SkipRecord, FAULT_KINDS, MAX_ROW_REPS, PARTS_WANTED, PART_PORT, REP_PORT,
 };
 use guest::workloads::{self, CpuFeatures, RepHook, Selection};
 use kernel::pvh::BootInfo;
@@ -254,7 +254,10 @@ fn run_workloads(report: &mut Report, cmdline: &Cmdline, out: &mut Console) -> b
 /// the VMM can time the same row natively before the next one.
 struct PortReps {
     reps: u32,
+    /// The VMM answered [`PARTS_WANTED`] on [`PART_PORT`].
+    parts: bool,
     record: RepRecord,
+    part: PartRecord,
 }
 
 impl PortReps {
@@ -272,10 +275,31 @@ impl PortReps {
         } else {
             answer.clamp(1, MAX_ROW_REPS)
         };
+        let parts: u32;
+        // SAFETY: as above.
+        unsafe {
+            core::arch::asm!("in eax, dx", in("dx") PART_PORT, out("eax") parts,
+                options(nostack, nomem, preserves_flags));
+        }
         Self {
             reps,
+            parts: reps > 1 && parts == PARTS_WANTED,
             record: RepRecord::default(),
+            part: PartRecord::default(),
         }
+    }
+}
+
+/// Hand the VMM the guest-physical address of `record` on `port`.
+fn signal<T>(port: u16, record: &T) {
+    // Identity-mapped: the address is guest-physical (the user stack lies
+    // in the first 4 GiB, like all guest RAM).
+    let addr = core::ptr::from_ref(record) as usize;
+    // The record must be in memory before the `out` (whose asm says it
+    // touches none).
+    core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
+    if let Ok(addr) = u32::try_from(addr) {
+        syscall::outl(port, addr);
     }
 }
 
@@ -289,14 +313,13 @@ impl RepHook for PortReps {
             return;
         }
         self.record = *record;
-        // Identity-mapped: the address is guest-physical (the user stack
-        // lies in the first 4 GiB, like all guest RAM).
-        let addr = core::ptr::addr_of!(self.record) as usize;
-        // The record must be in memory before the `out` (whose asm says
-        // it touches none).
-        core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
-        if let Ok(addr) = u32::try_from(addr) {
-            syscall::outl(REP_PORT, addr);
+        signal(REP_PORT, &self.record);
+    }
+
+    fn part_done(&mut self, record: &PartRecord) {
+        if self.parts {
+            self.part = *record;
+            signal(PART_PORT, &self.part);
         }
     }
 }
@@ -304,20 +327,39 @@ impl RepHook for PortReps {
 /// The VMM's native entry point ([`guest::protocol::NATIVE_ROW_SYMBOL`]):
 /// never called in the guest; the VMM maps this image into its own process
 /// at the link address and calls it, so the native repetition of a row runs
-/// these very instructions (the link argument `-u vmm_native_row` keeps it).
+/// these very instructions (the link argument `-u vmm_native_row2` keeps
+/// it). Each timed part is passed to `args.on_part`, where the VMM holds
+/// this call until the guest's next part is done.
 ///
 /// # Safety
 /// `args` and `out` must be valid, and `args.scratch` valid for writes of
 /// `args.scratch_len` bytes, for the duration of the call.
 #[no_mangle]
-pub unsafe extern "C" fn vmm_native_row(args: *const NativeRowArgs, out: *mut NativeRowOut) {
+pub unsafe extern "C" fn vmm_native_row2(args: *const NativeRowArgs, out: *mut NativeRowOut) {
     // SAFETY: the caller's contract above.
     let (args, out) = unsafe { (&*args, &mut *out) };
     // SAFETY: as above.
     let scratch = unsafe { core::slice::from_raw_parts_mut(args.scratch, args.scratch_len) };
     let mut report = Report::new();
     *out = match RowKey::decode(args.key) {
-        Some(key) => workloads::run_row(key, args.quick != 0, args.tsc_khz, scratch, &mut report),
+        Some(key) => {
+            // The VMM holds the call in `on_part` while the guest runs.
+            let mut on_part = |p: &PartRecord| {
+                if let Some(f) = args.on_part {
+                    // SAFETY: the caller gave this callback and its
+                    // context for the duration of the call.
+                    unsafe { f(args.on_part_ctx, p) }
+                }
+            };
+            workloads::run_row(
+                key,
+                args.quick != 0,
+                args.tsc_khz,
+                scratch,
+                &mut report,
+                &mut on_part,
+            )
+        }
         None => NativeRowOut::default(),
     };
 }

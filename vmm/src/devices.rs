@@ -25,8 +25,8 @@ use std::io::Write;
 use std::time::Duration;
 
 use guest::protocol::{
-    split_report_exit, Report, DEBUG_EXIT_PORT, EDIT_STATUS_NONE, MARK_PORT, REPORT_EXIT_PORT,
-    REPORT_PORT, REP_PORT, SERIAL_PORT, XSTATE_EDIT_PORT,
+    split_report_exit, Report, DEBUG_EXIT_PORT, EDIT_STATUS_NONE, MARK_PORT, PARTS_WANTED,
+    PART_PORT, REPORT_EXIT_PORT, REPORT_PORT, REP_PORT, SERIAL_PORT, XSTATE_EDIT_PORT,
 };
 
 use crate::native::interleave::Interleaver;
@@ -278,9 +278,18 @@ impl Devices {
             }
             DEBUG_EXIT_PORT => PortAction::Exit(le_value(data)),
             REP_PORT if self.native.is_some() => {
-                // The vCPU waits in this exit while the native repetition runs.
+                // The vCPU waits in this exit while the native repetition
+                // runs to its end.
                 if let Some(n) = self.native.as_mut() {
                     n.on_rep(mem, u64::from(le_value(data)));
+                }
+                PortAction::Continue
+            }
+            PART_PORT if self.native.is_some() => {
+                // The vCPU waits in this exit while the native repetition
+                // times its next part.
+                if let Some(n) = self.native.as_mut() {
+                    n.on_part(mem, u64::from(le_value(data)));
                 }
                 PortAction::Continue
             }
@@ -328,6 +337,13 @@ impl Devices {
             }
             REP_PORT if self.native.is_some() => {
                 let v = self.native.as_ref().map_or(1, |n| n.reps).to_le_bytes();
+                for (i, b) in data.iter_mut().enumerate() {
+                    *b = v.get(i).copied().unwrap_or(0);
+                }
+            }
+            PART_PORT if self.native.is_some() => {
+                let wanted = self.native.as_ref().is_some_and(|n| n.wants_parts());
+                let v = if wanted { PARTS_WANTED } else { 0 }.to_le_bytes();
                 for (i, b) in data.iter_mut().enumerate() {
                     *b = v.get(i).copied().unwrap_or(0);
                 }

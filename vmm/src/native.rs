@@ -4,6 +4,7 @@
 
 pub mod image;
 pub mod interleave;
+pub mod worker;
 
 use guest::protocol::{Report, RowKind};
 use guest::workloads::{self, AesVariant, CpuFeatures, GemmVariant, Selection};
@@ -14,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::report::parallel::Measured;
 use crate::report::summary::SeedFigure;
 use crate::report::{result_rows, NativeView, RatioSpread, ResultRow};
-use interleave::{Interleaver, NativeCode, RepPair};
+use interleave::{part_ratio, Interleaver, NativeCode, RepPair};
 
 /// Run `list` (the `--workload` syntax) on the host with every variant the
 /// host CPU and OS allow, and return the rows.
@@ -103,11 +104,33 @@ fn row_of(pair: &RepPair) -> Option<(&'static str, &'static str, u64)> {
     Some((k.kind.name(), variant, u64::from(k.size)))
 }
 
-/// The spread of one row's pairs and their median ratio.
+/// One repetition pair's ratio: the median of its part pairs' ratios, or
+/// (no parts signalled) the ratio of its repetition records.
+fn rep_ratio(p: &RepPair) -> Option<f64> {
+    let parts: Vec<f64> = p
+        .parts
+        .iter()
+        .filter_map(|(g, n)| part_ratio(g, n))
+        .collect();
+    match Spread::of(&parts) {
+        Some(s) => Some(s.median),
+        None => p.ratio(),
+    }
+}
+
+/// The median ratio of one row and its spread. The median is over every
+/// pair of parts of all its repetitions (each guest part beside the native
+/// part timed right after it), or over the repetition pairs when the guest
+/// signalled no parts; the spread is that of the repetitions' own ratios.
 pub fn spread(pairs: &[&RepPair]) -> Option<(f64, RatioSpread)> {
-    let ratios: Vec<f64> = pairs.iter().filter_map(|p| p.ratio()).collect();
+    let ratios: Vec<f64> = pairs.iter().filter_map(|p| rep_ratio(p)).collect();
     let Spread { min, median, .. } = Spread::of(&ratios)?;
     let max = ratios.iter().copied().fold(min, f64::max);
+    let parts: Vec<f64> = pairs
+        .iter()
+        .flat_map(|p| p.parts.iter().filter_map(|(g, n)| part_ratio(g, n)))
+        .collect();
+    let median = Spread::of(&parts).map_or(median, |s| s.median);
     let with_digest: Vec<_> = pairs.iter().filter(|p| p.guest.digest != 0).collect();
     let same_result = (!with_digest.is_empty()).then(|| {
         with_digest
@@ -118,6 +141,7 @@ pub fn spread(pairs: &[&RepPair]) -> Option<(f64, RatioSpread)> {
         median,
         RatioSpread {
             reps: ratios.len() as u32,
+            parts: parts.len() as u32,
             min,
             max,
             noisy: max - min > (median - 1.0).abs(),
@@ -158,6 +182,7 @@ pub fn attach_interleaved(guest: &mut [ResultRow], native: &Interleaver) -> Nati
         fallback_reason,
         reps_per_row: native.reps,
         pairs: native.pairs.len(),
+        part_pairs: native.pairs.iter().map(|p| p.parts.len()).sum(),
         noisy_rows,
     }
 }
@@ -213,7 +238,7 @@ pub fn cbc_8192(ys: &[Yardstick]) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use guest::protocol::{NativeRowOut, RepRecord, RowKey, NATIVE_ROW_SYMBOL};
+    use guest::protocol::{NativeRowOut, PartRecord, RepRecord, RowKey, NATIVE_ROW_SYMBOL};
     use interleave::InterleaveError;
     use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
@@ -234,7 +259,46 @@ mod tests {
                 cycles: native.1,
                 digest: native.2,
             },
+            parts: Vec::new(),
         }
+    }
+
+    fn part(work: u64, cycles: u64) -> PartRecord {
+        PartRecord {
+            key: 0x3000_0100,
+            work,
+            cycles,
+            ..PartRecord::default()
+        }
+    }
+
+    #[test]
+    fn part_pairs_decide_the_median_and_each_repetition_is_its_parts_median() {
+        // Repetition records say 0.5, but the parts were paired: ratios
+        // 0.9, 1.0, 1.1 in the first repetition, 0.96, 0.97 in the second.
+        let mut a = pair((50, 100, 7), (100, 100, 7));
+        a.parts = vec![
+            (part(90, 100), part(100, 100)),
+            (part(100, 100), part(100, 100)),
+            (part(110, 100), part(100, 100)),
+        ];
+        let mut b = pair((50, 100, 7), (100, 100, 7));
+        b.parts = vec![
+            (part(96, 100), part(100, 100)),
+            (part(97, 100), part(100, 100)),
+            // A native part that measured nothing is no pair.
+            (part(97, 100), part(0, 0)),
+        ];
+        let (med, sp) = spread(&[&a, &b]).unwrap();
+        // Median of 0.9, 0.96, 0.97, 1.0, 1.1.
+        assert!((med - 0.97).abs() < 1e-12, "{med}");
+        assert_eq!((sp.reps, sp.parts), (2, 5));
+        // The repetitions' ratios: 1.0 and 0.965.
+        assert!(
+            (sp.min - 0.965).abs() < 1e-12 && (sp.max - 1.0).abs() < 1e-12,
+            "{sp:?}"
+        );
+        assert!(sp.noisy);
     }
 
     #[test]
@@ -248,7 +312,7 @@ mod tests {
         let refs: Vec<&RepPair> = p.iter().collect();
         let (med, sp) = spread(&refs).unwrap();
         assert_eq!(med, 0.98);
-        assert_eq!((sp.reps, sp.min, sp.max), (3, 0.5, 0.99));
+        assert_eq!((sp.reps, sp.parts, sp.min, sp.max), (3, 0, 0.5, 0.99));
         // Spread 0.49 is wider than |0.98 - 1| = 0.02: noise decides.
         assert!(sp.noisy);
         assert_eq!(sp.same_result, Some(true));
@@ -282,7 +346,10 @@ mod tests {
         let mut n = Interleaver::new("gemm,quick", 3, 100, &kernel).unwrap();
         match &n.code {
             NativeCode::VmmBuild { why } => {
-                assert_eq!(why, "the guest kernel exports no `vmm_native_row` function")
+                assert_eq!(
+                    *why,
+                    format!("the guest kernel exports no `{NATIVE_ROW_SYMBOL}` function")
+                )
             }
             other => panic!("{other:?}"),
         }
@@ -300,7 +367,8 @@ mod tests {
         n.on_rep(&mem, 0x900);
         assert_eq!(n.pairs.len(), 1);
         assert_eq!(n.ignored, 2);
-        let p = n.pairs[0];
+        let p = &n.pairs[0];
+        assert!(p.parts.is_empty());
         assert_eq!(
             (p.guest.work, p.guest.cycles, p.guest.digest),
             (1000, 2000, 0x1234)
@@ -313,5 +381,80 @@ mod tests {
         ));
         let e = Interleaver::new("bogus", 3, 100, &kernel).unwrap_err();
         assert!(e.to_string().starts_with("--workload \"bogus\": "), "{e}");
+    }
+
+    #[test]
+    fn each_guest_part_is_paired_with_the_next_native_part() {
+        let _turn = image::tests::LINK_RANGE
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        // 1 GHz assumed: a quick 20 ms target of ~2 us DGEMMs is ten parts.
+        let mut n = Interleaver::new("gemm,quick", 3, 1_000_000, crate::GUEST_KERNEL).unwrap();
+        assert!(
+            matches!(n.code, NativeCode::GuestImage { .. }),
+            "{:?}",
+            n.code
+        );
+        assert!(n.wants_parts());
+        let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 0x10000)]).unwrap();
+        let key = 0x3000_0028u64; // dgemm sse2 n=40
+        for rep in 0..2u64 {
+            for part in 0..3u64 {
+                let rec = [key | rep << 32, part, 1000 + part, 2000];
+                for (i, w) in rec.iter().enumerate() {
+                    mem.write_obj(*w, GuestAddress(0x800 + 8 * i as u64))
+                        .unwrap();
+                }
+                n.on_part(&mem, 0x800);
+            }
+            let rec = [key | rep << 32, 1000, 2000, 0x1234];
+            for (i, w) in rec.iter().enumerate() {
+                mem.write_obj(*w, GuestAddress(0xa00 + 8 * i as u64))
+                    .unwrap();
+            }
+            n.on_rep(&mem, 0xa00);
+        }
+        assert_eq!((n.pairs.len(), n.ignored), (2, 0));
+        for (rep, p) in n.pairs.iter().enumerate() {
+            assert_eq!((p.native.ran, p.native.check), (1, 1));
+            assert_eq!(p.parts.len(), 3, "{p:?}");
+            for (i, (g, nat)) in p.parts.iter().enumerate() {
+                assert_eq!(
+                    (g.rep, g.part, g.work),
+                    (rep as u32, i as u32, 1000 + i as u64)
+                );
+                // The native side times its own repetition 0, part by part.
+                assert_eq!((nat.key, nat.rep, nat.part), (key as u32, 0, i as u32));
+                assert!(nat.work > 0 && nat.cycles > 0, "{nat:?}");
+            }
+        }
+        let refs: Vec<&RepPair> = n.pairs.iter().collect();
+        assert_eq!(spread(&refs).unwrap().1.parts, 6);
+        // A part outside RAM is counted, not paired.
+        n.on_part(&mem, 0xfff0);
+        assert_eq!(n.ignored, 1);
+        // Mixed-up signals: a part of repetition 7, then the end of
+        // repetition 8. The held native repetition ends unpaired, the
+        // eighth runs whole, and the native thread keeps serving.
+        let write = |at: u64, rec: [u64; 4]| {
+            for (i, w) in rec.iter().enumerate() {
+                mem.write_obj(*w, GuestAddress(at + 8 * i as u64)).unwrap();
+            }
+        };
+        write(0x800, [key | 7 << 32, 0, 1000, 2000]);
+        n.on_part(&mem, 0x800);
+        write(0xa00, [key | 8 << 32, 1000, 2000, 0x1234]);
+        n.on_rep(&mem, 0xa00);
+        assert_eq!(n.pairs.len(), 3);
+        let p = &n.pairs[2];
+        assert!(p.parts.is_empty() && p.native.ran == 1, "{p:?}");
+        write(0x800, [key | 9 << 32, 0, 1000, 2000]);
+        n.on_part(&mem, 0x800);
+        write(0xa00, [key | 9 << 32, 1000, 2000, 0x1234]);
+        n.on_rep(&mem, 0xa00);
+        assert_eq!(
+            (n.pairs.len(), n.pairs[3].parts.len(), n.ignored),
+            (4, 1, 1)
+        );
     }
 }

@@ -17,6 +17,7 @@
 //! | 0xe8  | 32    | out       | xstate edit request: the VMM sets XMM(value & 15) to [`xmm_edit_pattern`] through its xstate manager |
 //! | 0xe8  | 32    | in        | answer to the last edit request: [`EDIT_STATUS_DONE`], [`EDIT_STATUS_REFUSED`] (e.g. XCR0 without SSE; the run goes on) or [`EDIT_STATUS_NONE`] |
 //! | 0xe0  | 32    | in/out    | interleaved guest/native repetitions: see [`rep`] |
+//! | 0xdc  | 32    | in/out    | the timed parts of those repetitions: see [`rep`] |
 //! | 0xe4  | 32    | out       | snapshot request: a VMM with a snapshot file saves the VM at this exit and stops; after a restore the guest continues after its `out`. Ignored without a snapshot file |
 //!
 //! and one guest-physical address: [`BENCH_MMIO_ADDR`], unbacked, where a
@@ -86,7 +87,7 @@ pub use record::{
     REPORT_VERSION,
 };
 pub use rep::{
-    digest_f64, NativeRowArgs, NativeRowOut, RepRecord, RowKey, RowKind, MAX_ROW_REPS,
-    NATIVE_ROW_SYMBOL, REP_PORT,
+    digest_f64, NativeRowArgs, NativeRowOut, OnPart, PartRecord, RepRecord, RowKey, RowKind,
+    MAX_ROW_REPS, NATIVE_ROW_SYMBOL, PARTS_WANTED, PART_PORT, REP_PORT,
 };
 pub use serial_record::{parse_record, records_in, write_record, RecordError, RECORD_PREFIX};

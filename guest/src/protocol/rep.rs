@@ -8,18 +8,36 @@
 //! |------|-------|-----------|---------|
 //! | 0xe0 | 32 | in  | how many repetitions per row the VMM wants (1..=[`MAX_ROW_REPS`]); all-ones where nothing decodes the port: one repetition, no signals |
 //! | 0xe0 | 32 | out | guest-physical address of a [`RepRecord`]: "row `key`, repetition `rep` done" |
+//! | 0xdc | 32 | in  | [`PARTS_WANTED`] when the VMM also wants each timed part signalled; anything else (all-ones where nothing decodes the port): no part signals |
+//! | 0xdc | 32 | out | guest-physical address of a [`PartRecord`]: "part `part` of repetition `rep` of row `key` done" |
+//!
+//! Why parts too: a repetition is timed in parts
+//! (`guest::workloads::timing::PARTS`, about 2 ms each in a quick run), and
+//! the host's other work changes the machine's speed within milliseconds.
+//! Signalled per part, the VMM alternates guest and native parts (guest
+//! part 0, native part 0, guest part 1, ...), so the two halves of each
+//! compared pair run ~2 ms apart instead of a whole repetition apart.
 //!
 //! The native side runs the guest kernel's own machine code where it can:
 //! the kernel exports [`NATIVE_ROW_SYMBOL`] with the `extern "C"` ABI
 //! `fn(*const NativeRowArgs, *mut NativeRowOut)`, which runs one repetition
-//! of one row exactly as the guest does.
+//! of one row exactly as the guest does, calling
+//! [`NativeRowArgs::on_part`] after each timed part (where the VMM holds
+//! it until the guest's next part is done).
 
 /// The repetition port (see the module table).
 pub const REP_PORT: u16 = 0xe0;
 /// The most repetitions per row a guest runs, whatever the VMM answers.
 pub const MAX_ROW_REPS: u32 = 15;
-/// The symbol of the guest kernel's native entry point.
-pub const NATIVE_ROW_SYMBOL: &str = "vmm_native_row";
+/// The symbol of the guest kernel's native entry point. The `2` is the
+/// version of [`NativeRowArgs`]: a VMM looking for this name never calls a
+/// kernel built for another layout (it falls back to its own build and
+/// says so).
+pub const NATIVE_ROW_SYMBOL: &str = "vmm_native_row2";
+/// The part port (see the module table).
+pub const PART_PORT: u16 = 0xdc;
+/// What an `in` from [`PART_PORT`] returns when the VMM wants part signals.
+pub const PARTS_WANTED: u32 = 1;
 
 /// Which workload a [`RowKey`] names.
 #[repr(u8)]
@@ -117,6 +135,36 @@ impl RepRecord {
     pub const SIZE: usize = core::mem::size_of::<RepRecord>();
 }
 
+/// What the guest hands over for one timed part of a repetition (at the
+/// address written to [`PART_PORT`]), and what the native side passes to
+/// [`NativeRowArgs::on_part`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PartRecord {
+    /// [`RowKey::encode`] of the row.
+    pub key: u32,
+    /// Repetition index, from 0.
+    pub rep: u32,
+    /// Part index within the repetition, from 0 (top-ups after the
+    /// calibrated parts count on).
+    pub part: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// Work units of the part (bytes or flops).
+    pub work: u64,
+    /// TSC cycles the part took.
+    pub cycles: u64,
+}
+
+impl PartRecord {
+    /// Size in guest memory.
+    pub const SIZE: usize = core::mem::size_of::<PartRecord>();
+}
+
+/// Called by the native entry point after each timed part: the record and
+/// [`NativeRowArgs::on_part_ctx`].
+pub type OnPart = unsafe extern "C" fn(ctx: *mut core::ffi::c_void, part: *const PartRecord);
+
 /// The arguments of [`NATIVE_ROW_SYMBOL`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -131,6 +179,10 @@ pub struct NativeRowArgs {
     pub scratch: *mut u8,
     /// Its length in bytes.
     pub scratch_len: usize,
+    /// Told about each timed part (`None`: nobody).
+    pub on_part: Option<OnPart>,
+    /// Passed to `on_part`.
+    pub on_part_ctx: *mut core::ffi::c_void,
 }
 
 /// What [`NATIVE_ROW_SYMBOL`] returns.
@@ -177,6 +229,7 @@ mod tests {
         assert_eq!(RowKey::decode(k.encode()), Some(k));
         assert_eq!(RowKey::decode(0x0200_0010), None);
         assert_eq!(RepRecord::SIZE, 32);
+        assert_eq!(PartRecord::SIZE, 32);
         assert_eq!(digest_f64(&[]), 0xcbf2_9ce4_8422_2325);
         assert_ne!(digest_f64(&[0.0]), digest_f64(&[-0.0]));
     }

@@ -18,7 +18,7 @@
 
 use std::ffi::c_void;
 
-use guest::protocol::{NativeRowArgs, NativeRowOut, NATIVE_ROW_SYMBOL};
+use guest::protocol::{NativeRowArgs, NativeRowOut, OnPart, NATIVE_ROW_SYMBOL};
 
 use crate::arch::elf::{check_image, ImageError};
 use crate::arch::layout::MAX_MEM_MIB;
@@ -208,7 +208,7 @@ impl GuestImage {
             };
         }
         // SAFETY: the address is a function of the mapped image whose C ABI
-        // the guest kernel declares (`vmm_native_row` in guest/src/main.rs).
+        // the guest kernel declares (`vmm_native_row2` in guest/src/main.rs).
         let entry = unsafe { std::mem::transmute::<usize, NativeRowFn>(entry_addr as usize) };
         Ok(Self {
             base,
@@ -219,18 +219,31 @@ impl GuestImage {
         })
     }
 
-    /// One repetition of row `args.key`, by the guest kernel's code.
-    pub fn run_row(&self, key: u32, quick: bool, tsc_khz: u64, scratch: &mut [u8]) -> NativeRowOut {
+    /// One repetition of row `key`, by the guest kernel's code; `on_part`
+    /// (callback and context) is called after each timed part.
+    ///
+    /// The context must be what the callback expects, valid for the call.
+    pub fn run_row(
+        &self,
+        key: u32,
+        quick: bool,
+        tsc_khz: u64,
+        scratch: &mut [u8],
+        on_part: Option<(OnPart, *mut c_void)>,
+    ) -> NativeRowOut {
         let args = NativeRowArgs {
             key,
             quick: u32::from(quick),
             tsc_khz,
             scratch: scratch.as_mut_ptr(),
             scratch_len: scratch.len(),
+            on_part: on_part.map(|(f, _)| f),
+            on_part_ctx: on_part.map_or(std::ptr::null_mut(), |(_, c)| c),
         };
         let mut out = NativeRowOut::default();
         // SAFETY: the image stays mapped while `self` lives; `args` and `out`
-        // are valid for the call and `scratch` is exclusively borrowed.
+        // are valid for the call, `scratch` is exclusively borrowed, and
+        // the callback's context is the caller's to keep valid.
         unsafe { (self.entry)(&args, &mut out) };
         out
     }
@@ -278,9 +291,10 @@ pub(crate) mod tests {
                     variant: vi as u8,
                     size: 72,
                 };
-                let guest_code = img.run_row(key.encode(), true, 100, &mut scratch);
+                let guest_code = img.run_row(key.encode(), true, 100, &mut scratch, None);
                 let mut report = Report::new();
-                let vmm_build = workloads::run_row(key, true, 100, &mut scratch, &mut report);
+                let vmm_build =
+                    workloads::run_row(key, true, 100, &mut scratch, &mut report, &mut |_| {});
                 // Same variant availability, same checks, same bits.
                 assert_eq!(guest_code.ran, vmm_build.ran, "{key:?}");
                 assert_eq!(guest_code.check, vmm_build.check, "{key:?}");

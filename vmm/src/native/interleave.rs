@@ -1,20 +1,29 @@
-//! Guest and native repetitions of each row, alternating: the guest signals
-//! "row R, repetition k done" on [`REP_PORT`](guest::protocol::REP_PORT)
-//! (see [`guest::protocol::rep`]); the vCPU thread is then stopped in that
-//! port exit, and [`Interleaver::on_rep`] runs the native repetition of the
-//! same row on it before the guest resumes. Both sides thus see the same
-//! machine state within milliseconds, and a burst of noise from the other
-//! users of the machine hits one pair, not the whole native column.
+//! Guest and native repetitions of each row, alternating part by part: the
+//! guest signals "part p of repetition k of row R done" on
+//! [`PART_PORT`](guest::protocol::PART_PORT) and "repetition k done" on
+//! [`REP_PORT`](guest::protocol::REP_PORT) (see [`guest::protocol::rep`]).
+//! The vCPU thread is stopped in each of those port exits while the native
+//! repetition of the same row, held on its own thread ([`super::worker`]),
+//! times its next part: guest part 0, native part 0, guest part 1, ... So
+//! the two halves of each compared pair run ~2 ms apart, and a burst of
+//! noise from the other users of the machine hits one pair, not a row.
+//!
+//! A guest that signals only repetitions (one built before parts, or one
+//! told not to) gets the native repetition run whole in its repetition's
+//! exit, as before.
 
-use guest::protocol::{NativeRowOut, RepRecord, Report, RowKey};
+use guest::protocol::{NativeRowOut, PartRecord, RepRecord, RowKey};
 use guest::workloads::{self, Selection};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use super::image::GuestImage;
+use super::worker::{Step, Worker};
 
 /// Repetitions per row by default (odd: the median is a measured pair).
 pub const DEFAULT_REPS: u32 = 5;
-/// Repetition pairs kept: far above 64 rows x 15 repetitions.
+/// Repetition pairs kept, and native repetitions started: far above 64
+/// rows x 15 repetitions (a guest that signals more only costs ignored
+/// signals, not native time).
 pub const MAX_PAIRS: usize = 4096;
 
 /// Which machine code the native repetitions ran.
@@ -33,8 +42,8 @@ pub enum NativeCode {
     },
 }
 
-/// One guest repetition and the native one run right after it.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// One guest repetition and the native one interleaved with it.
+#[derive(Clone, Debug, PartialEq)]
 pub struct RepPair {
     /// The row.
     pub key: RowKey,
@@ -42,6 +51,27 @@ pub struct RepPair {
     pub guest: RepRecord,
     /// What the native side measured.
     pub native: NativeRowOut,
+    /// Each guest part and the native part timed right after it, in order
+    /// (empty when the guest signalled no parts).
+    pub parts: Vec<(PartRecord, PartRecord)>,
+}
+
+/// Guest throughput / native throughput of one pair of parts.
+pub fn part_ratio(guest: &PartRecord, native: &PartRecord) -> Option<f64> {
+    if guest.work == 0 || native.work == 0 || guest.cycles == 0 || native.cycles == 0 {
+        return None;
+    }
+    Some((guest.work as f64 / guest.cycles as f64) / (native.work as f64 / native.cycles as f64))
+}
+
+/// The native repetition now held between parts.
+#[derive(Debug)]
+struct Running {
+    key: RowKey,
+    rep: u32,
+    parts: Vec<(PartRecord, PartRecord)>,
+    /// The native repetition ended (it had fewer parts than the guest's).
+    done: Option<NativeRowOut>,
 }
 
 impl RepPair {
@@ -58,19 +88,20 @@ impl RepPair {
 
 /// The native half of an interleaved run.
 pub struct Interleaver {
-    image: Option<GuestImage>,
+    /// The native thread (`None`: it could not be started, and nothing is
+    /// run natively: every signal counts as ignored).
+    worker: Option<Worker>,
     /// Which code ran natively.
     pub code: NativeCode,
-    quick: bool,
-    tsc_khz: u64,
     /// Repetitions each row gets.
     pub reps: u32,
-    scratch: Vec<u8>,
-    report: Box<Report>,
+    running: Option<Running>,
+    /// Native repetitions started.
+    started: usize,
     /// The pairs, in run order.
     pub pairs: Vec<RepPair>,
-    /// Signals not acted on: a record outside RAM, an unknown row, or past
-    /// [`MAX_PAIRS`].
+    /// Signals not acted on: a record outside RAM, an unknown row, past
+    /// [`MAX_PAIRS`], or with no native thread.
     pub ignored: u64,
 }
 
@@ -103,6 +134,9 @@ pub enum InterleaveError {
         /// The limit.
         max: u32,
     },
+    /// The native thread could not be created.
+    #[error("starting the thread for the native repetitions failed")]
+    Thread(#[source] std::io::Error),
 }
 
 impl Interleaver {
@@ -135,61 +169,177 @@ impl Interleaver {
                 },
             ),
         };
+        let worker = Worker::spawn(image, sel.quick, tsc_khz, workloads::scratch_bytes(&sel))
+            .map_err(InterleaveError::Thread)?;
         Ok(Self {
-            image,
+            worker: Some(worker),
             code,
-            quick: sel.quick,
-            tsc_khz,
             reps,
-            scratch: vec![0u8; workloads::scratch_bytes(&sel)],
-            report: Box::new(Report::new()),
+            running: None,
+            started: 0,
             pairs: Vec::new(),
             ignored: 0,
         })
     }
 
-    /// Run one native repetition of row `key`.
-    pub fn run_native(&mut self, key: RowKey) -> NativeRowOut {
-        match &self.image {
-            Some(img) => img.run_row(key.encode(), self.quick, self.tsc_khz, &mut self.scratch),
-            None => {
-                *self.report = Report::new();
-                workloads::run_row(
-                    key,
-                    self.quick,
-                    self.tsc_khz,
-                    &mut self.scratch,
-                    &mut self.report,
-                )
-            }
-        }
+    /// Whether the guest should signal its parts: yes while the native
+    /// thread runs.
+    pub fn wants_parts(&self) -> bool {
+        self.worker.is_some()
     }
 
-    /// The guest finished a repetition; its record is at `addr`. Runs the
-    /// native repetition of the same row and keeps the pair.
-    pub fn on_rep(&mut self, mem: &GuestMemoryMmap, addr: u64) {
-        let mut raw = [0u8; RepRecord::SIZE];
-        let (Ok(()), true) = (
-            mem.read_slice(&mut raw, GuestAddress(addr)),
-            self.pairs.len() < MAX_PAIRS,
+    /// The guest timed a part; its record is at `addr`. Lets the native
+    /// repetition of the same row time its next part (starting that
+    /// repetition at the row's first part) and keeps the two.
+    pub fn on_part(&mut self, mem: &GuestMemoryMmap, addr: u64) {
+        let Some(w) = read_words(mem, addr) else {
+            self.ignored += 1;
+            return;
+        };
+        let guest = PartRecord {
+            key: w[0] as u32,
+            rep: (w[0] >> 32) as u32,
+            part: w[1] as u32,
+            reserved: (w[1] >> 32) as u32,
+            work: w[2],
+            cycles: w[3],
+        };
+        let same = self
+            .running
+            .as_ref()
+            .is_some_and(|r| r.key.encode() == guest.key && r.rep == guest.rep);
+        let (Some(key), true, Some(worker)) = (
+            RowKey::decode(guest.key),
+            same || self.started < MAX_PAIRS,
+            self.worker.as_ref(),
         ) else {
             self.ignored += 1;
             return;
         };
-        let word = |at: usize| u64::from_le_bytes(raw[at..at + 8].try_into().unwrap_or_default());
-        let guest = RepRecord {
-            key: word(0) as u32,
-            rep: (word(0) >> 32) as u32,
-            work: word(8),
-            cycles: word(16),
-            digest: word(24),
+        if !same {
+            self.started += 1;
+            // A part of another repetition while one is held (a guest
+            // that skipped its repetition signal): that one ends unpaired.
+            if self.running.take().is_some_and(|r| r.done.is_none()) {
+                finish(worker);
+            }
+            self.running = Some(Running {
+                key,
+                rep: guest.rep,
+                parts: Vec::new(),
+                done: None,
+            });
+        }
+        if self.running.as_ref().is_some_and(|r| r.done.is_some()) {
+            // The native repetition had fewer parts: this one stays unpaired.
+            return;
+        }
+        let step = if same {
+            worker.next()
+        } else {
+            worker.start(key)
         };
-        let Some(key) = RowKey::decode(guest.key) else {
+        match (step, self.running.as_mut()) {
+            (Some(Step::Part(native)), Some(run)) => run.parts.push((guest, native)),
+            (Some(Step::Done(out)), Some(run)) => run.done = Some(out),
+            (Some(_), None) => {}
+            (None, _) => self.native_gone(),
+        }
+    }
+
+    /// The guest finished a repetition; its record is at `addr`. Lets the
+    /// native repetition of the same row run to its end (all of it, when
+    /// the guest signalled no parts) and keeps the pair.
+    pub fn on_rep(&mut self, mem: &GuestMemoryMmap, addr: u64) {
+        let (Some(w), true) = (read_words(mem, addr), self.pairs.len() < MAX_PAIRS) else {
             self.ignored += 1;
             return;
         };
-        let native = self.run_native(key);
-        self.pairs.push(RepPair { key, guest, native });
+        let guest = RepRecord {
+            key: w[0] as u32,
+            rep: (w[0] >> 32) as u32,
+            work: w[1],
+            cycles: w[2],
+            digest: w[3],
+        };
+        let (Some(key), Some(worker)) = (RowKey::decode(guest.key), self.worker.as_ref()) else {
+            self.ignored += 1;
+            return;
+        };
+        let held = match self.running.take() {
+            Some(r) if r.key == key && r.rep == guest.rep => Some(r),
+            Some(other) => {
+                // The end of a repetition other than the one held (a guest
+                // that mixed up its signals): the held one ends unpaired.
+                if other.done.is_none() && finish(worker).is_none() {
+                    self.native_gone();
+                    return;
+                }
+                None
+            }
+            None => None,
+        };
+        let (native, parts) = match held {
+            Some(Running {
+                done: Some(out),
+                parts,
+                ..
+            }) => (Some(out), parts),
+            Some(Running { parts, .. }) => (finish(worker), parts),
+            None if self.started >= MAX_PAIRS => {
+                self.ignored += 1;
+                return;
+            }
+            None => {
+                // No parts signalled: the whole native repetition now.
+                self.started += 1;
+                let out = match worker.start(key) {
+                    Some(Step::Done(out)) => Some(out),
+                    Some(Step::Part(_)) => finish(worker),
+                    None => None,
+                };
+                (out, Vec::new())
+            }
+        };
+        let Some(native) = native else {
+            self.native_gone();
+            return;
+        };
+        self.pairs.push(RepPair {
+            key,
+            guest,
+            native,
+            parts,
+        });
+    }
+
+    /// The native thread died (a panic in the VMM's build): no more pairs.
+    fn native_gone(&mut self) {
+        self.worker = None;
+        self.running = None;
+        self.ignored += 1;
+    }
+}
+
+/// The four little-endian words of a [`PartRecord`] or [`RepRecord`] (both
+/// 32 bytes) at guest-physical `addr`; `None` outside RAM.
+fn read_words(mem: &GuestMemoryMmap, addr: u64) -> Option<[u64; 4]> {
+    const _: () = assert!(PartRecord::SIZE == 32 && RepRecord::SIZE == 32);
+    let mut raw = [0u8; 32];
+    mem.read_slice(&mut raw, GuestAddress(addr)).ok()?;
+    Some(core::array::from_fn(|i| {
+        u64::from_le_bytes(raw[8 * i..8 * i + 8].try_into().unwrap_or_default())
+    }))
+}
+
+/// Let the held native repetition run to its end (its parts past the
+/// guest's are not paired); its result, or `None` if the thread is gone.
+fn finish(worker: &Worker) -> Option<NativeRowOut> {
+    loop {
+        match worker.next()? {
+            Step::Part(_) => continue,
+            Step::Done(out) => return Some(out),
+        }
     }
 }
 

@@ -6,14 +6,19 @@
 use serde::Serialize;
 
 /// The spread of one row's per-repetition guest/native ratios
-/// (`native_spread` in a result row; its median is `native_ratio`).
+/// (`native_spread` in a result row). Its `native_ratio` is the median over
+/// every pair of timed parts (a guest part and the native part run right
+/// after it), or over the repetition pairs when the guest signalled no
+/// parts; a repetition's own ratio is the median of its part pairs.
 #[derive(schemars::JsonSchema, Clone, Debug, Serialize, PartialEq)]
 pub struct RatioSpread {
     /// Guest/native repetition pairs measured.
     pub reps: u32,
-    /// The lowest pair's ratio.
+    /// Guest/native part pairs among them (0: the guest signalled no parts).
+    pub parts: u32,
+    /// The lowest repetition's ratio.
     pub min: f64,
-    /// The highest pair's ratio.
+    /// The highest repetition's ratio.
     pub max: f64,
     /// True when `max - min` is wider than the median's distance from 1.0:
     /// noise, not the guest, decides whether this row is above or below
@@ -38,8 +43,11 @@ pub struct NativeView {
     pub fallback_reason: Option<String>,
     /// Repetitions per row the guest was asked for.
     pub reps_per_row: u32,
-    /// Guest/native pairs measured.
+    /// Guest/native repetition pairs measured.
     pub pairs: usize,
+    /// Guest/native part pairs among them (0: the guest signalled no parts,
+    /// each repetition was compared whole).
+    pub part_pairs: usize,
     /// Rows with a ratio whose spread is wider than its distance from 1.0.
     pub noisy_rows: usize,
 }

@@ -184,11 +184,22 @@ impl RunSummary {
                         n.fallback_reason.as_deref().unwrap_or("?")
                     ),
                 };
+                let how = if n.part_pairs > 0 {
+                    format!(
+                        "guest and native alternating part by part, median of the row's part pairs \
+                         ({} in all), (min..max) of its {} repetitions",
+                        n.part_pairs, n.reps_per_row
+                    )
+                } else {
+                    format!(
+                        "median of {} interleaved guest/native repetitions per row (min..max)",
+                        n.reps_per_row
+                    )
+                };
                 let _ = writeln!(
                     s,
-                    "  native: median of {} interleaved guest/native pairs per row (min..max); \
-                     ran {what}; ~ = spread wider than the distance from 1.0 ({} rows)",
-                    n.reps_per_row, n.noisy_rows
+                    "  native: {how}; ran {what}; ~ = spread wider than the distance from 1.0 ({} rows)",
+                    n.noisy_rows
                 );
             }
             if let Some(h) = self.hugepages.as_ref().filter(|h| h.backing == "hugetlbfs") {

@@ -66,7 +66,8 @@ pub struct ResultRow {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bytes_per_save: Option<u64>,
     /// Guest throughput / native throughput of the same code, when measured:
-    /// the median of the interleaved repetition pairs when there are any.
+    /// the median of the interleaved part pairs (or repetition pairs, from
+    /// a guest that signals no parts) when there are any.
     pub native_ratio: Option<f64>,
     /// The spread of the interleaved pairs (null when the native side ran
     /// once, after the guest).

@@ -6,7 +6,7 @@ use core::fmt::Write;
 
 use super::reps::RepHook;
 use crate::protocol::{
-    fixed_str, RepRecord, Report, ResultRecord, RowKey, RowKind, SkipRecord, WorkUnit,
+    fixed_str, PartRecord, RepRecord, Report, ResultRecord, RowKey, RowKind, SkipRecord, WorkUnit,
 };
 use crate::workloads::features::CpuFeatures;
 use crate::workloads::gemm::{Dgemm, GemmVariant};
@@ -37,9 +37,10 @@ impl Ctx<'_> {
     }
 
     /// Time `f` like [`Budget::measure`], once per repetition the hook
-    /// asks for, telling the hook after each (`work` units per call of
-    /// `f`, `digest` of the row's checked result) with the repetition's
-    /// median part ([`Measured`]). Returns the totals.
+    /// asks for, telling the hook after each timed part and after each
+    /// repetition (`work` units per call of `f`, `digest` of the row's
+    /// checked result) with the repetition's median part ([`Measured`]).
+    /// Returns the totals.
     pub(super) fn measure(
         &mut self,
         key: RowKey,
@@ -50,7 +51,11 @@ impl Ctx<'_> {
     ) -> (u64, u64) {
         let (mut reps, mut cycles) = (0u64, 0u64);
         for rep in 0..self.hook.reps().max(1) {
-            let m = self.budget.measure_parts(fixed, &mut f);
+            let hook = &mut *self.hook;
+            let mut part = 0;
+            let m = self.budget.measure_parts(fixed, &mut f, |r, c| {
+                hook.part_done(&part_record(key, rep, &mut part, r * work, c));
+            });
             reps += m.reps;
             cycles += m.cycles;
             self.hook.rep_done(&rep_record(key, rep, work, m, digest));
@@ -73,9 +78,13 @@ impl Ctx<'_> {
     ) -> (u64, u64) {
         let (mut reps, mut cycles) = (0u64, 0u64);
         for rep in 0..self.hook.reps().max(1) {
+            let hook = &mut *self.hook;
+            let mut part = 0;
             let m = self
                 .budget
-                .measure_with_setup(fixed, state, &mut prepare, &mut f);
+                .measure_with_setup(fixed, state, &mut prepare, &mut f, |r, c| {
+                    hook.part_done(&part_record(key, rep, &mut part, r * work, c));
+                });
             reps += m.reps;
             cycles += m.cycles;
             self.hook
@@ -155,6 +164,20 @@ impl Ctx<'_> {
 
 /// What the hook hears of repetition `rep` of row `key`: its median part
 /// (see [`Measured`]), `work` units per call.
+/// The record of part `*part` (then counted on) of repetition `rep`.
+fn part_record(key: RowKey, rep: u32, part: &mut u32, work: u64, cycles: u64) -> PartRecord {
+    let record = PartRecord {
+        key: key.encode(),
+        rep,
+        part: *part,
+        reserved: 0,
+        work,
+        cycles,
+    };
+    *part += 1;
+    record
+}
+
 fn rep_record(key: RowKey, rep: u32, work: u64, m: Measured, digest: u64) -> RepRecord {
     let (reps, cycles) = m.median_part;
     RepRecord {

@@ -51,7 +51,7 @@ use sizes::{TARGET_MS_FULL, TARGET_MS_QUICK};
 use super::features::CpuFeatures;
 use super::selection::Selection;
 use super::timing::Budget;
-use crate::protocol::{NativeRowOut, Report, RowKey, RowKind};
+use crate::protocol::{NativeRowOut, PartRecord, Report, RowKey, RowKind};
 pub use reps::{NoReps, RepHook};
 
 pub use sizes::{
@@ -118,15 +118,17 @@ pub fn run_with_hook(
 
 /// One repetition of the one row `key` names, measured exactly as a guest
 /// run measures it (`quick`: quick-run targets): what the VMM times
-/// natively between two guest repetitions. `ran = 0` when the host cannot
-/// run the variant or `scratch` is too small; `report` receives the row or
-/// the skip record saying why.
+/// natively between two guest repetitions, `on_part` told after each timed
+/// part (as repetition 0). `ran = 0` when the host cannot run the variant
+/// or `scratch` is too small; `report` receives the row or the skip record
+/// saying why.
 pub fn run_row(
     key: RowKey,
     quick: bool,
     tsc_khz: u64,
     scratch: &mut [u8],
     report: &mut Report,
+    on_part: &mut dyn FnMut(&PartRecord),
 ) -> NativeRowOut {
     let size = [key.size as usize];
     let none: &[usize] = &[];
@@ -145,7 +147,10 @@ pub fn run_row(
         RowKind::Dgemm => sel.gemm = true,
         RowKind::Linpack => sel.linpack = true,
     }
-    let mut last = reps::LastRep::default();
+    let mut last = reps::LastRep {
+        last: None,
+        on_part,
+    };
     let ok = run_inner(
         &sel,
         &sizes,
@@ -156,7 +161,7 @@ pub fn run_row(
         &mut last,
         Some(key),
     );
-    match last.0 {
+    match last.last {
         Some(r) => NativeRowOut {
             ran: 1,
             check: u32::from(ok),

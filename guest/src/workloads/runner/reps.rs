@@ -3,14 +3,17 @@
 //! times the same row natively in between; the native side and tests hear
 //! nothing ([`NoReps`]).
 
-use crate::protocol::RepRecord;
+use crate::protocol::{PartRecord, RepRecord};
 
-/// Told about each timed repetition of a row.
+/// Told about each timed repetition of a row, and each timed part of it.
 pub trait RepHook {
     /// Repetitions each row gets (at least 1).
     fn reps(&self) -> u32;
     /// One repetition of a row is done.
     fn rep_done(&mut self, record: &RepRecord);
+    /// One timed part of a repetition is done (before the repetition's
+    /// [`RepHook::rep_done`]); nobody is told by default.
+    fn part_done(&mut self, _record: &PartRecord) {}
 }
 
 /// One repetition per row, nobody told.
@@ -23,16 +26,22 @@ impl RepHook for NoReps {
     fn rep_done(&mut self, _: &RepRecord) {}
 }
 
-/// Keeps the last repetition (the native entry point's answer).
-#[derive(Default)]
-pub(super) struct LastRep(pub(super) Option<RepRecord>);
+/// Keeps the last repetition (the native entry point's answer) and passes
+/// each part on to `on_part`.
+pub(super) struct LastRep<'a> {
+    pub(super) last: Option<RepRecord>,
+    pub(super) on_part: &'a mut dyn FnMut(&PartRecord),
+}
 
-impl RepHook for LastRep {
+impl RepHook for LastRep<'_> {
     fn reps(&self) -> u32 {
         1
     }
     fn rep_done(&mut self, record: &RepRecord) {
-        self.0 = Some(*record);
+        self.last = Some(*record);
+    }
+    fn part_done(&mut self, record: &PartRecord) {
+        (self.on_part)(record);
     }
 }
 
@@ -47,13 +56,16 @@ mod tests {
     use crate::workloads::runner::{run_row, run_with_hook, Sizes};
     use crate::workloads::{CpuFeatures, GemmVariant, Selection};
 
-    struct Count(u32, Vec<RepRecord>);
+    struct Count(u32, Vec<RepRecord>, Vec<PartRecord>);
     impl RepHook for Count {
         fn reps(&self) -> u32 {
             self.0
         }
         fn rep_done(&mut self, r: &RepRecord) {
             self.1.push(*r);
+        }
+        fn part_done(&mut self, p: &PartRecord) {
+            self.2.push(*p);
         }
     }
 
@@ -69,7 +81,7 @@ mod tests {
     fn every_row_is_repeated_and_each_repetition_told() {
         let mut scratch = vec![0u8; 1 << 21];
         let mut report = Report::new();
-        let mut hook = Count(3, Vec::new());
+        let mut hook = Count(3, Vec::new(), Vec::new());
         let sel = Selection::parse("gemm").unwrap();
         let feat = CpuFeatures::detect();
         assert!(run_with_hook(
@@ -100,13 +112,40 @@ mod tests {
                 assert_eq!(r.digest, reps[0].digest);
                 assert_ne!(r.digest, 0);
             }
-            // The row is the total of its repetitions.
-            assert_eq!(row.work, reps.iter().map(|r| r.work).sum::<u64>());
-            assert_eq!(row.cycles, reps.iter().map(|r| r.cycles).sum::<u64>());
-            // One repetition of the same row alone computes the same product.
+            // Each repetition's parts were told in order, before it, and
+            // the row is the total of all of them; each repetition's
+            // record is one of its parts.
+            let parts: Vec<&PartRecord> = hook.2.iter().filter(|p| p.key == key.encode()).collect();
+            for (k, r) in reps.iter().enumerate() {
+                let mine: Vec<_> = parts.iter().filter(|p| p.rep == k as u32).collect();
+                assert!(!mine.is_empty());
+                for (i, p) in mine.iter().enumerate() {
+                    assert_eq!((p.part, p.reserved), (i as u32, 0));
+                }
+                assert!(
+                    mine.iter()
+                        .any(|p| (p.work, p.cycles) == (r.work, r.cycles)),
+                    "{r:?} {mine:?}"
+                );
+            }
+            assert_eq!(row.work, parts.iter().map(|p| p.work).sum::<u64>());
+            assert_eq!(row.cycles, parts.iter().map(|p| p.cycles).sum::<u64>());
+            // One repetition of the same row alone computes the same
+            // product, and tells its parts as repetition 0.
             let mut alone = Report::new();
-            let out = run_row(key, true, 100, &mut scratch, &mut alone);
+            let mut told = Vec::new();
+            let out = run_row(key, true, 100, &mut scratch, &mut alone, &mut |p| {
+                told.push(*p)
+            });
             assert_eq!((out.ran, out.check, out.digest), (1, 1, reps[0].digest));
+            assert!(!told.is_empty() && told.iter().all(|p| p.rep == 0 && p.key == key.encode()));
+            assert_eq!(
+                (out.work, out.cycles),
+                told.iter()
+                    .find(|p| (p.work, p.cycles) == (out.work, out.cycles))
+                    .map(|p| (p.work, p.cycles))
+                    .unwrap()
+            );
             assert_eq!(alone.results().len(), 1);
         }
     }
@@ -121,12 +160,12 @@ mod tests {
             variant: 9,
             size: 40,
         };
-        let out = run_row(key, true, 100, &mut scratch, &mut report);
+        let out = run_row(key, true, 100, &mut scratch, &mut report, &mut |_| {});
         assert_eq!(out.ran, 0);
         assert!(report.results().is_empty());
         // Too little scratch: a skip record, nothing timed.
         let key = RowKey { variant: 0, ..key };
-        let out = run_row(key, true, 100, &mut scratch[..64], &mut report);
+        let out = run_row(key, true, 100, &mut scratch[..64], &mut report, &mut |_| {});
         assert_eq!(out.ran, 0);
         assert!(!report.skipped().is_empty());
     }

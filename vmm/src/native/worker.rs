@@ -1,0 +1,226 @@
+//! The thread the native repetitions run on, held at each timed part.
+//!
+//! A native repetition is one call of the row's code (the guest image's
+//! entry point, or the VMM's build of it) that times its parts one after
+//! another. To alternate guest and native parts, the call must stop after
+//! each of its parts until the guest has timed its next one: so it runs
+//! on its own thread, and the part callback (`Gate`) hands the part to
+//! the vCPU thread and waits there for the next turn. The two threads never
+//! run at once (each waits while the other has the turn), and the native
+//! thread is moved onto the CPU the vCPU thread last ran on at every turn,
+//! so both sides of a pair see the same core.
+
+use std::ffi::c_void;
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::thread::JoinHandle;
+
+use guest::protocol::{NativeRowOut, PartRecord, Report, RowKey};
+use guest::workloads;
+
+use super::image::GuestImage;
+
+/// What the vCPU thread tells the native thread.
+enum Turn {
+    /// Run one repetition of this row up to its first part.
+    Start(RowKey, Option<usize>),
+    /// Run up to the next part (or the end of the repetition).
+    Next(Option<usize>),
+}
+
+/// What the native thread answers at the end of its turn.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Step {
+    /// A part was timed; the repetition waits for its next turn.
+    Part(PartRecord),
+    /// The repetition ended.
+    Done(NativeRowOut),
+}
+
+/// The vCPU thread's end of the native thread.
+pub struct Worker {
+    turns: Option<Sender<Turn>>,
+    steps: Receiver<Step>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// What the native thread runs with.
+struct Native {
+    image: Option<GuestImage>,
+    quick: bool,
+    tsc_khz: u64,
+    scratch: Vec<u8>,
+    report: Box<Report>,
+}
+
+/// The part callback's state on the native thread.
+struct Gate<'a> {
+    steps: &'a Sender<Step>,
+    turns: &'a Receiver<Turn>,
+    /// Run the rest of the repetition unheld: the vCPU side is gone
+    /// (`closed`), or asked for another row while this one was held
+    /// (which it never does: it finishes a repetition before starting one).
+    free: bool,
+    /// The vCPU side is gone: the thread ends after this repetition.
+    closed: bool,
+    pinned: Option<usize>,
+}
+
+impl Gate<'_> {
+    /// A part is done: hand it over and wait for the next turn.
+    fn part(&mut self, p: &PartRecord) {
+        if self.free {
+            return;
+        }
+        if self.steps.send(Step::Part(*p)).is_err() {
+            (self.free, self.closed) = (true, true);
+            return;
+        }
+        match self.turns.recv() {
+            Ok(Turn::Next(cpu)) => pin(&mut self.pinned, cpu),
+            Ok(Turn::Start(..)) => self.free = true,
+            Err(_) => (self.free, self.closed) = (true, true),
+        }
+    }
+}
+
+/// `NativeRowArgs::on_part` for the guest image's code.
+///
+/// # Safety
+/// `ctx` is the `Gate` passed with it, `part` a valid record.
+unsafe extern "C" fn gate_part(ctx: *mut c_void, part: *const PartRecord) {
+    // SAFETY: the caller's contract above; the gate outlives the call of
+    // the entry point that calls back here, on this same thread.
+    let (gate, part) = unsafe { (&mut *ctx.cast::<Gate>(), &*part) };
+    gate.part(part);
+}
+
+/// Move this thread onto `cpu` if it is not there already (best effort:
+/// a refusal leaves it where the scheduler puts it).
+fn pin(pinned: &mut Option<usize>, cpu: Option<usize>) {
+    let Some(cpu) = cpu else { return };
+    if *pinned == Some(cpu) || cpu >= libc::CPU_SETSIZE as usize {
+        return;
+    }
+    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET stays inside it
+    // (cpu < CPU_SETSIZE); sched_setaffinity only reads it.
+    let ok = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    };
+    if ok {
+        *pinned = Some(cpu);
+    }
+}
+
+/// The CPU this thread runs on now.
+fn current_cpu() -> Option<usize> {
+    // SAFETY: sched_getcpu takes nothing and returns a CPU number or -1.
+    usize::try_from(unsafe { libc::sched_getcpu() }).ok()
+}
+
+impl Native {
+    fn run(&mut self, key: RowKey, gate: &mut Gate) -> NativeRowOut {
+        match &self.image {
+            Some(img) => img.run_row(
+                key.encode(),
+                self.quick,
+                self.tsc_khz,
+                &mut self.scratch,
+                Some((gate_part, std::ptr::from_mut(gate).cast())),
+            ),
+            None => {
+                *self.report = Report::new();
+                workloads::run_row(
+                    key,
+                    self.quick,
+                    self.tsc_khz,
+                    &mut self.scratch,
+                    &mut self.report,
+                    &mut |p| gate.part(p),
+                )
+            }
+        }
+    }
+}
+
+impl Worker {
+    /// The native thread, running `image`'s code (or the VMM's build
+    /// without it) on `scratch_len` bytes of scratch.
+    pub fn spawn(
+        image: Option<GuestImage>,
+        quick: bool,
+        tsc_khz: u64,
+        scratch_len: usize,
+    ) -> std::io::Result<Self> {
+        let (turn_tx, turn_rx) = channel::<Turn>();
+        let (step_tx, step_rx) = channel::<Step>();
+        let mut native = Native {
+            image,
+            quick,
+            tsc_khz,
+            scratch: vec![0u8; scratch_len],
+            report: Box::new(Report::new()),
+        };
+        let thread = std::thread::Builder::new()
+            .name("native".into())
+            .spawn(move || {
+                let mut pinned = None;
+                while let Ok(turn) = turn_rx.recv() {
+                    let Turn::Start(key, cpu) = turn else {
+                        // No repetition is running: nothing to continue.
+                        continue;
+                    };
+                    pin(&mut pinned, cpu);
+                    let mut gate = Gate {
+                        steps: &step_tx,
+                        turns: &turn_rx,
+                        free: false,
+                        closed: false,
+                        pinned,
+                    };
+                    let out = native.run(key, &mut gate);
+                    pinned = gate.pinned;
+                    let closed = gate.closed;
+                    if step_tx.send(Step::Done(out)).is_err() || closed {
+                        break;
+                    }
+                }
+                // The mapping at the link address goes with the thread.
+                drop(native);
+            })?;
+        Ok(Self {
+            turns: Some(turn_tx),
+            steps: step_rx,
+            thread: Some(thread),
+        })
+    }
+
+    /// Start a repetition of `key`; returns its first step (`None`: the
+    /// native thread is gone).
+    pub fn start(&self, key: RowKey) -> Option<Step> {
+        self.turn(Turn::Start(key, current_cpu()))
+    }
+
+    /// Let the running repetition go on to its next step.
+    pub fn next(&self) -> Option<Step> {
+        self.turn(Turn::Next(current_cpu()))
+    }
+
+    fn turn(&self, t: Turn) -> Option<Step> {
+        self.turns.as_ref()?.send(t).ok()?;
+        self.steps.recv().ok()
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // Closing the channel frees a repetition held at a part, and ends
+        // the thread after it; joining it unmaps the guest image before
+        // anyone may map it again.
+        self.turns = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
