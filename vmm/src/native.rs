@@ -415,6 +415,17 @@ mod tests {
             n.on_rep(&mem, 0xa00);
         }
         assert_eq!((n.pairs.len(), n.ignored), (2, 0));
+        // The turns held this (the vCPU's) thread on one CPU.
+        // SAFETY: a zeroed cpu_set_t is a valid set for the kernel to fill.
+        let cpus = unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            assert_eq!(
+                libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set),
+                0
+            );
+            libc::CPU_COUNT(&set)
+        };
+        assert_eq!(cpus, 1);
         for (rep, p) in n.pairs.iter().enumerate() {
             assert_eq!((p.native.ran, p.native.check), (1, 1));
             assert_eq!(p.parts.len(), 3, "{p:?}");
