@@ -251,7 +251,9 @@ fn run_workloads(report: &mut Report, cmdline: &Cmdline, out: &mut Console) -> b
 }
 
 /// Repetitions the VMM asked for on [`REP_PORT`], each signalled there so
-/// the VMM can time the same row natively before the next one.
+/// the VMM can time the same row natively before the next one, and their
+/// timed parts on [`PART_PORT`] when it wants them, so it can time a
+/// native part after each.
 struct PortReps {
     reps: u32,
     /// The VMM answered [`PARTS_WANTED`] on [`PART_PORT`].
@@ -275,15 +277,21 @@ impl PortReps {
         } else {
             answer.clamp(1, MAX_ROW_REPS)
         };
-        let parts: u32;
-        // SAFETY: as above.
-        unsafe {
-            core::arch::asm!("in eax, dx", in("dx") PART_PORT, out("eax") parts,
-                options(nostack, nomem, preserves_flags));
-        }
+        // Parts are signalled only beside repetitions (a VMM that wants
+        // one repetition times nothing natively): ask only then, which
+        // spares other VMMs the exit.
+        let parts = reps > 1 && {
+            let answer: u32;
+            // SAFETY: as above.
+            unsafe {
+                core::arch::asm!("in eax, dx", in("dx") PART_PORT, out("eax") answer,
+                    options(nostack, nomem, preserves_flags));
+            }
+            answer == PARTS_WANTED
+        };
         Self {
             reps,
-            parts: reps > 1 && parts == PARTS_WANTED,
+            parts,
             record: RepRecord::default(),
             part: PartRecord::default(),
         }
