@@ -173,6 +173,11 @@ impl Worker {
                 while let Ok(turn) = turn_rx.recv() {
                     let Turn::Start(key, cpu) = turn else {
                         // No repetition is running: nothing to continue.
+                        // Every turn gets one answer, so the vCPU side
+                        // never waits for one that will not come.
+                        if step_tx.send(Step::Done(NativeRowOut::default())).is_err() {
+                            break;
+                        }
                         continue;
                     };
                     pin(&mut pinned, cpu);
@@ -242,5 +247,39 @@ impl Drop for Worker {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_turn_gets_one_answer() {
+        // The VMM's build (no image), a row the host can always run.
+        let w = Worker::spawn(None, true, 1_000_000, 4 << 20).unwrap();
+        // Nothing running: a stray turn ends at once, with nothing run.
+        assert_eq!(w.next(), Some(Step::Done(NativeRowOut::default())));
+        let key = RowKey::decode(0x3000_0028).unwrap(); // dgemm sse2 n=40
+        let mut parts = 0;
+        let mut step = w.start(key);
+        let out = loop {
+            match step {
+                Some(Step::Part(p)) => {
+                    assert_eq!((p.key, p.rep, p.part), (key.encode(), 0, parts));
+                    parts += 1;
+                    step = w.next();
+                }
+                Some(Step::Done(out)) => break out,
+                None => panic!("the native thread is gone"),
+            }
+        };
+        assert!(
+            parts >= 1 && out.ran == 1 && out.check == 1,
+            "{parts} {out:?}"
+        );
+        // Dropped while a repetition is held: the thread ends.
+        assert!(matches!(w.start(key), Some(Step::Part(_))));
+        drop(w);
     }
 }
