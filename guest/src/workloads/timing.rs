@@ -36,10 +36,11 @@ pub const MAX_REPS: u64 = 1 << 28;
 /// repetitions): 2 ms each at a quick run's 20 ms target. Ten, not five:
 /// the VMM pairs each guest part with a native part run right after it
 /// ([`crate::protocol::PART_PORT`]), and on a shared host the machine's
-/// speed changes within milliseconds: in a simulation over 60,000
-/// sub-millisecond timings of this host, rows whose pairs were 4 ms parts
-/// ended under 0.97 of an identical twin in 1.7% of rows, 2 ms parts in
-/// none (whole 20 ms repetitions: 22%).
+/// speed changes within milliseconds. Replaying 60,000 back-to-back
+/// 0.4 ms native timings of a busy Zen 3 host under kvm_pvm, rows of an
+/// identical twin pair ended under 0.97 in 22% of rows when whole 20 ms
+/// repetitions were paired, 1.7% with 4 ms parts and none with 2 ms parts
+/// (the row being the median of its part pairs).
 pub const PARTS: u64 = 10;
 
 /// Samples kept per measurement: the parts and the top-ups after them (a
