@@ -266,12 +266,7 @@ impl PortReps {
     /// Ask the VMM: all-ones (nothing decodes the port, e.g. QEMU) or 0
     /// means one repetition and no signals.
     fn ask() -> Self {
-        let answer: u32;
-        // SAFETY: IOPL=3 grants CPL3 every port; an `in` touches no memory.
-        unsafe {
-            core::arch::asm!("in eax, dx", in("dx") REP_PORT, out("eax") answer,
-                options(nostack, nomem, preserves_flags));
-        }
+        let answer = syscall::inl(REP_PORT);
         let reps = if answer == u32::MAX {
             1
         } else {
@@ -280,15 +275,7 @@ impl PortReps {
         // Parts are signalled only beside repetitions (a VMM that wants
         // one repetition times nothing natively): ask only then, which
         // spares other VMMs the exit.
-        let parts = reps > 1 && {
-            let answer: u32;
-            // SAFETY: as above.
-            unsafe {
-                core::arch::asm!("in eax, dx", in("dx") PART_PORT, out("eax") answer,
-                    options(nostack, nomem, preserves_flags));
-            }
-            answer == PARTS_WANTED
-        };
+        let parts = reps > 1 && syscall::inl(PART_PORT) == PARTS_WANTED;
         Self {
             reps,
             parts,

@@ -336,24 +336,13 @@ impl Devices {
                 }
             }
             REP_PORT if self.native.is_some() => {
-                let v = self.native.as_ref().map_or(1, |n| n.reps).to_le_bytes();
-                for (i, b) in data.iter_mut().enumerate() {
-                    *b = v.get(i).copied().unwrap_or(0);
-                }
+                put_le(data, self.native.as_ref().map_or(1, |n| n.reps));
             }
             PART_PORT if self.native.is_some() => {
                 let wanted = self.native.as_ref().is_some_and(|n| n.wants_parts());
-                let v = if wanted { PARTS_WANTED } else { 0 }.to_le_bytes();
-                for (i, b) in data.iter_mut().enumerate() {
-                    *b = v.get(i).copied().unwrap_or(0);
-                }
+                put_le(data, if wanted { PARTS_WANTED } else { 0 });
             }
-            XSTATE_EDIT_PORT => {
-                let v = self.edit_status.to_le_bytes();
-                for (i, b) in data.iter_mut().enumerate() {
-                    *b = v.get(i).copied().unwrap_or(0);
-                }
-            }
+            XSTATE_EDIT_PORT => put_le(data, self.edit_status),
             _ => {
                 self.unhandled_ports += 1;
                 data.fill(0xff);
@@ -381,6 +370,15 @@ pub fn le_value(data: &[u8]) -> u32 {
     let n = data.len().min(4);
     b[..n].copy_from_slice(&data[data.len() - n..]);
     u32::from_le_bytes(b)
+}
+
+/// Answer a 1-, 2- or 4-byte port read with `value`'s low bytes (bytes past
+/// the fourth of a wider read are zero).
+fn put_le(data: &mut [u8], value: u32) {
+    let v = value.to_le_bytes();
+    for (i, b) in data.iter_mut().enumerate() {
+        *b = v.get(i).copied().unwrap_or(0);
+    }
 }
 
 /// Copy a report out of guest memory through bounds-checked accessors and

@@ -104,32 +104,22 @@ fn row_of(pair: &RepPair) -> Option<(&'static str, &'static str, u64)> {
     Some((k.kind.name(), variant, u64::from(k.size)))
 }
 
-/// One repetition pair's ratio: the median of its part pairs' ratios, or
-/// (no parts signalled) the ratio of its repetition records.
-fn rep_ratio(p: &RepPair) -> Option<f64> {
-    let parts: Vec<f64> = p
-        .parts
-        .iter()
-        .filter_map(|(g, n)| part_ratio(g, n))
-        .collect();
-    match Spread::of(&parts) {
-        Some(s) => Some(s.median),
-        None => p.ratio(),
-    }
-}
-
 /// The median ratio of one row and its spread. The median is over every
 /// pair of parts of all its repetitions (each guest part beside the native
 /// part timed right after it), or over the repetition pairs when the guest
-/// signalled no parts; the spread is that of the repetitions' own ratios.
+/// signalled no parts; the spread is that of the repetitions' own ratios
+/// (each the median of its part pairs, or its records' ratio).
 pub fn spread(pairs: &[&RepPair]) -> Option<(f64, RatioSpread)> {
-    let ratios: Vec<f64> = pairs.iter().filter_map(|p| rep_ratio(p)).collect();
+    let mut parts = Vec::new();
+    let mut ratios = Vec::new();
+    for p in pairs {
+        let first = parts.len();
+        parts.extend(p.parts.iter().filter_map(|(g, n)| part_ratio(g, n)));
+        let rep = Spread::of(&parts[first..]).map(|s| s.median);
+        ratios.extend(rep.or_else(|| p.ratio()));
+    }
     let Spread { min, median, .. } = Spread::of(&ratios)?;
     let max = ratios.iter().copied().fold(min, f64::max);
-    let parts: Vec<f64> = pairs
-        .iter()
-        .flat_map(|p| p.parts.iter().filter_map(|(g, n)| part_ratio(g, n)))
-        .collect();
     let median = Spread::of(&parts).map_or(median, |s| s.median);
     let with_digest: Vec<_> = pairs.iter().filter(|p| p.guest.digest != 0).collect();
     let same_result = (!with_digest.is_empty()).then(|| {

@@ -226,6 +226,18 @@ pub fn outl(port: u16, value: u32) {
     }
 }
 
+/// A 32-bit `in` from CPL3 (one VM exit).
+pub fn inl(port: u16) -> u32 {
+    let value: u32;
+    // SAFETY: the TSS I/O bitmap (and IOPL=3) grants CPL3 every port; an
+    // `in` touches no memory.
+    unsafe {
+        core::arch::asm!("in eax, dx", in("dx") port, out("eax") value,
+            options(nostack, nomem, preserves_flags));
+    }
+    value
+}
+
 /// Hand the VMM the run's exit status, from CPL3. Does not return.
 pub fn exit_direct(status: ExitStatus) -> ! {
     outl(DEBUG_EXIT_PORT, status as u32);

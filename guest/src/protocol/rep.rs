@@ -119,8 +119,9 @@ pub struct RepRecord {
     pub rep: u32,
     /// Work units of the repetition's median part (bytes or flops): a
     /// measurement is timed in parts, and the part with the median rate
-    /// stands for it (`guest::workloads::timing::Measured`), here and in
-    /// the native repetition it is paired with.
+    /// stands for it (`guest::workloads::timing::Measured`). The VMM
+    /// compares these only when no [`PartRecord`]s were signalled;
+    /// otherwise the part pairs decide.
     pub work: u64,
     /// TSC cycles that part took.
     pub cycles: u64,

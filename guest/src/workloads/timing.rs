@@ -52,11 +52,11 @@ const MAX_SAMPLES: usize = 16;
 /// Why the part: the measurement is timed in [`PARTS`] back-to-back parts,
 /// and an interrupt or a preempted vCPU (under nested KVM, a burst of the
 /// host's other work) slows the part it lands in, not the others. The
-/// totals average that burst in; the median part leaves it out. A
-/// guest/native pair compares median parts on both sides (the same code
-/// times both), so a burst on one side of one pair does not decide its
-/// ratio. The totals stay what the report's throughput is, beside the
-/// host's `openssl speed`, which also averages its whole run.
+/// totals average that burst in; the median part leaves it out (the
+/// repetition's record carries it: what the VMM compares when the guest
+/// signals no parts; with parts, each part is paired itself). The totals
+/// stay what the report's throughput is, beside the host's `openssl
+/// speed`, which also averages its whole run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Measured {
     /// Repetitions timed, all parts together.

@@ -56,12 +56,19 @@ pub struct RepPair {
     pub parts: Vec<(PartRecord, PartRecord)>,
 }
 
-/// Guest throughput / native throughput of one pair of parts.
-pub fn part_ratio(guest: &PartRecord, native: &PartRecord) -> Option<f64> {
-    if guest.work == 0 || native.work == 0 || guest.cycles == 0 || native.cycles == 0 {
+/// Guest throughput / native throughput from (work, TSC cycles) of each,
+/// when both measured something.
+fn rate_ratio(guest: (u64, u64), native: (u64, u64)) -> Option<f64> {
+    let ((gw, gc), (nw, nc)) = (guest, native);
+    if gw == 0 || nw == 0 || gc == 0 || nc == 0 {
         return None;
     }
-    Some((guest.work as f64 / guest.cycles as f64) / (native.work as f64 / native.cycles as f64))
+    Some((gw as f64 / gc as f64) / (nw as f64 / nc as f64))
+}
+
+/// Guest throughput / native throughput of one pair of parts.
+pub fn part_ratio(guest: &PartRecord, native: &PartRecord) -> Option<f64> {
+    rate_ratio((guest.work, guest.cycles), (native.work, native.cycles))
 }
 
 /// The native repetition now held between parts.
@@ -79,10 +86,10 @@ impl RepPair {
     /// measured something.
     pub fn ratio(&self) -> Option<f64> {
         let (g, n) = (&self.guest, &self.native);
-        if n.ran == 0 || g.work == 0 || n.work == 0 || g.cycles == 0 || n.cycles == 0 {
+        if n.ran == 0 {
             return None;
         }
-        Some((g.work as f64 / g.cycles as f64) / (n.work as f64 / n.cycles as f64))
+        rate_ratio((g.work, g.cycles), (n.work, n.cycles))
     }
 }
 

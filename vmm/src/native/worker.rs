@@ -23,10 +23,10 @@ use super::image::GuestImage;
 
 /// What the vCPU thread tells the native thread.
 enum Turn {
-    /// Run one repetition of this row up to its first part.
+    /// Run one repetition of this row up to its first part, on this CPU.
     Start(RowKey, Option<usize>),
     /// Run up to the next part (or the end of the repetition).
-    Next(Option<usize>),
+    Next,
 }
 
 /// What the native thread answers at the end of its turn.
@@ -66,7 +66,6 @@ struct Gate<'a> {
     free: bool,
     /// The vCPU side is gone: the thread ends after this repetition.
     closed: bool,
-    pinned: Option<usize>,
 }
 
 impl Gate<'_> {
@@ -80,7 +79,7 @@ impl Gate<'_> {
             return;
         }
         match self.turns.recv() {
-            Ok(Turn::Next(cpu)) => pin(&mut self.pinned, cpu),
+            Ok(Turn::Next) => {}
             Ok(Turn::Start(..)) => self.free = true,
             Err(_) => (self.free, self.closed) = (true, true),
         }
@@ -186,10 +185,8 @@ impl Worker {
                         turns: &turn_rx,
                         free: false,
                         closed: false,
-                        pinned,
                     };
                     let out = native.run(key, &mut gate);
-                    pinned = gate.pinned;
                     let closed = gate.closed;
                     if step_tx.send(Step::Done(out)).is_err() || closed {
                         break;
@@ -214,10 +211,10 @@ impl Worker {
 
     /// Let the running repetition go on to its next step.
     pub fn next(&self) -> Option<Step> {
-        self.turn(Turn::Next(self.hold_cpu()))
+        self.turn(Turn::Next)
     }
 
-    /// The CPU both threads run on. At the first turn, the calling (vCPU)
+    /// The CPU both threads run on. At the first start, the calling (vCPU)
     /// thread is held on the CPU it is on, and the native thread follows
     /// it there. Unheld, the scheduler woke each thread on the other,
     /// idle, CPU at nearly every turn (849 moves in 865 turns of a default

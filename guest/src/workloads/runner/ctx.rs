@@ -162,8 +162,6 @@ impl Ctx<'_> {
     }
 }
 
-/// What the hook hears of repetition `rep` of row `key`: its median part
-/// (see [`Measured`]), `work` units per call.
 /// The record of part `*part` (then counted on) of repetition `rep`.
 fn part_record(key: RowKey, rep: u32, part: &mut u32, work: u64, cycles: u64) -> PartRecord {
     let record = PartRecord {
@@ -178,6 +176,8 @@ fn part_record(key: RowKey, rep: u32, part: &mut u32, work: u64, cycles: u64) ->
     record
 }
 
+/// What the hook hears of repetition `rep` of row `key`: its median part
+/// (see [`Measured`]), `work` units per call.
 fn rep_record(key: RowKey, rep: u32, work: u64, m: Measured, digest: u64) -> RepRecord {
     let (reps, cycles) = m.median_part;
     RepRecord {
