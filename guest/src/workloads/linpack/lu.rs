@@ -10,6 +10,10 @@ use crate::workloads::gemm::{Dgemm, PACK_LEN};
 /// `lda`; on return its strict lower triangle holds `L` (unit diagonal
 /// implied) and its upper triangle `U`. Row `i` was swapped with row
 /// `ipiv[i] >= i` at step `i`. `pack` is DGEMM scratch of [`PACK_LEN`].
+/// `after_panel(k)` is called after each panel step but the last, `k`
+/// being the columns factored so far (a multiple of [`NB`]): where a timed
+/// repetition can be cut into stages
+/// ([`crate::workloads::timing::Stages`]).
 pub fn lu_factor(
     d: &Dgemm,
     n: usize,
@@ -17,6 +21,7 @@ pub fn lu_factor(
     lda: usize,
     ipiv: &mut [usize],
     pack: &mut [f64],
+    after_panel: &mut dyn FnMut(usize),
 ) -> Result<(), LuError> {
     check_square(n, a.len(), lda)?;
     if ipiv.len() < n || pack.len() < PACK_LEN {
@@ -34,6 +39,7 @@ pub fn lu_factor(
             ipiv.as_mut_ptr(),
             pack,
             &mut singular,
+            after_panel,
         )
     };
     match singular {
@@ -60,6 +66,7 @@ unsafe fn blocked_lu(
     ipiv: *mut usize,
     pack: &mut [f64],
     singular: &mut Option<usize>,
+    after_panel: &mut dyn FnMut(usize),
 ) {
     // SAFETY: the caller upholds this function's contract (the CPU
     // features it is compiled for, and the pointers and lengths it is
@@ -114,6 +121,9 @@ unsafe fn blocked_lu(
                 );
             }
             k += nb;
+            if k < n {
+                after_panel(k);
+            }
         }
     }
 }

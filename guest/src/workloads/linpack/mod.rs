@@ -84,3 +84,14 @@ pub fn flops(n: usize) -> u64 {
     let n = n as u64;
     2 * n * n * n / 3 + 2 * n * n
 }
+
+/// The share of [`flops`] done once `k` of the `n` columns are factored:
+/// `2/3 (n^3 - (n-k)^3)`, the nominal count less what the trailing
+/// `(n-k) x (n-k)` factorisation and the solve still need. Nondecreasing
+/// in `k`, and below `flops(n)` for every `k <= n`, so the stages of one
+/// factorisation ([`lu_factor`]'s panels) get the same shares on every
+/// machine that runs it.
+pub fn flops_done(n: usize, k: usize) -> u64 {
+    let (n, r) = (n as u64, n.saturating_sub(k) as u64);
+    (2 * n * n * n - 2 * r * r * r) / 3
+}

@@ -11,7 +11,7 @@ use crate::protocol::{
 use crate::workloads::features::CpuFeatures;
 use crate::workloads::gemm::{Dgemm, GemmVariant};
 use crate::workloads::text::Reason;
-use crate::workloads::timing::{Budget, Measured};
+use crate::workloads::timing::{Budget, Measured, Stages};
 
 /// One run's report, budget and verdict.
 pub(super) struct Ctx<'r> {
@@ -63,8 +63,10 @@ impl Ctx<'_> {
         (reps, cycles)
     }
 
-    /// [`Budget::measure_with_setup`] per repetition, like [`Ctx::measure`];
-    /// the digest is taken from the state after each repetition.
+    /// [`Budget::measure_with_setup`] per repetition, like [`Ctx::measure`]
+    /// (its parts can be stages of one call of `f`, marked on the
+    /// [`Stages`] `f` gets); the digest is taken from the state after each
+    /// repetition.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn measure_with_setup<S>(
         &mut self,
@@ -73,18 +75,18 @@ impl Ctx<'_> {
         work: u64,
         state: &mut S,
         mut prepare: impl FnMut(&mut S),
-        mut f: impl FnMut(&mut S),
+        mut f: impl FnMut(&mut S, &mut Stages<'_>),
         digest: impl Fn(&S) -> u64,
     ) -> (u64, u64) {
         let (mut reps, mut cycles) = (0u64, 0u64);
         for rep in 0..self.hook.reps().max(1) {
             let hook = &mut *self.hook;
             let mut part = 0;
-            let m = self
-                .budget
-                .measure_with_setup(fixed, state, &mut prepare, &mut f, |r, c| {
-                    hook.part_done(&part_record(key, rep, &mut part, r * work, c));
-                });
+            let m =
+                self.budget
+                    .measure_with_setup(fixed, work, state, &mut prepare, &mut f, |w, c| {
+                        hook.part_done(&part_record(key, rep, &mut part, w, c));
+                    });
             reps += m.reps;
             cycles += m.cycles;
             self.hook

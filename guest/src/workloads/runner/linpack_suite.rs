@@ -73,9 +73,14 @@ pub(super) fn linpack_suite(
                 flops,
                 &mut sys,
                 |s| linpack::random_system(seed, s.n, s.a, s.ld, s.b),
-                |s| {
-                    let r = linpack::lu_factor(&d, s.n, s.a, s.ld, s.ipiv, s.pack)
-                        .and_then(|()| linpack::lu_solve(s.n, s.a, s.ld, s.ipiv, s.b));
+                |s, stages| {
+                    // Stages end between panels (at least a quarter of
+                    // the work each): n = 512 is cut after its first
+                    // panel, n = 1000 after its first and second.
+                    let n = s.n;
+                    let mut after_panel = |k| stages.split(linpack::flops_done(n, k));
+                    let r = linpack::lu_factor(&d, n, s.a, s.ld, s.ipiv, s.pack, &mut after_panel)
+                        .and_then(|()| linpack::lu_solve(n, s.a, s.ld, s.ipiv, s.b));
                     if s.result.is_ok() {
                         s.result = r;
                     }

@@ -54,7 +54,7 @@ mod tests {
     use super::*;
     use crate::protocol::{field_str, Report, RowKey, RowKind};
     use crate::workloads::runner::{run_row, run_with_hook, Sizes};
-    use crate::workloads::{CpuFeatures, GemmVariant, Selection};
+    use crate::workloads::{linpack, CpuFeatures, GemmVariant, Selection};
 
     struct Count(u32, Vec<RepRecord>, Vec<PartRecord>);
     impl RepHook for Count {
@@ -77,22 +77,34 @@ mod tests {
         modes: &[],
     };
 
-    #[test]
-    fn every_row_is_repeated_and_each_repetition_told() {
-        let mut scratch = vec![0u8; 1 << 21];
+    /// Runs `workloads` at `sizes` with `reps` repetitions a row and a
+    /// 100 kHz TSC (a 2,000-cycle target: the fewest calls), into
+    /// `scratch`; the report and what the hook heard.
+    fn run_counted(
+        workloads: &str,
+        sizes: &Sizes<'_>,
+        reps: u32,
+        scratch: &mut [u8],
+    ) -> (Report, Count) {
         let mut report = Report::new();
-        let mut hook = Count(3, Vec::new(), Vec::new());
-        let sel = Selection::parse("gemm").unwrap();
-        let feat = CpuFeatures::detect();
+        let mut hook = Count(reps, Vec::new(), Vec::new());
+        let sel = Selection::parse(workloads).unwrap();
         assert!(run_with_hook(
             &sel,
-            &SIZES,
-            &feat,
+            sizes,
+            &CpuFeatures::detect(),
             100,
-            &mut scratch,
+            scratch,
             &mut report,
             &mut hook
         ));
+        (report, hook)
+    }
+
+    #[test]
+    fn every_row_is_repeated_and_each_repetition_told() {
+        let mut scratch = vec![0u8; 1 << 21];
+        let (report, hook) = run_counted("gemm", &SIZES, 3, &mut scratch);
         let rows = report.results();
         assert!(!rows.is_empty());
         assert_eq!(hook.1.len(), 3 * rows.len());
@@ -148,6 +160,56 @@ mod tests {
             );
             assert_eq!(alone.results().len(), 1);
         }
+    }
+
+    #[test]
+    fn a_factorisation_longer_than_a_part_is_told_in_stages() {
+        // A target of 2,000 cycles (100 kHz x 20 ms): every factorisation of
+        // n = 300 is a part alone, so it is cut where its stages and their
+        // rest last at least 100 cycles: after its first two panels.
+        let mut scratch = vec![0u8; 1 << 23];
+        let sizes = Sizes {
+            linpack: &[300],
+            ..SIZES
+        };
+        let (report, hook) = run_counted("linpack", &sizes, 2, &mut scratch);
+        let rows = report.results();
+        assert!(!rows.is_empty());
+        let (n, flops) = (300, linpack::flops(300));
+        let stages = [
+            linpack::flops_done(n, 128),
+            linpack::flops_done(n, 256) - linpack::flops_done(n, 128),
+            flops - linpack::flops_done(n, 256),
+        ];
+        for row in rows {
+            let key = hook
+                .1
+                .iter()
+                .map(|r| r.key)
+                .find(|&k| RowKey::decode(k).is_some_and(|k| k.variant == variant_of(row)))
+                .unwrap();
+            let parts: Vec<&PartRecord> = hook.2.iter().filter(|p| p.key == key).collect();
+            for r in hook.1.iter().filter(|r| r.key == key) {
+                let mine: Vec<_> = parts.iter().filter(|p| p.rep == r.rep).collect();
+                assert!(!mine.is_empty() && mine.len() % 3 == 0, "{mine:?}");
+                for (i, p) in mine.iter().enumerate() {
+                    assert_eq!((p.part, p.work), (i as u32, stages[i % 3]), "{mine:?}");
+                }
+                // The repetition's record is a whole factorisation.
+                assert_eq!(r.work, flops, "{r:?}");
+            }
+            assert_eq!(row.work, parts.iter().map(|p| p.work).sum::<u64>());
+            assert_eq!(row.cycles, parts.iter().map(|p| p.cycles).sum::<u64>());
+            assert_eq!(row.check, 1, "residual {}", row.residual);
+        }
+    }
+
+    /// The Linpack variant index of a result row.
+    fn variant_of(row: &crate::protocol::ResultRecord) -> u8 {
+        GemmVariant::ALL
+            .iter()
+            .position(|v| v.name() == field_str(&row.variant))
+            .unwrap() as u8
     }
 
     #[test]
