@@ -200,8 +200,21 @@ fn dgemm(c: &mut Criterion) {
                 &n,
                 |bch, &n| {
                     bch.iter(|| {
-                        k.gemm(n, n, n, 1.0, &a, ld, &b, ld, &mut cm, ld, &mut pack)
-                            .unwrap()
+                        k.gemm(
+                            n,
+                            n,
+                            n,
+                            1.0,
+                            &a,
+                            ld,
+                            &b,
+                            ld,
+                            &mut cm,
+                            ld,
+                            &mut pack,
+                            &mut |_| {},
+                        )
+                        .unwrap()
                     })
                 },
             );
@@ -264,7 +277,7 @@ fn paired_ratios(
             .iter()
             .map(|(_, k)| {
                 time(&mut || {
-                    k.gemm(n, n, n, 1.0, a, ld, b, ld, cm, ld, &mut pack)
+                    k.gemm(n, n, n, 1.0, a, ld, b, ld, cm, ld, &mut pack, &mut |_| {})
                         .unwrap()
                 })
             })

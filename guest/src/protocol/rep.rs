@@ -17,9 +17,9 @@
 //! Signalled per part, the VMM alternates guest and native parts (guest
 //! part 0, native part 0, guest part 1, ...), so the two halves of each
 //! compared pair run ~2 ms apart instead of a whole repetition apart. A
-//! Linpack factorisation longer than a part is cut between its panels
-//! (`guest::workloads::timing::Stages`), so a part can be less than one
-//! call of the workload: [`PartRecord::work`] says how much.
+//! DGEMM or Linpack call longer than a part is cut between its blocks or
+//! panels (`guest::workloads::timing::Stages`), so a part can be less than
+//! one call of the workload: [`PartRecord::work`] says how much.
 //!
 //! The native side runs the guest kernel's own machine code where it can:
 //! the kernel exports [`NATIVE_ROW_SYMBOL`] with the `extern "C"` ABI

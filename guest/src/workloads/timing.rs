@@ -127,45 +127,50 @@ impl Budget {
     /// `fixed_reps` times when the TSC frequency is unknown. Returns
     /// (repetitions, TSC cycles of the timed repetitions): the totals of
     /// [`Budget::measure_parts`].
-    pub fn measure(&self, fixed_reps: u64, f: impl FnMut()) -> (u64, u64) {
-        let m = self.measure_parts(fixed_reps, f, |_, _| {});
+    pub fn measure(&self, fixed_reps: u64, mut f: impl FnMut()) -> (u64, u64) {
+        let m = self.measure_parts(fixed_reps, 1, |_| f(), |_, _| {});
         (m.reps, m.cycles)
     }
 
     /// [`Budget::measure`], with the part of the median rate too, and
-    /// `on_part(repetitions, cycles)` called after each timed part (outside
-    /// the timing: the guest signals its VMM there, and the VMM times the
-    /// native half of the pair before the guest's next part).
+    /// `on_part(work, cycles)` called after each timed part (outside the
+    /// timing: the guest signals its VMM there, and the VMM times the
+    /// native half of the pair before the guest's next part), `work` units
+    /// per call of `f`.
     ///
     /// Calibration runs grow 4x until they last 1/16 of the target (which
     /// also warms caches and TLBs); calibration time is not reported. The
     /// calibrated repetitions are then timed in [`PARTS`] parts. With the
-    /// frequency unknown, the `fixed_reps` are one part.
-    pub fn measure_parts(
+    /// frequency unknown, the `fixed_reps` are one part. A part that would
+    /// hold a single call is that call's stages, where `f` marks them on
+    /// the [`Stages`] it gets (as in [`Budget::measure_with_setup`]).
+    pub fn measure_parts<F: FnMut(&mut Stages<'_>)>(
         &self,
         fixed_reps: u64,
-        mut f: impl FnMut(),
+        work: u64,
+        mut f: F,
         mut on_part: impl FnMut(u64, u64),
     ) -> Measured {
-        let mut time = |reps: u64| {
-            let t0 = rdtsc_fenced();
-            for _ in 0..reps {
-                f();
-            }
-            rdtsc_fenced().wrapping_sub(t0)
-        };
+        let least = self.least_stage();
         let mut samples = Samples::new();
-        if self.target_cycles == 0 {
-            time(1); // warm-up
-            let reps = fixed_reps.clamp(1, MAX_REPS);
-            let dt = time(reps);
+        let mut part = |reps: u64, f: &mut F, samples: &mut Samples| {
+            let dt = if reps == 1 {
+                Stages::timed(work, least, &mut on_part, f)
+            } else {
+                let dt = time_calls(reps, f);
+                on_part(reps * work, dt);
+                dt
+            };
             samples.push(reps, dt);
-            on_part(reps, dt);
+        };
+        if self.target_cycles == 0 {
+            time_calls(1, &mut f); // warm-up
+            part(fixed_reps.clamp(1, MAX_REPS), &mut f, &mut samples);
             return samples.finish();
         }
         let mut r = 1u64;
         let reps = loop {
-            let dt = time(r).max(1);
+            let dt = time_calls(r, &mut f).max(1);
             if dt >= self.target_cycles / 16 || r >= MAX_REPS / 16 {
                 break scale_reps(r, dt, self.target_cycles);
             }
@@ -173,10 +178,7 @@ impl Budget {
         };
         let parts = PARTS.min(reps);
         for i in 0..parts {
-            let n = part_reps(reps, parts, i);
-            let dt = time(n);
-            samples.push(n, dt);
-            on_part(n, dt);
+            part(part_reps(reps, parts, i), &mut f, &mut samples);
         }
         // A calibration run slowed by an interrupt or a preempted vCPU
         // under-estimates the rate; top up until the target is reached.
@@ -187,9 +189,7 @@ impl Budget {
                 self.target_cycles - samples.cycles,
             )
             .min(MAX_REPS - samples.reps);
-            let dt = time(more);
-            samples.push(more, dt);
-            on_part(more, dt);
+            part(more, &mut f, &mut samples);
         }
         samples.finish()
     }
@@ -208,17 +208,9 @@ impl Budget {
     ///
     /// Returns the totals and the part of the median rate, consecutive
     /// repetitions grouped into [`PARTS`] parts (see [`Measured`]).
-    /// `on_part(work, cycles)` is called after each timed part, as in
-    /// [`Budget::measure_parts`] but with the part's work (`work` units per
-    /// repetition), because a part here can be less than a repetition: when
-    /// a part would hold a single repetition (a Linpack factorisation of
-    /// n = 512 takes 4 to 9 ms on Zen 3, a quick run's part 2 ms; one of
-    /// n = 1000 30 to 70 ms, a full run's part 5 ms), the repetition's own
-    /// stages are the parts. `f` marks where it
-    /// may be cut with [`Stages::split`], which cuts where both sides of
-    /// the cut last long enough; without marks, or when parts hold several
-    /// repetitions, each part is whole repetitions. The median part stays
-    /// whole repetitions either way.
+    /// `on_part(work, cycles)` as in [`Budget::measure_parts`] (`work`
+    /// units per repetition), and like it, a part that would hold a single
+    /// repetition is that repetition's stages (see [`Stages`]).
     #[allow(clippy::too_many_arguments)]
     pub fn measure_with_setup<S>(
         &self,
@@ -246,9 +238,8 @@ impl Budget {
             for _ in 0..n {
                 prepare(state);
                 if n == 1 {
-                    let mut stages = Stages::on(work, self.least_stage(), &mut on_part);
-                    f(state, &mut stages);
-                    cycles += stages.finish();
+                    let least = self.least_stage();
+                    cycles += Stages::timed(work, least, &mut on_part, &mut |st| f(state, st));
                 } else {
                     let t0 = rdtsc_fenced();
                     f(state, &mut Stages::off());
@@ -264,10 +255,17 @@ impl Budget {
     }
 }
 
-/// The stages of one timed repetition of [`Budget::measure_with_setup`]:
-/// each [`Stages::split`] ends a timed part there (and tells it), so a
-/// repetition as long as a whole part is paired stage by stage with its
-/// native twin, milliseconds apart rather than the whole repetition apart.
+/// The stages of one timed call of [`Budget::measure_parts`] or
+/// [`Budget::measure_with_setup`] that is a part on its own: each cut
+/// [`Stages::split`] makes ends a timed part there (and tells it), so the
+/// call is paired stage by stage with its native twin, milliseconds apart
+/// rather than the whole call apart. Why: a call can last longer than a
+/// part (on Zen 3 a DGEMM of n = 1024 takes 50 to 210 ms and a Linpack
+/// factorisation of n = 1000 30 to 70 ms, where a full run's parts are
+/// 5 ms), and then a row had 1 or 2 part pairs per repetition. The cut
+/// points are the caller's ([`crate::workloads::Dgemm::gemm`]'s blocks,
+/// [`crate::workloads::linpack::lu_factor`]'s panels); marks do nothing in
+/// calls that share a part, and the median part stays whole calls.
 pub struct Stages<'a> {
     /// Where the stages are told (work, cycles); `None` when this
     /// repetition is not cut (the marks do nothing).
@@ -341,6 +339,20 @@ impl<'a> Stages<'a> {
         self.start = rdtsc_fenced();
     }
 
+    /// Times one call of `f`, a repetition of `work` units, cut at the
+    /// marks it makes into stages of at least `least` cycles, each told to
+    /// `on_part`; returns the call's timed cycles.
+    fn timed(
+        work: u64,
+        least: u64,
+        on_part: &mut dyn FnMut(u64, u64),
+        f: &mut dyn FnMut(&mut Stages<'_>),
+    ) -> u64 {
+        let mut stages = Stages::on(work, least, on_part);
+        f(&mut stages);
+        stages.finish()
+    }
+
     /// Ends the last stage (the rest of the work) and returns the
     /// repetition's timed cycles, the stages' sum.
     fn finish(mut self) -> u64 {
@@ -363,6 +375,17 @@ pub fn median_rate(s: &mut [(u64, u64)]) -> (u64, u64) {
         (u128::from(a.1) * u128::from(b.0)).cmp(&(u128::from(b.1) * u128::from(a.0)))
     });
     s.get(s.len() / 2).copied().unwrap_or((0, 0))
+}
+
+/// TSC cycles of `reps` back-to-back calls of `f`, uncut (generic, so a
+/// call of a 16-byte AES message stays inlined in the timed loop).
+fn time_calls<F: FnMut(&mut Stages<'_>)>(reps: u64, f: &mut F) -> u64 {
+    let mut off = Stages::off();
+    let t0 = rdtsc_fenced();
+    for _ in 0..reps {
+        f(&mut off);
+    }
+    rdtsc_fenced().wrapping_sub(t0)
 }
 
 /// Repetitions so `r` repetitions that took `dt` cycles scale to `target`.
@@ -439,7 +462,8 @@ mod tests {
             while rdtsc_fenced() - t < 10_000 {}
         };
         let mut parts = Vec::new();
-        let m = Budget::new(1_000_000, 1).measure_parts(1, spin, |r, c| parts.push((r, c)));
+        let m =
+            Budget::new(1_000_000, 1).measure_parts(1, 1, |_| spin(), |w, c| parts.push((w, c)));
         let (reps, cycles) = m.median_part;
         // Every timed part was told, and they are the whole measurement.
         assert!(parts.len() as u64 >= PARTS.min(m.reps), "{parts:?}");
@@ -451,7 +475,7 @@ mod tests {
         assert!(cycles >= reps * 10_000, "{m:?}");
         // Unknown frequency: the fixed repetitions are the one part.
         let mut told = 0;
-        let m = Budget::new(0, 20).measure_parts(7, || {}, |_, _| told += 1);
+        let m = Budget::new(0, 20).measure_parts(7, 1, |_| {}, |_, _| told += 1);
         assert_eq!((m.reps, m.median_part, told), (7, (7, m.cycles), 1));
         // With setup: every repetition in some part (5 work units each).
         let mut calls = 0u64;
@@ -480,7 +504,7 @@ mod tests {
             let t = rdtsc_fenced();
             while rdtsc_fenced() - t < 100_000 {}
         };
-        let f = |calls: &mut u64, st: &mut Stages<'_>| {
+        let mut f = |calls: &mut u64, st: &mut Stages<'_>| {
             *calls += 1;
             spin();
             st.split(30);
@@ -492,32 +516,39 @@ mod tests {
             st.split(99);
             st.split(500);
         };
-        let mut parts = Vec::new();
-        let mut calls = 0u64;
-        let m = Budget::new(1_000_000, 1).measure_with_setup(
-            1,
-            100,
-            &mut calls,
-            |_| {},
-            f,
-            |w, c| parts.push((w, c)),
-        );
-        assert!(m.reps >= 1 && calls == m.reps + 1, "{m:?} {calls}");
-        // Cuts at 30 and 70: 30, 40, 30 per call, each stage's spin in it.
-        let per_call: Vec<u64> = parts.iter().map(|p| p.0).collect();
-        assert_eq!(per_call.len() as u64, 3 * m.reps, "{parts:?}");
-        for call in per_call.chunks(3) {
-            assert_eq!(call, [30, 40, 30], "{parts:?}");
+        let budget = Budget::new(1_000_000, 1);
+        for with_setup in [true, false] {
+            let mut parts = Vec::new();
+            let mut calls = 0u64;
+            let told = |w, c| parts.push((w, c));
+            let m = if with_setup {
+                budget.measure_with_setup(1, 100, &mut calls, |_| {}, &mut f, told)
+            } else {
+                budget.measure_parts(1, 100, |st| f(&mut calls, st), told)
+            };
+            assert!(m.reps >= 1 && calls == m.reps + 1, "{m:?} {calls}");
+            // Cuts at 30 and 70: 30, 40, 30 per call, each stage's spin in
+            // it. (A top-up after a preempted calibration may add a batch
+            // of calls, uncut.)
+            let works: Vec<u64> = parts.iter().map(|p| p.0).collect();
+            let cut = works.iter().take_while(|&&w| w < 100).count();
+            assert!(cut > 0 && cut % 3 == 0, "{parts:?}");
+            for call in works[..cut].chunks(3) {
+                assert_eq!(call, [30, 40, 30], "{parts:?}");
+            }
+            assert!(works[cut..].iter().all(|w| w % 100 == 0), "{parts:?}");
+            assert_eq!(works.iter().sum::<u64>(), 100 * m.reps);
+            assert_eq!(parts.iter().map(|p| p.1).sum::<u64>(), m.cycles);
+            assert!(parts[..cut].iter().all(|s| s.1 >= 100_000), "{parts:?}");
+            // The median part is still whole calls.
+            assert_eq!(m.median_part.0, 1, "{m:?}");
+            assert!(m.median_part.1 >= 300_000, "{m:?}");
         }
-        assert_eq!(parts.iter().map(|p| p.1).sum::<u64>(), m.cycles);
-        assert!(parts.iter().all(|s| s.1 >= 100_000), "{parts:?}");
-        // The median part is still whole calls.
-        assert_eq!(m.median_part.0, 1, "{m:?}");
-        assert!(m.median_part.1 >= 300_000, "{m:?}");
 
         // Several calls a part: the marks do nothing, each part is whole
         // calls (the frequency unknown: 25 fixed calls in 10 parts).
         let mut parts = Vec::new();
+        let mut calls = 0u64;
         let m = Budget::new(0, 20).measure_with_setup(
             25,
             100,

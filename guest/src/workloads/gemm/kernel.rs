@@ -23,7 +23,7 @@ const MAX_TILE: usize = 24 * 8;
 
 /// The operands of one call, passed by reference to the per-ISA entry
 /// points (vector types never cross a non-inlined call).
-pub(super) struct Args {
+pub(super) struct Args<'a> {
     pub(super) m: usize,
     pub(super) n: usize,
     pub(super) k: usize,
@@ -35,10 +35,12 @@ pub(super) struct Args {
     pub(super) c: *mut f64,
     pub(super) ldc: usize,
     pub(super) pack: *mut f64,
+    /// Called with the flops done after each `jc`/`pc` block but the last.
+    pub(super) after_block: &'a mut dyn FnMut(u64),
 }
 
 #[inline(never)]
-pub(super) unsafe fn gemm_sse2(x: &Args) {
+pub(super) unsafe fn gemm_sse2(x: &mut Args<'_>) {
     // SAFETY: the caller upholds this function's contract (the CPU
     // features it is compiled for, and the pointers and lengths it is
     // given), which is all its intrinsics and pointer accesses rely on.
@@ -50,7 +52,7 @@ pub(super) unsafe fn gemm_sse2(x: &Args) {
 
 #[target_feature(enable = "avx2,fma")]
 #[inline(never)]
-pub(super) unsafe fn gemm_avx2(x: &Args) {
+pub(super) unsafe fn gemm_avx2(x: &mut Args<'_>) {
     // SAFETY: the caller upholds this function's contract (the CPU
     // features it is compiled for, and the pointers and lengths it is
     // given), which is all its intrinsics and pointer accesses rely on.
@@ -59,7 +61,7 @@ pub(super) unsafe fn gemm_avx2(x: &Args) {
 
 #[target_feature(enable = "avx512f")]
 #[inline(never)]
-pub(super) unsafe fn gemm_avx512(x: &Args) {
+pub(super) unsafe fn gemm_avx512(x: &mut Args<'_>) {
     // SAFETY: the caller upholds this function's contract (the CPU
     // features it is compiled for, and the pointers and lengths it is
     // given), which is all its intrinsics and pointer accesses rely on.
@@ -69,7 +71,7 @@ pub(super) unsafe fn gemm_avx512(x: &Args) {
 /// The blocked loops around the micro-kernel; `MV` vectors of `V` make the
 /// tile's `MR` rows, `NR` is its columns.
 #[inline(always)]
-unsafe fn blocked<V: F64Vec, const MV: usize, const NR: usize>(x: &Args) {
+unsafe fn blocked<V: F64Vec, const MV: usize, const NR: usize>(x: &mut Args<'_>) {
     // The pack buffer holds whole micro-panels: a block of MC rows packs
     // into MC / MR panels only if MR divides MC, and a column block
     // rounded up to whole NR-wide panels stays within NC_MAX only if NR
@@ -93,6 +95,7 @@ unsafe fn blocked<V: F64Vec, const MV: usize, const NR: usize>(x: &Args) {
         // micro-panels, so no block is a thin remainder.
         let blocks = x.n.div_ceil(NC_MAX);
         let nc = x.n.div_ceil(blocks).div_ceil(NR) * NR;
+        let mut done = 0u64;
         let mut jc = 0;
         while jc < x.n {
             let ncb = nc.min(x.n - jc);
@@ -136,6 +139,10 @@ unsafe fn blocked<V: F64Vec, const MV: usize, const NR: usize>(x: &Args) {
                     ic += MC;
                 }
                 pc += KC;
+                done += 2 * (x.m * ncb * kcb) as u64;
+                if pc < x.k || jc + ncb < x.n {
+                    (x.after_block)(done);
+                }
             }
             jc += nc;
         }

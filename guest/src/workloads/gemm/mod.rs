@@ -186,7 +186,11 @@ impl Dgemm {
 
     /// `C += alpha * A * B` with `A` `m x k`, `B` `k x n`, `C` `m x n`, all
     /// column-major with leading dimensions `lda`, `ldb`, `ldc`; `pack` is
-    /// scratch of at least [`PACK_LEN`] elements.
+    /// scratch of at least [`PACK_LEN`] elements. `after_block(flops)` is
+    /// called after each block of columns and inner dimension but the last
+    /// (`KC` of `k` by up to `NC_MAX` of `n`) with the flops done so far:
+    /// where a timed call can be cut into stages
+    /// ([`crate::workloads::timing::Stages`]).
     #[allow(clippy::too_many_arguments)] // the BLAS argument list
     pub fn gemm(
         &self,
@@ -201,6 +205,7 @@ impl Dgemm {
         c: &mut [f64],
         ldc: usize,
         pack: &mut [f64],
+        after_block: &mut dyn FnMut(u64),
     ) -> Result<(), GemmError> {
         check_matrix('A', m, k, lda, a.len())?;
         check_matrix('B', k, n, ldb, b.len())?;
@@ -223,6 +228,7 @@ impl Dgemm {
                 c.as_mut_ptr(),
                 ldc,
                 pack,
+                after_block,
             )
         };
         Ok(())
@@ -250,6 +256,7 @@ impl Dgemm {
         c: *mut f64,
         ldc: usize,
         pack: &mut [f64],
+        after_block: &mut dyn FnMut(u64),
     ) {
         // SAFETY: the caller upholds this function's contract (the CPU
         // features it is compiled for, and the pointers and lengths it is
@@ -261,7 +268,7 @@ impl Dgemm {
             assert!(pack.len() >= PACK_LEN);
             // 64-byte alignment; at most 7 elements of the slack are skipped.
             let skip = pack.as_ptr().align_offset(64).min(8);
-            let args = Args {
+            let mut args = Args {
                 m,
                 n,
                 k,
@@ -273,11 +280,12 @@ impl Dgemm {
                 c,
                 ldc,
                 pack: pack.as_mut_ptr().add(skip),
+                after_block,
             };
             match self.variant {
-                GemmVariant::Sse2 => gemm_sse2(&args),
-                GemmVariant::Avx2Fma => gemm_avx2(&args),
-                GemmVariant::Avx512 => gemm_avx512(&args),
+                GemmVariant::Sse2 => gemm_sse2(&mut args),
+                GemmVariant::Avx2Fma => gemm_avx2(&mut args),
+                GemmVariant::Avx512 => gemm_avx512(&mut args),
             }
         }
     }

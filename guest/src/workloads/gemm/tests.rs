@@ -18,8 +18,21 @@ fn check(d: &Dgemm, m: usize, n: usize, k: usize, alpha: f64, pad: usize, pack: 
     let b = random(ldb * n.max(1), 2 + n as u64);
     let c0 = random(ldc * n.max(1), 3 + k as u64);
     let mut c = c0.clone();
-    d.gemm(m, n, k, alpha, &a, lda, &b, ldb, &mut c, ldc, pack)
-        .unwrap();
+    d.gemm(
+        m,
+        n,
+        k,
+        alpha,
+        &a,
+        lda,
+        &b,
+        ldb,
+        &mut c,
+        ldc,
+        pack,
+        &mut |_| {},
+    )
+    .unwrap();
     let mut r = c0.clone();
     dgemm_reference(m, n, k, alpha, &a, lda, &b, ldb, &mut r, ldc);
     let mut worst = 0.0f64;
@@ -76,11 +89,37 @@ fn empty_dimensions_do_nothing() {
     let mut pack = vec![0.0; PACK_LEN];
     for d in available() {
         let mut c = vec![1.0; 4];
-        d.gemm(2, 2, 0, 1.0, &[], 2, &[], 1, &mut c, 2, &mut pack)
-            .unwrap();
+        d.gemm(
+            2,
+            2,
+            0,
+            1.0,
+            &[],
+            2,
+            &[],
+            1,
+            &mut c,
+            2,
+            &mut pack,
+            &mut |_| {},
+        )
+        .unwrap();
         assert_eq!(c, [1.0; 4]);
-        d.gemm(0, 2, 3, 1.0, &[], 1, &[0.0; 6], 3, &mut [], 1, &mut pack)
-            .unwrap();
+        d.gemm(
+            0,
+            2,
+            3,
+            1.0,
+            &[],
+            1,
+            &[0.0; 6],
+            3,
+            &mut [],
+            1,
+            &mut pack,
+            &mut |_| {},
+        )
+        .unwrap();
     }
 }
 
@@ -90,8 +129,13 @@ fn bad_arguments_are_errors() {
     let mut pack = vec![0.0; PACK_LEN];
     let a = [0.0; 6];
     let mut c = [0.0; 4];
+    // m x 2 x k, A's and B's leading dimensions, `len` elements of pack.
+    let mut gemm = |m, k, lda, ldb, len: usize| {
+        let pack = &mut pack[..len];
+        d.gemm(m, 2, k, 1.0, &a, lda, &a, ldb, &mut c, m, pack, &mut |_| {})
+    };
     assert_eq!(
-        d.gemm(3, 2, 2, 1.0, &a, 2, &a, 2, &mut c, 3, &mut pack),
+        gemm(3, 2, 2, 2, PACK_LEN),
         Err(GemmError::LeadingDimension {
             matrix: 'A',
             ld: 2,
@@ -99,7 +143,7 @@ fn bad_arguments_are_errors() {
         })
     );
     assert_eq!(
-        d.gemm(2, 2, 4, 1.0, &a, 2, &a, 4, &mut c, 2, &mut pack),
+        gemm(2, 4, 2, 4, PACK_LEN),
         Err(GemmError::TooShort {
             matrix: 'A',
             len: 6,
@@ -107,7 +151,7 @@ fn bad_arguments_are_errors() {
         })
     );
     assert_eq!(
-        d.gemm(2, 2, 2, 1.0, &a, 2, &a, 2, &mut c, 2, &mut pack[..10]),
+        gemm(2, 2, 2, 2, 10),
         Err(GemmError::PackTooShort { len: 10 })
     );
 }
@@ -120,4 +164,31 @@ fn gating_refuses_unusable_variants() {
         "needs AVX: XCR0 0x3 lacks AVX state"
     );
     assert!(Dgemm::new(GemmVariant::Sse2, &f).is_ok());
+}
+
+#[test]
+fn block_marks_count_the_flops_done_between_blocks() {
+    // n = 1000 is two column blocks of 504 and 496 (for 6- and 8-wide
+    // panels alike), k = 300 two slices of 256 and 44: marks after three
+    // of the four blocks, none after the last.
+    let (m, n, k) = (50, 1000, 300);
+    let a = random(m * k, 1);
+    let b = random(k * n, 2);
+    let mut pack = vec![0.0; PACK_LEN];
+    let flops = |cols: usize, depth: usize| 2 * (m * cols * depth) as u64;
+    let want = [
+        flops(504, 256),
+        flops(504, 300),
+        flops(504, 300) + flops(496, 256),
+    ];
+    for d in available() {
+        let mut c = vec![0.0; m * n];
+        let mut marks = Vec::new();
+        d.gemm(m, n, k, 1.0, &a, m, &b, k, &mut c, m, &mut pack, &mut |f| {
+            marks.push(f)
+        })
+        .unwrap();
+        assert_eq!(marks, want, "{:?}", d.variant());
+        assert!(want[2] < flops(n, k));
+    }
 }

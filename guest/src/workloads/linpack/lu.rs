@@ -118,6 +118,7 @@ unsafe fn blocked_lu(
                     at(a, lda, k + nb, k + nb),
                     lda,
                     pack,
+                    &mut |_| {},
                 );
             }
             k += nb;
@@ -168,6 +169,7 @@ unsafe fn panel(
             at(a, lda, n1, n1),
             lda,
             pack,
+            &mut |_| {},
         );
         panel(
             d,
@@ -311,6 +313,7 @@ unsafe fn trsm_lower_unit(
             at(b, ldb, m1, 0),
             ldb,
             pack,
+            &mut |_| {},
         );
         trsm_lower_unit(
             d,

@@ -36,9 +36,10 @@ impl Ctx<'_> {
             .is_none_or(|k| k.kind == kind && usize::from(k.variant) == variant)
     }
 
-    /// Time `f` like [`Budget::measure`], once per repetition the hook
-    /// asks for, telling the hook after each timed part and after each
-    /// repetition (`work` units per call of `f`, `digest` of the row's
+    /// Time `f` like [`Budget::measure_parts`] (a call alone in its part
+    /// cut at the marks `f` makes on its [`Stages`]), once per repetition
+    /// the hook asks for, telling the hook after each timed part and after
+    /// each repetition (`work` units per call of `f`, `digest` of the row's
     /// checked result) with the repetition's median part ([`Measured`]).
     /// Returns the totals.
     pub(super) fn measure(
@@ -47,14 +48,14 @@ impl Ctx<'_> {
         fixed: u64,
         work: u64,
         digest: u64,
-        mut f: impl FnMut(),
+        mut f: impl FnMut(&mut Stages<'_>),
     ) -> (u64, u64) {
         let (mut reps, mut cycles) = (0u64, 0u64);
         for rep in 0..self.hook.reps().max(1) {
             let hook = &mut *self.hook;
             let mut part = 0;
-            let m = self.budget.measure_parts(fixed, &mut f, |r, c| {
-                hook.part_done(&part_record(key, rep, &mut part, r * work, c));
+            let m = self.budget.measure_parts(fixed, work, &mut f, |w, c| {
+                hook.part_done(&part_record(key, rep, &mut part, w, c));
             });
             reps += m.reps;
             cycles += m.cycles;
