@@ -232,24 +232,25 @@ impl Budget {
         };
         let parts = PARTS.min(reps);
         let mut samples = Samples::new();
+        let least = self.least_stage();
         for i in 0..parts {
             let n = part_reps(reps, parts, i);
-            let mut cycles = 0u64;
-            for _ in 0..n {
+            let cycles = if n == 1 {
                 prepare(state);
-                if n == 1 {
-                    let least = self.least_stage();
-                    cycles += Stages::timed(work, least, &mut on_part, &mut |st| f(state, st));
-                } else {
+                Stages::timed(work, least, &mut on_part, &mut |st| f(state, st))
+            } else {
+                let mut cycles = 0u64;
+                let mut off = Stages::off();
+                for _ in 0..n {
+                    prepare(state);
                     let t0 = rdtsc_fenced();
-                    f(state, &mut Stages::off());
+                    f(state, &mut off);
                     cycles += rdtsc_fenced().wrapping_sub(t0);
                 }
-            }
-            samples.push(n, cycles);
-            if n > 1 {
                 on_part(n * work, cycles);
-            }
+                cycles
+            };
+            samples.push(n, cycles);
         }
         samples.finish()
     }
