@@ -74,9 +74,10 @@ pub(super) fn linpack_suite(
                 &mut sys,
                 |s| linpack::random_system(seed, s.n, s.a, s.ld, s.b),
                 |s, stages| {
-                    // Stages end between panels (at least a quarter of
-                    // the work each): n = 512 is cut after its first
-                    // panel, n = 1000 after its first and second.
+                    // Stages end between panels, where the stage and the
+                    // rest both last at least half a part (`Stages::split`):
+                    // in a quick run on Zen 3, n = 512 with AVX2 was cut
+                    // after its first panel (58% of the flops).
                     let n = s.n;
                     let mut after_panel = |k| stages.split(linpack::flops_done(n, k));
                     let r = linpack::lu_factor(&d, n, s.a, s.ld, s.ipiv, s.pack, &mut after_panel)
