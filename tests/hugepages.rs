@@ -37,6 +37,46 @@ fn bare_hugepages_is_still_thp() {
     let (out, v) = vmm_json(&["run", "--workload", "none", "--no-native"]);
     assert!(out.status.success());
     assert!(v["hugepages"].is_null());
+    // Nothing ran natively: no native side to back.
+    let (out, v) = vmm_json(&["run", "--workload", "none", "--no-native", "--hugepages"]);
+    assert!(out.status.success(), "{v:#}");
+    assert!(v["hugepages"]["native"].is_null(), "{v:#}");
+}
+
+/// With `--hugepages`, the native rows run on memory backed as guest RAM
+/// is (both sides of a ratio on the same page size), and the report says
+/// how much of it huge pages backed; the table says it too.
+#[test]
+fn the_native_side_gets_huge_pages_too() {
+    if !kvm_or_skip("the_native_side_gets_huge_pages_too") {
+        return;
+    }
+    let args = [
+        "run",
+        "--workload",
+        "gemm,quick",
+        "--native-reps",
+        "3",
+        "--hugepages",
+    ];
+    let (out, v) = vmm_json(&args);
+    assert!(out.status.success(), "{v:#}");
+    let n = &v["hugepages"]["native"];
+    assert_eq!(n["backing"], "thp", "{v:#}");
+    assert!(n["fallback"].is_null(), "{n}");
+    let kib = n["scratch_kib"].as_u64().unwrap_or_else(|| panic!("{n}"));
+    // A whole number of 2 MiB pages, and as large as the rows' buffers.
+    assert!(kib >= 2048 && kib % 2048 == 0, "{n}");
+    let huge = n["huge_kib"].as_u64().unwrap_or_else(|| panic!("{n}"));
+    assert!(huge <= kib && huge % 2048 == 0, "{n}");
+    let out = common::vmm(&args);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("  hugepages, native side: MADV_HUGEPAGE on its "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(line.ends_with(" KiB of it in huge pages"), "{line}");
 }
 
 #[test]

@@ -408,8 +408,13 @@ fn print_outcome(
             && (r.name.starts_with("aes") || r.name == "dgemm" || r.name == "linpack")
     });
     if let Some(workload) = native.filter(|_| unpaired) {
-        let native = native::run_native(workload, summary.tsc_khz)?;
+        let backing = outcome.hugepages.as_ref().map(|h| h.backing);
+        let (native, scratch) = native::run_native(workload, summary.tsc_khz, backing)?;
         native::attach_ratios(&mut summary.results, &native);
+        // The native side that ran is this one when no row was paired.
+        if let (Some(h), None) = (summary.hugepages.as_mut(), interleaved) {
+            h.native = Some(native::scratch_view(&scratch));
+        }
     }
     // The yardsticks follow the guest's AES rows, paired or not (none
     // without AES rows: `openssl` is not started).

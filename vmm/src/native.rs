@@ -4,6 +4,7 @@
 
 pub mod image;
 pub mod interleave;
+pub mod scratch;
 pub mod worker;
 
 use guest::protocol::{Report, RowKind};
@@ -15,11 +16,18 @@ use crate::error::{Error, Result};
 use crate::report::parallel::Measured;
 use crate::report::summary::SeedFigure;
 use crate::report::{result_rows, NativeView, RatioSpread, ResultRow};
+use crate::vstate::outcome::NativeScratch;
 use interleave::{part_ratio, Interleaver, NativeCode, RepPair};
+use scratch::Scratch;
 
 /// Run `list` (the `--workload` syntax) on the host with every variant the
-/// host CPU and OS allow, and return the rows.
-pub fn run_native(list: &str, tsc_khz: u64) -> Result<Vec<ResultRow>> {
+/// host CPU and OS allow, on memory backed as `backing` says (guest RAM's
+/// `--hugepages`), and return the rows and how that memory was backed.
+pub fn run_native(
+    list: &str,
+    tsc_khz: u64,
+    backing: Option<crate::vstate::RamBacking>,
+) -> Result<(Vec<ResultRow>, NativeScratch)> {
     let mut sel =
         Selection::parse(list).map_err(|e| Error::Argument(format!("--workload {list:?}: {e}")))?;
     // Linux arms XFD for AMX tile data until a process asks: without the
@@ -28,19 +36,20 @@ pub fn run_native(list: &str, tsc_khz: u64) -> Result<Vec<ResultRow>> {
     if sel.amx && !crate::arch::amx::permit_native() {
         sel.amx = false;
     }
-    if sel.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut scratch = vec![0u8; workloads::scratch_bytes(&sel)];
+    let (mut scratch, info) = Scratch::new(workloads::scratch_bytes(&sel), backing)
+        .map_err(|e| Error::Argument(format!("mapping the native rows' memory failed: {e}")))?;
     let mut report = Box::new(Report::new());
-    workloads::run(
-        &sel,
-        &CpuFeatures::detect(),
-        tsc_khz,
-        &mut scratch,
-        &mut report,
-    );
-    Ok(result_rows(&report, tsc_khz))
+    if !sel.is_empty() {
+        workloads::run(
+            &sel,
+            &CpuFeatures::detect(),
+            tsc_khz,
+            scratch.as_mut_slice(),
+            &mut report,
+        );
+    }
+    let backed = NativeScratch::of(&info, info.huge_kib());
+    Ok((result_rows(&report, tsc_khz), backed))
 }
 
 /// Fill each guest row's `native_ratio` from the native row with the same
@@ -186,6 +195,17 @@ pub fn hugepages_view(h: &crate::vstate::outcome::HugePages) -> crate::report::H
         ram_kib: h.ram_kib,
         anon_huge_kib: h.anon_huge_kib,
         hugetlb_kib: h.hugetlb_kib,
+        native: h.native.as_ref().map(scratch_view),
+    }
+}
+
+/// The summary's view of how the native side's memory was backed.
+pub fn scratch_view(n: &NativeScratch) -> crate::report::NativeScratchView {
+    crate::report::NativeScratchView {
+        backing: n.backing.map_or("plain", |b| b.name()).to_string(),
+        fallback: n.fallback.clone(),
+        scratch_kib: n.kib,
+        huge_kib: n.huge_kib,
     }
 }
 
@@ -333,7 +353,7 @@ mod tests {
             .position(|w| &w[..name.len()] == name && w[name.len()] == 0)
             .unwrap();
         kernel[at] = b'X';
-        let mut n = Interleaver::new("gemm,quick", 3, 100, &kernel).unwrap();
+        let mut n = Interleaver::new("gemm,quick", 3, 100, &kernel, None).unwrap();
         match &n.code {
             NativeCode::VmmBuild { why } => {
                 assert_eq!(
@@ -366,10 +386,10 @@ mod tests {
         assert_eq!((p.native.ran, p.native.check), (1, 1));
         assert!(p.ratio().is_some());
         assert!(matches!(
-            Interleaver::new("gemm", 0, 100, &kernel),
+            Interleaver::new("gemm", 0, 100, &kernel, None),
             Err(InterleaveError::Reps { reps: 0, max: 15 })
         ));
-        let e = Interleaver::new("bogus", 3, 100, &kernel).unwrap_err();
+        let e = Interleaver::new("bogus", 3, 100, &kernel, None).unwrap_err();
         assert!(e.to_string().starts_with("--workload \"bogus\": "), "{e}");
     }
 
@@ -379,7 +399,8 @@ mod tests {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         // 1 GHz assumed: a quick 20 ms target of ~2 us DGEMMs is ten parts.
-        let mut n = Interleaver::new("gemm,quick", 3, 1_000_000, crate::GUEST_KERNEL).unwrap();
+        let mut n =
+            Interleaver::new("gemm,quick", 3, 1_000_000, crate::GUEST_KERNEL, None).unwrap();
         assert!(
             matches!(n.code, NativeCode::GuestImage { .. }),
             "{:?}",

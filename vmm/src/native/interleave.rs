@@ -17,6 +17,7 @@ use guest::workloads::{self, Selection};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use super::image::GuestImage;
+use super::scratch::{Scratch, ScratchInfo};
 use super::worker::{Step, Worker};
 
 /// Repetitions per row by default (odd: the median is a measured pair).
@@ -100,6 +101,8 @@ pub struct Interleaver {
     worker: Option<Worker>,
     /// Which code ran natively.
     pub code: NativeCode,
+    /// How the native rows' memory is backed (as guest RAM is).
+    pub scratch: ScratchInfo,
     /// Repetitions each row gets.
     pub reps: u32,
     running: Option<Running>,
@@ -144,17 +147,22 @@ pub enum InterleaveError {
     /// The native thread could not be created.
     #[error("starting the thread for the native repetitions failed")]
     Thread(#[source] std::io::Error),
+    /// The native rows' memory could not be mapped.
+    #[error("mapping the native repetitions' memory failed")]
+    Scratch(#[source] std::io::Error),
 }
 
 impl Interleaver {
     /// Ready to time `list`'s rows natively, `reps` times each, with the
     /// code of `kernel` (an ELF guest kernel) when it can be mapped, else
-    /// the VMM's build (the reason kept in [`Interleaver::code`]).
+    /// the VMM's build (the reason kept in [`Interleaver::code`]), on
+    /// memory backed like guest RAM (`backing`, `--hugepages`).
     pub fn new(
         list: &str,
         reps: u32,
         tsc_khz: u64,
         kernel: &[u8],
+        backing: Option<crate::vstate::RamBacking>,
     ) -> Result<Self, InterleaveError> {
         let sel = Selection::parse(list).map_err(|why| InterleaveError::Workload {
             list: list.to_string(),
@@ -176,17 +184,27 @@ impl Interleaver {
                 },
             ),
         };
-        let worker = Worker::spawn(image, sel.quick, tsc_khz, workloads::scratch_bytes(&sel))
-            .map_err(InterleaveError::Thread)?;
+        let (scratch, info) = Scratch::new(workloads::scratch_bytes(&sel), backing)
+            .map_err(InterleaveError::Scratch)?;
+        let worker =
+            Worker::spawn(image, sel.quick, tsc_khz, scratch).map_err(InterleaveError::Thread)?;
         Ok(Self {
             worker: Some(worker),
             code,
+            scratch: info,
             reps,
             running: None,
             started: 0,
             pairs: Vec::new(),
             ignored: 0,
         })
+    }
+
+    /// KiB of the native rows' memory in huge pages now (see
+    /// [`ScratchInfo::huge_kib`]); `None` once the native thread is gone
+    /// (its memory went with it) or without huge pages.
+    pub fn scratch_huge_kib(&self) -> Option<u64> {
+        self.worker.as_ref().and(self.scratch.huge_kib())
     }
 
     /// Whether the guest should signal its parts: yes while the native

@@ -20,6 +20,7 @@ use guest::protocol::{NativeRowOut, PartRecord, Report, RowKey};
 use guest::workloads;
 
 use super::image::GuestImage;
+use super::scratch::Scratch;
 
 /// What the vCPU thread tells the native thread.
 enum Turn {
@@ -52,7 +53,7 @@ struct Native {
     image: Option<GuestImage>,
     quick: bool,
     tsc_khz: u64,
-    scratch: Vec<u8>,
+    scratch: Scratch,
     report: Box<Report>,
 }
 
@@ -129,7 +130,7 @@ impl Native {
                 key.encode(),
                 self.quick,
                 self.tsc_khz,
-                &mut self.scratch,
+                self.scratch.as_mut_slice(),
                 Some((gate_part, std::ptr::from_mut(gate).cast())),
             ),
             None => {
@@ -138,7 +139,7 @@ impl Native {
                     key,
                     self.quick,
                     self.tsc_khz,
-                    &mut self.scratch,
+                    self.scratch.as_mut_slice(),
                     &mut self.report,
                     &mut |p| gate.part(p),
                 )
@@ -149,12 +150,12 @@ impl Native {
 
 impl Worker {
     /// The native thread, running `image`'s code (or the VMM's build
-    /// without it) on `scratch_len` bytes of scratch.
+    /// without it) on `scratch`.
     pub fn spawn(
         image: Option<GuestImage>,
         quick: bool,
         tsc_khz: u64,
-        scratch_len: usize,
+        scratch: Scratch,
     ) -> std::io::Result<Self> {
         let (turn_tx, turn_rx) = channel::<Turn>();
         let (step_tx, step_rx) = channel::<Step>();
@@ -162,7 +163,7 @@ impl Worker {
             image,
             quick,
             tsc_khz,
-            scratch: vec![0u8; scratch_len],
+            scratch,
             report: Box::new(Report::new()),
         };
         let thread = std::thread::Builder::new()
@@ -254,7 +255,8 @@ mod tests {
     #[test]
     fn every_turn_gets_one_answer() {
         // The VMM's build (no image), a row the host can always run.
-        let w = Worker::spawn(None, true, 1_000_000, 4 << 20).unwrap();
+        let (scratch, _) = Scratch::new(4 << 20, None).unwrap();
+        let w = Worker::spawn(None, true, 1_000_000, scratch).unwrap();
         // Nothing running: a stray turn ends at once, with nothing run.
         assert_eq!(w.next(), Some(Step::Done(NativeRowOut::default())));
         let key = RowKey::decode(0x3000_0028).unwrap(); // dgemm sse2 n=40

@@ -64,7 +64,7 @@ pub mod views;
 pub use exit::{
     EXIT_GUEST_CRASH, EXIT_PROTOCOL_VIOLATION, EXIT_TIMEOUT, EXIT_USAGE, EXIT_VMM_ERROR,
 };
-pub use native_view::{HugePagesView, NativeView, RatioSpread};
+pub use native_view::{HugePagesView, NativeScratchView, NativeView, RatioSpread};
 pub use parallel::ParallelRow;
 pub use summary::{
     result_rows, ComponentRow, CrashView, FaultView, GuestCpuidView, ResultRow, RunSummary,

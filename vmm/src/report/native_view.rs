@@ -74,4 +74,23 @@ pub struct HugePagesView {
     /// the run (`Private_Hugetlb` in `/proc/self/smaps`: the pages the
     /// guest touched); null with THP.
     pub hugetlb_kib: Option<u64>,
+    /// The native side's memory, backed like guest RAM so both sides of a
+    /// ratio run on the same page size (null when nothing ran natively).
+    pub native: Option<NativeScratchView>,
+}
+
+/// How the native rows' memory was backed (`hugepages.native`).
+#[derive(schemars::JsonSchema, Clone, Debug, Serialize, PartialEq)]
+pub struct NativeScratchView {
+    /// `thp` (MADV_HUGEPAGE) or `hugetlbfs` (2 MiB pages from the pool).
+    pub backing: String,
+    /// Why it is not guest RAM's backing (hugetlbfs asked, the pool had no
+    /// room for it beyond guest RAM: THP instead), or why the advice was
+    /// refused; null when it matches.
+    pub fallback: Option<String>,
+    /// Its size, KiB.
+    pub scratch_kib: u64,
+    /// KiB of it in huge pages at the end of the run (`AnonHugePages`, or
+    /// the hugetlb fields of `/proc/self/smaps`); null when unknown.
+    pub huge_kib: Option<u64>,
 }

@@ -224,6 +224,22 @@ impl RunSummary {
                     h.ram_kib
                 );
             }
+            if let Some(n) = self.hugepages.as_ref().and_then(|h| h.native.as_ref()) {
+                let how = match n.backing.as_str() {
+                    "hugetlbfs" => "2 MiB hugetlb pages",
+                    "thp" => "MADV_HUGEPAGE",
+                    other => other,
+                };
+                let _ = writeln!(
+                    s,
+                    "  hugepages, native side: {how} on its {} KiB of memory, {} KiB of it in huge pages{}",
+                    n.scratch_kib,
+                    n.huge_kib.map_or("unknown".to_string(), |k| k.to_string()),
+                    n.fallback
+                        .as_deref()
+                        .map_or(String::new(), |f| format!(" ({f})"))
+                );
+            }
             for r in self.results.iter().filter(|r| r.invalid.is_some()) {
                 let _ = writeln!(
                     s,

@@ -175,6 +175,7 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
             spec.reps,
             u64::from(tsc_khz),
             &config.kernel.bytes,
+            config.hugepages,
         )
         .map_err(|e| Error::Argument(e.to_string()))?;
         devices.native = Some(Box::new(n));
@@ -200,6 +201,10 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
         setup_time,
         boot: Some(boot),
     })?;
+    let native_scratch = outcome
+        .native
+        .as_ref()
+        .map(|n| super::outcome::NativeScratch::of(&n.scratch, n.scratch_huge_kib()));
     outcome.hugepages = hugepages.map(|(backing, advised)| {
         let (host, len) = advised
             .as_ref()
@@ -213,6 +218,7 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
             hugetlb_kib: (backing == super::RamBacking::Hugetlbfs)
                 .then(|| super::machine::hugetlb_kib(host, len).ok())
                 .flatten(),
+            native: native_scratch,
         }
     });
     outcome.ap_start = ap_start;

@@ -212,6 +212,35 @@ pub struct HugePages {
     /// the run (`Private_Hugetlb`, the pages the guest touched); `None`
     /// with THP or when smaps could not be read.
     pub hugetlb_kib: Option<u64>,
+    /// The native side's memory, backed like guest RAM (`None`: nothing
+    /// ran natively).
+    pub native: Option<NativeScratch>,
+}
+
+/// How the native rows' memory was backed under `--hugepages`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NativeScratch {
+    /// What backed it (`None`: plain pages, which `--hugepages` never
+    /// leaves it on).
+    pub backing: Option<super::RamBacking>,
+    /// Why it differs from guest RAM's backing, if it does.
+    pub fallback: Option<String>,
+    /// Its size, KiB.
+    pub kib: u64,
+    /// KiB of it in huge pages at the end of the run (`None`: unknown).
+    pub huge_kib: Option<u64>,
+}
+
+impl NativeScratch {
+    /// From the mapping's description and its huge-page KiB now.
+    pub fn of(info: &crate::native::scratch::ScratchInfo, huge_kib: Option<u64>) -> Self {
+        Self {
+            backing: info.backing,
+            fallback: info.fallback.clone(),
+            kib: info.len >> 10,
+            huge_kib,
+        }
+    }
 }
 
 #[cfg(test)]
