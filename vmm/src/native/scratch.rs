@@ -6,7 +6,7 @@
 //! pages then pays TLB misses the guest does not: on Zen 3 under kvm_pvm
 //! that moved the DGEMM and Linpack rows' median ratios up by 0.7-1.6%
 //! (two batches of 8+8 quick runs); with huge pages on both sides they were
-//! within 0.8% of the default run's. So the native scratch gets the same kind
+//! within 1% of the default run's, either way. So the native scratch gets the same kind
 //! of backing as guest RAM: plain anonymous memory without the option,
 //! `MADV_HUGEPAGE` with `thp`, and 2 MiB hugetlb pages with `hugetlbfs`
 //! (transparent huge pages instead, and the reason, when the pool has no
