@@ -147,6 +147,19 @@ fn paired_aes_rows_still_get_their_openssl_yardsticks() {
     }
     let (out, v) = vmm_json(&["run", "--workload", "aes,quick", "--native-reps", "1"]);
     assert!(out.status.success(), "{v:#}");
+    // One repetition is still paired, part by part, not run after the guest.
+    let rows: Vec<&Value> = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["native_ratio"].is_number())
+        .collect();
+    assert!(!rows.is_empty(), "{v:#}");
+    for r in rows {
+        let sp = &r["native_spread"];
+        assert_eq!(sp["reps"], 1, "{r}");
+        assert!(sp["parts"].as_u64().is_some_and(|p| p >= 1), "{r}");
+    }
     let ys = v["openssl_yardsticks"]
         .as_array()
         .expect("openssl_yardsticks");

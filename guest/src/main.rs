@@ -256,6 +256,8 @@ fn run_workloads(report: &mut Report, cmdline: &Cmdline, out: &mut Console) -> b
 /// native part after each.
 struct PortReps {
     reps: u32,
+    /// The VMM decodes [`REP_PORT`] and pairs repetitions: signal each.
+    signals: bool,
     /// The VMM answered [`PARTS_WANTED`] on [`PART_PORT`].
     parts: bool,
     record: RepRecord,
@@ -264,20 +266,23 @@ struct PortReps {
 
 impl PortReps {
     /// Ask the VMM: all-ones (nothing decodes the port, e.g. QEMU) or 0
-    /// means one repetition and no signals.
+    /// means one repetition and no signals; any other answer is how many
+    /// repetitions it pairs, each signalled (1 included: one pair is
+    /// still a pair).
     fn ask() -> Self {
         let answer = syscall::inl(REP_PORT);
-        let reps = if answer == u32::MAX {
-            1
-        } else {
+        let signals = answer != u32::MAX && answer != 0;
+        let reps = if signals {
             answer.clamp(1, MAX_ROW_REPS)
+        } else {
+            1
         };
-        // Parts are signalled only beside repetitions (a VMM that wants
-        // one repetition times nothing natively): ask only then, which
-        // spares other VMMs the exit.
-        let parts = reps > 1 && syscall::inl(PART_PORT) == PARTS_WANTED;
+        // Parts are signalled only beside repetitions: ask only then,
+        // which spares other VMMs the exit.
+        let parts = signals && syscall::inl(PART_PORT) == PARTS_WANTED;
         Self {
             reps,
+            signals,
             parts,
             record: RepRecord::default(),
             part: PartRecord::default(),
@@ -304,7 +309,7 @@ impl RepHook for PortReps {
     }
 
     fn rep_done(&mut self, record: &RepRecord) {
-        if self.reps <= 1 {
+        if !self.signals {
             return;
         }
         self.record = *record;

@@ -6,7 +6,7 @@
 //!
 //! | port | width | direction | meaning |
 //! |------|-------|-----------|---------|
-//! | 0xe0 | 32 | in  | how many repetitions per row the VMM wants (1..=[`MAX_ROW_REPS`]); all-ones where nothing decodes the port: one repetition, no signals |
+//! | 0xe0 | 32 | in  | how many repetitions per row the VMM wants (1..=[`MAX_ROW_REPS`]), each signalled; all-ones where nothing decodes the port (or 0): one repetition, no signals |
 //! | 0xe0 | 32 | out | guest-physical address of a [`RepRecord`]: "row `key`, repetition `rep` done" |
 //! | 0xdc | 32 | in  | [`PARTS_WANTED`] when the VMM also wants each timed part signalled; anything else (all-ones where nothing decodes the port): no part signals |
 //! | 0xdc | 32 | out | guest-physical address of a [`PartRecord`]: "part `part` of repetition `rep` of row `key` done" |
