@@ -14,7 +14,9 @@
 
 use vm_memory::mmap::{MmapRegion, MmapRegionBuilder};
 
-use crate::vstate::machine::{anon_huge_kib, hugetlb_kib, HugetlbPool, HUGETLB_PAGE_MIB};
+use crate::vstate::machine::{
+    anon_huge_kib, hugetlb_kib, madvise_hugepage, HugetlbPool, HUGETLB_PAGE_MIB,
+};
 use crate::vstate::RamBacking;
 
 /// A 2 MiB huge page, bytes.
@@ -116,10 +118,8 @@ fn map(size: usize, flags: i32) -> std::io::Result<MmapRegion> {
 /// (the mapping still works, on small pages).
 fn advised(size: usize, fallback: &mut Option<String>) -> std::io::Result<MmapRegion> {
     let region = map(size, 0)?;
-    // SAFETY: advice on the whole of a live anonymous mapping owned by
-    // `region`; it changes how pages are backed, never their contents.
-    if unsafe { libc::madvise(region.as_ptr().cast(), region.size(), libc::MADV_HUGEPAGE) } != 0 {
-        let e = std::io::Error::last_os_error();
+    // SAFETY: the whole of a live anonymous mapping owned by `region`.
+    if let Err(e) = unsafe { madvise_hugepage(region.as_ptr(), region.size()) } {
         fallback.get_or_insert_with(|| format!("madvise(MADV_HUGEPAGE) refused: {e}"));
     }
     Ok(region)

@@ -201,10 +201,6 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
         setup_time,
         boot: Some(boot),
     })?;
-    let native_scratch = outcome
-        .native
-        .as_ref()
-        .map(|n| super::outcome::NativeScratch::of(&n.scratch, n.scratch_huge_kib()));
     outcome.hugepages = hugepages.map(|(backing, advised)| {
         let (host, len) = advised
             .as_ref()
@@ -218,7 +214,10 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
             hugetlb_kib: (backing == super::RamBacking::Hugetlbfs)
                 .then(|| super::machine::hugetlb_kib(host, len).ok())
                 .flatten(),
-            native: native_scratch,
+            native: outcome
+                .native
+                .as_ref()
+                .map(|n| super::outcome::NativeScratch::of(&n.scratch, n.scratch_huge_kib())),
         }
     });
     outcome.ap_start = ap_start;

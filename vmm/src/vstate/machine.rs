@@ -422,14 +422,25 @@ pub fn advise_hugepages(mem: &GuestMemoryMmap) -> std::io::Result<(u64, u64)> {
             .get_host_address(region.start_addr())
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         let len = region.len() as usize;
-        // SAFETY: advice on a live anonymous mapping owned by `mem`; it
-        // changes how pages are backed, never their contents.
-        if unsafe { libc::madvise(host.cast(), len, libc::MADV_HUGEPAGE) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+        // SAFETY: a live anonymous mapping owned by `mem`.
+        unsafe { madvise_hugepage(host, len)? };
         range = (host as u64, len as u64);
     }
     Ok(range)
+}
+
+/// `MADV_HUGEPAGE` on `len` bytes at `addr`: ask for transparent huge
+/// pages there, before they are touched. Advice only: contents never change.
+///
+/// # Safety
+/// `addr..addr + len` must be a live anonymous mapping the caller owns.
+pub unsafe fn madvise_hugepage(addr: *mut u8, len: usize) -> std::io::Result<()> {
+    // SAFETY: the caller's contract; the advice changes how pages are
+    // backed, never their contents.
+    if unsafe { libc::madvise(addr.cast(), len, libc::MADV_HUGEPAGE) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// `MADV_POPULATE_WRITE` (Linux 5.14): fault in the guest RAM pages
