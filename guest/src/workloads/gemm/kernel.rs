@@ -3,7 +3,7 @@
 //! instantiated once per ISA inside a `#[target_feature]` entry point (see
 //! the [`super`] module documentation for the structure).
 
-use core::arch::x86_64::{__m128d, __m256d, __m512d, _mm_prefetch, _MM_HINT_T0};
+use core::arch::x86_64::{__m128d, __m256d, __m512d, _mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
 
 use super::simd::F64Vec;
 
@@ -17,6 +17,15 @@ pub const NC_MAX: usize = 768;
 /// the packed B panel, and slack to align them to 64 bytes (the kernels
 /// use aligned loads; the caller's buffer need only be f64-aligned).
 pub const PACK_LEN: usize = MC * KC + KC * NC_MAX + 8;
+
+/// k-steps before the end of a tile's k loop at which its C lines are
+/// asked into L1 (they were asked into L2 at its start): ~200 cycles,
+/// enough for an L2 or L3 hit.
+const C_L1_AHEAD: usize = 32;
+
+/// Columns of A ahead of the one being packed whose lines `pack_a` asks
+/// for: ~8 columns of 12 lines cover a DRAM miss.
+const PACK_A_AHEAD: usize = 8;
 
 /// Largest register tile (AVX-512: 24 x 8), for the edge-tile buffer.
 const MAX_TILE: usize = 24 * 8;
@@ -156,7 +165,11 @@ unsafe fn blocked<V: F64Vec, const MV: usize, const NR: usize>(x: &mut Args<'_>)
 /// hardware prefetcher follows), and its `mr`-row pieces go to every
 /// panel. Panel by panel instead reads `mr` elements per column, a
 /// stride of `lda` elements apart: on Zen 3 that loop (scalar, too) was
-/// 8% of an n = 1024 DGEMM.
+/// 8% of an n = 1024 DGEMM. A column of a block is only `mc` rows (12
+/// lines at `MC` = 96), too short a stream for the hardware prefetcher to
+/// get ahead of a DRAM miss once A outgrows L3 (n = 2048: packing was 4%
+/// of the time on Zen 3, 1.5% with this), so the lines of the column
+/// [`PACK_A_AHEAD`] ahead are asked for while one is packed.
 #[inline(always)]
 unsafe fn pack_a<V: F64Vec, const MV: usize>(
     mc: usize,
@@ -175,6 +188,15 @@ unsafe fn pack_a<V: F64Vec, const MV: usize>(
         let va = V::splat(&alpha);
         for p in 0..kc {
             let src = a.add(p * lda);
+            if p + PACK_A_AHEAD < kc {
+                let next = src.add(PACK_A_AHEAD * lda);
+                let mut i = 0;
+                while i < mc {
+                    _mm_prefetch::<_MM_HINT_T0>(next.add(i).cast());
+                    i += 8;
+                }
+                _mm_prefetch::<_MM_HINT_T0>(next.add(mc - 1).cast());
+            }
             let mut ir = 0;
             while ir < full {
                 let d = dst.add(ir * kc + p * mr);
@@ -252,6 +274,39 @@ macro_rules! kstep {
     }};
 }
 
+/// Four k-steps, advancing the panel pointers `a` and `b` past them.
+macro_rules! ksteps4 {
+    ($acc:ident, $a:ident, $b:ident, $mr:expr, $mv:expr, $nr:expr, $nx:expr, $lanes:expr) => {{
+        kstep!($acc, $a, $b, $mv, $nx, $lanes);
+        kstep!($acc, $a.add($mr), $b.add($nr), $mv, $nx, $lanes);
+        kstep!($acc, $a.add(2 * $mr), $b.add(2 * $nr), $mv, $nx, $lanes);
+        kstep!($acc, $a.add(3 * $mr), $b.add(3 * $nr), $mv, $nx, $lanes);
+        $a = $a.add(4 * $mr);
+        $b = $b.add(4 * $nr);
+    }};
+}
+
+/// Ask for the lines of an `m x n` tile of C into the cache level `HINT`
+/// names: every 8th element of each column and its last, so every line a
+/// column touches (3 or 4 for the 24-row AVX-512 tile, not only its
+/// first and last).
+#[inline(always)]
+unsafe fn prefetch_tile<const HINT: i32>(c: *const f64, ldc: usize, m: usize, n: usize) {
+    // SAFETY: `c` is a tile of the caller's C (`m, n >= 1` elements inside
+    // it); prefetching an address never faults.
+    unsafe {
+        for j in 0..n {
+            let col = c.add(j * ldc);
+            let mut i = 0;
+            while i < m - 1 {
+                _mm_prefetch::<HINT>(col.add(i).cast());
+                i += 8;
+            }
+            _mm_prefetch::<HINT>(col.add(m - 1).cast());
+        }
+    }
+}
+
 /// One call of the micro-kernel: `C[0..m, 0..n] += A panel * B panel`
 /// over `kc` k-steps, with C's leading dimension `ldc`.
 #[derive(Clone, Copy)]
@@ -287,27 +342,26 @@ unsafe fn micro<V: F64Vec, const MV: usize, const NR: usize, const NX: usize>(t:
     unsafe {
         let lanes = V::LANES;
         let mr = MV * lanes;
-        // The C tile is read once, after the whole k loop: ask for its
-        // lines now (the first and last element of each column), so that
-        // read does not wait on memory. Once C outgrows the caches (n =
-        // 2048: 32 MiB) the write-back otherwise waits on DRAM for every
-        // tile: 8% of the time on Zen 3.
-        for j in 0..n {
-            let col = c.add(j * ldc);
-            _mm_prefetch::<_MM_HINT_T0>(col.cast());
-            _mm_prefetch::<_MM_HINT_T0>(col.add(m - 1).cast());
-        }
+        // The C tile is read once, after the whole k loop. Its lines are
+        // asked for twice: into L2 now, so that read does not wait on
+        // memory (once C outgrows the caches, n = 2048: 32 MiB, the
+        // write-back otherwise waits on DRAM for every tile: 8% of the
+        // time on Zen 3), and into L1 C_L1_AHEAD k-steps before the end,
+        // late enough that the A panel streaming through L1 (16 KiB for
+        // 8 x 256) does not evict them first.
+        prefetch_tile::<_MM_HINT_T1>(c, ldc, m, n);
         let mut acc = [[V::zero(); MV]; NX];
         let mut a = a;
         let mut b = b;
         let mut p = 0;
+        let near = kc.saturating_sub(C_L1_AHEAD);
+        while p + 4 <= near {
+            ksteps4!(acc, a, b, mr, MV, NR, NX, lanes);
+            p += 4;
+        }
+        prefetch_tile::<_MM_HINT_T0>(c, ldc, m, n);
         while p + 4 <= kc {
-            kstep!(acc, a, b, MV, NX, lanes);
-            kstep!(acc, a.add(mr), b.add(NR), MV, NX, lanes);
-            kstep!(acc, a.add(2 * mr), b.add(2 * NR), MV, NX, lanes);
-            kstep!(acc, a.add(3 * mr), b.add(3 * NR), MV, NX, lanes);
-            a = a.add(4 * mr);
-            b = b.add(4 * NR);
+            ksteps4!(acc, a, b, mr, MV, NR, NX, lanes);
             p += 4;
         }
         while p < kc {

@@ -15,8 +15,9 @@
 //! tiles (a B panel with 1-4 real columns runs a 2- or 4-column tile) and
 //! only the write-back of an edge tile is masked. `alpha` is folded into
 //! the packed A, which is packed column by column (each column of A read
-//! once, front to back), and each tile's C lines are prefetched before its
-//! k loop.
+//! once, front to back, the lines of a column a few ahead asked for
+//! meanwhile), and each tile's C lines are asked into L2 before its k loop
+//! and into L1 shortly before its end.
 //!
 //! One generic implementation is instantiated per ISA inside a
 //! `#[target_feature]` function, so each variant is compiled (and
