@@ -21,7 +21,11 @@
 //! with round keys 0 and 14) made the slow spells, when the core's store
 //! throughput halves for seconds at a time, a fifth slower. Doubling in
 //! vector registers with one 16-byte store per tweak instead stayed below
-//! 5700 MB/s even in quiet spells: it takes the pipes `aesenc` needs.
+//! 5700 MB/s even in quiet spells: it takes the pipes `aesenc` needs (a
+//! later try, x^16 per tweak with `pclmulqdq`, ran at 0.83-0.87x of this
+//! code). What the in-batch doubling still costs: without it (wrong
+//! output, timing only) a batch ran 19-24% faster, near the AES units'
+//! own rate of two `aesenc` per cycle.
 //! The VAES variants keep a batch's tweaks in registers and advance them
 //! by alpha^(blocks per batch) with shifts and XORs.
 //!
