@@ -60,6 +60,11 @@ fn modes_match_reference_on_many_sizes() {
         [
             1, 2, 3, 4, 5, 6, 7, 8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfd,
         ],
+        // The last byte carries inside an 8-block batch (after 13 blocks:
+        // the second batch starts at 0xfb), then every 32 batches.
+        [
+            9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 0x10, 0x20, 0x30, 0x40, 0x50, 0xf3,
+        ],
     ];
     let mut sizes: Vec<usize> = (0..=80).collect();
     sizes.extend([

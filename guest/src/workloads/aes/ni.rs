@@ -184,17 +184,36 @@ macro_rules! aesni_flavor {
                     // in a general-purpose register, off the vector pipes.
                     let k0w = _mm_extract_epi32::<3>(k[0]) as u32;
                     let mut c = u128::from_be_bytes(*ctr);
+                    // The counter block as it is encrypted (big-endian),
+                    // kept in a vector register from batch to batch: built
+                    // from `c` through memory, a 16-byte load of two 8-byte
+                    // stores, it cannot be store-forwarded and every batch's
+                    // blocks waited on it.
+                    let mut pre = _mm_loadu_si128(c.to_be_bytes().as_ptr().cast());
+                    // Block i's increment, in the counter's last byte.
+                    let inc: [__m128i; LANES] = core::array::from_fn(|i| {
+                        _mm_set_epi8(i as i8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+                    });
+                    let next =
+                        _mm_set_epi8(LANES as i8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
                     let mut chunks = data.chunks_exact_mut(16 * LANES);
                     for chunk in &mut chunks {
                         let mut b = [_mm_setzero_si128(); LANES];
                         let lo = c as u32;
-                        if lo <= u32::MAX - (LANES as u32 - 1) {
+                        if lo & 0xff <= 0xff - (LANES as u32 - 1) {
+                            // No carry out of the last byte in this batch
+                            // (31 batches in 32): one byte add and the XOR
+                            // with round key 0 per block, two vector
+                            // operations instead of five in two domains.
+                            for (b, inc) in b.iter_mut().zip(&inc) {
+                                *b = _mm_xor_si128(_mm_add_epi8(pre, *inc), k[0]);
+                            }
+                        } else if lo <= u32::MAX - (LANES as u32 - 1) {
                             // No carry out of the low 32 bits in this batch:
                             // the blocks share their first 12 bytes (XORed
                             // with round key 0 once) and differ in the last
                             // word, big-endian `lo + i` ^ the key's word.
-                            let cb = c.to_be_bytes();
-                            let pk = _mm_xor_si128(_mm_loadu_si128(cb.as_ptr().cast()), k[0]);
+                            let pk = _mm_xor_si128(pre, k[0]);
                             for (i, b) in b.iter_mut().enumerate() {
                                 let w = (lo + i as u32).swap_bytes() ^ k0w;
                                 *b = _mm_insert_epi32::<3>(pk, w as i32);
@@ -216,6 +235,11 @@ macro_rules! aesni_flavor {
                             _mm_storeu_si128(p.add(i), _mm_xor_si128(d, ks));
                         }
                         c = c.wrapping_add(LANES as u128);
+                        pre = if lo & 0xff < 0x100 - LANES as u32 {
+                            _mm_add_epi8(pre, next)
+                        } else {
+                            _mm_loadu_si128(c.to_be_bytes().as_ptr().cast())
+                        };
                     }
                     ctr_tail(&k, &mut c, chunks.into_remainder());
                     *ctr = c.to_be_bytes();
