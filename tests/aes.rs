@@ -10,32 +10,27 @@ use common::{kvm_or_skip, vmm_json};
 use guest::workloads::aes::gcm::{self, Gcm128, GcmKey, GcmVariant};
 use guest::workloads::aes::soft;
 use guest::workloads::aes::xts::{self, Xts256, XtsKeys, XtsVariant};
-use guest::workloads::{Aes128, AesVariant, CpuFeatures};
+use guest::workloads::{Aes128, AesVariant, CpuFeatures, Reason};
 use proptest::prelude::*;
 use serde_json::Value;
 
-fn host_xts() -> Vec<Xts256> {
+/// The instances of every variant in `all` this host runs (`new` refuses
+/// the others).
+fn on_host<V: Copy, T>(all: &[V], new: impl Fn(V, &CpuFeatures) -> Result<T, Reason>) -> Vec<T> {
     let f = CpuFeatures::detect();
-    XtsVariant::ALL
-        .iter()
-        .filter_map(|&v| Xts256::new(v, &f).ok())
-        .collect()
+    all.iter().filter_map(|&v| new(v, &f).ok()).collect()
+}
+
+fn host_xts() -> Vec<Xts256> {
+    on_host(&XtsVariant::ALL, Xts256::new)
 }
 
 fn host_aes() -> Vec<Aes128> {
-    let f = CpuFeatures::detect();
-    AesVariant::ALL
-        .iter()
-        .filter_map(|&v| Aes128::new(v, &f).ok())
-        .collect()
+    on_host(&AesVariant::ALL, Aes128::new)
 }
 
 fn host_gcm() -> Vec<Gcm128> {
-    let f = CpuFeatures::detect();
-    GcmVariant::ALL
-        .iter()
-        .filter_map(|&v| Gcm128::new(v, &f).ok())
-        .collect()
+    on_host(&GcmVariant::ALL, Gcm128::new)
 }
 
 proptest! {

@@ -189,13 +189,7 @@ unsafe fn pack_a<V: F64Vec, const MV: usize>(
         for p in 0..kc {
             let src = a.add(p * lda);
             if p + PACK_A_AHEAD < kc {
-                let next = src.add(PACK_A_AHEAD * lda);
-                let mut i = 0;
-                while i < mc {
-                    _mm_prefetch::<_MM_HINT_T0>(next.add(i).cast());
-                    i += 8;
-                }
-                _mm_prefetch::<_MM_HINT_T0>(next.add(mc - 1).cast());
+                prefetch_block::<_MM_HINT_T0>(src.add(PACK_A_AHEAD * lda), lda, mc, 1);
             }
             let mut ir = 0;
             while ir < full {
@@ -286,14 +280,15 @@ macro_rules! ksteps4 {
     }};
 }
 
-/// Ask for the lines of an `m x n` tile of C into the cache level `HINT`
-/// names: every 8th element of each column and its last, so every line a
-/// column touches (3 or 4 for the 24-row AVX-512 tile, not only its
-/// first and last).
+/// Ask for the lines of an `m x n` column-major block (a tile of C, or
+/// the column of A that `pack_a` will read next) into the cache level
+/// `HINT` names: every 8th element of each column and its last, so every
+/// line a column touches (3 or 4 for the 24-row AVX-512 tile, not only
+/// its first and last).
 #[inline(always)]
-unsafe fn prefetch_tile<const HINT: i32>(c: *const f64, ldc: usize, m: usize, n: usize) {
-    // SAFETY: `c` is a tile of the caller's C (`m, n >= 1` elements inside
-    // it); prefetching an address never faults.
+unsafe fn prefetch_block<const HINT: i32>(c: *const f64, ldc: usize, m: usize, n: usize) {
+    // SAFETY: `c` is a block of the caller's matrix (`m, n >= 1` elements
+    // inside it); prefetching an address never faults.
     unsafe {
         for j in 0..n {
             let col = c.add(j * ldc);
@@ -349,7 +344,7 @@ unsafe fn micro<V: F64Vec, const MV: usize, const NR: usize, const NX: usize>(t:
         // time on Zen 3), and into L1 C_L1_AHEAD k-steps before the end,
         // late enough that the A panel streaming through L1 (16 KiB for
         // 8 x 256) does not evict them first.
-        prefetch_tile::<_MM_HINT_T1>(c, ldc, m, n);
+        prefetch_block::<_MM_HINT_T1>(c, ldc, m, n);
         let mut acc = [[V::zero(); MV]; NX];
         let mut a = a;
         let mut b = b;
@@ -359,7 +354,7 @@ unsafe fn micro<V: F64Vec, const MV: usize, const NR: usize, const NX: usize>(t:
             ksteps4!(acc, a, b, mr, MV, NR, NX, lanes);
             p += 4;
         }
-        prefetch_tile::<_MM_HINT_T0>(c, ldc, m, n);
+        prefetch_block::<_MM_HINT_T0>(c, ldc, m, n);
         while p + 4 <= kc {
             ksteps4!(acc, a, b, mr, MV, NR, NX, lanes);
             p += 4;
