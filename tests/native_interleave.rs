@@ -183,3 +183,40 @@ fn paired_aes_rows_still_get_their_openssl_yardsticks() {
         }
     }
 }
+
+#[test]
+fn xts_and_gcm_rows_are_paired_like_every_other_row() {
+    if !kvm_or_skip("xts_and_gcm_rows_are_paired_like_every_other_row") {
+        return;
+    }
+    let (out, v) = vmm_json(&["run", "--workload", "xts,gcm,quick", "--native-reps", "2"]);
+    assert!(out.status.success(), "{v:#}");
+    let rows: Vec<&Value> = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["name"] == "aes-256-xts" || r["name"] == "aes-128-gcm")
+        .collect();
+    // Every variant at both quick sizes, the borrows at 512 B and the two
+    // portable rows: whatever this host runs, at least the `aesni` ones.
+    for (name, variant, size) in [
+        ("aes-256-xts", "aesni", 4096),
+        ("aes-256-xts", "aesni +xsave/xmm", 512),
+        ("aes-256-xts", "soft", 512),
+        ("aes-128-gcm", "aesni-pclmul", 512),
+        ("aes-128-gcm", "soft", 512),
+    ] {
+        assert!(
+            rows.iter()
+                .any(|r| r["name"] == name && r["variant"] == variant && r["size"] == size),
+            "{name} {variant} {size}: {v:#}"
+        );
+    }
+    for r in &rows {
+        assert_eq!(r["check"], "pass", "{r}");
+        check_spread(r, 2);
+    }
+    let n = &v["native"];
+    assert_eq!(n["code"], "guest-image", "{n}");
+    assert_eq!(n["pairs"].as_u64(), Some(2 * rows.len() as u64), "{n}");
+}

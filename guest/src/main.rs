@@ -322,6 +322,10 @@ impl RepHook for PortReps {
             signal(PART_PORT, &self.part);
         }
     }
+
+    fn paired(&self) -> bool {
+        self.signals
+    }
 }
 
 /// The VMM's native entry point ([`guest::protocol::NATIVE_ROW_SYMBOL`]):

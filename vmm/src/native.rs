@@ -8,6 +8,9 @@ pub mod scratch;
 pub mod worker;
 
 use guest::protocol::{Report, RowKind};
+use guest::workloads::aes::gcm::GcmVariant;
+use guest::workloads::aes::xts::XtsVariant;
+use guest::workloads::live::Live;
 use guest::workloads::{self, AesVariant, CpuFeatures, GemmVariant, Selection};
 
 use crate::bench::openssl::{self, GuestFigure, Yardstick};
@@ -104,11 +107,32 @@ pub fn run_parallel_native(threads: usize, tsc_khz: u64) -> (Vec<Measured>, Vec<
 }
 
 /// The row name, variant name and size a repetition key stands for.
-fn row_of(pair: &RepPair) -> Option<(&'static str, &'static str, u64)> {
+fn row_of(pair: &RepPair) -> Option<(&'static str, String, u64)> {
     let k = pair.key;
+    let v = usize::from(k.variant);
+    let lives = Live::ALL.len();
+    // The XTS and GCM keys number their portable row after the variants
+    // and their borrow rows `3 * variant + live` (see `RowKind`).
+    let mode = |names: &[&'static str]| -> Option<String> {
+        Some(match v.cmp(&names.len()) {
+            std::cmp::Ordering::Less => names[v].to_string(),
+            std::cmp::Ordering::Equal => "soft".to_string(),
+            std::cmp::Ordering::Greater => return None,
+        })
+    };
+    let borrow = |names: &[&'static str]| -> Option<String> {
+        let live = Live::ALL[v % lives].name();
+        Some(format!("{} +xsave/{live}", names.get(v / lives)?))
+    };
+    let xts = XtsVariant::ALL.map(XtsVariant::name);
+    let gcm = GcmVariant::ALL.map(GcmVariant::name);
     let variant = match k.kind {
-        RowKind::AesCbc | RowKind::AesCtr => AesVariant::ALL.get(usize::from(k.variant))?.name(),
-        RowKind::Dgemm | RowKind::Linpack => GemmVariant::ALL.get(usize::from(k.variant))?.name(),
+        RowKind::AesCbc | RowKind::AesCtr => AesVariant::ALL.get(v)?.name().to_string(),
+        RowKind::Dgemm | RowKind::Linpack => GemmVariant::ALL.get(v)?.name().to_string(),
+        RowKind::Xts => mode(&xts)?,
+        RowKind::Gcm => mode(&gcm)?,
+        RowKind::XtsBorrow => borrow(&xts)?,
+        RowKind::GcmBorrow => borrow(&gcm)?,
     };
     Some((k.kind.name(), variant, u64::from(k.size)))
 }
@@ -270,6 +294,51 @@ mod tests {
                 digest: native.2,
             },
             parts: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn xts_and_gcm_keys_name_their_rows() {
+        let named = |kind, variant, size| {
+            let mut p = pair((1, 1, 0), (1, 1, 0));
+            p.key = RowKey {
+                kind,
+                variant,
+                size,
+            };
+            row_of(&p)
+        };
+        use RowKind::*;
+        for (kind, variant, size, want) in [
+            (Xts, 0, 4096, Some(("aes-256-xts", "aesni"))),
+            (Xts, 3, 512, Some(("aes-256-xts", "vaes-512"))),
+            (Xts, 4, 512, Some(("aes-256-xts", "soft"))),
+            (Xts, 5, 512, None),
+            (Gcm, 3, 512, Some(("aes-128-gcm", "soft"))),
+            (Gcm, 4, 512, None),
+            (
+                XtsBorrow,
+                4,
+                512,
+                Some(("aes-256-xts", "aesni-avx +xsave/ymm")),
+            ),
+            (
+                XtsBorrow,
+                11,
+                512,
+                Some(("aes-256-xts", "vaes-512 +xsave/zmm")),
+            ),
+            (XtsBorrow, 12, 512, None),
+            (
+                GcmBorrow,
+                6,
+                512,
+                Some(("aes-128-gcm", "vaes-vpclmul-512 +xsave/xmm")),
+            ),
+            (GcmBorrow, 9, 512, None),
+        ] {
+            let want = want.map(|(n, v)| (n, v.to_string(), u64::from(size)));
+            assert_eq!(named(kind, variant, size), want, "{kind:?} {variant}");
         }
     }
 

@@ -54,6 +54,19 @@ pub enum RowKind {
     Dgemm = 3,
     /// `linpack`.
     Linpack = 4,
+    /// `aes-256-xts`: variant `i < 4` is `XtsVariant::ALL[i]`, 4 the
+    /// portable `soft` row.
+    Xts = 5,
+    /// `aes-128-gcm`: variant `i < 3` is `GcmVariant::ALL[i]`, 3 the
+    /// portable `soft` row.
+    Gcm = 6,
+    /// `aes-256-xts` with the register borrow around each message
+    /// (`VARIANT +xsave/LIVE`): variant `3 * v + l` is `XtsVariant::ALL[v]`
+    /// with `Live::ALL[l]` state live.
+    XtsBorrow = 7,
+    /// `aes-128-gcm` with the register borrow, numbered like
+    /// [`RowKind::XtsBorrow`] over `GcmVariant::ALL`.
+    GcmBorrow = 8,
 }
 
 impl RowKind {
@@ -64,6 +77,8 @@ impl RowKind {
             RowKind::AesCtr => "aes-128-ctr",
             RowKind::Dgemm => "dgemm",
             RowKind::Linpack => "linpack",
+            RowKind::Xts | RowKind::XtsBorrow => "aes-256-xts",
+            RowKind::Gcm | RowKind::GcmBorrow => "aes-128-gcm",
         }
     }
 
@@ -73,6 +88,10 @@ impl RowKind {
             2 => RowKind::AesCtr,
             3 => RowKind::Dgemm,
             4 => RowKind::Linpack,
+            5 => RowKind::Xts,
+            6 => RowKind::Gcm,
+            7 => RowKind::XtsBorrow,
+            8 => RowKind::GcmBorrow,
             _ => return None,
         })
     }
@@ -84,7 +103,8 @@ impl RowKind {
 pub struct RowKey {
     /// The workload.
     pub kind: RowKind,
-    /// Index into `AesVariant::ALL` or `GemmVariant::ALL`.
+    /// Index into `AesVariant::ALL` or `GemmVariant::ALL`, or as the
+    /// [`RowKind`] says for the XTS and GCM rows.
     pub variant: u8,
     /// Message bytes or matrix order.
     pub size: u32,
@@ -232,6 +252,21 @@ mod tests {
         assert_eq!(k.encode(), 0x4200_03e8);
         assert_eq!(RowKey::decode(k.encode()), Some(k));
         assert_eq!(RowKey::decode(0x0200_0010), None);
+        let k = RowKey {
+            kind: RowKind::XtsBorrow,
+            variant: 11,
+            size: 512,
+        };
+        assert_eq!(k.encode(), 0x7b00_0200);
+        assert_eq!(RowKey::decode(k.encode()), Some(k));
+        for (kind, word) in [
+            (RowKind::Xts, 5),
+            (RowKind::Gcm, 6),
+            (RowKind::GcmBorrow, 8),
+        ] {
+            assert_eq!(RowKey::decode(word << 28).map(|k| k.kind), Some(kind));
+        }
+        assert_eq!(RowKey::decode(9 << 28), None);
         assert_eq!(RepRecord::SIZE, 32);
         assert_eq!(PartRecord::SIZE, 32);
         assert_eq!(digest_f64(&[]), 0xcbf2_9ce4_8422_2325);

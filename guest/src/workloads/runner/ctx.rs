@@ -52,16 +52,31 @@ impl Ctx<'_> {
     ) -> (u64, u64) {
         let (mut reps, mut cycles) = (0u64, 0u64);
         for rep in 0..self.hook.reps().max(1) {
-            let hook = &mut *self.hook;
-            let mut part = 0;
-            let m = self.budget.measure_parts(fixed, work, &mut f, |w, c| {
-                hook.part_done(&part_record(key, rep, &mut part, w, c));
-            });
-            reps += m.reps;
-            cycles += m.cycles;
-            self.hook.rep_done(&rep_record(key, rep, work, m, digest));
+            let (r, c) = self.measure_rep(key, rep, fixed, work, digest, &mut f);
+            reps += r;
+            cycles += c;
         }
         (reps, cycles)
+    }
+
+    /// Repetition `rep` alone of [`Ctx::measure`]: for rows measured in
+    /// turns (every row's repetition 0, then every row's repetition 1 ...).
+    pub(super) fn measure_rep(
+        &mut self,
+        key: RowKey,
+        rep: u32,
+        fixed: u64,
+        work: u64,
+        digest: u64,
+        mut f: impl FnMut(&mut Stages<'_>),
+    ) -> (u64, u64) {
+        let hook = &mut *self.hook;
+        let mut part = 0;
+        let m = self.budget.measure_parts(fixed, work, &mut f, |w, c| {
+            hook.part_done(&part_record(key, rep, &mut part, w, c));
+        });
+        self.hook.rep_done(&rep_record(key, rep, work, m, digest));
+        (m.reps, m.cycles)
     }
 
     /// [`Budget::measure_with_setup`] per repetition, like [`Ctx::measure`]

@@ -135,17 +135,24 @@ pub fn run_row(
     let mut sel = Selection::NONE;
     sel.quick = quick;
     let pick = |k: RowKind| if key.kind == k { &size[..] } else { none };
+    // A borrow row is at its fixed size whatever the message sizes.
+    let modes = match key.kind {
+        RowKind::Xts | RowKind::Gcm => &size[..],
+        _ => none,
+    };
     let sizes = Sizes {
         cbc: pick(RowKind::AesCbc),
         ctr: pick(RowKind::AesCtr),
         gemm: pick(RowKind::Dgemm),
         linpack: pick(RowKind::Linpack),
-        modes: none,
+        modes,
     };
     match key.kind {
         RowKind::AesCbc | RowKind::AesCtr => sel.aes = true,
         RowKind::Dgemm => sel.gemm = true,
         RowKind::Linpack => sel.linpack = true,
+        RowKind::Xts | RowKind::XtsBorrow => sel.xts = true,
+        RowKind::Gcm | RowKind::GcmBorrow => sel.gcm = true,
     }
     let mut last = reps::LastRep {
         last: None,

@@ -2,8 +2,9 @@
 //! throughput per message size, then at one 512-byte sector the same
 //! message with the register borrow (XRSTOR + XSAVE) around it for XMM,
 //! YMM and ZMM live state, and the portable implementation. Each timed
-//! row but the portable one is the median of several samples
-//! ([`MODE_SAMPLES`]), taken round the rows.
+//! row but the portable one is the median of several samples taken round
+//! the rows: the repetitions the VMM pairs with native ones, or
+//! [`MODE_SAMPLES`] where nobody pairs them.
 
 use core::fmt::Write;
 
@@ -12,7 +13,7 @@ use super::sizes::{
     modes_scratch, AES_FIXED_BYTES, BORROW_SIZE, MAX_MODE_SAMPLES, MAX_MODE_SIZES, MODE_BUF,
     MODE_SAMPLES,
 };
-use crate::protocol::WorkUnit;
+use crate::protocol::{RowKey, RowKind, WorkUnit, MAX_ROW_REPS};
 use crate::workloads::aes::borrow::{Borrow, AREA_BYTES};
 use crate::workloads::aes::gcm::{self, Gcm128, GcmKey, GcmVariant};
 use crate::workloads::aes::kat_modes::{self, XTS_V10_KEY};
@@ -71,22 +72,84 @@ const MAX_VARIANTS: usize = 4;
 /// Most timed rows of one mode: every variant at every size and with each
 /// of the three borrows.
 const MAX_ROWS: usize = MAX_VARIANTS * (MAX_MODE_SIZES + Live::ALL.len());
+/// Most samples of one row: a paired run's repetitions, or the unpaired
+/// samples.
+const MAX_SAMPLES: usize = if MAX_ROW_REPS as usize > MAX_MODE_SAMPLES {
+    MAX_ROW_REPS as usize
+} else {
+    MAX_MODE_SAMPLES
+};
+
+/// The [`RowKind`]s of one mode's rows: the plain rows (variants by their
+/// index in the mode's `ALL`, the portable row after them) and the borrow
+/// rows (`3 * variant + live`).
+#[derive(Clone, Copy)]
+struct Kinds {
+    plain: RowKind,
+    borrow: RowKind,
+}
+
+impl Kinds {
+    const XTS: Kinds = Kinds {
+        plain: RowKind::Xts,
+        borrow: RowKind::XtsBorrow,
+    };
+    const GCM: Kinds = Kinds {
+        plain: RowKind::Gcm,
+        borrow: RowKind::GcmBorrow,
+    };
+
+    /// The rows' name in reports.
+    fn name(self) -> &'static str {
+        self.plain.name()
+    }
+
+    /// The key of variant `all` (its index in the mode's `ALL`) at `size`,
+    /// with the borrow for `live` or without.
+    fn key(self, all: usize, size: usize, live: Option<Live>) -> RowKey {
+        let (kind, variant) = match live {
+            None => (self.plain, all),
+            Some(l) => {
+                let li = Live::ALL.iter().position(|&x| x == l).unwrap_or(0);
+                (self.borrow, Live::ALL.len() * all + li)
+            }
+        };
+        RowKey {
+            kind,
+            variant: variant as u8,
+            size: size as u32,
+        }
+    }
+
+    /// Whether variant `all` has a row this run times (the native entry
+    /// point times one).
+    fn wants(self, ctx: &Ctx, all: usize) -> bool {
+        ctx.only.is_none_or(|k| {
+            (k.kind == self.plain && usize::from(k.variant) == all)
+                || (k.kind == self.borrow && usize::from(k.variant) / Live::ALL.len() == all)
+        })
+    }
+}
 
 /// One mode's rows for the variants that passed their known answers
-/// (`variants[v]` names variant `v`); `enc(v, msg)` encrypts one message
-/// with variant `v` (and advances whatever per-message state it has).
+/// (`listed[v]`: variant `v`'s name and its index in the mode's `ALL`);
+/// `enc(v, msg)` encrypts one message with variant `v` (and
+/// advances whatever per-message state it has).
 ///
 /// The samples go round the rows (every row's first sample, then every
 /// row's second ...) and each row reports its median rate: the host's slow
 /// spells last seconds here, and samples taken back to back could all fall
-/// in one. `enc` is generic, not `dyn`: the timed loop calls the variant
-/// directly, as a caller of a cipher library would (one indirect call is
-/// ~2% of a 512-byte XTS message here).
+/// in one. Each sample is one repetition ([`Ctx::measure_rep`]): where the
+/// VMM pairs repetitions with native ones, part by part, there are as many
+/// as it asks for, each signalled, so these rows get a guest/native ratio
+/// measured like every other row's. `enc` is generic, not `dyn`: the timed
+/// loop calls the variant directly, as a caller of a cipher
+/// library would (one indirect call is ~2% of a 512-byte XTS message here).
 #[allow(clippy::too_many_arguments)]
 fn rows<F: FnMut(usize, &mut [u8])>(
     ctx: &mut Ctx,
-    name: &str,
-    variants: &[&str],
+    kinds: Kinds,
+    listed: &[(&str, usize)],
     sizes: &[usize],
     buf: &mut [u8],
     area: &mut [u8],
@@ -98,8 +161,9 @@ fn rows<F: FnMut(usize, &mut [u8])>(
         size: 0,
         live: None,
     }; MAX_ROWS];
+    let name = kinds.name();
     let mut n = 0;
-    for (v, &variant) in variants.iter().enumerate().take(MAX_VARIANTS) {
+    for (v, &(variant, _)) in listed.iter().enumerate().take(MAX_VARIANTS) {
         for &size in sizes.iter().take(MAX_MODE_SIZES) {
             if size > buf.len() || !size.is_multiple_of(BLOCK) {
                 ctx.skip(name, variant, &bad_size(size));
@@ -125,21 +189,39 @@ fn rows<F: FnMut(usize, &mut [u8])>(
             n += 1;
         }
     }
-    let rows = &rows[..n];
+    let key = |row: &Row| kinds.key(listed[row.v].1, row.size, row.live);
+    // The native entry point times one row.
+    let mut kept = 0;
+    for i in 0..n {
+        if ctx.only.is_none_or(|k| k == key(&rows[i])) {
+            rows[kept] = rows[i];
+            kept += 1;
+        }
+    }
+    let rows = &rows[..kept];
     let fixed_bytes = AES_FIXED_BYTES[ctx.full];
-    // At most MAX_MODE_SAMPLES (checked where they are defined).
-    let samples = MODE_SAMPLES[ctx.full];
-    let mut got = [[(0u64, 0u64); MAX_MODE_SAMPLES]; MAX_ROWS];
+    // Each sample is one repetition, signalled as such: where the VMM
+    // pairs them, as many as it asks for.
+    let samples = if ctx.only.is_some() {
+        1
+    } else if ctx.hook.paired() {
+        ctx.hook.reps().clamp(1, MAX_ROW_REPS) as usize
+    } else {
+        // At most MAX_MODE_SAMPLES (checked where they are defined).
+        MODE_SAMPLES[ctx.full]
+    };
+    let mut got = [[(0u64, 0u64); MAX_SAMPLES]; MAX_ROWS];
     for s in 0..samples {
         for (row, got) in rows.iter().zip(got.iter_mut()) {
             let msg = &mut buf[..row.size];
             let fixed = fixed_bytes / (row.size as u64 + 64);
+            let (work, rep) = (row.size as u64, s as u32);
             got[s] = match row.live {
-                None => ctx.budget.measure(fixed, || enc(row.v, msg)),
+                None => ctx.measure_rep(key(row), rep, fixed, work, 0, |_| enc(row.v, msg)),
                 // Available: `Borrow::new` succeeded for it above and
                 // depends only on the live state and the features.
                 Some(live) => match Borrow::new(area, live, usable) {
-                    Ok(mut b) => ctx.budget.measure(fixed, || {
+                    Ok(mut b) => ctx.measure_rep(key(row), rep, fixed, work, 0, |_| {
                         b.pair();
                         enc(row.v, msg)
                     }),
@@ -150,7 +232,7 @@ fn rows<F: FnMut(usize, &mut [u8])>(
     }
     for (row, got) in rows.iter().zip(got.iter_mut()) {
         let (reps, cycles) = median_rate(&mut got[..samples]);
-        let variant = variants[row.v];
+        let variant = listed[row.v].0;
         let with_borrow = row.live.map(|live| borrowed(variant, live));
         ctx.result(
             name,
@@ -213,9 +295,12 @@ pub(super) fn xts_suite(
     };
     let keys = XtsKeys::new(&XTS_V10_KEY);
     let mut timed: [Option<Xts256>; MAX_VARIANTS] = [None; MAX_VARIANTS];
-    let mut names = [""; MAX_VARIANTS];
+    let mut listed = [("", 0); MAX_VARIANTS];
     let mut n = 0;
-    for v in XtsVariant::ALL {
+    for (all, v) in XtsVariant::ALL.into_iter().enumerate() {
+        if !Kinds::XTS.wants(ctx, all) {
+            continue;
+        }
         let x = match Xts256::with_detected(v, usable) {
             Ok(x) => x,
             Err(why) => {
@@ -228,7 +313,7 @@ pub(super) fn xts_suite(
             continue;
         }
         timed[n] = Some(x);
-        names[n] = v.name();
+        listed[n] = (v.name(), all);
         n += 1;
     }
     // Consecutive sectors per variant, as a disk writes them.
@@ -240,15 +325,27 @@ pub(super) fn xts_suite(
             units[v] += 1;
         }
     };
-    rows(ctx, XTS, &names[..n], sizes, buf, area, usable, &mut enc);
+    let passed = &listed[..n];
+    rows(ctx, Kinds::XTS, passed, sizes, buf, area, usable, &mut enc);
     // The portable row ("generic C" in the seed): vector 10 first.
+    let soft = XtsVariant::ALL.len();
+    if !Kinds::XTS.wants(ctx, soft) {
+        return;
+    }
     let mut d = kat_modes::XTS_V10_PLAINTEXT;
     let kat_keys = kat_modes::xts_keys(&XTS_V10_KEY, sel.corrupt_aes_key);
     let ok = xts::soft_encrypt_unit(&kat_keys, kat_modes::XTS_V10_UNIT, &mut d).is_ok()
         && d == kat_modes::XTS_V10_CIPHERTEXT;
-    soft_row(ctx, XTS, ok, buf, &mut |m| {
-        let _ = xts::soft_encrypt_unit(&keys, 7, m);
-    });
+    soft_row(
+        ctx,
+        XTS,
+        Kinds::XTS.key(soft, BORROW_SIZE, None),
+        ok,
+        buf,
+        &mut |m| {
+            let _ = xts::soft_encrypt_unit(&keys, 7, m);
+        },
+    );
 }
 
 pub(super) fn gcm_suite(
@@ -263,9 +360,12 @@ pub(super) fn gcm_suite(
         return;
     };
     let mut timed: [Option<(Gcm128, GcmKey)>; MAX_VARIANTS] = [None, None, None, None];
-    let mut names = [""; MAX_VARIANTS];
+    let mut listed = [("", 0); MAX_VARIANTS];
     let mut n = 0;
-    for v in GcmVariant::ALL {
+    for (all, v) in GcmVariant::ALL.into_iter().enumerate() {
+        if !Kinds::GCM.wants(ctx, all) {
+            continue;
+        }
         let g = match Gcm128::with_detected(v, usable) {
             Ok(g) => g,
             Err(why) => {
@@ -278,7 +378,7 @@ pub(super) fn gcm_suite(
             continue;
         }
         timed[n] = Some((g, GcmKey::new(g.expand_key(&kat::KEY_2B7E))));
-        names[n] = v.name();
+        listed[n] = (v.name(), all);
         n += 1;
     }
     let mut enc = |v: usize, m: &mut [u8]| {
@@ -287,7 +387,12 @@ pub(super) fn gcm_suite(
             let _ = g.encrypt(key, &IV, &[], m);
         }
     };
-    rows(ctx, GCM, &names[..n], sizes, buf, area, usable, &mut enc);
+    let passed = &listed[..n];
+    rows(ctx, Kinds::GCM, passed, sizes, buf, area, usable, &mut enc);
+    let soft = GcmVariant::ALL.len();
+    if !Kinds::GCM.wants(ctx, soft) {
+        return;
+    }
     let v = &kat_modes::GCM_VECTORS[1];
     let mut rk = soft::expand_key(&v.key);
     if sel.corrupt_aes_key {
@@ -298,14 +403,28 @@ pub(super) fn gcm_suite(
     let ok = gcm::soft_encrypt(&GcmKey::new(rk), &v.iv, v.aad, &mut d) == Ok(v.tag)
         && d == *v.ciphertext;
     let key = GcmKey::new(soft::expand_key(&kat::KEY_2B7E));
-    soft_row(ctx, GCM, ok, buf, &mut |m| {
-        let _ = gcm::soft_encrypt(&key, &IV, &[], m);
-    });
+    soft_row(
+        ctx,
+        GCM,
+        Kinds::GCM.key(soft, BORROW_SIZE, None),
+        ok,
+        buf,
+        &mut |m| {
+            let _ = gcm::soft_encrypt(&key, &IV, &[], m);
+        },
+    );
 }
 
-/// The `soft` row at one sector, or a failed check when its known answer
-/// (`ok`) did not hold.
-fn soft_row(ctx: &mut Ctx, name: &str, ok: bool, buf: &mut [u8], enc: &mut dyn FnMut(&mut [u8])) {
+/// The `soft` row (`key`) at one sector, or a failed check when its known
+/// answer (`ok`) did not hold.
+fn soft_row(
+    ctx: &mut Ctx,
+    name: &str,
+    key: RowKey,
+    ok: bool,
+    buf: &mut [u8],
+    enc: &mut dyn FnMut(&mut [u8]),
+) {
     let size = BORROW_SIZE;
     if !ok {
         let mut why = Reason::new();
@@ -316,7 +435,7 @@ fn soft_row(ctx: &mut Ctx, name: &str, ok: bool, buf: &mut [u8], enc: &mut dyn F
     let msg = &mut buf[..size];
     // The portable code is ~100x slower: a smaller fixed amount of work.
     let fixed = AES_FIXED_BYTES[ctx.full] / 64 / (size as u64 + 64);
-    let (reps, cycles) = ctx.budget.measure(fixed.max(1), || enc(msg));
+    let (reps, cycles) = ctx.measure(key, fixed.max(1), size as u64, 0, |_| enc(msg));
     ctx.result(
         name,
         "soft",

@@ -14,6 +14,12 @@ pub trait RepHook {
     /// One timed part of a repetition is done (before the repetition's
     /// [`RepHook::rep_done`]); nobody is told by default.
     fn part_done(&mut self, _record: &PartRecord) {}
+    /// Whether someone pairs each signalled repetition with a native one
+    /// (a row then needs no other defence against the host's slow
+    /// spells); no by default.
+    fn paired(&self) -> bool {
+        false
+    }
 }
 
 /// One repetition per row, nobody told.
@@ -210,6 +216,108 @@ mod tests {
             .iter()
             .position(|v| v.name() == field_str(&row.variant))
             .unwrap() as u8
+    }
+
+    /// Signalled repetitions, paired (as the guest kernel's are when the
+    /// VMM answers) or not.
+    struct Turns {
+        reps: u32,
+        paired: bool,
+        told: Vec<RepRecord>,
+    }
+    impl RepHook for Turns {
+        fn reps(&self) -> u32 {
+            self.reps
+        }
+        fn rep_done(&mut self, r: &RepRecord) {
+            self.told.push(*r);
+        }
+        fn paired(&self) -> bool {
+            self.paired
+        }
+    }
+
+    #[test]
+    fn xts_and_gcm_rows_take_turns_one_signalled_repetition_each() {
+        let mut scratch =
+            vec![0u8; crate::workloads::scratch_bytes(&Selection::parse("xts,gcm").unwrap())];
+        let sizes = Sizes {
+            modes: &[512, 4096],
+            ..SIZES
+        };
+        for (reps, paired, samples) in [(4, true, 4), (4, false, 3), (1, true, 1)] {
+            let mut report = Report::new();
+            let mut hook = Turns {
+                reps,
+                paired,
+                told: Vec::new(),
+            };
+            let sel = Selection::parse("xts,gcm,quick").unwrap();
+            let feat = CpuFeatures::detect();
+            assert!(run_with_hook(
+                &sel,
+                &sizes,
+                &feat,
+                100,
+                &mut scratch,
+                &mut report,
+                &mut hook
+            ));
+            let rows = report.results();
+            // Every row but the two portable ones goes round with the
+            // others: the first sample of each, then the second ...
+            let timed: Vec<u32> = hook.told.iter().map(|r| r.key).collect();
+            let mut keys: Vec<u32> = Vec::new();
+            for &k in &timed {
+                if !keys.contains(&k) {
+                    keys.push(k);
+                }
+            }
+            assert_eq!(keys.len(), rows.len(), "{rows:?}");
+            for (i, &k) in keys.iter().enumerate() {
+                let mine: Vec<&RepRecord> = hook.told.iter().filter(|r| r.key == k).collect();
+                // The portable row: its repetitions back to back.
+                let soft = field_str(&rows[i].variant) == "soft";
+                assert_eq!(
+                    mine.len(),
+                    if soft { reps as usize } else { samples },
+                    "{k:#x}"
+                );
+                for (rep, r) in mine.iter().enumerate() {
+                    assert_eq!(r.rep, rep as u32);
+                }
+                let key = RowKey::decode(k).unwrap();
+                let row = &rows[i];
+                assert_eq!(field_str(&row.name), key.kind.name());
+                assert_eq!(row.size, u64::from(key.size));
+                assert_eq!(row.check, 1);
+                // Round the rows of one mode (its portable row is timed
+                // alone, after them): this row's first sample comes
+                // before the second of the row timed before it.
+                let turn = |k, s| timed.iter().enumerate().filter(|(_, &t)| t == k).nth(s);
+                let before = keys.get(i.wrapping_sub(1)).copied();
+                let same_mode = before
+                    .and_then(RowKey::decode)
+                    .is_some_and(|b| b.kind.name() == key.kind.name());
+                if let (Some(b), true, true, false) = (before, same_mode, samples > 1, soft) {
+                    assert!(turn(k, 0).unwrap().0 < turn(b, 1).unwrap().0, "{key:?}");
+                }
+                // The native entry point times exactly this row.
+                let mut alone = Report::new();
+                let out = run_row(key, true, 100, &mut scratch, &mut alone, &mut |_| {});
+                assert_eq!((out.ran, out.check), (1, 1), "{key:?}");
+                let got = alone.results();
+                assert_eq!(got.len(), 1, "{key:?}");
+                assert_eq!(
+                    (
+                        field_str(&got[0].name),
+                        field_str(&got[0].variant),
+                        got[0].size
+                    ),
+                    (field_str(&row.name), field_str(&row.variant), row.size)
+                );
+            }
+        }
     }
 
     #[test]

@@ -73,9 +73,11 @@ impl Sizes<'static> {
 pub(super) const TARGET_MS_QUICK: u64 = 20;
 /// Target duration of one measurement in full runs.
 pub(super) const TARGET_MS_FULL: u64 = 50;
-/// Samples per XTS/GCM row (quick, full), of which the row reports the
-/// median rate: these rows stand against `openssl speed`, and a single
-/// sample of tens of milliseconds carried the host's noise into the ratio.
+/// Samples per XTS/GCM row (quick, full) where no VMM pairs them with
+/// native ones (a paired run takes as many as the VMM's repetitions), of
+/// which the row reports the median rate: these rows stand against
+/// `openssl speed`, and a single sample of tens of milliseconds carried the
+/// host's noise into the ratio.
 pub(super) const MODE_SAMPLES: [usize; 2] = [3, 5];
 /// Most samples per XTS/GCM row.
 pub(super) const MAX_MODE_SAMPLES: usize = 5;
