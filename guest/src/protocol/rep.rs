@@ -98,7 +98,8 @@ impl RowKind {
 }
 
 /// One result row as a 32-bit word: kind (bits 28..32), variant index in
-/// its family's `ALL` order (bits 24..28), size (bits 0..24).
+/// its family's `ALL` order, or as the [`RowKind`] numbers it (bits
+/// 24..28), size (bits 0..24).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RowKey {
     /// The workload.
