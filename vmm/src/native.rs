@@ -8,9 +8,6 @@ pub mod scratch;
 pub mod worker;
 
 use guest::protocol::{Report, RowKind};
-use guest::workloads::aes::gcm::GcmVariant;
-use guest::workloads::aes::xts::XtsVariant;
-use guest::workloads::live::Live;
 use guest::workloads::{self, AesVariant, CpuFeatures, GemmVariant, Selection};
 
 use crate::bench::openssl::{self, GuestFigure, Yardstick};
@@ -110,29 +107,12 @@ pub fn run_parallel_native(threads: usize, tsc_khz: u64) -> (Vec<Measured>, Vec<
 fn row_of(pair: &RepPair) -> Option<(&'static str, String, u64)> {
     let k = pair.key;
     let v = usize::from(k.variant);
-    let lives = Live::ALL.len();
-    // The XTS and GCM keys number their portable row after the variants
-    // and their borrow rows `3 * variant + live` (see `RowKind`).
-    let mode = |names: &[&'static str]| -> Option<String> {
-        Some(match v.cmp(&names.len()) {
-            std::cmp::Ordering::Less => names[v].to_string(),
-            std::cmp::Ordering::Equal => "soft".to_string(),
-            std::cmp::Ordering::Greater => return None,
-        })
-    };
-    let borrow = |names: &[&'static str]| -> Option<String> {
-        let live = Live::ALL[v % lives].name();
-        Some(format!("{} +xsave/{live}", names.get(v / lives)?))
-    };
-    let xts = XtsVariant::ALL.map(XtsVariant::name);
-    let gcm = GcmVariant::ALL.map(GcmVariant::name);
     let variant = match k.kind {
         RowKind::AesCbc | RowKind::AesCtr => AesVariant::ALL.get(v)?.name().to_string(),
         RowKind::Dgemm | RowKind::Linpack => GemmVariant::ALL.get(v)?.name().to_string(),
-        RowKind::Xts => mode(&xts)?,
-        RowKind::Gcm => mode(&gcm)?,
-        RowKind::XtsBorrow => borrow(&xts)?,
-        RowKind::GcmBorrow => borrow(&gcm)?,
+        RowKind::Xts | RowKind::Gcm | RowKind::XtsBorrow | RowKind::GcmBorrow => {
+            workloads::mode_row_variant(k)?.as_str().to_string()
+        }
     };
     Some((k.kind.name(), variant, u64::from(k.size)))
 }

@@ -71,7 +71,7 @@ pub enum RowKind {
 
 impl RowKind {
     /// The row name in reports.
-    pub fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         match self {
             RowKind::AesCbc => "aes-128-cbc",
             RowKind::AesCtr => "aes-128-ctr",

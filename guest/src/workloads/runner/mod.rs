@@ -52,6 +52,7 @@ use super::features::CpuFeatures;
 use super::selection::Selection;
 use super::timing::Budget;
 use crate::protocol::{NativeRowOut, PartRecord, Report, RowKey, RowKind};
+pub use modes_suite::mode_row_variant;
 pub use reps::{NoReps, RepHook};
 
 pub use sizes::{

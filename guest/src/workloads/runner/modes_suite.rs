@@ -26,8 +26,8 @@ use crate::workloads::selection::Selection;
 use crate::workloads::text::Reason;
 use crate::workloads::timing::median_rate;
 
-const XTS: &str = "aes-256-xts";
-const GCM: &str = "aes-128-gcm";
+const XTS: &str = RowKind::Xts.name();
+const GCM: &str = RowKind::Gcm.name();
 /// The GCM IV of every timed message.
 const IV: [u8; 12] = [
     0xca, 0xfe, 0xba, 0xbe, 0xfa, 0xce, 0xdb, 0xad, 0xde, 0xca, 0xf8, 0x88,
@@ -121,6 +121,26 @@ impl Kinds {
         }
     }
 
+    /// The variant column of the row `key` names, for variant names
+    /// `names` (the mode's `ALL` order), or `None` for a key of another
+    /// mode or out of range: the inverse of [`Kinds::key`].
+    fn variant_name(self, names: &[&str], key: RowKey) -> Option<Reason> {
+        let v = usize::from(key.variant);
+        if key.kind == self.plain {
+            let name = match names.get(v) {
+                Some(name) => name,
+                None if v == names.len() => SOFT,
+                None => return None,
+            };
+            Some(Reason::of(name))
+        } else if key.kind == self.borrow {
+            let lives = Live::ALL.len();
+            Some(borrowed(names.get(v / lives)?, Live::ALL[v % lives]))
+        } else {
+            None
+        }
+    }
+
     /// Whether variant `all` has a row this run times (the native entry
     /// point times one).
     fn wants(self, ctx: &Ctx, all: usize) -> bool {
@@ -130,6 +150,24 @@ impl Kinds {
         })
     }
 }
+
+/// The variant column of the XTS or GCM row `key` names (`None` for any
+/// other key): how the VMM finds the row a signalled repetition belongs
+/// to.
+pub fn mode_row_variant(key: RowKey) -> Option<Reason> {
+    match key.kind {
+        RowKind::Xts | RowKind::XtsBorrow => {
+            Kinds::XTS.variant_name(&XtsVariant::ALL.map(XtsVariant::name), key)
+        }
+        RowKind::Gcm | RowKind::GcmBorrow => {
+            Kinds::GCM.variant_name(&GcmVariant::ALL.map(GcmVariant::name), key)
+        }
+        _ => None,
+    }
+}
+
+/// The portable rows' variant column.
+const SOFT: &str = "soft";
 
 /// One mode's rows for the variants that passed their known answers
 /// (`listed[v]`: variant `v`'s name and its index in the mode's `ALL`);
@@ -338,7 +376,6 @@ pub(super) fn xts_suite(
         && d == kat_modes::XTS_V10_CIPHERTEXT;
     soft_row(
         ctx,
-        XTS,
         Kinds::XTS.key(soft, BORROW_SIZE, None),
         ok,
         buf,
@@ -405,7 +442,6 @@ pub(super) fn gcm_suite(
     let key = GcmKey::new(soft::expand_key(&kat::KEY_2B7E));
     soft_row(
         ctx,
-        GCM,
         Kinds::GCM.key(soft, BORROW_SIZE, None),
         ok,
         buf,
@@ -417,19 +453,12 @@ pub(super) fn gcm_suite(
 
 /// The `soft` row (`key`) at one sector, or a failed check when its known
 /// answer (`ok`) did not hold.
-fn soft_row(
-    ctx: &mut Ctx,
-    name: &str,
-    key: RowKey,
-    ok: bool,
-    buf: &mut [u8],
-    enc: &mut dyn FnMut(&mut [u8]),
-) {
-    let size = BORROW_SIZE;
+fn soft_row(ctx: &mut Ctx, key: RowKey, ok: bool, buf: &mut [u8], enc: &mut dyn FnMut(&mut [u8])) {
+    let (name, size) = (key.kind.name(), BORROW_SIZE);
     if !ok {
         let mut why = Reason::new();
         let _ = write!(why, "KAT failed: portable reference");
-        failed(ctx, name, "soft", &[size], &why);
+        failed(ctx, name, SOFT, &[size], &why);
         return;
     }
     let msg = &mut buf[..size];
@@ -438,7 +467,7 @@ fn soft_row(
     let (reps, cycles) = ctx.measure(key, fixed.max(1), size as u64, 0, |_| enc(msg));
     ctx.result(
         name,
-        "soft",
+        SOFT,
         size,
         reps * size as u64,
         cycles,

@@ -289,6 +289,13 @@ mod tests {
                 let key = RowKey::decode(k).unwrap();
                 let row = &rows[i];
                 assert_eq!(field_str(&row.name), key.kind.name());
+                assert_eq!(
+                    crate::workloads::mode_row_variant(key)
+                        .as_ref()
+                        .map(|r| r.as_str()),
+                    Some(field_str(&row.variant)),
+                    "{key:?}"
+                );
                 assert_eq!(row.size, u64::from(key.size));
                 assert_eq!(row.check, 1);
                 // Round the rows of one mode (its portable row is timed
