@@ -151,6 +151,10 @@ fn gcm_matches_reference_at_every_batch_boundary() {
         2 * batch + 17,
         3 * batch,
         11 * batch + 16 * 3 + 5,
+        // Past block 255: the batch of counters 250..257 carries out of
+        // the last byte (a 96-bit IV starts the count at 2), the one
+        // batch in 32 that does not take the byte-add path.
+        40 * batch + 7,
     ];
     let reference = GcmKey::new(soft::expand_key(&kat::KEY_2B7E));
     let aad: Vec<u8> = (0..37u8).collect();
