@@ -13,22 +13,24 @@
 //! What bounds it on Zen 3 (measured natively): `pclmulqdq` issues once per
 //! two cycles and shares the pipes `aesenc` runs on, so a batch's 80
 //! `aesenc` and 26 carry-less multiplications cannot take less than ~60
-//! cycles even as independent streams (the AES rounds alone ~40); this
-//! loop takes ~92 (4.35 GB/s at 3.1 GHz; openssl's stitched AVX code
-//! 4.1). Removing, for timing only, the byte swap of the hashed blocks,
-//! the Karatsuba middle factor's `pshufd`/`pxor`, or the counter blocks'
-//! `pinsrd` each gained 3-11%, but moving that work to general-purpose
-//! registers (`movbe` loads of the previous batch's ciphertext, stored
+//! cycles even as independent streams (the AES rounds alone ~40). Every
+//! other vector instruction competes for the same four pipes and for the
+//! scheduler's window, and the loop runs on the overlap between batches
+//! that the window allows, so what paid was fewer vector instructions:
+//! the counter blocks built as the CTR mode builds them (a byte add to a
+//! counter block kept in a register, no `pinsrd`), round keys as memory
+//! operands, and the Karatsuba middle factors of two blocks gathered into
+//! one register (`stitched_pair!`). Native A/B, 31 interleaved
+//! trials: the counter 1.03x at 4 and 64 KiB, the pairs (with the memory
+//! operands, 1.02-1.03x of it alone) another 1.05-1.06x; 512 B 1.01x each.
+//! The loop now takes ~86 cycles a batch (4.6 GB/s at ~3.1 GHz; openssl's
+//! stitched AVX code 4.1-4.2). Moving work to general-purpose registers
+//! instead (`movbe` loads of the previous batch's ciphertext, stored
 //! byte-reversed with the middle factor, and the counter words stored a
-//! batch ahead) ran at 0.90-0.95x of this loop: every added instruction
-//! shrinks how far ahead of the batch in flight the core can look, and
-//! that overlap between batches is what the loop runs on. Reducing once
-//! per two batches instead (two multiplications fewer per 16 blocks, the
-//! sums carried across iterations) ran at 0.96-0.98x. What did pay: the
-//! counter blocks built as the CTR mode builds them (a byte add to a
-//! counter block kept in a vector register, when the last byte does not
-//! carry inside the batch), no `pinsrd` and no general-purpose work,
-//! 1.03x at 4 and 64 KiB (31 interleaved trials, Zen 3).
+//! batch ahead) ran at 0.90-0.95x: more instructions in flight, less of
+//! the next batch in the window. Reducing once per two batches (two
+//! multiplications fewer per 16 blocks, the sums carried across
+//! iterations) ran at 0.96-0.98x.
 
 use core::arch::x86_64::*;
 
@@ -36,39 +38,65 @@ use super::ghash::{self, Ghash, GhashKey, GhashPath, POWERS, XMM_BATCH};
 use super::key::RoundKeys;
 use super::ni::{self, round8};
 
-/// One AES round on the eight blocks `$b` (round key `$k`) with one GHASH
-/// block's Karatsuba products accumulated on the way: `$x` (byte-reversed
-/// ciphertext) times the key power at `$h` into `$lo` / `$hi`, and
-/// `(x0 ^ x1)(h0 ^ h1)` (the folded power at `$hk`) into `$mid`.
+/// Two AES rounds on the eight blocks `$b` (round keys at `$ka`, `$kb`)
+/// with two GHASH blocks' Karatsuba products accumulated on the way: `$x0`
+/// and `$x1` (byte-reversed ciphertext) times the key powers at `$h0` and
+/// `$h1` into `$lo` / `$hi`, and the middle products `(x0 ^ x1)(h0 ^ h1)`
+/// of both blocks into `$mid`. The pair's middle factors are gathered into
+/// one register (the low halves of both blocks XOR the high halves) and
+/// multiplied by the pair of folded powers at `$kp` (`GhashKey::kk`)
+/// with one carry-less multiplication per half: a `vpunpcklqdq`/`vpunpckhqdq`/`vpxor` per pair
+/// where each block took a `vpshufd`/`vpxor`.
 ///
 /// One `asm!` block, because the interleaving is the point: emitted as
 /// separate intrinsics, LLVM put the whole GHASH batch before or after
 /// the AES rounds, the core's scheduler filled with waiting `vaesenc`s,
 /// and the two halves ran one after the other (6.5 GB/s here against
-/// 12.3 GB/s for the AES half alone).
-macro_rules! stitched_round {
-    ($k:expr, $b:expr, $x:expr, $h:expr, $hk:expr, $lo:ident, $hi:ident, $mid:ident) => {{
+/// 12.3 GB/s for the AES half alone). The round keys are memory operands:
+/// eight blocks, two data blocks, three sums and two temporaries leave no
+/// XMM register for them, and as loads they cost no vector-pipe slot.
+macro_rules! stitched_pair {
+    (
+        $ka:expr, $kb:expr, $b:expr, $x0:expr, $x1:expr, $h0:expr, $h1:expr, $kp:expr,
+        $lo:ident, $hi:ident, $mid:ident
+    ) => {{
         let b = &mut $b;
         // In the caller's unsafe block (its contract: AES-NI, PCLMULQDQ
-        // and AVX): registers only, plus 16-byte reads at `$h` and `$hk`,
-        // which point into the caller's `GhashKey`.
+        // and AVX): registers, plus 16-byte reads at `$ka` and `$kb`
+        // (into the caller's round keys) and at `$h0`, `$h1` and `$kp`
+        // (into its `GhashKey`).
         core::arch::asm!(
-            "vaesenc {b0}, {b0}, {k}",
-            "vpclmulqdq {t}, {x}, xmmword ptr [{h}], 0x00",
-            "vaesenc {b1}, {b1}, {k}",
+            "vaesenc {b0}, {b0}, xmmword ptr [{ka}]",
+            "vpclmulqdq {t}, {x0}, xmmword ptr [{h0}], 0x00",
+            "vaesenc {b1}, {b1}, xmmword ptr [{ka}]",
             "vpxor {lo}, {lo}, {t}",
-            "vaesenc {b2}, {b2}, {k}",
-            "vpclmulqdq {t}, {x}, xmmword ptr [{h}], 0x11",
-            "vaesenc {b3}, {b3}, {k}",
+            "vaesenc {b2}, {b2}, xmmword ptr [{ka}]",
+            "vpclmulqdq {t}, {x0}, xmmword ptr [{h0}], 0x11",
+            "vaesenc {b3}, {b3}, xmmword ptr [{ka}]",
             "vpxor {hi}, {hi}, {t}",
-            "vaesenc {b4}, {b4}, {k}",
-            "vpshufd {t}, {x}, 0x4e",
-            "vaesenc {b5}, {b5}, {k}",
-            "vpxor {t}, {t}, {x}",
-            "vaesenc {b6}, {b6}, {k}",
-            "vpclmulqdq {t}, {t}, xmmword ptr [{hk}], 0x00",
-            "vaesenc {b7}, {b7}, {k}",
+            "vaesenc {b4}, {b4}, xmmword ptr [{ka}]",
+            "vpunpcklqdq {t}, {x0}, {x1}",
+            "vaesenc {b5}, {b5}, xmmword ptr [{ka}]",
+            "vpunpckhqdq {m}, {x0}, {x1}",
+            "vaesenc {b6}, {b6}, xmmword ptr [{ka}]",
+            "vpxor {m}, {m}, {t}",
+            "vaesenc {b7}, {b7}, xmmword ptr [{ka}]",
+            "vpclmulqdq {t}, {x1}, xmmword ptr [{h1}], 0x00",
+            "vaesenc {b0}, {b0}, xmmword ptr [{kb}]",
+            "vpxor {lo}, {lo}, {t}",
+            "vaesenc {b1}, {b1}, xmmword ptr [{kb}]",
+            "vpclmulqdq {t}, {x1}, xmmword ptr [{h1}], 0x11",
+            "vaesenc {b2}, {b2}, xmmword ptr [{kb}]",
+            "vpxor {hi}, {hi}, {t}",
+            "vaesenc {b3}, {b3}, xmmword ptr [{kb}]",
+            "vpclmulqdq {t}, {m}, xmmword ptr [{kp}], 0x00",
+            "vaesenc {b4}, {b4}, xmmword ptr [{kb}]",
             "vpxor {mid}, {mid}, {t}",
+            "vaesenc {b5}, {b5}, xmmword ptr [{kb}]",
+            "vpclmulqdq {t}, {m}, xmmword ptr [{kp}], 0x11",
+            "vaesenc {b6}, {b6}, xmmword ptr [{kb}]",
+            "vpxor {mid}, {mid}, {t}",
+            "vaesenc {b7}, {b7}, xmmword ptr [{kb}]",
             b0 = inout(xmm_reg) b[0],
             b1 = inout(xmm_reg) b[1],
             b2 = inout(xmm_reg) b[2],
@@ -77,14 +105,18 @@ macro_rules! stitched_round {
             b5 = inout(xmm_reg) b[5],
             b6 = inout(xmm_reg) b[6],
             b7 = inout(xmm_reg) b[7],
-            k = in(xmm_reg) $k,
-            x = in(xmm_reg) $x,
-            h = in(reg) $h,
-            hk = in(reg) $hk,
+            ka = in(reg) $ka,
+            kb = in(reg) $kb,
+            x0 = in(xmm_reg) $x0,
+            x1 = in(xmm_reg) $x1,
+            h0 = in(reg) $h0,
+            h1 = in(reg) $h1,
+            kp = in(reg) $kp,
             lo = inout(xmm_reg) $lo,
             hi = inout(xmm_reg) $hi,
             mid = inout(xmm_reg) $mid,
             t = out(xmm_reg) _,
+            m = out(xmm_reg) _,
             options(pure, readonly, nostack, preserves_flags),
         );
     }};
@@ -167,18 +199,23 @@ pub(super) unsafe fn encrypt(
                 }
             } else {
                 // The previous batch's ciphertext, hashed while this
-                // batch's rounds run: block j rides with round j + 1.
+                // batch's rounds run: blocks j and j + 1 ride with rounds
+                // j + 1 and j + 2.
                 let prev = p.add((n - 1) * XMM_BATCH);
                 let z = _mm_setzero_si128();
                 let (mut glo, mut ghi, mut gmid) = (z, z, z);
-                for j in 0..XMM_BATCH {
-                    let mut x = _mm_shuffle_epi8(_mm_loadu_si128(prev.add(j)), bswap);
+                const _: () = assert!(XMM_BATCH.is_multiple_of(2), "blocks go in pairs");
+                for j in (0..XMM_BATCH).step_by(2) {
+                    let mut x0 = _mm_shuffle_epi8(_mm_loadu_si128(prev.add(j)), bswap);
                     if j == 0 {
-                        x = _mm_xor_si128(x, acc);
+                        x0 = _mm_xor_si128(x0, acc);
                     }
-                    let h = key.kd[POWERS - XMM_BATCH + j].as_ptr();
-                    let hk = key.kk[POWERS - XMM_BATCH + j].as_ptr();
-                    stitched_round!(k[j + 1], b, x, h, hk, glo, ghi, gmid);
+                    let x1 = _mm_shuffle_epi8(_mm_loadu_si128(prev.add(j + 1)), bswap);
+                    let i = POWERS - XMM_BATCH + j;
+                    let (h0, h1) = (key.kd[i].as_ptr(), key.kd[i + 1].as_ptr());
+                    let (ka, kb) = (k.as_ptr().add(j + 1), k.as_ptr().add(j + 2));
+                    let kp = key.kk[i].as_ptr();
+                    stitched_pair!(ka, kb, b, x0, x1, h0, h1, kp, glo, ghi, gmid);
                 }
                 round8!(avx, k[9], b);
                 acc = ghash::reduce(glo, ghi, _mm_xor_si128(gmid, _mm_xor_si128(glo, ghi)));

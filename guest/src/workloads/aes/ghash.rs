@@ -29,9 +29,12 @@ const MONT: u64 = 0xc200_0000_0000_0000;
 pub struct GhashKey {
     /// Descending key powers.
     pub kd: [[u8; 16]; POWERS],
-    /// For each power, the XOR of its two halves in both halves: the
-    /// middle factor of a Karatsuba product (3 carry-less multiplications
-    /// per block instead of 4).
+    /// The middle factors of Karatsuba products (3 carry-less
+    /// multiplications per block instead of 4), the XOR of a power's two
+    /// halves: `kk[i]` holds `kd[i]`'s in its low qword and the next
+    /// power's, `kd[i + 1]`'s, in its high qword (zero for the last), so
+    /// one register serves a pair of consecutive blocks (`vpclmulqdq`
+    /// 0x00 and 0x11) and the low qword a single block.
     pub kk: [[u8; 16]; POWERS],
 }
 
@@ -43,10 +46,14 @@ impl GhashKey {
         let mut kd = [[0u8; 16]; POWERS];
         let mut kk = [[0u8; 16]; POWERS];
         let mut k = k1;
+        // Descending, so the next index's (the lower power's) half is
+        // already known when a power's is.
+        let mut next_half = 0u64;
         for n in 1..=POWERS {
             kd[POWERS - n] = k.to_le_bytes();
             let half = (k as u64) ^ ((k >> 64) as u64);
-            kk[POWERS - n] = ((half as u128) << 64 | half as u128).to_le_bytes();
+            kk[POWERS - n] = ((next_half as u128) << 64 | half as u128).to_le_bytes();
+            next_half = half;
             k = mont_mul(k, k1);
         }
         GhashKey { kd, kk }

@@ -56,6 +56,27 @@ fn montgomery_ghash_equals_the_standards() {
     }
 }
 
+/// `kk[i]` pairs the folded halves of `kd[i]` (low qword) and `kd[i + 1]`
+/// (high qword), the layout the stitched loop multiplies two blocks'
+/// middle factors by; the last power has nothing after it.
+#[test]
+fn ghash_key_pairs_consecutive_middle_factors() {
+    let k = GhashKey::new(&[
+        0x66, 0xe9, 0x4b, 0xd4, 0xef, 0x8a, 0x2c, 0x3b, 0x88, 0x4c, 0xfa, 0x59, 0xca, 0x34, 0x2b,
+        0x2e,
+    ]);
+    let half = |b: &[u8; 16]| {
+        let v = u128::from_le_bytes(*b);
+        (v as u64) ^ ((v >> 64) as u64)
+    };
+    for i in 0..ghash::POWERS {
+        let kk = u128::from_le_bytes(k.kk[i]);
+        assert_eq!(kk as u64, half(&k.kd[i]), "kk[{i}] low");
+        let next = k.kd.get(i + 1).map_or(0, half);
+        assert_eq!((kk >> 64) as u64, next, "kk[{i}] high");
+    }
+}
+
 #[test]
 fn ghash_paths_match_reference() {
     let f = CpuFeatures::detect();
