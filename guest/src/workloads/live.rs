@@ -21,6 +21,18 @@ impl Live {
     /// Every case, in report order.
     pub const ALL: [Live; 3] = [Live::Xmm, Live::Ymm, Live::Zmm];
 
+    /// Its place in [`Live::ALL`].
+    pub const fn index(self) -> usize {
+        const {
+            let mut i = 0;
+            while i < Live::ALL.len() {
+                assert!(Live::ALL[i] as usize == i, "ALL is in declaration order");
+                i += 1;
+            }
+        }
+        self as usize
+    }
+
     /// The name in reports.
     pub const fn name(self) -> &'static str {
         match self {

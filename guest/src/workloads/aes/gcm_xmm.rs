@@ -161,11 +161,7 @@ pub(super) unsafe fn encrypt(
         // carried in a vector register from batch to batch.
         let ctr0 = _mm_loadu_si128(ctr.as_ptr().cast());
         let mut pre = ctr0;
-        // Block i's increment, in the counter's last byte.
-        let inc: [__m128i; XMM_BATCH] = core::array::from_fn(|i| {
-            _mm_set_epi8(i as i8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-        });
-        let next = _mm_set_epi8(XMM_BATCH as i8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+        let (inc, next) = ni::byte_increments::<XMM_BATCH>();
         let batches = data.len() / (16 * XMM_BATCH);
         let p = data.as_mut_ptr().cast::<__m128i>();
         let mut acc = ghash::acc_load(acc.0);
@@ -174,7 +170,7 @@ pub(super) unsafe fn encrypt(
             let first = lo.wrapping_add((n * XMM_BATCH) as u32);
             const _: () = assert!(XMM_BATCH == 8, "round8! takes eight blocks");
             let mut b = [_mm_setzero_si128(); XMM_BATCH];
-            if first & 0xff <= 0xff - (XMM_BATCH as u32 - 1) {
+            if !ni::last_byte_carries(first, XMM_BATCH as u32 - 1) {
                 // No carry out of the last byte: one byte add and the XOR
                 // with round key 0 per block, both on the vector pipes'
                 // simple ALUs (`pinsrd` is two uops, one a shuffle).
@@ -187,7 +183,7 @@ pub(super) unsafe fn encrypt(
                     *b = _mm_insert_epi32::<3>(prefix, w as i32);
                 }
             }
-            pre = if first & 0xff < 0x100 - XMM_BATCH as u32 {
+            pre = if !ni::last_byte_carries(first, XMM_BATCH as u32) {
                 _mm_add_epi8(pre, next)
             } else {
                 let w = first.wrapping_add(XMM_BATCH as u32).swap_bytes();

@@ -83,10 +83,36 @@ macro_rules! round8 {
 }
 pub(super) use round8;
 
+/// A batch of `N` counter blocks built with one byte add each: `[i]` adds
+/// `i` to the last byte of a big-endian counter block, the second value
+/// adds `N` (the next batch's first block). Valid where
+/// [`last_byte_carries`] says the byte does not carry; CTR and GCM's
+/// stitched loop share it.
+#[inline(always)]
+pub(super) fn byte_increments<const N: usize>() -> (
+    [core::arch::x86_64::__m128i; N],
+    core::arch::x86_64::__m128i,
+) {
+    use core::arch::x86_64::_mm_set_epi8;
+    let at_last = |i: usize| {
+        // SAFETY: SSE2 is part of x86-64; registers only.
+        unsafe { _mm_set_epi8(i as i8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0) }
+    };
+    (core::array::from_fn(at_last), at_last(N))
+}
+
+/// Whether the last byte of a counter whose low word is `lo` carries when
+/// `by` is added to it.
+#[inline(always)]
+pub(super) const fn last_byte_carries(lo: u32, by: u32) -> bool {
+    (lo & 0xff) + by > 0xff
+}
+
 macro_rules! aesni_flavor {
     ($name:ident, $features:literal) => {
         pub(super) mod $name {
             use crate::workloads::aes::key::RoundKeys;
+            use crate::workloads::aes::ni::{byte_increments, last_byte_carries};
             use core::arch::x86_64::*;
 
             /// Blocks in flight in CTR mode: enough to cover `aesenc`
@@ -190,17 +216,12 @@ macro_rules! aesni_flavor {
                     // stores, it cannot be store-forwarded and every batch's
                     // blocks waited on it.
                     let mut pre = _mm_loadu_si128(c.to_be_bytes().as_ptr().cast());
-                    // Block i's increment, in the counter's last byte.
-                    let inc: [__m128i; LANES] = core::array::from_fn(|i| {
-                        _mm_set_epi8(i as i8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-                    });
-                    let next =
-                        _mm_set_epi8(LANES as i8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+                    let (inc, next) = byte_increments::<LANES>();
                     let mut chunks = data.chunks_exact_mut(16 * LANES);
                     for chunk in &mut chunks {
                         let mut b = [_mm_setzero_si128(); LANES];
                         let lo = c as u32;
-                        if lo & 0xff <= 0xff - (LANES as u32 - 1) {
+                        if !last_byte_carries(lo, LANES as u32 - 1) {
                             // No carry out of the last byte in this batch
                             // (31 batches in 32): one byte add and the XOR
                             // with round key 0 per block, two vector
@@ -235,7 +256,7 @@ macro_rules! aesni_flavor {
                             _mm_storeu_si128(p.add(i), _mm_xor_si128(d, ks));
                         }
                         c = c.wrapping_add(LANES as u128);
-                        pre = if lo & 0xff < 0x100 - LANES as u32 {
+                        pre = if !last_byte_carries(lo, LANES as u32) {
                             _mm_add_epi8(pre, next)
                         } else {
                             _mm_loadu_si128(c.to_be_bytes().as_ptr().cast())

@@ -109,10 +109,7 @@ impl Kinds {
     fn key(self, all: usize, size: usize, live: Option<Live>) -> RowKey {
         let (kind, variant) = match live {
             None => (self.plain, all),
-            Some(l) => {
-                let li = Live::ALL.iter().position(|&x| x == l).unwrap_or(0);
-                (self.borrow, Live::ALL.len() * all + li)
-            }
+            Some(l) => (self.borrow, Live::ALL.len() * all + l.index()),
         };
         RowKey {
             kind,
@@ -454,7 +451,7 @@ pub(super) fn gcm_suite(
 /// The `soft` row (`key`) at one sector, or a failed check when its known
 /// answer (`ok`) did not hold.
 fn soft_row(ctx: &mut Ctx, key: RowKey, ok: bool, buf: &mut [u8], enc: &mut dyn FnMut(&mut [u8])) {
-    let (name, size) = (key.kind.name(), BORROW_SIZE);
+    let (name, size) = (key.kind.name(), key.size as usize);
     if !ok {
         let mut why = Reason::new();
         let _ = write!(why, "KAT failed: portable reference");
