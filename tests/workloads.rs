@@ -159,6 +159,24 @@ fn copy_bench_fills_its_table_and_sets_the_memcpy_policy() {
         assert_eq!(xcr0 & 0xe6, 0xe6, "AVX-512 copies under XCR0 {xcr0:#x}");
     }
     assert_eq!(c["policy"]["measured"], true, "{c:#}");
+    // What memcpy runs: from 33 B on, in size order, ending in non-temporal
+    // stores from their threshold when there is one.
+    let steps = c["policy"]["memcpy_steps"].as_array().unwrap();
+    assert_eq!(steps[0]["from"], 33, "{c:#}");
+    assert!(
+        steps
+            .windows(2)
+            .all(|w| w[0]["from"].as_u64() < w[1]["from"].as_u64()),
+        "{c:#}"
+    );
+    if let Some(nt) = c["policy"]["memcpy_nt_min"].as_u64() {
+        let last = steps.last().unwrap();
+        assert_eq!(
+            (last["from"].as_u64(), &last["method"]),
+            (Some(nt.max(33)), &"nt-sse2".into()),
+            "{c:#}"
+        );
+    }
     let policy_row = results(&v)
         .iter()
         .find(|r| r["name"] == "memcpy-policy")

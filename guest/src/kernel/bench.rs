@@ -785,29 +785,30 @@ fn copy_rows(report: &mut Report, env: Option<&Env>, quiet: bool, out: &mut Cons
     if !quiet {
         let _ = writeln!(
             out,
-            "guest: bench copy: {} methods, region {} MiB, LLC {} KiB, {}; memcpy: rep movsb from {} B, non-temporal from {}",
+            "guest: bench copy: {} methods, region {} MiB, LLC {} KiB, {}; memcpy: {}",
             table.methods.count_ones(),
             table.cold_region >> 20,
             llc >> 10,
             Duration(cpu::rdtsc().wrapping_sub(t0), report.tsc_khz),
-            p.memcpy_rep_min,
-            Bytes(p.memcpy_nt_min),
+            Steps(p),
         );
         out.flush();
     }
     ok
 }
 
-/// A byte count for the console (`u64::MAX`: "never").
-struct Bytes(u64);
+/// A policy's `memcpy` steps for the console: `sse2 from 33 B, nt-sse2
+/// from 33554432 B` (the methods it runs, not its raw thresholds, one of
+/// which may never be reached).
+struct Steps(Policy);
 
-impl core::fmt::Display for Bytes {
+impl core::fmt::Display for Steps {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        if self.0 == u64::MAX {
-            write!(f, "never")
-        } else {
-            write!(f, "{} B", self.0)
+        for (k, (from, m)) in self.0.memcpy_steps().into_iter().flatten().enumerate() {
+            let sep = if k == 0 { "" } else { ", " };
+            write!(f, "{sep}{} from {from} B", m.name())?;
         }
+        Ok(())
     }
 }
 

@@ -50,10 +50,18 @@ pub struct BorrowRow {
 pub struct MethodCrossover {
     /// The method.
     pub method: &'static str,
-    /// Hot data: smallest and largest size where it beats `rep movsb`.
+    /// Hot data: smallest and largest size where it beats `rep movsb`; it
+    /// need not beat it at every size between (`beats_movsb_hot_runs`).
     pub beats_movsb_hot: Option<(u64, u64)>,
-    /// Cold data: smallest and largest size where it beats `rep movsb`.
+    /// Cold data: smallest and largest size where it beats `rep movsb`; it
+    /// need not beat it at every size between (`beats_movsb_cold_runs`).
     pub beats_movsb_cold: Option<(u64, u64)>,
+    /// Hot data: every stretch of consecutive grid sizes where it beats
+    /// `rep movsb`, smallest first, each as [smallest, largest] (empty: at
+    /// none).
+    pub beats_movsb_hot_runs: Vec<(u64, u64)>,
+    /// Cold data: as `beats_movsb_hot_runs`.
+    pub beats_movsb_cold_runs: Vec<(u64, u64)>,
     /// Cold data: the size from which on it beats every cached method
     /// (for the non-temporal methods: where non-temporal pays).
     pub beats_cached_cold_from: Option<u64>,
@@ -76,12 +84,27 @@ pub struct BorrowCrossover {
 pub struct PolicyView {
     /// True when it comes from this run's table, false: the default.
     pub measured: bool,
-    /// `memcpy` sizes from this one up use `rep movsb` (below: the SSE2 loop).
+    /// `memcpy` sizes from this one up use `rep movsb` (below: the SSE2
+    /// loop), unless `memcpy_nt_min` is smaller: non-temporal stores are
+    /// tested first (`memcpy_steps` says what runs).
     pub memcpy_rep_min: u64,
     /// `memcpy` sizes from this one up use non-temporal stores (null: never).
     pub memcpy_nt_min: Option<u64>,
+    /// What `memcpy` runs, smallest size first: each method from its
+    /// `from` size on, up to the next step (up to 32 bytes, before the
+    /// first: overlapping moves). Only thresholds it reaches.
+    pub memcpy_steps: Vec<PolicyStep>,
     /// `memset` sizes from this one up use `rep stosb`.
     pub memset_rep_min: u64,
+}
+
+/// One step of the `memcpy` policy.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct PolicyStep {
+    /// Bytes from which on `method` runs.
+    pub from: u64,
+    /// `sse2`, `rep movsb` or `nt-sse2`.
+    pub method: &'static str,
 }
 
 /// The whole `bench=copy` result.
@@ -150,6 +173,11 @@ impl CopyView {
         }
         let x = crossovers(t);
         let measured = |m: Method| t.methods & (1 << m as u32) != 0;
+        let policy = Policy {
+            memcpy_rep_min: t.memcpy_rep_min,
+            memcpy_nt_min: t.memcpy_nt_min,
+            memset_rep_min: t.memset_rep_min,
+        };
         Some(CopyView {
             llc_bytes: t.llc_bytes,
             cold_region_bytes: t.cold_region,
@@ -160,8 +188,10 @@ impl CopyView {
                 .filter(|&m| measured(m))
                 .map(|m| MethodCrossover {
                     method: m.name(),
-                    beats_movsb_hot: x.beats_movsb_hot[m as usize],
-                    beats_movsb_cold: x.beats_movsb_cold[m as usize],
+                    beats_movsb_hot: x.beats_movsb_hot[m as usize].bounds(),
+                    beats_movsb_cold: x.beats_movsb_cold[m as usize].bounds(),
+                    beats_movsb_hot_runs: x.beats_movsb_hot[m as usize].runs().collect(),
+                    beats_movsb_cold_runs: x.beats_movsb_cold[m as usize].runs().collect(),
                     beats_cached_cold_from: x.beats_cached_cold[m as usize],
                 })
                 .collect(),
@@ -177,6 +207,15 @@ impl CopyView {
                 measured: t.policy_measured != 0,
                 memcpy_rep_min: t.memcpy_rep_min,
                 memcpy_nt_min: (t.memcpy_nt_min != u64::MAX).then_some(t.memcpy_nt_min),
+                memcpy_steps: policy
+                    .memcpy_steps()
+                    .into_iter()
+                    .flatten()
+                    .map(|(from, m)| PolicyStep {
+                        from,
+                        method: m.name(),
+                    })
+                    .collect(),
                 memset_rep_min: t.memset_rep_min,
             },
         })
@@ -234,10 +273,18 @@ impl CopyView {
             "  borrow (XSAVE(C)+XRSTOR of the task's state at CPL3): {}; XSAVES is CPL0-only: not timed (CPL0 is emulated on kvm_pvm)",
             if pairs.is_empty() { "-".to_string() } else { pairs.join(", ") }
         );
-        let span = |r: Option<(u64, u64)>| {
-            r.map_or("never".to_string(), |(a, b)| {
-                format!("{}..{}", bytes(a), bytes(b))
-            })
+        let spans = |runs: &[(u64, u64)]| {
+            if runs.is_empty() {
+                return "never".to_string();
+            }
+            let each = runs.iter().map(|&(a, b)| {
+                if a == b {
+                    bytes(a)
+                } else {
+                    format!("{}..{}", bytes(a), bytes(b))
+                }
+            });
+            each.collect::<Vec<_>>().join(" and ")
         };
         let from = |r: Option<u64>| r.map_or("never".to_string(), |a| format!("from {}", bytes(a)));
         for c in &self.crossovers {
@@ -248,8 +295,8 @@ impl CopyView {
                 s,
                 "  {:<10} beats rep movsb hot {}, cold {}; beats cached copies cold {}",
                 c.method,
-                span(c.beats_movsb_hot),
-                span(c.beats_movsb_cold),
+                spans(&c.beats_movsb_hot_runs),
+                spans(&c.beats_movsb_cold_runs),
                 from(c.beats_cached_cold_from)
             );
         }
@@ -263,12 +310,27 @@ impl CopyView {
             );
         }
         let p = &self.policy;
+        let steps: Vec<String> = p
+            .memcpy_steps
+            .iter()
+            .enumerate()
+            .map(|(k, step)| match p.memcpy_steps.get(k + 1) {
+                Some(next) if k == 0 => format!("{} below {}", step.method, bytes(next.from)),
+                Some(next) => format!(
+                    "{} from {} below {}",
+                    step.method,
+                    bytes(step.from),
+                    bytes(next.from)
+                ),
+                None if k == 0 => format!("{} at every size", step.method),
+                None => format!("{} from {}", step.method, bytes(step.from)),
+            })
+            .collect();
         let _ = writeln!(
             s,
-            "  guest memcpy ({}): sse2 below {}, rep movsb from it, non-temporal {}; memset rep stosb from {}",
+            "  guest memcpy ({}): {}; memset rep stosb from {}",
             if p.measured { "measured" } else { "default" },
-            bytes(p.memcpy_rep_min),
-            from(p.memcpy_nt_min),
+            steps.join(", "),
             bytes(p.memset_rep_min)
         );
     }
@@ -332,10 +394,85 @@ mod tests {
         );
         assert!(s.contains("xsavec xmm 100.0 ns"), "{s}");
         assert!(
-            s.contains("sse2       beats rep movsb hot 16B..16B, cold never"),
+            s.contains("sse2       beats rep movsb hot 16B, cold never"),
             "{s}"
         );
-        assert!(s.contains("guest memcpy (measured): sse2 below 64B"), "{s}");
+        assert!(
+            s.contains("guest memcpy (measured): sse2 below 64B, rep movsb from 64B; memset"),
+            "{s}"
+        );
         assert!(CopyView::new(&CopyReport::EMPTY, 1).is_none());
+    }
+
+    /// A method that wins at both ends of the grid and loses between is
+    /// shown as two stretches, not as one range over the sizes it loses.
+    #[test]
+    fn crossovers_with_a_gap_are_shown_as_stretches() {
+        let mut t = CopyReport::EMPTY;
+        t.valid = 1;
+        t.methods = 1 << Method::RepMovsb as u32 | 1 << Method::RepMovsq as u32;
+        for i in 0..COPY_SIZES {
+            t.hot[Method::RepMovsb as usize][i] = 100.0;
+            // Wins at 16 B and from 16 MiB (indices 10 and 11), loses between.
+            let wins = i == 0 || i >= 10;
+            t.hot[Method::RepMovsq as usize][i] = if wins { 90.0 } else { 110.0 };
+        }
+        t.memcpy_rep_min = u64::MAX;
+        t.memcpy_nt_min = u64::MAX;
+        t.memset_rep_min = u64::MAX;
+        let v = CopyView::new(&t, 0).unwrap();
+        let q = v
+            .crossovers
+            .iter()
+            .find(|c| c.method == "rep movsq")
+            .unwrap();
+        assert_eq!(q.beats_movsb_hot, Some((16, 64 << 20)));
+        assert_eq!(q.beats_movsb_hot_runs, vec![(16, 16), (16 << 20, 64 << 20)]);
+        assert!(q.beats_movsb_cold_runs.is_empty());
+        let mut s = String::new();
+        v.render(&mut s);
+        assert!(
+            s.contains("rep movsq  beats rep movsb hot 16B and 16M..64M, cold never"),
+            "{s}"
+        );
+        assert!(
+            s.contains("guest memcpy (default): sse2 at every size"),
+            "{s}"
+        );
+    }
+
+    /// Non-temporal stores are tested first: under a threshold below the
+    /// `rep movsb` one, `rep movsb` never runs and is not shown as running.
+    #[test]
+    fn policy_steps_follow_what_memcpy_runs() {
+        let mut t = CopyReport::EMPTY;
+        t.valid = 1;
+        t.methods = 1 << Method::RepMovsb as u32 | 1 << Method::Sse2 as u32;
+        t.memcpy_rep_min = 64 << 20;
+        t.memcpy_nt_min = 32 << 20;
+        t.memset_rep_min = 64 << 20;
+        t.policy_measured = 1;
+        let v = CopyView::new(&t, 0).unwrap();
+        let steps: Vec<(u64, &str)> = v
+            .policy
+            .memcpy_steps
+            .iter()
+            .map(|p| (p.from, p.method))
+            .collect();
+        assert_eq!(steps, vec![(33, "sse2"), (32 << 20, "nt-sse2")]);
+        let mut s = String::new();
+        v.render(&mut s);
+        assert!(
+            s.contains("guest memcpy (measured): sse2 below 32M, nt-sse2 from 32M; memset rep stosb from 64M"),
+            "{s}"
+        );
+        t.memcpy_rep_min = 64 << 10;
+        let v = CopyView::new(&t, 0).unwrap();
+        let mut s = String::new();
+        v.render(&mut s);
+        assert!(
+            s.contains("sse2 below 64K, rep movsb from 64K below 32M, nt-sse2 from 32M;"),
+            "{s}"
+        );
     }
 }

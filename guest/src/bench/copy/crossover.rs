@@ -12,15 +12,67 @@ use super::Method;
 use crate::protocol::{CopyReport, COPY_LIVE_STATES, COPY_METHODS, COPY_SIZES};
 use crate::workloads::live::Live;
 
+/// Sizes of the grid as a set: bit `i` is [`CopyReport::size`]`(i)`.
+///
+/// Where one method beats another need not be one stretch of sizes (on
+/// Zen 3 `rep movsq` beats `rep movsb` hot at 16 B and again from 16 MiB,
+/// not between), so a set, read as its runs, says it without implying
+/// the sizes in between.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SizeSet(pub u32);
+
+const _: () = assert!(COPY_SIZES <= 32, "a SizeSet holds 32 sizes");
+
+impl SizeSet {
+    /// No size.
+    pub const EMPTY: SizeSet = SizeSet(0);
+
+    /// The set of the size indices where `wins(i)` holds.
+    fn of(wins: impl Fn(usize) -> Option<bool>) -> SizeSet {
+        SizeSet(
+            (0..COPY_SIZES)
+                .filter(|&i| wins(i) == Some(true))
+                .fold(0, |m, i| m | 1 << i),
+        )
+    }
+
+    /// Whether size index `i` is in the set.
+    pub fn contains(self, i: usize) -> bool {
+        i < COPY_SIZES && self.0 & (1 << i) != 0
+    }
+
+    /// The smallest and the largest size in the set (bytes), `None` when
+    /// it is empty. Sizes between them need not be in it: see
+    /// [`SizeSet::runs`].
+    pub fn bounds(self) -> Option<(u64, u64)> {
+        let lo = (0..COPY_SIZES).find(|&i| self.contains(i))?;
+        let hi = (0..COPY_SIZES).rev().find(|&i| self.contains(i))?;
+        Some((CopyReport::size(lo), CopyReport::size(hi)))
+    }
+
+    /// The runs of consecutive grid sizes in the set, smallest first, each
+    /// as its smallest and largest size in bytes.
+    pub fn runs(self) -> impl Iterator<Item = (u64, u64)> {
+        (0..COPY_SIZES)
+            .filter(move |&i| self.contains(i) && (i == 0 || !self.contains(i - 1)))
+            .map(move |start| {
+                let end = (start..COPY_SIZES)
+                    .take_while(|&i| self.contains(i))
+                    .last()
+                    .unwrap_or(start);
+                (CopyReport::size(start), CopyReport::size(end))
+            })
+    }
+}
+
 /// The crossovers of one table.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Crossovers {
-    /// Per method ([`Method::ALL`]), cache-hot data: the smallest and the
-    /// largest size at which it beats `rep movsb` (`None`: at none, or not
-    /// measured).
-    pub beats_movsb_hot: [Option<(u64, u64)>; COPY_METHODS],
+    /// Per method ([`Method::ALL`]), cache-hot data: the sizes at which it
+    /// beats `rep movsb` (empty: at none, or not measured).
+    pub beats_movsb_hot: [SizeSet; COPY_METHODS],
     /// Per method, cold data: as [`Crossovers::beats_movsb_hot`].
-    pub beats_movsb_cold: [Option<(u64, u64)>; COPY_METHODS],
+    pub beats_movsb_cold: [SizeSet; COPY_METHODS],
     /// Per method, cold data: from which size on it beats every cached
     /// (temporal) method measured; meaningful for the non-temporal ones.
     pub beats_cached_cold: [Option<u64>; COPY_METHODS],
@@ -56,18 +108,6 @@ fn from_on(wins: impl Fn(usize) -> Option<bool>) -> Option<u64> {
     start.map(CopyReport::size)
 }
 
-/// The first and last size index where `wins(i)` holds.
-fn range(wins: impl Fn(usize) -> Option<bool>) -> Option<(u64, u64)> {
-    let hits = (0..COPY_SIZES).filter(|&i| wins(i) == Some(true));
-    let mut lo = None;
-    let mut hi = None;
-    for i in hits {
-        lo.get_or_insert(i);
-        hi = Some(i);
-    }
-    Some((CopyReport::size(lo?), CopyReport::size(hi?)))
-}
-
 /// The cheapest measured method in `of` at size index `i` of `cells`.
 fn best(
     cells: &[[f64; COPY_SIZES]; COPY_METHODS],
@@ -93,11 +133,11 @@ pub fn borrow_price(r: &CopyReport, live: Live) -> Option<f64> {
 pub fn crossovers(r: &CopyReport) -> Crossovers {
     let movsb = Method::RepMovsb as usize;
     let beats = |cells: &[[f64; COPY_SIZES]; COPY_METHODS], m: usize| {
-        range(|i| Some(cell(cells[m][i])? < cell(cells[movsb][i])?))
+        SizeSet::of(|i| Some(cell(cells[m][i])? < cell(cells[movsb][i])?))
     };
     let mut out = Crossovers {
-        beats_movsb_hot: [None; COPY_METHODS],
-        beats_movsb_cold: [None; COPY_METHODS],
+        beats_movsb_hot: [SizeSet::EMPTY; COPY_METHODS],
+        beats_movsb_cold: [SizeSet::EMPTY; COPY_METHODS],
         beats_cached_cold: [None; COPY_METHODS],
         borrow_pays_hot: [None; COPY_LIVE_STATES],
         borrow_pays_cold: [None; COPY_LIVE_STATES],
@@ -186,4 +226,49 @@ impl Policy {
             memset_rep_min: rep_min,
         })
     }
+
+    /// The method `memcpy` runs for `n` bytes above
+    /// [`MEMCPY_OVERLAP_MAX`], decided as `guest/src/kernel/libc.rs`'s
+    /// assembly decides it: non-temporal stores from `memcpy_nt_min` on
+    /// (tested first), else `rep movsb` from `memcpy_rep_min` on, else the
+    /// SSE2 loop.
+    pub fn memcpy_method(&self, n: u64) -> Method {
+        if n >= self.memcpy_nt_min {
+            Method::NtSse2
+        } else if n >= self.memcpy_rep_min {
+            Method::RepMovsb
+        } else {
+            Method::Sse2
+        }
+    }
+
+    /// Where `memcpy` changes method, smallest size first: each step is
+    /// the size from which on it runs that method, the first one from
+    /// just above [`MEMCPY_OVERLAP_MAX`]. Only thresholds `memcpy` reaches
+    /// are steps: under non-temporal stores from 32 MiB, `rep movsb` from
+    /// 64 MiB never runs, and the two thresholds alone would suggest it
+    /// does.
+    pub fn memcpy_steps(&self) -> [Option<(u64, Method)>; 3] {
+        let first = MEMCPY_OVERLAP_MAX + 1;
+        let mut edges = [
+            first,
+            self.memcpy_rep_min.max(first),
+            self.memcpy_nt_min.max(first),
+        ];
+        edges.sort_unstable();
+        let mut steps = [None; 3];
+        let mut k = 0;
+        for e in edges.into_iter().filter(|&e| e != u64::MAX) {
+            let m = self.memcpy_method(e);
+            if k == 0 || steps[k - 1].map(|(_, prev)| prev) != Some(m) {
+                steps[k] = Some((e, m));
+                k += 1;
+            }
+        }
+        steps
+    }
 }
+
+/// `memcpy` copies up to this many bytes with overlapping loads and stores
+/// (no loop, no `rep` start-up); the [`Policy`] chooses above it.
+pub const MEMCPY_OVERLAP_MAX: u64 = 32;

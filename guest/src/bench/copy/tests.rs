@@ -1,5 +1,6 @@
-use super::crossover::{crossovers, Policy};
+use super::crossover::{crossovers, Policy, SizeSet, MEMCPY_OVERLAP_MAX};
 use super::*;
+use crate::bench::std::vec::Vec;
 use crate::bench::test_scratch;
 
 fn feat() -> CpuFeatures {
@@ -140,10 +141,16 @@ fn crossovers_of_a_known_table() {
     let r = table();
     let c = crossovers(&r);
     // hot: 2 + s/40 < 30 + s/64  <=>  s < 2986.7: 16 B .. 1 KiB
-    assert_eq!(c.beats_movsb_hot[Method::Sse2 as usize], Some((16, 1024)));
-    assert_eq!(c.beats_movsb_hot[Method::Avx2 as usize], None);
+    let sse_hot = c.beats_movsb_hot[Method::Sse2 as usize];
+    assert_eq!(sse_hot.bounds(), Some((16, 1024)));
+    assert_eq!(sse_hot.runs().collect::<Vec<_>>(), [(16, 1024)]);
+    assert_eq!(c.beats_movsb_hot[Method::Avx2 as usize], SizeSet::EMPTY);
+    assert_eq!(c.beats_movsb_hot[Method::Avx2 as usize].bounds(), None);
     // cold: 10 + s/15 < 60 + s/16  <=>  s < 12000: 16 B .. 4 KiB
-    assert_eq!(c.beats_movsb_cold[Method::Sse2 as usize], Some((16, 4096)));
+    assert_eq!(
+        c.beats_movsb_cold[Method::Sse2 as usize].bounds(),
+        Some((16, 4096))
+    );
     assert_eq!(c.beats_cached_cold[Method::NtSse2 as usize], Some(1 << 20));
     // borrowing with xmm live, cold: the cached loop never pays
     // (10 + s/15 + 100 < 60 + s/16 never holds), the non-temporal one from
@@ -152,6 +159,57 @@ fn crossovers_of_a_known_table() {
     assert_eq!(c.borrow_pays_hot[0], None);
     // Not measured: no crossover.
     assert_eq!(c.borrow_pays_cold[2], None);
+}
+
+/// A set's runs are its stretches of consecutive grid sizes, in order.
+#[test]
+fn size_set_runs() {
+    assert_eq!(SizeSet::EMPTY.runs().count(), 0);
+    // 16 B, 256 B..1 KiB, 64 MiB (the last index).
+    let s = SizeSet(1 | 0b1100 | 1 << (COPY_SIZES - 1));
+    assert_eq!(
+        s.runs().collect::<Vec<_>>(),
+        [(16, 16), (256, 1024), (64 << 20, 64 << 20)]
+    );
+    assert_eq!(s.bounds(), Some((16, 64 << 20)));
+    assert!(s.contains(2) && !s.contains(1) && !s.contains(COPY_SIZES));
+    let all = SizeSet((1 << COPY_SIZES) - 1);
+    assert_eq!(all.runs().collect::<Vec<_>>(), [(16, 64 << 20)]);
+}
+
+/// `memcpy_steps` follows the assembly's order of tests: non-temporal
+/// first, then `rep movsb`, else SSE2; thresholds it never reaches are not
+/// steps.
+#[test]
+fn policy_steps() {
+    let first = MEMCPY_OVERLAP_MAX + 1;
+    let p = |rep, nt| Policy {
+        memcpy_rep_min: rep,
+        memcpy_nt_min: nt,
+        memset_rep_min: rep,
+    };
+    let steps = |p: Policy| p.memcpy_steps().into_iter().flatten().collect::<Vec<_>>();
+    assert_eq!(
+        steps(Policy::DEFAULT),
+        [(first, Method::Sse2), (257, Method::RepMovsb)]
+    );
+    assert_eq!(
+        steps(p(64 << 20, 32 << 20)),
+        [(first, Method::Sse2), (32 << 20, Method::NtSse2)]
+    );
+    assert_eq!(
+        steps(p(4096, 32 << 20)),
+        [
+            (first, Method::Sse2),
+            (4096, Method::RepMovsb),
+            (32 << 20, Method::NtSse2)
+        ]
+    );
+    assert_eq!(steps(p(17, u64::MAX)), [(first, Method::RepMovsb)]);
+    assert_eq!(steps(p(u64::MAX, u64::MAX)), [(first, Method::Sse2)]);
+    let q = p(64 << 20, 32 << 20);
+    assert_eq!(q.memcpy_method(64 << 20), Method::NtSse2);
+    assert_eq!(q.memcpy_method((32 << 20) - 1), Method::Sse2);
 }
 
 #[test]
