@@ -541,9 +541,13 @@ mod tests {
             assert_eq!(works.iter().sum::<u64>(), 100 * m.reps);
             assert_eq!(parts.iter().map(|p| p.1).sum::<u64>(), m.cycles);
             assert!(parts[..cut].iter().all(|s| s.1 >= 100_000), "{parts:?}");
-            // The median part is still whole calls.
-            assert_eq!(m.median_part.0, 1, "{m:?}");
-            assert!(m.median_part.1 >= 300_000, "{m:?}");
+            // The median part is still whole calls, not a stage: one call,
+            // or the top-up's batch when that part has the median rate (a
+            // calibration slowed 3x or more leaves one part and a top-up of
+            // two calls, and the median of two parts may be either).
+            let (reps, cycles) = m.median_part;
+            assert!(reps >= 1 && cycles >= 300_000 * reps, "{m:?}");
+            assert!(reps == 1 || cut < works.len(), "{m:?} {parts:?}");
         }
 
         // Several calls a part: the marks do nothing, each part is whole
