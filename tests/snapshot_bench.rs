@@ -97,4 +97,10 @@ fn the_default_moment_is_inside_the_workload() {
     assert_eq!(r["restores_passed"], 1, "{r}");
     assert!(r["failures"].as_array().is_none_or(Vec::is_empty), "{r}");
     assert!(r["file_bytes"].as_u64().unwrap() > 0, "{r}");
+    // The write floor of the same file, and the snapshot over it.
+    assert!(r["write_floor_ms"]["median"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(
+        r["snapshot_over_floor"]["median"].as_f64().unwrap() > 0.0,
+        "{r}"
+    );
 }
