@@ -173,11 +173,7 @@ impl CopyView {
         }
         let x = crossovers(t);
         let measured = |m: Method| t.methods & (1 << m as u32) != 0;
-        let policy = Policy {
-            memcpy_rep_min: t.memcpy_rep_min,
-            memcpy_nt_min: t.memcpy_nt_min,
-            memset_rep_min: t.memset_rep_min,
-        };
+        let policy = Policy::of_report(t);
         Some(CopyView {
             llc_bytes: t.llc_bytes,
             cold_region_bytes: t.cold_region,
@@ -205,8 +201,8 @@ impl CopyView {
                 .collect(),
             policy: PolicyView {
                 measured: t.policy_measured != 0,
-                memcpy_rep_min: t.memcpy_rep_min,
-                memcpy_nt_min: (t.memcpy_nt_min != u64::MAX).then_some(t.memcpy_nt_min),
+                memcpy_rep_min: policy.memcpy_rep_min,
+                memcpy_nt_min: (policy.memcpy_nt_min != u64::MAX).then_some(policy.memcpy_nt_min),
                 memcpy_steps: policy
                     .memcpy_steps()
                     .into_iter()
@@ -216,7 +212,7 @@ impl CopyView {
                         method: m.name(),
                     })
                     .collect(),
-                memset_rep_min: t.memset_rep_min,
+                memset_rep_min: policy.memset_rep_min,
             },
         })
     }

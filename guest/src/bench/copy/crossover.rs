@@ -227,6 +227,16 @@ impl Policy {
         })
     }
 
+    /// The policy a report carries (the one the guest's libc followed when
+    /// the report was written; the VMM reads it from there).
+    pub fn of_report(r: &CopyReport) -> Policy {
+        Policy {
+            memcpy_rep_min: r.memcpy_rep_min,
+            memcpy_nt_min: r.memcpy_nt_min,
+            memset_rep_min: r.memset_rep_min,
+        }
+    }
+
     /// The method `memcpy` runs for `n` bytes above
     /// [`MEMCPY_OVERLAP_MAX`], decided as `guest/src/kernel/libc.rs`'s
     /// assembly decides it: non-temporal stores from `memcpy_nt_min` on
