@@ -196,7 +196,9 @@ impl XsaveInfo {
     /// (subleaves that are not supported components are ignored).
     pub fn from_raw(raw: [CpuidRegs; 64]) -> Result<Self, InfoError> {
         let (xcr0, xss) = supported_masks(&raw);
-        if !xcr0.contains_all(XfeatureMask::LEGACY) {
+        // x87 is mandatory; SSE only once anything above it is offered.
+        let extended = xcr0.bits() & !XfeatureMask::LEGACY.bits() != 0;
+        if !xcr0.contains(Xfeature::X87) || (extended && !xcr0.contains(Xfeature::Sse)) {
             return Err(InfoError::LegacyNotSupported { xcr0 });
         }
         if xcr0.contains_index(63) {

@@ -85,6 +85,12 @@ fn inconsistent_masks_and_flags() {
         Err(InfoError::LegacyNotSupported { .. })
     ));
     let mut raw = common::raw("amd-zen3-milan.json");
+    raw[0].eax = 0x206; // no x87
+    assert!(matches!(
+        from(&raw),
+        Err(InfoError::LegacyNotSupported { .. })
+    ));
+    let mut raw = common::raw("amd-zen3-milan.json");
     raw[1].ecx |= 0x200; // PKRU as both
     assert!(matches!(from(&raw), Err(InfoError::UserAndSupervisor(_))));
     let mut raw = common::raw("amd-zen3-milan.json");
@@ -176,4 +182,21 @@ fn component_subleaves_follow_both_masks() {
     let sub0 = CpuidRegs::new(0x3, 0x240, 0x240, 0x4);
     let got: Vec<u32> = XsaveInfo::component_subleaves(sub0, CpuidRegs::default()).collect();
     assert_eq!(got, [34]);
+}
+
+/// The leaf 0xD a hypervisor gives under an x87-only policy (hardware KVM
+/// honours it: `vmm run --xfeatures x87` on kvm_amd) is valid: x87 is the
+/// only component XCR0 must hold, and nothing above SSE is offered.
+#[test]
+fn x87_alone_is_a_valid_supported_xcr0() {
+    let mut raw = common::raw("amd-zen3-milan.json");
+    raw[0].eax = 0x1;
+    raw[0].edx = 0;
+    raw[0].ebx = 576;
+    raw[0].ecx = 576;
+    raw[1].ecx = 0;
+    raw[1].edx = 0;
+    let info = from(&raw).expect("x87 alone");
+    assert_eq!(info.supported_xcr0().bits(), 0x1);
+    assert_eq!(info.standard_size(info.supported_xcr0()), Ok(576));
 }

@@ -12,7 +12,11 @@ use crate::mask::XfeatureMask;
 pub enum InfoError {
     /// The CPU has no XSAVE (CPUID.1:ECX.XSAVE = 0 or no leaf 0xD).
     NoXsave,
-    /// The supported XCR0 lacks x87 or SSE.
+    /// The supported XCR0 lacks x87 (architecturally mandatory), or offers
+    /// an extended user component (bit 2 and up) without SSE, which every
+    /// one of them requires. x87 alone is valid: a hypervisor may offer
+    /// no more (hardware KVM honours such a leaf 0xD), and an OS then runs
+    /// without XSAVE-managed SSE state.
     LegacyNotSupported {
         /// Supported XCR0 as enumerated.
         xcr0: XfeatureMask,
@@ -82,7 +86,11 @@ impl fmt::Display for InfoError {
         match self {
             InfoError::NoXsave => f.write_str("CPU does not support XSAVE (no CPUID leaf 0xD)"),
             InfoError::LegacyNotSupported { xcr0 } => {
-                write!(f, "CPUID 0xD.0: supported XCR0 {xcr0:#x} lacks x87 or SSE")
+                write!(
+                    f,
+                    "CPUID 0xD.0: supported XCR0 {xcr0:#x} lacks x87, or offers extended \
+                     state without SSE"
+                )
             }
             InfoError::ReservedBit { xcr0, xss } => write!(
                 f,
