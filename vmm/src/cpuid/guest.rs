@@ -123,8 +123,13 @@ pub fn guest_cpuid(
     }
 
     // Leaf 0xD is what says XSAVE exists; keep leaf 1 consistent with it.
+    // The hypervisor bit is the VMM's to set, as QEMU and Firecracker do:
+    // KVM's supported table leaves it clear, and without it a guest does
+    // not look for the hypervisor leaves, so it never finds the TSC
+    // frequency published below (kvm_pvm showed the host's own leaf 1,
+    // which has it, and hid the omission).
     if let Some(e) = entry_mut(&mut cpuid, 1, 0) {
-        e.ecx |= leaf_1_ecx::XSAVE;
+        e.ecx |= leaf_1_ecx::XSAVE | leaf_1_ecx::HYPERVISOR;
     }
     if tsc_khz != 0 {
         publish_tsc_khz(&mut cpuid, tsc_khz)?;
@@ -195,5 +200,50 @@ pub fn verify(policy: &GuestCpuid, effective: &CpuId) -> CpuidCheck {
             && d0.ecx == policy.standard_size
             && exposed_despite_policy.is_empty(),
         exposed_despite_policy,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xstate::XsaveInfo;
+
+    fn leaf(function: u32, index: u32, eax: u32, ebx: u32, ecx: u32) -> kvm_cpuid_entry2 {
+        kvm_cpuid_entry2 {
+            function,
+            index,
+            eax,
+            ebx,
+            ecx,
+            ..Default::default()
+        }
+    }
+
+    /// A supported table as hardware KVM returns it: leaf 1 without the
+    /// hypervisor bit, KVM's signature leaf, x87|SSE in leaf 0xD.
+    fn kvm_amd_like() -> CpuId {
+        CpuId::from_entries(&[
+            leaf(0, 0, 0xd, 0, 0),
+            leaf(1, 0, 0, 0, leaf_1_ecx::XSAVE),
+            leaf(0xd, 0, 0x3, 576, 576),
+            leaf(0xd, 1, 0, 0, 0),
+            leaf(0x4000_0000, 0, 0x4000_0001, 0, 0),
+        ])
+        .unwrap()
+    }
+
+    #[test]
+    fn guest_is_told_it_runs_under_a_hypervisor_and_its_tsc_rate() {
+        let supported = kvm_amd_like();
+        let kvm = KvmXstate {
+            info: XsaveInfo::from_kvm_cpuid(&supported).unwrap(),
+        };
+        let g = guest_cpuid(&supported, &kvm, XfeatureMask::LEGACY, 2_596_145).unwrap();
+        let l1 = entry(&g.cpuid, 1, 0).unwrap();
+        assert_ne!(l1.ecx & leaf_1_ecx::HYPERVISOR, 0, "CPUID.1:ECX.hypervisor");
+        assert_ne!(l1.ecx & leaf_1_ecx::XSAVE, 0);
+        let base = entry(&g.cpuid, HYPERVISOR_BASE_LEAF, 0).unwrap();
+        assert!(base.eax >= TSC_FREQ_LEAF);
+        assert_eq!(entry(&g.cpuid, TSC_FREQ_LEAF, 0).unwrap().eax, 2_596_145);
     }
 }
