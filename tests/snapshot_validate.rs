@@ -434,7 +434,7 @@ fn guest_sees_a_general_register_changed_by_the_restore() {
         (
             "gpr-df",
             |s| s.vcpus[0].regs.rflags &= !0x400,
-            Some("rflags 0x0000000000040"),
+            Some("rflags "),
         ),
         ("gpr-r15", |s| s.vcpus[0].regs.r15 ^= 1 << 63, Some("r15 ")),
     ];
@@ -470,6 +470,17 @@ fn guest_sees_a_general_register_changed_by_the_restore() {
                     reason.starts_with(reg) && reason.contains("after 1 snapshot"),
                     "{name}: expected the guest to name {reg:?}: {reason:?}\n{v:#}"
                 );
+                if *name == "gpr-df" {
+                    // "rflags SEEN != WANTED": the values differ in DF alone,
+                    // whatever else the KVM keeps in RFLAGS (kvm_amd keeps
+                    // the guest's AC and IOPL, kvm_pvm does not).
+                    let hexes: Vec<u64> = reason
+                        .split_whitespace()
+                        .filter_map(|w| u64::from_str_radix(w.strip_prefix("0x")?, 16).ok())
+                        .collect();
+                    assert_eq!(hexes.len(), 2, "{reason}");
+                    assert_eq!(hexes[0] ^ hexes[1], 0x400, "{reason}");
+                }
             }
         }
     }
