@@ -67,7 +67,8 @@ fn first_instruction_lies_between_setup_and_the_guest_exit() {
 
 #[test]
 fn bench_startup_measures_the_floor_beside_vmm() {
-    if !kvm_or_skip("bench_startup_measures_the_floor_beside_vmm") {
+    let name = "bench_startup_measures_the_floor_beside_vmm";
+    if !kvm_or_skip(name) || !common::cc_or_skip(name) {
         return;
     }
     let (out, v) = vmm_json(&["bench", "startup", "--pairs", "2", "--quiet"]);

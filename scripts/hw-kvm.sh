@@ -1,0 +1,307 @@
+#!/usr/bin/env bash
+# Run the KVM tests on a hardware-style KVM: kvm_amd inside a Linux that
+# QEMU boots under TCG (`-cpu max` emulates AMD SVM).
+#
+# Our development hosts only have kvm_pvm, a software nested KVM that
+# ignores the guest's CPUID for basic leaves and runs CPL3 on the host's
+# XCR0. kvm_amd honours CPUID, loads the guest's XCR0 on every entry and
+# intercepts XSETBV, as production KVMs do. This script gives every test
+# that needs /dev/kvm that second KVM:
+#
+#   1. installs, from Debian only, QEMU >= 8 (bookworm-backports: 7.2's TCG
+#      does not intercept XSETBV for an SVM guest, so KVM loses the guest's
+#      XCR0), busybox-static and cpio, and downloads Debian's cloud kernel
+#      package, whose modules include kvm.ko and kvm-amd.ko;
+#   2. builds the test binaries and the vmm binary (`cargo test --no-run`);
+#   3. packs an initramfs: busybox, the three modules, the test binaries and
+#      the shared libraries they load, the source tree at its own absolute
+#      path (tests read data through CARGO_MANIFEST_DIR);
+#   4. boots it under TCG; its init loads kvm_amd and runs every test binary
+#      that uses KVM with VMM_REQUIRE_KVM=1 and VMM_HW_KVM=1;
+#   5. prints one line per test and a closing `N passed, N failed, N
+#      skipped` line, and exits non-zero if any test failed, the harness
+#      itself failed, or nothing ran.
+#
+# Usage: scripts/hw-kvm.sh [TEST-BINARY-NAME...]
+#        scripts/hw-kvm.sh --exec 'SHELL COMMAND'
+#        scripts/hw-kvm.sh --install-only
+#   With names (e.g. `run smp`), only those integration test binaries run.
+#   With --exec, the command runs inside instead of the tests (`vmm` is on
+#   its PATH) and its output is printed: for measuring on kvm_amd.
+#   With --install-only, step 1 alone (.ci/run calls it first, so that the
+#   tests that run QEMU on the host use the same QEMU).
+# Environment:
+#   HW_KVM_TIMEOUT   seconds for the whole boot (default 1500)
+#   HW_KVM_MEM       guest RAM of the TCG machine (default 6G)
+#   HW_KVM_FILTER    a libtest filter passed to every binary
+#   HW_KVM_DIR       work directory (default target/hw-kvm)
+set -euo pipefail
+# One brace group, read whole before it runs: editing this file during a
+# run cannot change the run.
+{
+cd "$(dirname "$0")/.."
+root=$PWD
+work=${HW_KVM_DIR:-$root/target/hw-kvm}
+timeout_s=${HW_KVM_TIMEOUT:-1500}
+mem=${HW_KVM_MEM:-6G}
+filter=${HW_KVM_FILTER:-}
+exec_cmd=
+install_only=0
+case "${1:-}" in
+--exec)
+    exec_cmd=${2:?--exec needs a command}
+    set --
+    ;;
+--install-only)
+    install_only=1
+    set --
+    ;;
+esac
+say() { printf 'hw-kvm: %s\n' "$*" >&2; }
+die() { say "$*"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
+
+mkdir -p "$work"
+exec 9>"$work/.lock"
+flock -n 9 || die "another hw-kvm run holds $work (set HW_KVM_DIR to run beside it)"
+started=$(date +%s)
+
+# --- 1. Debian packages --------------------------------------------------
+qemu_major() {
+    qemu-system-x86_64 --version 2>/dev/null | sed -n 's/.*version \([0-9]*\)\..*/\1/p' | head -1
+}
+need_apt=0
+[ "$(qemu_major || echo 0)" -ge 8 ] 2>/dev/null || need_apt=1
+# The initramfs needs busybox-static's /bin/busybox (Debian's busybox
+# package is dynamically linked).
+static_busybox() { [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1; }
+static_busybox || need_apt=1
+command -v cpio >/dev/null || need_apt=1
+if [ "$need_apt" = 1 ]; then
+    [ "$(id -u)" = 0 ] || die "QEMU >= 8, busybox-static and cpio are needed; run as root to install them"
+    export DEBIAN_FRONTEND=noninteractive
+    src=/etc/apt/sources.list.d/bookworm-backports.sources
+    if . /etc/os-release && [ "${VERSION_CODENAME:-}" = bookworm ] && [ ! -e "$src" ]; then
+        printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' >"$src"
+    fi
+    apt-get update -qq
+    target_release=()
+    apt-cache policy qemu-system-x86 | grep -q bookworm-backports && target_release=(-t bookworm-backports)
+    apt-get install -y -qq --no-install-recommends "${target_release[@]}" qemu-system-x86 >/dev/null
+    apt-get install -y -qq --no-install-recommends busybox-static cpio >/dev/null
+fi
+major=$(qemu_major)
+[ "${major:-0}" -ge 8 ] || die "QEMU $major is too old: TCG before 8 does not intercept XSETBV for an SVM guest"
+static_busybox || die "/bin/busybox is not busybox-static's"
+
+kdir=$work/kernel
+if [ ! -d "$kdir/boot" ]; then
+    pkg=$(apt-cache depends linux-image-cloud-amd64 2>/dev/null | awk '/Depends: linux-image-/ { print $2; exit }')
+    [ -n "$pkg" ] || { apt-get update -qq; pkg=$(apt-cache depends linux-image-cloud-amd64 | awk '/Depends: linux-image-/ { print $2; exit }'); }
+    [ -n "$pkg" ] || die "no linux-image-cloud-amd64 package in the apt lists"
+    rm -rf "$work/deb" && mkdir -p "$work/deb"
+    (cd "$work/deb" && apt-get download "$pkg" >/dev/null 2>&1) || die "cannot download $pkg"
+    rm -rf "$kdir.tmp" && dpkg-deb -x "$work"/deb/*.deb "$kdir.tmp" && mv "$kdir.tmp" "$kdir"
+    rm -rf "$work/deb"
+fi
+vmlinuz=$(ls "$kdir"/boot/vmlinuz-* | head -1)
+kver=${vmlinuz##*/vmlinuz-}
+kmods=$kdir/lib/modules/$kver/kernel
+for m in virt/lib/irqbypass.ko arch/x86/kvm/kvm.ko arch/x86/kvm/kvm-amd.ko; do
+    [ -f "$kmods/$m" ] || die "kernel $kver has no $m"
+done
+say "QEMU $(qemu-system-x86_64 --version | head -1 | awk '{print $4}'), kernel $kver"
+[ "$install_only" = 0 ] || exit 0
+
+# --- 2. test binaries -----------------------------------------------------
+say "building the test binaries"
+cargo test --workspace --no-run --message-format=json 2>"$work/build.log" >"$work/build.json" ||
+    { tail -40 "$work/build.log" >&2; die "cargo test --no-run failed"; }
+# The binaries of test targets whose source opens /dev/kvm.
+bins=()
+names=()
+# An integration test is its one file; a crate's unit tests are its src/.
+while IFS=$'\t' read -r exe srcpath name kind; do
+    where=$srcpath
+    [ "$kind" = test ] || where=$(dirname "$srcpath")
+    grep -rqE 'kvm_or_skip|/dev/kvm|VMM_REQUIRE_KVM' "$where" 2>/dev/null || continue
+    [ "$kind" = test ] || name="$name-$kind"
+    if [ $# -gt 0 ]; then
+        keep=0
+        for want in "$@"; do [ "$want" = "$name" ] && keep=1; done
+        [ "$keep" = 1 ] || continue
+    fi
+    bins+=("$exe")
+    names+=("$name")
+done < <(python3 - "$work/build.json" <<'EOF'
+import json, sys
+for line in open(sys.argv[1]):
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") != "compiler-artifact" or not m.get("executable"):
+        continue
+    t = m["target"]
+    if not m["profile"]["test"]:
+        continue
+    kind = t["kind"][0]
+    print(f'{m["executable"]}\t{t["src_path"]}\t{t["name"]}\t{kind}')
+EOF
+)
+[ -z "$exec_cmd" ] || { bins=(); names=(); }
+[ ${#bins[@]} -gt 0 ] || [ -n "$exec_cmd" ] || die "no test binary uses KVM (names: $*)"
+say "${#bins[@]} test binaries: ${names[*]}"
+
+# --- 3. initramfs ---------------------------------------------------------
+rootfs=$work/rootfs
+rm -rf "$rootfs"
+mkdir -p "$rootfs"/{bin,sbin,proc,sys,dev,tmp,lib,lib64,root,mods,etc,results}
+cp /bin/busybox "$rootfs/bin/busybox"
+for m in virt/lib/irqbypass.ko arch/x86/kvm/kvm.ko arch/x86/kvm/kvm-amd.ko; do
+    cp "$kmods/$m" "$rootfs/mods/"
+done
+# The source tree at its own path, without build output.
+(cd "$root" && git ls-files -z | cpio -0 -pdm --quiet "$rootfs$root")
+# Binaries at their own paths, without debug info.
+place() {
+    mkdir -p "$rootfs$(dirname "$1")"
+    objcopy --strip-debug "$1" "$rootfs$1" 2>/dev/null || cp "$1" "$rootfs$1"
+}
+vmm_bin=$root/target/debug/vmm
+place "$vmm_bin"
+for b in "${bins[@]}"; do place "$b"; done
+extra=()
+command -v openssl >/dev/null && extra+=("$(command -v openssl)")
+for e in "${extra[@]}"; do place "$e"; done
+# Their shared libraries (and the loader).
+for b in "$vmm_bin" "${bins[@]}" "${extra[@]}"; do
+    ldd "$b" 2>/dev/null | awk '/=> \// { print $3 } /^\t\/[^ ]+ \(/ { print $1 }'
+done | sort -u | while read -r lib; do
+    mkdir -p "$rootfs$(dirname "$lib")"
+    cp -L "$lib" "$rootfs$lib"
+done
+cat >"$rootfs/init" <<EOF
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+export PATH=/bin:/sbin:/usr/bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mount -t tmpfs -o size=2g tmp /tmp
+exec 3>/dev/ttyS1
+say() { echo "\$*" >&3; }
+for m in irqbypass kvm kvm-amd; do
+    insmod /mods/\$m.ko || say "HARNESS insmod \$m failed"
+done
+if [ ! -c /dev/kvm ]; then
+    say "HARNESS no /dev/kvm: \$(dmesg | grep -i -E 'kvm|svm' | tail -3 | tr '\n' ' ')"
+    poweroff -f
+fi
+say "HARNESS kvm \$(uname -r) \$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2) cpus=\$(nproc)"
+export VMM_REQUIRE_KVM=1 VMM_HW_KVM=1 RUST_BACKTRACE=0 HOME=/root TMPDIR=/tmp
+cd $root
+EOF
+if [ -n "$exec_cmd" ]; then
+    mkdir -p "$rootfs/usr/bin"
+    ln -s "$vmm_bin" "$rootfs/usr/bin/vmm"
+    printf '%s\n' "$exec_cmd" >"$rootfs/exec.sh"
+    cat >>"$rootfs/init" <<'EOF'
+say "EXEC begin"
+sh /exec.sh >&3 2>&3
+say "EXEC end rc=$?"
+EOF
+fi
+i=0
+for b in "${bins[@]}"; do
+    cat >>"$rootfs/init" <<EOF
+say "BINARY ${names[$i]}"
+t0=\$(date +%s)
+# --nocapture: a skipping test's SKIPPED line must reach the report. A
+# binary that hangs is killed after 600 s and the next one runs.
+timeout 600 $b --test-threads=2 --nocapture $filter >/tmp/out 2>&1
+rc=\$?
+grep -E '^test .* \.\.\. |^SKIPPED|^---- |panicked at|^test result:' /tmp/out >&3
+[ \$rc = 0 ] || { say "FAILOUT ${names[$i]} rc=\$rc"; tail -c 20000 /tmp/out >&3; }
+say "BINEND ${names[$i]} rc=\$rc \$((\$(date +%s) - t0))s"
+EOF
+    i=$((i + 1))
+done
+cat >>"$rootfs/init" <<'EOF'
+say "HARNESS done"
+sync
+poweroff -f
+EOF
+chmod +x "$rootfs/init"
+(cd "$rootfs" && find . | cpio -o -H newc --quiet) >"$work/initramfs.cpio"
+say "initramfs $(du -h "$work/initramfs.cpio" | cut -f1)"
+
+# --- 4. boot ---------------------------------------------------------------
+results=$work/results.txt
+console=$work/console.txt
+: >"$results"
+say "booting under TCG (timeout ${timeout_s}s; console in $console)"
+boot0=$(date +%s)
+set +e
+timeout "$timeout_s" qemu-system-x86_64 \
+    -accel tcg,thread=multi -cpu max -smp 2 -m "$mem" \
+    -kernel "$vmlinuz" -initrd "$work/initramfs.cpio" \
+    -append "console=ttyS0 rdinit=/init panic=-1 quiet" \
+    -display none -no-reboot -monitor none \
+    -serial "file:$console" -serial "file:$results" </dev/null
+qrc=$?
+set -e
+boot_s=$(($(date +%s) - boot0))
+# The serial port is a tty: its lines end in CR LF.
+tr -d '\r' <"$results" >"$results.tmp" && mv "$results.tmp" "$results"
+
+# --- 5. report ---------------------------------------------------------------
+if [ -n "$exec_cmd" ]; then
+    sed -n '/^EXEC begin$/,/^EXEC end/p' "$results"
+    grep -q '^EXEC end rc=0$' "$results"
+    exit
+fi
+python3 - "$results" "$qrc" "$boot_s" "$(($(date +%s) - started))" <<'EOF'
+import re, sys
+path, qrc, boot_s, total_s = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+text = open(path, errors="replace").read()
+passed = failed = skipped = 0
+# Per binary: its test lines, and the tests that said SKIPPED (a test that
+# skips returns early and libtest calls it ok: it counts as skipped here).
+blocks = re.split(r"^BINARY (\S+)$", text, flags=re.M)
+for line in blocks[0].splitlines():
+    if line.startswith("HARNESS"):
+        print(line)
+for binary, body in zip(blocks[1::2], blocks[2::2]):
+    said_skip = {}
+    for m in re.finditer(r"^SKIPPED (\S+?): (.*)$", body, re.M):
+        said_skip[m.group(1)] = m.group(2)
+    seen = set()
+    for m in re.finditer(r"^test (\S+)(?: - should panic)? \.\.\. (ok|FAILED|ignored)$", body, re.M):
+        name, res = m.groups()
+        if (name, res) in seen:
+            continue  # repeated in a failing binary's tail
+        seen.add((name, res))
+        if res == "ok" and name in said_skip:
+            print(f"{binary}::{name} skipped: {said_skip[name]}")
+            skipped += 1
+        elif res == "ignored":
+            print(f"{binary}::{name} skipped (ignored)")
+            skipped += 1
+        else:
+            print(f"{binary}::{name} {res}")
+            passed += res == "ok"
+            failed += res == "FAILED"
+    for line in body.splitlines():
+        if line.startswith(("BINEND", "FAILOUT", "HARNESS")):
+            print(line)
+crashed = re.findall(r"^BINEND (\S+) rc=([1-9]\d*)", text, re.M)
+if not "HARNESS done" in text:
+    why = "timed out" if qrc == 124 else f"QEMU exited {qrc}"
+    print(f"hw-kvm: the TCG machine did not finish ({why}); see the console log")
+    failed += 1
+print(f"hw-kvm: boot and tests {boot_s}s, whole harness {total_s}s")
+print(f"{passed} passed, {failed} failed, {skipped} skipped")
+sys.exit(1 if failed or crashed or passed == 0 else 0)
+EOF
+exit
+}
