@@ -35,6 +35,8 @@
 #   HW_KVM_MEM       guest RAM of the TCG machine (default 6G)
 #   HW_KVM_FILTER    a libtest filter passed to every binary
 #   HW_KVM_DIR       work directory (default target/hw-kvm)
+#   HW_KVM_VMM       the vmm binary to carry (default target/debug/vmm, the
+#                    one the tests run; e.g. target/release/vmm to measure)
 set -euo pipefail
 # One brace group, read whole before it runs: editing this file during a
 # run cannot change the run.
@@ -167,7 +169,11 @@ place() {
     mkdir -p "$rootfs$(dirname "$1")"
     objcopy --strip-debug "$1" "$rootfs$1" 2>/dev/null || cp "$1" "$rootfs$1"
 }
-vmm_bin=$root/target/debug/vmm
+vmm_bin=${HW_KVM_VMM:-$root/target/debug/vmm}
+case "$vmm_bin" in /*) ;; *) vmm_bin=$root/$vmm_bin ;; esac
+[ -x "$vmm_bin" ] || die "no vmm binary at $vmm_bin"
+# The tests find target/debug/vmm beside their own binaries.
+[ -n "$exec_cmd" ] || [ -z "${HW_KVM_VMM:-}" ] || die "HW_KVM_VMM is for --exec; the tests run target/debug/vmm"
 place "$vmm_bin"
 for b in "${bins[@]}"; do place "$b"; done
 extra=()
@@ -187,7 +193,9 @@ export PATH=/bin:/sbin:/usr/bin
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
-mount -t tmpfs -o size=2g tmp /tmp
+# No tmpfs over /tmp: the initramfs is in RAM already, and the source tree
+# may live under /tmp (a CI clone).
+mkdir -p /tmp
 exec 3>/dev/ttyS1
 say() { echo "\$*" >&3; }
 for m in irqbypass kvm kvm-amd; do
@@ -294,6 +302,13 @@ for binary, body in zip(blocks[1::2], blocks[2::2]):
     for line in body.splitlines():
         if line.startswith(("BINEND", "FAILOUT", "HARNESS")):
             print(line)
+    # A binary that failed with no failing test (it did not start, crashed
+    # or hung) is one failure of its own.
+    if re.search(r"^BINEND \S+ rc=[1-9]", body, re.M) and not any(
+        r == "FAILED" for _, r in seen
+    ):
+        print(f"{binary}: the binary failed without a failing test")
+        failed += 1
 crashed = re.findall(r"^BINEND (\S+) rc=([1-9]\d*)", text, re.M)
 if not "HARNESS done" in text:
     why = "timed out" if qrc == 124 else f"QEMU exited {qrc}"
