@@ -595,3 +595,46 @@ fn guest_sees_policy_0x7() {
         guest_matches_policy("0x7", 0x7);
     }
 }
+
+/// The masks table puts each figure under its heading: the guest's XINUSE
+/// is a mask of components, shown on a row of its own under XCR0, never
+/// under XSS (the guest's IA32_XSS is not readable at CPL3: `-`).
+#[test]
+fn guest_rows_put_xinuse_under_xcr0_not_xss() {
+    if !kvm_or_skip("guest_rows_put_xinuse_under_xcr0_not_xss") {
+        return;
+    }
+    let (out, v) = vmm_json(&["features", "--xfeatures", "0x3"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let xinuse = v["columns"]["guest"]["xinuse"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let out = vmm(&["features", "--xfeatures", "0x3"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let header: Vec<&str> = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("XCR0") && l.contains("XSS"))
+        .unwrap_or_else(|| panic!("no masks header:\n{text}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(&header[..2], ["XCR0", "XSS"], "{text}");
+    let cells = |label: &str| -> Vec<String> {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(label))
+            .unwrap_or_else(|| panic!("no {label:?} row:\n{text}"));
+        line[label.len()..]
+            .split("   (")
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    let enabled = cells("guest enabled");
+    assert_eq!(enabled[0], "0x3", "XCR0 column: {text}");
+    assert_eq!(enabled[1], "-", "the XSS column holds no XINUSE: {text}");
+    assert_eq!(cells("guest in use"), [xinuse], "{text}");
+}

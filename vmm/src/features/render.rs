@@ -188,15 +188,26 @@ impl FeaturesView {
                     g.compacted_size.to_string(),
                 ])
             );
+            // The guest's IA32_XSS is not readable at CPL3: its column stays
+            // empty. XINUSE is a mask of components like XCR0, so it goes
+            // under XCR0 on a row of its own.
             let _ = writeln!(
                 s,
-                "{}   (XCR0 set, XINUSE at the end, 0xD.0 EBX)",
+                "{}   (XCR0 set, 0xD.0 EBX)",
                 t.cells(&[
                     "guest enabled".to_string(),
                     format!("{:#x}", g.xcr0),
+                    "-".to_string(),
+                    g.standard_size_enabled.to_string(),
+                ])
+            );
+            let _ = writeln!(
+                s,
+                "{}   (XINUSE at the end, XGETBV(1))",
+                t.cells(&[
+                    "guest in use".to_string(),
                     g.xinuse
                         .map_or_else(|| "n/a".to_string(), |m| format!("{m:#x}")),
-                    g.standard_size_enabled.to_string(),
                 ])
             );
         }
