@@ -277,7 +277,8 @@ pub fn cc_or_skip(test: &str) -> bool {
 }
 
 /// Whether `program --version` runs here. Where it does not, the test says
-/// so and skips, unless `VMM_REQUIRE_KVM=1` (CI, which has `package`), in
+/// so and skips, unless `VMM_REQUIRE_KVM=1` (CI, whose machine has the
+/// Debian `package`: `.ci/run` installs QEMU, the image ships gcc), in
 /// which case a missing program is a failure. Inside the hardware-KVM
 /// harness (`scripts/hw-kvm.sh` sets `VMM_HW_KVM=1`), which carries the
 /// test binaries and `vmm` but no peers or compilers, the test skips,
@@ -293,7 +294,7 @@ pub fn tool_or_skip(test: &str, program: &str, package: &str) -> bool {
             return false;
         }
         if std::env::var("VMM_REQUIRE_KVM").as_deref() == Ok("1") {
-            panic!("{test}: {program} is missing (.ci/run installs {package})");
+            panic!("{test}: {program} is missing (Debian package {package})");
         }
         eprintln!("SKIPPED {test}: {program} is not installed");
     }
