@@ -257,9 +257,25 @@ fn runaway_guest_times_out() {
     // jmp $ : spins forever.
     let path = temp_file("spin.elf", &tiny_pvh_elf(&[0xeb, 0xfe], true));
     let (out, v) = vmm_json(&["run", "--kernel", path.to_str().unwrap(), "--timeout", "1"]);
-    let _ = std::fs::remove_file(&path);
     assert_eq!(out.status.code(), Some(66), "{v:#}");
     assert_eq!(v["exit_reason"], "timed_out");
+    // Where it was: the `jmp $` at the PVH entry, 1 MiB, in 32-bit
+    // protected mode without paging.
+    let at = &v["stopped_at"];
+    assert_eq!(at["regs"]["rip"], 0x10_0000, "{v:#}");
+    assert_eq!(
+        at["sregs"]["cr0"].as_u64().unwrap() & 0x8000_0001,
+        1,
+        "{v:#}"
+    );
+    assert!(v["crash"].is_null(), "a stop is not a crash: {v:#}");
+    let out = vmm(&["run", "--kernel", path.to_str().unwrap(), "--timeout", "1"]);
+    let _ = std::fs::remove_file(&path);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("guest stopped by --timeout at:\n  rip 0x0000000000100000"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -336,6 +336,10 @@ impl RunSummary {
             let _ = writeln!(s, "guest crashed: {}", c.reason);
             let _ = write!(s, "{}", c.registers);
         }
+        if let Some(r) = &self.stopped_at {
+            let _ = writeln!(s, "guest stopped by --timeout at:");
+            let _ = write!(s, "{r}");
+        }
         let _ = writeln!(
             s,
             "exit: {} ({}), {} exits, setup {:.1} ms, run {:.1} ms",

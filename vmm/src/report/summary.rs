@@ -380,6 +380,9 @@ pub struct RunSummary {
     pub fault: Option<FaultView>,
     /// Reason and register dump when the guest crashed.
     pub crash: Option<CrashView>,
+    /// The boot vCPU's registers when `--timeout` stopped the guest: where a
+    /// guest that never exits was spinning or stuck (null for other ends).
+    pub stopped_at: Option<RegisterDump>,
     /// Why reports from the guest were refused (the first ones).
     pub report_errors: Vec<String>,
     /// Snapshots that could not be written, each naming the file and the
@@ -686,6 +689,7 @@ impl RunSummary {
             copy: report.and_then(|r| super::copy::CopyView::new(&r.copy, tsc_khz)),
             fault,
             crash,
+            stopped_at: outcome.stopped_at.as_deref().cloned(),
             report_errors: outcome.report_errors.clone(),
             snapshot_errors: outcome.snapshot_errors.clone(),
             report_errors_dropped: outcome.report_errors_dropped,

@@ -9,6 +9,7 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use xstate::XfeatureMask;
 
 use super::config::RunConfig;
+use super::dump::RegisterDump;
 use super::machine::{Ap, Machine};
 use super::outcome::{xcr0_violation, ExitCounts, RunEnd, RunOutcome, VcpuOutcome};
 use super::runner::VcpuRunner;
@@ -402,8 +403,10 @@ pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
     })?;
     let (runner, end) = supervised.value;
     let mut end = end?;
+    let mut stopped_at = None;
     if supervised.timed_out && !matches!(end, RunEnd::Snapshotted(_)) {
         end = RunEnd::TimedOut(l.timeout.unwrap_or_default());
+        stopped_at = Some(Box::new(RegisterDump::capture(&runner.vcpu)));
     }
     let run_time = run_start.elapsed();
 
@@ -459,6 +462,7 @@ pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
         snapshot_errors: runner.snapshot_errors,
         native: devices.native,
         hugepages: None,
+        stopped_at,
         vcpus: Vec::new(),
         ended_by: 0,
         ap_start: None,
@@ -605,6 +609,7 @@ fn execute_smp(l: Launch) -> Result<RunOutcome> {
     let mut marks_dropped = 0;
     let mut first_exit = None;
     let mut bsp_devices = None;
+    let mut stopped_at = None;
     for (i, (mut runner, result, stopped)) in results.into_iter().enumerate() {
         let mut own_end = if stopped { None } else { Some(result?) };
         let final_xcr0 = runner.xcr0().ok();
@@ -628,6 +633,9 @@ fn execute_smp(l: Launch) -> Result<RunOutcome> {
         serial.extend_from_slice(writer.captured());
         serial_bytes_dropped += writer.dropped();
         if i == 0 {
+            if timed_out && ended_by.is_none() {
+                stopped_at = Some(Box::new(RegisterDump::capture(&runner.vcpu)));
+            }
             first_exit = runner.first_exit;
             marks_dropped = runner.marks.dropped();
             marks = runner.marks.into_items();
@@ -705,6 +713,7 @@ fn execute_smp(l: Launch) -> Result<RunOutcome> {
         vcpus,
         ap_start: None,
         irqchip,
+        stopped_at,
     })
 }
 

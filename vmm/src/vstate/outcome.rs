@@ -194,6 +194,9 @@ pub struct RunOutcome {
     pub native: Option<Box<Interleaver>>,
     /// What `--hugepages` did, when asked for.
     pub hugepages: Option<HugePages>,
+    /// The boot vCPU's registers when `--timeout` stopped the guest: where
+    /// a guest that never exits was (`None` for any other end).
+    pub stopped_at: Option<Box<RegisterDump>>,
 }
 
 /// What `--hugepages` did to guest RAM.
