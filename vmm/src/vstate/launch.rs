@@ -403,10 +403,8 @@ pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
     })?;
     let (runner, end) = supervised.value;
     let mut end = end?;
-    let mut stopped_at = None;
     if supervised.timed_out && !matches!(end, RunEnd::Snapshotted(_)) {
         end = RunEnd::TimedOut(l.timeout.unwrap_or_default());
-        stopped_at = Some(Box::new(RegisterDump::capture(&runner.vcpu)));
     }
     let run_time = run_start.elapsed();
 
@@ -423,6 +421,10 @@ pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
             end = RunEnd::ProtocolViolation(why);
         }
     }
+    // Where the guest was, once the end is known to be the timeout (a
+    // violation found above ends it otherwise).
+    let stopped_at =
+        matches!(end, RunEnd::TimedOut(_)).then(|| Box::new(RegisterDump::capture(&runner.vcpu)));
     let devices = runner.devices;
     let writer = devices.serial.writer();
     let mut serial = l.earlier_serial;
