@@ -157,7 +157,7 @@ say "${#bins[@]} test binaries: ${names[*]}"
 # --- 3. initramfs ---------------------------------------------------------
 rootfs=$work/rootfs
 rm -rf "$rootfs"
-mkdir -p "$rootfs"/{bin,sbin,proc,sys,dev,tmp,lib,lib64,root,mods,etc,results}
+mkdir -p "$rootfs"/{bin,sbin,proc,sys,dev,tmp,lib,lib64,root,mods,etc}
 cp /bin/busybox "$rootfs/bin/busybox"
 for m in virt/lib/irqbypass.ko arch/x86/kvm/kvm.ko arch/x86/kvm/kvm-amd.ko; do
     cp "$kmods/$m" "$rootfs/mods/"
@@ -309,14 +309,13 @@ for binary, body in zip(blocks[1::2], blocks[2::2]):
     ):
         print(f"{binary}: the binary failed without a failing test")
         failed += 1
-crashed = re.findall(r"^BINEND (\S+) rc=([1-9]\d*)", text, re.M)
 if not "HARNESS done" in text:
     why = "timed out" if qrc == 124 else f"QEMU exited {qrc}"
     print(f"hw-kvm: the TCG machine did not finish ({why}); see the console log")
     failed += 1
 print(f"hw-kvm: boot and tests {boot_s}s, whole harness {total_s}s")
 print(f"{passed} passed, {failed} failed, {skipped} skipped")
-sys.exit(1 if failed or crashed or passed == 0 else 0)
+sys.exit(1 if failed or passed == 0 else 0)
 EOF
 exit
 }

@@ -257,7 +257,7 @@ fn extraction_finds_blocks_and_table_cells() {
 
 #[test]
 fn every_readme_command_works() {
-    if std::env::var("VMM_HW_KVM").as_deref() == Ok("1") {
+    if common::in_hw_kvm_harness() {
         // The README's commands are benchmarks at their documented budgets
         // (init-xstate, a full restore, the copy sweep) and need the host's
         // compiler and QEMU: 7 minutes under TCG, most of the harness's

@@ -265,6 +265,12 @@ pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// Whether the test runs inside the hardware-KVM harness
+/// (`scripts/hw-kvm.sh` sets `VMM_HW_KVM=1`).
+pub fn in_hw_kvm_harness() -> bool {
+    std::env::var("VMM_HW_KVM").as_deref() == Ok("1")
+}
+
 /// Whether `qemu-system-x86_64` runs here (see [`tool_or_skip`]).
 pub fn qemu_or_skip(test: &str) -> bool {
     tool_or_skip(test, "qemu-system-x86_64", "qemu-system-x86")
@@ -289,7 +295,7 @@ pub fn tool_or_skip(test: &str, program: &str, package: &str) -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        if std::env::var("VMM_HW_KVM").as_deref() == Ok("1") {
+        if in_hw_kvm_harness() {
             eprintln!("SKIPPED {test}: the hardware-KVM harness carries no {program}");
             return false;
         }
