@@ -27,9 +27,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use vmm::devices::SerialSink;
-use vmm::snapshot::format::SparseMemory;
-use vmm::snapshot::restore::{restore, RestoreOptions};
-use vmm::vstate::{self, KernelImage, RunConfig, RunEnd};
+use vmm::run::restore::{restore, RestoreOptions};
+use vmm::run::{self, KernelImage, RunConfig, RunEnd};
+use vmm::snapshot::sparse::SparseMemory;
 use xstate::{CpuidProfile, Format, InitMode, XfeatureMask, XsaveBuf, XsaveInfo};
 
 fn sizes() {
@@ -96,7 +96,7 @@ fn tiny_snapshot(dir: &std::path::Path) -> Option<PathBuf> {
 fn tiny_snapshot_of(dir: &std::path::Path, mem_mib: u64) -> Option<PathBuf> {
     let elf = common::tiny_pvh_elf(&common::snapshot_regs_kernel(), true);
     let snap = dir.join(format!("bench-{mem_mib}.snap"));
-    let outcome = vstate::run(RunConfig {
+    let outcome = run::run(RunConfig {
         mem_mib,
         kernel: KernelImage {
             name: "regs kernel".into(),
@@ -138,7 +138,7 @@ fn benches(c: &mut Criterion) {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
-                let o = vstate::run(RunConfig {
+                let o = run::run(RunConfig {
                     kernel: KernelImage {
                         name: "regs kernel".into(),
                         bytes: elf.clone().into(),

@@ -10,12 +10,12 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, Criterion};
 use guest::protocol::MARK_END;
 use vmm::devices::SerialSink;
-use vmm::vstate::{self, RunConfig, RunEnd};
+use vmm::run::{self, RunConfig, RunEnd};
 use vmm::xstate_manager::SyncPolicy;
 
 /// Wall time of `exits` PIO exits from CPL3 under `policy` (or raw).
 fn pio_round_trips(exits: u64, policy: SyncPolicy, raw: bool) -> Duration {
-    let outcome = vstate::run(RunConfig {
+    let outcome = run::run(RunConfig {
         cmdline: format!("quiet workload=none bench=exits exits={exits}"),
         serial: SerialSink::Null,
         xstate_sync: policy,

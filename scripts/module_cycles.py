@@ -34,7 +34,7 @@ def strip_comments_and_tests(text):
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
     text = re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
     out, i = [], 0
-    for m in re.finditer(r"#\[cfg\(test\)\]\s*(?:pub\s+)?mod\s+\w+\s*\{", text):
+    for m in re.finditer(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+\w+\s*\{", text):
         if m.start() < i:
             continue
         out.append(text[i : m.start()])
@@ -142,8 +142,9 @@ def crate_edges(root):
             text = strip_comments_and_tests(fh.read())
         for line in text.splitlines():
             s = line.strip()
-            if MOD_DECL.match(line) or s.startswith("pub use"):
+            if MOD_DECL.match(line):
                 continue
+            reexport = s.startswith("pub use") or s.startswith("pub(crate) use")
             # Expand `a::{b, c::d}` groups into `a::b`, `a::c::d`.
             for m in re.finditer(r"((?:\w+::)+)\{([^{}]*)\}", s):
                 for item in m.group(2).split(","):
@@ -154,6 +155,10 @@ def crate_edges(root):
                 segs = m.group(1).split("::")
                 target = resolve(path, segs, mods, reexports)
                 if target is None or target == path:
+                    continue
+                # A module re-exporting its own descendant's item is their
+                # facade, not a dependency; re-exporting anything else is.
+                if reexport and target[: len(path)] == path:
                     continue
                 # A module naming its own descendant is not a cycle risk here
                 # unless the descendant names it back: keep the edge.

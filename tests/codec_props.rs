@@ -17,7 +17,8 @@ use kvm_bindings::{
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
-use vmm::snapshot::format::{Container, SparseMemory, PAGE_SIZE};
+use vmm::snapshot::format::Container;
+use vmm::snapshot::sparse::{SparseMemory, PAGE_SIZE};
 use vmm::snapshot::state::{IrqchipState, Meta, SerialRegs, Snapshot, VcpuState};
 use vmm::vstate::xfd::XfdMsrs;
 use xstate::{CpuidEntry, Hex32, XsaveBuf};

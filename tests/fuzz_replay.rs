@@ -134,7 +134,8 @@ fn section_framing_round_trips() {
 #[ignore = "writes fuzz/corpus; run by hand when a format changes"]
 fn write_seed_corpus() {
     use guest::protocol::{fixed_str, Report, ResultRecord, SkipRecord, WorkUnit};
-    use vmm::snapshot::format::{Container, SparseMemory, PAGE_SIZE};
+    use vmm::snapshot::format::Container;
+    use vmm::snapshot::sparse::{SparseMemory, PAGE_SIZE};
     use xstate::{compacted_in_use, CpuidProfile, InitMode, XfeatureMask, XsaveBuf};
 
     let write = |target: &str, name: &str, bytes: &[u8]| {

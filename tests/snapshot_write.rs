@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use common::{
     kvm_or_skip, rows_named, snapshot_check_args, snapshot_regs_kernel, tiny_pvh_elf, vmm_bin,
 };
-use vmm::snapshot::write::{self, TEMP_MARKER};
+use vmm::output::{self, TEMP_MARKER};
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -173,7 +173,7 @@ fn an_existing_file_needs_force_and_keeps_its_narrow_permissions() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(v["exit_reason"], "snapshotted", "{v}");
     assert_eq!(mode(&snap), 0o600, "0600 stays 0600");
-    let info = vmm::snapshot::info(&snap).expect("a valid snapshot replaced the file");
+    let info = vmm::report::snapshot_info::info(&snap).expect("a valid snapshot replaced the file");
     assert_eq!(info.trigger, "guest");
 
     // A world-readable file is narrowed, never the other way round.
@@ -195,9 +195,9 @@ fn stale_temporaries_are_removed_by_the_next_write() {
     // Pids above the kernel's PID_MAX_LIMIT (4194304) never exist.
     let dead: Vec<PathBuf> = [(4_194_305, 1u64), (4_194_399, 0xabc)]
         .iter()
-        .map(|&(pid, r)| dir.path().join(write::temp_name(name, pid, r)))
+        .map(|&(pid, r)| dir.path().join(output::temp_name(name, pid, r)))
         .collect();
-    let other_dead = dir.path().join(write::temp_name(
+    let other_dead = dir.path().join(output::temp_name(
         std::ffi::OsStr::new("y.snap"),
         4_194_305,
         7,
@@ -205,7 +205,7 @@ fn stale_temporaries_are_removed_by_the_next_write() {
     // This test process is alive: its "temporary" may be a write under way.
     let live = dir
         .path()
-        .join(write::temp_name(name, std::process::id(), 2));
+        .join(output::temp_name(name, std::process::id(), 2));
     let unrelated = dir.path().join(".x.snap.tmp");
     for f in dead.iter().chain([&other_dead, &live, &unrelated]) {
         std::fs::write(f, vec![0u8; 4096]).unwrap();
@@ -233,7 +233,7 @@ fn child_writer_blocked_mid_write() {
     let Some(dir) = std::env::var_os(CHILD_DIR).map(PathBuf::from) else {
         return;
     };
-    let _ = write::write_with(&dir.join("big.snap"), false, 1 << 20, |f| {
+    let _ = output::write_with(&dir.join("big.snap"), false, 1 << 20, |f| {
         std::io::Write::write_all(f, &[0x5a; 1 << 16])?;
         std::fs::write(dir.join("ready"), b"")?;
         std::thread::sleep(Duration::from_secs(600));

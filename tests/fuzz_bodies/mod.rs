@@ -14,7 +14,8 @@ use std::path::Path;
 use guest::protocol::{field_str, Cmdline, Report, MAX_RESULTS, MAX_SKIPPED};
 use vm_memory::{GuestAddress, GuestMemoryMmap};
 use vmm::features::profile::HostProfile;
-use vmm::snapshot::format::{read_table, Container, Section, SparseMemory, PAGE_SIZE};
+use vmm::snapshot::format::{read_table, Container, Section};
+use vmm::snapshot::sparse::{SparseMemory, PAGE_SIZE};
 use vmm::snapshot::state::{Meta, Snapshot};
 use xstate::{
     compact, expand, init_image, minimal_xstate_bv, validate, CpuidProfile, Format, InitMode,

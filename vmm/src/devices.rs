@@ -29,7 +29,6 @@ use guest::protocol::{
     PART_PORT, REPORT_EXIT_PORT, REPORT_PORT, REP_PORT, SERIAL_PORT, XSTATE_EDIT_PORT,
 };
 
-use crate::native::interleave::Interleaver;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use vm_superio::{Serial, Trigger};
 
@@ -237,7 +236,27 @@ pub struct Devices {
     pub unhandled_ports: u64,
     /// The native side of interleaved repetitions ([`REP_PORT`]); without
     /// it the port decodes nothing and the guest runs each row once.
-    pub native: Option<Box<Interleaver>>,
+    pub native: Option<Box<dyn NativeSide>>,
+}
+
+/// The native side of interleaved repetitions, as the port bus drives it.
+///
+/// The machine knows nothing of how the host times the guest's workloads:
+/// the tool that does (`crate::native::interleave::Interleaver`) implements
+/// this, a run carries it in [`Devices::native`], and the caller reads its
+/// results back through [`NativeSide::as_any`] when the run has ended.
+pub trait NativeSide: Send {
+    /// Repetitions each row gets: what an `in` from [`REP_PORT`] answers.
+    fn reps(&self) -> u32;
+    /// Whether the guest should signal each part on [`PART_PORT`].
+    fn wants_parts(&self) -> bool;
+    /// The guest ended a repetition; its record is at guest address `addr`.
+    /// The vCPU waits in this exit while the native repetition runs.
+    fn on_rep(&mut self, mem: &GuestMemoryMmap, addr: u64);
+    /// The guest reached a part; its record is at guest address `addr`.
+    fn on_part(&mut self, mem: &GuestMemoryMmap, addr: u64);
+    /// The implementation, for the caller that made it.
+    fn as_any(&self) -> &dyn std::any::Any;
 }
 
 /// COM1 decodes eight ports from `SERIAL_PORT`.
@@ -336,7 +355,7 @@ impl Devices {
                 }
             }
             REP_PORT if self.native.is_some() => {
-                put_le(data, self.native.as_ref().map_or(1, |n| n.reps));
+                put_le(data, self.native.as_ref().map_or(1, |n| n.reps()));
             }
             PART_PORT if self.native.is_some() => {
                 let wanted = self.native.as_ref().is_some_and(|n| n.wants_parts());

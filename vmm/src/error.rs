@@ -14,19 +14,8 @@ use xstate::kvm::KvmXsaveError;
 use xstate::XfeatureMask;
 use xstate::{BufferError, ConvertError, InfoError, LayoutError, MaskError, Xcr0Error};
 
-use crate::arch::layout::{CMDLINE_MAX, MAX_MEM_MIB, MIN_MEM_MIB};
-
-/// Why the MP table ([`crate::arch::mptable`]) could not be built.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum MpTableError {
-    /// No CPU to describe.
-    #[error("an MP table needs at least one CPU")]
-    NoCpus,
-    /// More CPUs than fit the EBDA's first KiB, or than APIC IDs below the
-    /// IOAPIC's.
-    #[error("{0} CPUs do not fit an MP table in the EBDA's first KiB")]
-    TooManyCpus(u32),
-}
+pub use crate::arch::error::{BootError, MemoryError, MpTableError};
+use crate::arch::layout::{MAX_MEM_MIB, MIN_MEM_MIB};
 
 /// A `--vcpus` value refused before any VM exists.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -103,14 +92,14 @@ pub enum Error {
     #[error("guest error: {0}")]
     Guest(String),
     /// The snapshot file could not be written (nothing at its path was
-    /// modified; see [`crate::snapshot::write`]).
+    /// modified; see [`crate::output`]).
     #[error("output: cannot write snapshot {}: {source}", path.display())]
     SnapshotWrite {
         /// The snapshot's final name.
         path: PathBuf,
         /// Why: the destination, its directory, or the file system.
         #[source]
-        source: crate::snapshot::write::WriteError,
+        source: crate::output::WriteError,
     },
     /// Encoding JSON output failed.
     #[error("output: JSON: {0}")]
@@ -189,169 +178,6 @@ pub enum PolicyError {
         leaf: u32,
         /// The FAM wrapper's refusal.
         source: FamError,
-    },
-}
-
-/// Why guest RAM could not be set up, read or written.
-#[derive(Debug, thiserror::Error)]
-pub enum MemoryError {
-    /// `--mem` is outside what the memory map allows.
-    #[error("--mem {0} MiB is out of range ({MIN_MEM_MIB}..={MAX_MEM_MIB})")]
-    SizeOutOfRange(u64),
-    /// The anonymous mapping could not be made.
-    #[error("cannot allocate {mib} MiB: {source}")]
-    Allocate {
-        /// The size asked for.
-        mib: u64,
-        /// What vm-memory said.
-        #[source]
-        source: vm_memory::mmap::FromRangesError,
-    },
-    /// Guest RAM has no host mapping (never for anonymous memory).
-    #[error("no host mapping for guest RAM: {0}")]
-    HostMapping(#[source] vm_memory::GuestMemoryError),
-    /// The kernel command line does not fit its slot.
-    #[error("kernel command line must be under {CMDLINE_MAX} bytes with no NUL ({0} bytes given)")]
-    Cmdline(usize),
-    /// A boot structure could not be written.
-    #[error("writing {what}: {source}")]
-    Write {
-        /// The structure: "the command line", "the boot GDT".
-        what: &'static str,
-        /// What vm-memory said.
-        #[source]
-        source: vm_memory::GuestMemoryError,
-    },
-    /// The PVH start info or memory map could not be written.
-    #[error("writing PVH boot parameters: {0}")]
-    BootParams(#[source] linux_loader::configurator::Error),
-    /// The MP table could not be built.
-    #[error("building the MP table: {0}")]
-    MpTable(#[source] MpTableError),
-    /// A snapshot's pages could not be written back.
-    #[error("writing {len} bytes at {addr:#x}: {source}")]
-    Restore {
-        /// Guest physical address of the run of pages.
-        addr: u64,
-        /// Its length.
-        len: usize,
-        /// What vm-memory said.
-        #[source]
-        source: vm_memory::GuestMemoryError,
-    },
-    /// Guest RAM could not be read for a snapshot.
-    #[error("reading {len} bytes at {addr:#x}: {source}")]
-    Read {
-        /// Guest physical address of the chunk.
-        addr: u64,
-        /// Its length.
-        len: usize,
-        /// What vm-memory said.
-        #[source]
-        source: vm_memory::GuestMemoryError,
-    },
-    /// Snapshots assume the one-region layout of `arch::layout`.
-    #[error("snapshots support one RAM region from address 0")]
-    Layout,
-    /// The snapshot file is shorter than the pages a restore maps from it:
-    /// it changed after it was checked.
-    #[error("the snapshot file is {len} bytes now, but its stored pages end at byte {need}: it was truncated after it was checked")]
-    ImageShrank {
-        /// The file's length when the pages were about to be mapped.
-        len: u64,
-        /// Where the last mapped page ends in the file.
-        need: u64,
-    },
-    /// A run of a snapshot's pages could not be mapped (or read) into RAM.
-    #[error("mapping {len} bytes of the snapshot file at offset {offset} to guest address {addr:#x}: {source}")]
-    MapImage {
-        /// Guest physical address of the run.
-        addr: u64,
-        /// Its length.
-        len: u64,
-        /// Where its pages are in the file.
-        offset: u64,
-        /// What the kernel said.
-        #[source]
-        source: std::io::Error,
-    },
-    /// Which pages of RAM can hold data could not be found out
-    /// (`/proc/self/pagemap`, `/proc/self/maps`).
-    #[error("finding guest RAM's resident pages ({what}): {source}")]
-    Residency {
-        /// The file read.
-        what: &'static str,
-        /// What the kernel said.
-        #[source]
-        source: std::io::Error,
-    },
-    /// `--hugepages hugetlbfs` with RAM that is not a whole number of
-    /// 2 MiB pages.
-    #[error("--hugepages hugetlbfs needs --mem in whole 2 MiB huge pages: {mib} MiB is odd")]
-    HugetlbSize {
-        /// The size asked for.
-        mib: u64,
-    },
-    /// The host's pool of free 2 MiB huge pages cannot hold guest RAM.
-    #[error(
-        "--hugepages hugetlbfs: {mib} MiB of guest RAM needs {need} free 2 MiB huge pages, \
-         the host has {free} free (HugePages_Free in /proc/meminfo, of {total}); reserve them \
-         as root with `echo {} > /proc/sys/vm/nr_hugepages`",
-        total + need.saturating_sub(*free)
-    )]
-    HugetlbShort {
-        /// The size asked for.
-        mib: u64,
-        /// The pages it takes.
-        need: u64,
-        /// The pool's free pages (`HugePages_Free`).
-        free: u64,
-        /// The pool's pages (`HugePages_Total`, as `nr_hugepages`).
-        total: u64,
-    },
-    /// The huge-page mapping failed for another reason than a short pool.
-    #[error("--hugepages hugetlbfs: cannot map {mib} MiB of 2 MiB huge pages: {source}")]
-    Hugetlb {
-        /// The size asked for.
-        mib: u64,
-        /// What the kernel said.
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-/// Why a kernel could not be booted.
-#[derive(Debug, thiserror::Error)]
-pub enum BootError {
-    /// The kernel file could not be opened or read, or is not a regular
-    /// file of a kernel's size.
-    #[error(transparent)]
-    KernelFile(#[from] crate::input::InputError),
-    /// The file does not start with the ELF magic.
-    #[error("kernel image {image}: not an ELF file ({len} bytes, no \\x7fELF magic)")]
-    NotElf {
-        /// The image's name.
-        image: String,
-        /// Its size.
-        len: u64,
-    },
-    /// The image breaks a rule of `arch::elf` (checked before any VM exists).
-    #[error("kernel image {image}: invalid PVH ELF image: {source}")]
-    Image {
-        /// The image's name.
-        image: String,
-        /// The rule it breaks.
-        #[source]
-        source: crate::arch::elf::ImageError,
-    },
-    /// The ELF loader refused the image.
-    #[error("kernel image {image}: ELF load failed: {source}")]
-    ElfLoad {
-        /// The image's name.
-        image: String,
-        /// What linux-loader said.
-        #[source]
-        source: linux_loader::loader::Error,
     },
 }
 
@@ -716,7 +542,7 @@ mod tests {
     fn one_line_joins_the_chain_once() {
         let e = Error::SnapshotWrite {
             path: "/x/y.snap".into(),
-            source: crate::snapshot::write::WriteError::Io {
+            source: crate::output::WriteError::Io {
                 what: "writing",
                 path: "/x/.y.snap.tmp".into(),
                 source: std::io::Error::other("disk full"),

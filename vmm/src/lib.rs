@@ -13,11 +13,15 @@
 //! - [`bench`](mod@bench): `vmm bench exits` and `vmm bench init-xstate`.
 //! - [`features`]: `vmm features`: host, KVM, policy and guest xstate compared; profiles.
 //! - [`error`]: the error types.
+//! - [`output`]: writing files the user names: private, atomic, never over
+//!   anything but a regular file, no temporary left behind.
 //! - [`input`]: opening files the user names: regular files only, bounded, magic first.
-//! - [`schema`]: the `--json` documents, versioned, and their JSON Schemas.
+//! - [`schema`]: the `--json` documents, versioned.
+//! - [`catalog`]: each `--json` document's type and its JSON Schema.
 
 pub mod arch;
 pub mod bench;
+pub mod catalog;
 pub mod cpuid;
 pub mod devices;
 pub mod error;
@@ -25,7 +29,9 @@ pub mod features;
 pub mod input;
 pub mod kvm;
 pub mod native;
+pub mod output;
 pub mod report;
+pub mod run;
 pub mod schema;
 pub mod snapshot;
 pub mod vstate;

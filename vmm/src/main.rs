@@ -22,8 +22,8 @@ use vmm::devices::SerialSink;
 use vmm::input::parse_seconds;
 use vmm::native;
 use vmm::report::{RunSummary, EXIT_USAGE, EXIT_VMM_ERROR};
+use vmm::run::{self, KernelImage, RunConfig};
 use vmm::schema::Document;
-use vmm::vstate::{self, KernelImage, RunConfig};
 use vmm::xstate_manager::SyncPolicy;
 use xstate::InitMode;
 
@@ -49,7 +49,7 @@ enum Command {
     /// Resume a snapshot (from `vmm run --snapshot-file`) in a new VM.
     Restore(RestoreArgs),
     /// Inspect snapshot files.
-    Snapshot(vmm::snapshot::SnapshotArgs),
+    Snapshot(vmm::report::snapshot_info::SnapshotArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(CompletionsArgs),
     /// Print the manual page (roff), or write one page per subcommand.
@@ -199,7 +199,7 @@ impl SessionArgs {
 
     /// What became of the snapshot these options asked for (`None`: none
     /// asked for).
-    fn snapshot_view(&self, outcome: &vstate::RunOutcome) -> Option<vmm::report::SnapshotView> {
+    fn snapshot_view(&self, outcome: &run::RunOutcome) -> Option<vmm::report::SnapshotView> {
         let path = self.snapshot_file.as_deref()?;
         Some(vmm::report::SnapshotView::new(
             outcome,
@@ -264,12 +264,20 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
     words.push(format!("workload={}", args.workload));
     if let Some(c) = &args.cmdline {
         // Words the VMM owns (`xfeatures=`) are a usage error.
-        if let Err(e) = vstate::check_cmdline_words(c) {
+        if let Err(e) = run::check_cmdline_words(c) {
             eprintln!("vmm: --cmdline: {e}");
             return Ok(EXIT_USAGE);
         }
         words.push(c.clone());
     }
+    let interleave = (!args.session.no_native).then(|| {
+        native::interleave::starter(
+            args.workload.clone(),
+            args.native_reps,
+            kernel.bytes.clone(),
+            args.hugepages,
+        )
+    });
     let config = RunConfig {
         kernel,
         mem_mib: args.mem,
@@ -287,14 +295,11 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
         snapshot_file: args.session.snapshot_file.clone(),
         snapshot_force: args.session.force,
         entry: args.entry,
-        interleave: (!args.session.no_native).then(|| vstate::InterleaveSpec {
-            workload: args.workload.clone(),
-            reps: args.native_reps,
-        }),
+        interleave,
         hugepages: args.hugepages,
         vcpus: args.vcpus,
     };
-    let outcome = match vstate::run(config) {
+    let outcome = match run::run(config) {
         Err(e @ vmm::error::Error::VcpuCount(_)) => {
             eprintln!("vmm: {e}");
             return Ok(EXIT_USAGE);
@@ -329,7 +334,7 @@ struct Extras {
 }
 
 /// What `vmm restore` keeps of the snapshot for
-/// [`vmm::report::summary::mark_rows_spanning_snapshot`].
+/// [`vmm::report::spanning::mark_rows_spanning_snapshot`].
 struct Resumed {
     memory: Vec<(u64, Vec<u8>)>,
     created_unix_s: u64,
@@ -339,7 +344,7 @@ struct Resumed {
 impl Resumed {
     /// Reads `file` again (the restore itself has its own copy).
     fn load(file: &std::path::Path, restore_started_unix_s: f64) -> Option<Self> {
-        let snap = vmm::snapshot::restore::load(file).ok()?;
+        let snap = vmm::run::restore::load(file).ok()?;
         let mut memory: Vec<(u64, Vec<u8>)> = Vec::new();
         let _ = snap.memory.apply(|gpa, bytes| -> Result<(), ()> {
             // Merge adjacent runs so a record across a page boundary is found.
@@ -361,7 +366,7 @@ impl Resumed {
 /// `native`: the workload list to run natively for guest/native ratios;
 /// `json`: the JSON document to print instead of the table.
 fn print_outcome(
-    outcome: &vstate::RunOutcome,
+    outcome: &run::RunOutcome,
     native: Option<&str>,
     json: Option<Document>,
     plot: Option<&std::path::Path>,
@@ -374,13 +379,13 @@ fn print_outcome(
     summary.xfeatures_resolution = extras.resolution;
     summary.snapshot = extras.snapshot;
     if let (Some(r), Some(report)) = (&extras.resumed, outcome.report.as_deref()) {
-        let gap = vmm::report::summary::SnapshotGap {
+        let gap = vmm::report::spanning::SnapshotGap {
             memory: &r.memory,
             created_unix_s: r.created_unix_s,
             restore_started_unix_s: r.restore_started_unix_s,
         };
         let tsc_khz = summary.tsc_khz;
-        if let Some(i) = vmm::report::summary::mark_rows_spanning_snapshot(
+        if let Some(i) = vmm::report::spanning::mark_rows_spanning_snapshot(
             &mut summary.results,
             report,
             &gap,
@@ -396,11 +401,15 @@ fn print_outcome(
             );
         }
     }
-    let interleaved = outcome.native.as_deref().filter(|n| !n.pairs.is_empty());
+    let carried = native::interleave::of(outcome.native.as_deref());
+    let interleaved = carried.filter(|n| !n.pairs.is_empty());
     if let Some(n) = interleaved {
         summary.native = Some(native::attach_interleaved(&mut summary.results, n));
     }
-    summary.hugepages = outcome.hugepages.as_ref().map(native::hugepages_view);
+    summary.hugepages = outcome
+        .hugepages
+        .as_ref()
+        .map(|h| native::hugepages_view(h, carried));
     // Rows the guest did not repeat on the port (another kernel, a restored
     // run): the native side runs once, after the guest.
     let unpaired = summary.results.iter().any(|r| {
@@ -448,7 +457,7 @@ fn print_outcome(
 /// `vmm restore`: snapshot errors are printed here (status 64).
 fn restore(args: RestoreArgs) -> Result<i32, vmm::Error> {
     let session = &args.session;
-    let opts = vmm::snapshot::restore::RestoreOptions {
+    let opts = vmm::run::restore::RestoreOptions {
         serial: session.serial(),
         timeout: session.timeout(),
         xstate_sync: args.xstate_sync,
@@ -467,7 +476,7 @@ fn restore(args: RestoreArgs) -> Result<i32, vmm::Error> {
     let resumed_before = same_file
         .then(|| Resumed::load(&args.file, started))
         .flatten();
-    let outcome = vmm::snapshot::restore::restore(&args.file, opts);
+    let outcome = vmm::run::restore::restore(&args.file, opts);
     let resumed = if same_file {
         resumed_before
     } else {
@@ -482,7 +491,7 @@ fn restore(args: RestoreArgs) -> Result<i32, vmm::Error> {
     };
     // The guest's workloads, from the command line it booted with.
     let workload = (!session.no_native)
-        .then(|| vmm::snapshot::restore::load(&args.file).ok())
+        .then(|| vmm::run::restore::load(&args.file).ok())
         .flatten()
         .and_then(|s| {
             s.meta
@@ -528,7 +537,7 @@ fn man(args: ManArgs) -> Result<i32, vmm::Error> {
 
 /// `vmm schema DIR`.
 fn schema(args: SchemaArgs) -> Result<i32, vmm::Error> {
-    let written = vmm::schema::write_all(&args.dir)?;
+    let written = vmm::catalog::write_all(&args.dir)?;
     eprintln!(
         "vmm: {} schemas written to {}",
         written.len(),
@@ -600,7 +609,7 @@ fn vmm_main() -> libc::c_int {
         Command::Bench(args) => vmm::bench::main(args),
         Command::Features(args) => vmm::features::main(args),
         Command::Restore(args) => restore(args),
-        Command::Snapshot(args) => Ok(vmm::snapshot::main(args)),
+        Command::Snapshot(args) => Ok(vmm::report::snapshot_info::main(args)),
         Command::Completions(args) => completions(args),
         Command::Man(args) => man(args),
         Command::Schema(args) => schema(args),

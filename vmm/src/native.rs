@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::report::parallel::Measured;
 use crate::report::summary::SeedFigure;
 use crate::report::{result_rows, NativeView, RatioSpread, ResultRow};
-use crate::vstate::outcome::NativeScratch;
+use crate::run::outcome::NativeScratch;
 use interleave::{part_ratio, Interleaver, NativeCode, RepPair};
 use scratch::Scratch;
 
@@ -48,7 +48,7 @@ pub fn run_native(
             &mut report,
         );
     }
-    let backed = NativeScratch::of(&info, info.huge_kib());
+    let backed = scratch_of(&info, info.huge_kib());
     Ok((result_rows(&report, tsc_khz), backed))
 }
 
@@ -190,8 +190,28 @@ pub fn attach_interleaved(guest: &mut [ResultRow], native: &Interleaver) -> Nati
     }
 }
 
-/// The summary's view of what `--hugepages` did.
-pub fn hugepages_view(h: &crate::vstate::outcome::HugePages) -> crate::report::HugePagesView {
+/// How the native side's memory was backed: from the mapping's
+/// description and its huge-page KiB now.
+pub fn scratch_of(info: &scratch::ScratchInfo, huge_kib: Option<u64>) -> NativeScratch {
+    NativeScratch {
+        backing: info.backing,
+        fallback: info.fallback.clone(),
+        kib: info.len >> 10,
+        huge_kib,
+    }
+}
+
+/// The summary's view of what `--hugepages` did; `interleaved`: the native
+/// side the run carried, whose memory is reported when the run's own
+/// record has none.
+pub fn hugepages_view(
+    h: &crate::run::outcome::HugePages,
+    interleaved: Option<&Interleaver>,
+) -> crate::report::HugePagesView {
+    let native = h
+        .native
+        .clone()
+        .or_else(|| interleaved.map(|n| scratch_of(&n.scratch, n.scratch_huge_kib())));
     crate::report::HugePagesView {
         backing: h.backing.name().to_string(),
         advised: h.advised.is_ok(),
@@ -199,7 +219,7 @@ pub fn hugepages_view(h: &crate::vstate::outcome::HugePages) -> crate::report::H
         ram_kib: h.ram_kib,
         anon_huge_kib: h.anon_huge_kib,
         hugetlb_kib: h.hugetlb_kib,
-        native: h.native.as_ref().map(scratch_view),
+        native: native.as_ref().map(scratch_view),
     }
 }
 

@@ -9,10 +9,12 @@
 //! `tests/schema.rs` fails when they differ from what the types give.
 //! Regenerate them with `cargo run -p vmm -- schema docs/schema`.
 //!
+//! This module is the envelope every tool prints through, and knows none of
+//! them; which Rust type each document is, and so its schema, is
+//! [`crate::catalog`]'s.
+//!
 //! Saved CPU profiles (`vmm features save`) are not in this list: they are
 //! the xstate crate's profile format, versioned by their own fields.
-
-use std::path::{Path, PathBuf};
 
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::Serialize;
@@ -32,7 +34,7 @@ pub enum Document {
     BenchExits,
     /// `vmm bench init-xstate --json`: [`crate::bench::init_xstate::InitBench`].
     BenchInitXstate,
-    /// `vmm snapshot info --json`: [`crate::snapshot::info::SnapshotInfo`].
+    /// `vmm snapshot info --json`: [`crate::report::snapshot_info::SnapshotInfo`].
     SnapshotInfo,
     /// `vmm features --list-profiles --json`: [`crate::features::bundled::ProfileList`].
     ProfileList,
@@ -117,94 +119,6 @@ impl Document {
         }
     }
 
-    /// Its JSON Schema (draft 2020-12), with `schema_version` pinned to
-    /// [`Document::version`].
-    pub fn schema(self) -> Schema {
-        let mut gen = SchemaGenerator::default();
-        let mut schema = match self {
-            Document::Run | Document::Restore => {
-                Versioned::<crate::report::RunSummary>::json_schema(&mut gen)
-            }
-            Document::Features => {
-                Versioned::<crate::features::view::FeaturesDocument<'static>>::json_schema(&mut gen)
-            }
-            Document::FeaturesCompare => {
-                Versioned::<crate::features::compare::Comparison>::json_schema(&mut gen)
-            }
-            Document::BenchExits => {
-                Versioned::<crate::bench::exits::ExitBench>::json_schema(&mut gen)
-            }
-            Document::BenchInitXstate => {
-                Versioned::<crate::bench::init_xstate::InitBench>::json_schema(&mut gen)
-            }
-            Document::SnapshotInfo => {
-                Versioned::<crate::snapshot::info::SnapshotInfo>::json_schema(&mut gen)
-            }
-            Document::ProfileList => {
-                Versioned::<crate::features::bundled::ProfileList>::json_schema(&mut gen)
-            }
-            Document::FeaturesLint => {
-                Versioned::<crate::features::lint::LintView>::json_schema(&mut gen)
-            }
-            Document::BenchPeers => {
-                Versioned::<crate::bench::peers::PeersBench>::json_schema(&mut gen)
-            }
-            Document::BenchSnapshot => {
-                Versioned::<crate::bench::snapshot::SnapshotBench>::json_schema(&mut gen)
-            }
-            Document::BenchStartup => {
-                Versioned::<crate::bench::startup::StartupBench>::json_schema(&mut gen)
-            }
-        };
-        let defs = gen.take_definitions(true);
-        let version = self.version();
-        if let Some(props) = schema.get_mut("properties").and_then(|p| p.as_object_mut()) {
-            props.insert(
-                "schema_version".into(),
-                serde_json::json!({
-                    "description": "The version of this document's format; fields are only ever added within one version.",
-                    "const": version,
-                }),
-            );
-        }
-        let mut root = serde_json::Map::new();
-        root.insert(
-            "$schema".into(),
-            "https://json-schema.org/draft/2020-12/schema".into(),
-        );
-        root.insert(
-            "title".into(),
-            format!("{} (schema_version {version})", self.command()).into(),
-        );
-        root.insert(
-            "description".into(),
-            format!(
-                "The JSON object `{}` prints. Within one schema_version fields are only ever added.",
-                self.command()
-            )
-            .into(),
-        );
-        if let Some(obj) = schema.as_object() {
-            for (k, v) in obj {
-                if !["title", "$schema", "description"].contains(&k.as_str()) {
-                    root.insert(k.clone(), v.clone());
-                }
-            }
-        }
-        if !defs.is_empty() {
-            root.insert("$defs".into(), serde_json::Value::Object(defs));
-        }
-        Schema::from(root)
-    }
-
-    /// The schema as the committed file holds it: pretty JSON, one newline at the end.
-    pub fn schema_text(self) -> String {
-        let mut s =
-            serde_json::to_string_pretty(&self.schema()).expect("a schema is always serialisable");
-        s.push('\n');
-        s
-    }
-
     /// The schema's file name.
     pub fn file_name(self) -> String {
         format!("{}.schema.json", self.name())
@@ -227,19 +141,6 @@ pub fn to_json<T: Serialize>(doc: Document, body: &T) -> serde_json::Result<Stri
         schema_version: doc.version(),
         body,
     })
-}
-
-/// Write every schema into `dir` (created if missing); returns the files.
-pub fn write_all(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir)?;
-    Document::ALL
-        .iter()
-        .map(|d| {
-            let path = dir.join(d.file_name());
-            std::fs::write(&path, d.schema_text())?;
-            Ok(path)
-        })
-        .collect()
 }
 
 /// The schema of a mask serialised as a `0x`-prefixed hex string

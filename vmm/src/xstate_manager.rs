@@ -28,11 +28,13 @@
 //! refusal is returned as a value ([`EditOutcome::Refused`]) for the run
 //! loop to answer to the guest and report, instead of ending the VMM.
 
+pub mod io;
+
 use kvm_ioctls::VcpuFd;
 use xstate::{Xfeature, XfeatureMask, XsaveBuf, XsaveInfo};
 
 use crate::error::{Error, Result, XstateError};
-use crate::vstate::vcpu;
+use io as vcpu;
 
 /// When the manager moves the guest's xsave state.
 #[derive(

@@ -19,7 +19,7 @@ use super::elf::{check_image, ImagePlan};
 use super::layout::{
     CMDLINE_ADDR, CMDLINE_MAX, EBDA_START, HIGHMEM_START, MEMMAP_ADDR, START_INFO_ADDR,
 };
-use crate::error::{BootError, MemoryError};
+use crate::arch::error::{BootError, MemoryError};
 
 /// `hvm_start_info.magic`: "xEn3" with the top bit of the last byte set.
 const XEN_HVM_START_MAGIC: u32 = 0x336e_c578;

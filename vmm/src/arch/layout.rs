@@ -16,6 +16,10 @@
 //! 0xfffb_d000  three pages for KVM's VMX real-mode TSS (KVM_TSS_ADDR)
 //! ```
 
+/// The x86 base page: the unit of guest RAM mappings and of the snapshot's
+/// sparse memory.
+pub const PAGE_SIZE: usize = 4096;
+
 /// Where the boot GDT lives (PVH asks for flat 32-bit segments).
 pub const BOOT_GDT_ADDR: u64 = 0x500;
 /// Where a guest started at its direct 64-bit entry writes the TSC of its

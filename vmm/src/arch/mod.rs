@@ -12,6 +12,7 @@
 pub mod amx;
 pub mod boot;
 pub mod elf;
+pub mod error;
 pub mod layout;
 pub mod mptable;
 pub mod paging;

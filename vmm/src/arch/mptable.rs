@@ -22,8 +22,8 @@
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use super::layout::EBDA_START;
-use crate::error::MemoryError;
-pub use crate::error::MpTableError;
+use crate::arch::error::MemoryError;
+pub use crate::arch::error::MpTableError;
 
 /// Where the floating pointer structure goes: the first KiB of the EBDA,
 /// the first place a guest searches.

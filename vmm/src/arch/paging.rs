@@ -7,7 +7,7 @@
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use super::layout::{BOOT_PAGE_TABLES_ADDR, DIRECT_MAP_END};
-use crate::error::MemoryError;
+use crate::arch::error::MemoryError;
 
 /// Present.
 const PTE_P: u64 = 1 << 0;

@@ -24,7 +24,7 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use super::boot::BootEntry;
 use super::layout::{BOOT_GDT_ADDR, BOOT_TSC_ADDR, START_INFO_ADDR};
 use super::paging::write_identity_map;
-use crate::error::MemoryError;
+use crate::arch::error::MemoryError;
 
 /// GDT selector of the flat code segment.
 const CODE_SELECTOR: u16 = 0x10;

@@ -23,7 +23,7 @@ use crate::report::hex;
 use crate::report::plot::{short, Bar, BarChart, BarGroup};
 use crate::report::table::{or_dash, Columns};
 use crate::report::{ResultRow, RunSummary};
-use crate::vstate::{self, RunConfig};
+use crate::run::{self, RunConfig};
 
 /// The workloads run by default.
 pub const DEFAULT_WORKLOAD: &str = "aes,linpack";
@@ -199,7 +199,7 @@ fn run_one(
     init: InitMode,
     timeout: Duration,
 ) -> Result<RunSummary> {
-    let outcome = vstate::run(RunConfig {
+    let outcome = run::run(RunConfig {
         xfeatures: xfeatures.map(str::to_string),
         init_xstate: init,
         cmdline: format!("quiet workload={workload}"),

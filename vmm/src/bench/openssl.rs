@@ -12,22 +12,10 @@
 //! openssl for the same mode and size, VAES ahead of it) is read off the
 //! table.
 
-use std::fmt::Write as _;
 use std::process::Command;
 
-use serde::Serialize;
-
 use super::stats::Spread;
-
-/// The seed thread's AES-256-XTS figures at 4 KiB messages on Ice Lake,
-/// MB/s: a static reference, not measured here.
-pub const SEED_ICE_LAKE_XTS_4K: [(&str, f64); 5] = [
-    ("aesni", 5136.0),
-    ("aesni-avx", 5366.0),
-    ("vaes-avx2", 9337.0),
-    ("vaes-avx10_256", 9876.0),
-    ("vaes-avx10_512", 10215.0),
-];
+pub use crate::report::yardstick::{render, VariantRatio, Yardstick, RUNS, SEED_ICE_LAKE_XTS_4K};
 
 /// The modes the guest reports that openssl can time, by row name (the
 /// row names are openssl's cipher names).
@@ -57,34 +45,6 @@ pub enum OpensslError {
         /// The cipher asked for.
         cipher: String,
     },
-}
-
-/// One guest variant against the yardstick.
-#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
-pub struct VariantRatio {
-    /// Guest variant (`aesni`, `vaes-512`, ...).
-    pub variant: String,
-    /// Guest MB/s.
-    pub mb_per_s: f64,
-    /// Guest MB/s / openssl MB/s (null when openssl gave no figure).
-    pub vs_openssl: Option<f64>,
-}
-
-/// `openssl speed` for one cipher and message size, beside the guest's
-/// variants of that mode and size.
-#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
-pub struct Yardstick {
-    /// openssl's cipher name, also the guest's row name.
-    pub cipher: String,
-    /// Message bytes (`-bytes`).
-    pub size: u64,
-    /// openssl's throughput in MB/s (10^6 bytes per second).
-    pub openssl_mb_per_s: Option<f64>,
-    /// Why there is no figure (openssl missing, failed, unreadable).
-    pub error: Option<String>,
-    /// The guest's variants of this mode and size (register-borrow rows
-    /// and the portable row excluded).
-    pub guest: Vec<VariantRatio>,
 }
 
 /// A guest row as the yardsticks need it.
@@ -183,9 +143,6 @@ fn timed_variant(v: &str) -> bool {
     !v.contains("+xsave") && v != "soft"
 }
 
-/// Runs of `openssl speed` per figure.
-pub const RUNS: usize = 3;
-
 /// `openssl speed -elapsed -evp CIPHER -bytes SIZE -seconds 1` on the host,
 /// in MB/s.
 pub fn openssl_speed(cipher: &str, size: u64) -> Result<f64, OpensslError> {
@@ -218,48 +175,6 @@ pub fn parse_speed(text: &str, cipher: &str) -> Option<f64> {
     let last = line.split_whitespace().last()?;
     let kbs: f64 = last.strip_suffix('k')?.parse().ok()?;
     Some(kbs * 1000.0 / 1e6)
-}
-
-/// The yardsticks as table lines (after the results table).
-pub fn render(ys: &[Yardstick], with_seed: bool) -> String {
-    let mut s = String::new();
-    if ys.is_empty() {
-        return s;
-    }
-    let _ = writeln!(
-        s,
-        "yardsticks (host `openssl speed -evp`, median of {RUNS} runs of 1 s; guest MB/s and guest/openssl)"
-    );
-    for y in ys {
-        let o = match (y.openssl_mb_per_s, &y.error) {
-            (Some(v), _) => format!("openssl {v:>8.0} MB/s"),
-            (None, Some(e)) => format!("openssl: {e}"),
-            (None, None) => "openssl: no figure".to_string(),
-        };
-        let _ = write!(s, "  {:<12} {:>6} B  {o}", y.cipher, y.size);
-        for g in &y.guest {
-            match g.vs_openssl {
-                Some(r) => {
-                    let _ = write!(s, "  {} {:.0} ({r:.2}x)", g.variant, g.mb_per_s);
-                }
-                None => {
-                    let _ = write!(s, "  {} {:.0}", g.variant, g.mb_per_s);
-                }
-            }
-        }
-        s.push('\n');
-    }
-    if with_seed {
-        let _ = write!(
-            s,
-            "  seed reference (Ice Lake, aes-256-xts 4096 B, not measured here):"
-        );
-        for (v, mb) in SEED_ICE_LAKE_XTS_4K {
-            let _ = write!(s, " {v} {mb:.0}");
-        }
-        s.push_str(" MB/s\n");
-    }
-    s
 }
 
 #[cfg(test)]

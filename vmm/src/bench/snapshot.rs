@@ -67,8 +67,8 @@ use super::stats::Spread;
 use crate::arch::layout::{MAX_MEM_MIB, MIN_MEM_MIB};
 use crate::devices::SerialSink;
 use crate::error::{Error, Result};
-use crate::snapshot::write::write_atomic;
-use crate::vstate::{self, RunConfig, RunEnd};
+use crate::output::write_atomic;
+use crate::run::{self, RunConfig, RunEnd};
 
 /// Sizes swept without `--mem`.
 pub const DEFAULT_MEM_MIB: &[u64] = &[64, 512, 2048];
@@ -751,7 +751,7 @@ fn guest(plan: &Plan, mib: u64) -> RunConfig {
 /// the sweep's smallest size, to its end, no snapshot.
 fn auto_after(plan: &Plan) -> Result<Duration> {
     let mib = plan.mem_mib.iter().copied().min().unwrap_or(MIN_MEM_MIB);
-    let outcome = vstate::run(guest(plan, mib))?;
+    let outcome = run::run(guest(plan, mib))?;
     match outcome.end {
         RunEnd::Exited(0) => Ok(outcome.run_time),
         end => Err(Error::Argument(format!(
@@ -765,7 +765,7 @@ fn auto_after(plan: &Plan) -> Result<Duration> {
 /// child), at `mib`.
 fn one(plan: &Plan, after: Duration, mib: u64, s: &mut Samples) -> Result<()> {
     let file = plan.dir.join(format!("bench-{mib}MiB.snap"));
-    let outcome = vstate::run(RunConfig {
+    let outcome = run::run(RunConfig {
         snapshot_after: Some(after),
         snapshot_file: Some(file.clone()),
         snapshot_force: true,

@@ -15,7 +15,7 @@ use super::error::FeaturesError;
 use super::profile;
 use crate::cpuid::resolve_policy;
 use crate::devices::SerialSink;
-use crate::vstate::{self, KernelImage, RunConfig};
+use crate::run::{self, KernelImage, RunConfig};
 
 /// What the guest saw and did, copied out of its report.
 #[derive(Clone, Debug)]
@@ -248,7 +248,7 @@ pub fn gather(args: &Request) -> Result<Inputs, FeaturesError> {
 
 /// Boots the embedded guest with no workload and reads what it saw.
 fn boot_guest(args: &Request) -> Result<GuestState, FeaturesError> {
-    let outcome = vstate::run(RunConfig {
+    let outcome = run::run(RunConfig {
         kernel: KernelImage::embedded(),
         mem_mib: 64,
         xfeatures: args.xfeatures.map(str::to_string),

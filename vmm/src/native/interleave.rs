@@ -379,3 +379,46 @@ fn with_sources(e: &(dyn std::error::Error + 'static)) -> String {
     }
     s
 }
+impl crate::devices::NativeSide for Interleaver {
+    fn reps(&self) -> u32 {
+        self.reps
+    }
+
+    fn wants_parts(&self) -> bool {
+        Interleaver::wants_parts(self)
+    }
+
+    fn on_rep(&mut self, mem: &GuestMemoryMmap, addr: u64) {
+        Interleaver::on_rep(self, mem, addr);
+    }
+
+    fn on_part(&mut self, mem: &GuestMemoryMmap, addr: u64) {
+        Interleaver::on_part(self, mem, addr);
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// What a run starts the native side with once the guest's TSC rate is
+/// known ([`crate::run::RunConfig::interleave`]): `reps` pairs of every row
+/// of `workload`, the guest `kernel`'s own code, scratch memory backed as
+/// guest RAM is (`backing`).
+pub fn starter(
+    workload: String,
+    reps: u32,
+    kernel: std::borrow::Cow<'static, [u8]>,
+    backing: Option<crate::vstate::RamBacking>,
+) -> crate::run::config::StartNative {
+    Box::new(move |tsc_khz| {
+        Interleaver::new(&workload, reps, tsc_khz, &kernel, backing)
+            .map(|n| Box::new(n) as Box<dyn crate::devices::NativeSide>)
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// The interleaver a run carried, if it carried this one.
+pub fn of(native: Option<&dyn crate::devices::NativeSide>) -> Option<&Interleaver> {
+    native.and_then(|n| n.as_any().downcast_ref::<Interleaver>())
+}

@@ -44,10 +44,12 @@
 //!   the JSON shows them.
 //! - [`spanning`]: the row a restored run cannot time (it spans the snapshot).
 //! - [`render`]: its human table.
+//! - [`snapshot_info`]: `vmm snapshot info`: what a snapshot file holds.
 //! - [`table`]: column alignment for every text table.
 //! - [`hex`]: masks serialised as hex strings.
 //! - [`exit`]: process exit statuses.
 //! - [`plot`]: SVG bar charts for `--plot`.
+//! - [`yardstick`]: the host's `openssl speed` beside the guest's AES rows.
 
 pub mod copy;
 pub mod exit;
@@ -56,10 +58,12 @@ pub mod native_view;
 pub mod parallel;
 pub mod plot;
 pub mod render;
+pub mod snapshot_info;
 pub mod spanning;
 pub mod summary;
 pub mod table;
 pub mod views;
+pub mod yardstick;
 
 pub use exit::{
     EXIT_GUEST_CRASH, EXIT_PROTOCOL_VIOLATION, EXIT_TIMEOUT, EXIT_USAGE, EXIT_VMM_ERROR,

@@ -256,7 +256,7 @@ impl RunSummary {
         }
         // `openssl_aes_128_cbc_mb_per_s` (JSON) is the yardsticks' CBC
         // 8192 B figure: the table below prints it, so no line of its own.
-        s.push_str(&crate::bench::openssl::render(
+        s.push_str(&super::yardstick::render(
             &self.openssl_yardsticks,
             !self.seed_xts_4k_ice_lake.is_empty(),
         ));

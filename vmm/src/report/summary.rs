@@ -13,11 +13,9 @@ use super::exit::{EXIT_GUEST_CRASH, EXIT_PROTOCOL_VIOLATION, EXIT_TIMEOUT};
 use super::hex;
 use super::parallel::Measured;
 use super::views::{ResolutionView, SnapshotView};
+use crate::run::{RunEnd, RunOutcome};
 use crate::vstate::RegisterDump;
-use crate::vstate::{RunEnd, RunOutcome};
 use crate::xstate_manager::{SyncPolicy, SyncStats};
-
-pub use super::spanning::{mark_rows_spanning_snapshot, SnapshotGap};
 
 fn addr(v: u64) -> String {
     format!("{v:#x}")
@@ -363,7 +361,7 @@ pub struct RunSummary {
     pub openssl_aes_128_cbc_mb_per_s: Option<f64>,
     /// The host's `openssl speed -evp` for each AES mode and size the guest
     /// timed, with every guest variant's ratio to it.
-    pub openssl_yardsticks: Vec<crate::bench::openssl::Yardstick>,
+    pub openssl_yardsticks: Vec<crate::report::yardstick::Yardstick>,
     /// The seed thread's AES-256-XTS 4 KiB figures on Ice Lake (MB/s), a
     /// static reference shown when the run has XTS rows.
     pub seed_xts_4k_ice_lake: Vec<SeedFigure>,

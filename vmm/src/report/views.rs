@@ -5,7 +5,7 @@ use serde::Serialize;
 use xstate::{Resolution, XfeatureMask};
 
 use super::hex;
-use crate::vstate::{RunEnd, RunOutcome};
+use crate::run::{RunEnd, RunOutcome};
 
 /// An `--xfeatures` resolution as JSON (`xfeatures_resolution`): masks as
 /// hex strings, plus the result's names.

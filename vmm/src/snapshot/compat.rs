@@ -16,7 +16,7 @@
 //!
 //! Then the image is re-laid out for this host's standard offsets and the
 //! guest's CPUID policy is resolved against this KVM, ready for
-//! [`super::restore`] to consume.
+//! [`crate::run::restore`] to consume.
 
 use std::path::Path;
 use std::sync::OnceLock;

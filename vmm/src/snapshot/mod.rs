@@ -1,7 +1,7 @@
 //! Snapshot and restore: `vmm run --snapshot-after S --snapshot-file F`
 //! (or a guest write to `SNAPSHOT_PORT`) saves the VM and stops;
-//! `vmm restore F` resumes it in a fresh VM; `vmm snapshot info F` shows
-//! what is inside.
+//! `vmm restore F` resumes it in a fresh VM ([`crate::run::restore`]);
+//! `vmm snapshot info F` shows what is inside ([`crate::report::snapshot_info`]).
 //!
 //! The extended state is stored the way the xstate manager holds it:
 //! **compacted, with only the components in use** (an AVX-512-capable guest
@@ -18,78 +18,19 @@
 //! - [`save`]: capturing a running VM.
 //! - [`compat`]: the one validation `restore` and `info` share, against this
 //!   host, before any VM exists.
-//! - [`restore`]: resuming a validated snapshot in a new VM.
+//! - [`load`]: reading a file back, verified, and putting its state into a
+//!   new VM (the resumed run is [`crate::run::restore`]).
 //! - [`verify`]: reading the state back from KVM after a restore and
 //!   comparing it, field by field, with the file.
 //! - [`error`]: what can go wrong, naming the file and the field.
-//! - [`write`](mod@write): writing the file: private (0600), atomic, never through or
-//!   over anything but a regular file, no temporary left behind.
-//! - [`info`](mod@info): the `vmm snapshot info` view.
 
 pub mod compat;
 pub mod error;
 pub mod format;
-pub mod info;
-pub mod restore;
+pub mod load;
 pub mod save;
 pub mod sparse;
 pub mod state;
 pub mod verify;
-pub mod write;
 
-use std::path::PathBuf;
-
-pub use info::{info, SnapshotInfo, VcpuInfo};
-pub use restore::SnapshotError;
-
-/// `vmm snapshot`.
-#[derive(clap::Args)]
-pub struct SnapshotArgs {
-    /// What to do.
-    #[command(subcommand)]
-    pub command: SnapshotCommand,
-}
-
-/// The subcommands of `vmm snapshot`.
-#[derive(clap::Subcommand)]
-pub enum SnapshotCommand {
-    /// Show what a snapshot holds: sections, memory, vCPU and xstate.
-    Info(InfoArgs),
-}
-
-/// `vmm snapshot info`.
-#[derive(clap::Args)]
-pub struct InfoArgs {
-    /// The snapshot file.
-    pub file: PathBuf,
-    /// Print one JSON object instead of the table.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// `vmm snapshot ...`: returns the exit status; errors are printed as
-/// `vmm: ...` with status 64.
-pub fn main(args: SnapshotArgs) -> i32 {
-    match args.command {
-        SnapshotCommand::Info(a) => match info(&a.file) {
-            Ok(i) => {
-                if a.json {
-                    match crate::schema::to_json(crate::schema::Document::SnapshotInfo, &i) {
-                        Ok(j) => println!("{j}"),
-                        Err(e) => {
-                            eprintln!("vmm: JSON: {e}");
-                            return crate::report::EXIT_VMM_ERROR;
-                        }
-                    }
-                } else {
-                    print!("{}", i.to_table());
-                }
-                0
-            }
-            Err(e) => {
-                crate::error::eprint(&e, e.hint());
-                crate::report::EXIT_VMM_ERROR
-            }
-        },
-    }
-}
+pub use error::SnapshotError;

@@ -6,7 +6,7 @@
 //! `OUT`, and returns `EINTR` without entering the guest), then read the
 //! vCPU (registers, special registers, XCRs, MSRs, events, MP state, debug
 //! registers, the xsave state compacted with only the components in use)
-//! and RAM, and write the file through [`super::write`]: private (0600),
+//! and RAM, and write the file through [`crate::output`]: private (0600),
 //! under a temporary name in the same directory renamed into place, so a
 //! crash never leaves a half-written snapshot under the final name, and
 //! never through or over anything but a regular file.
@@ -28,11 +28,11 @@ use xstate::{CpuidProfile, XsaveInfo};
 
 use super::sparse::{PagesInPlace, PAGE_SIZE};
 use super::state::{IrqchipState, Meta, SerialRegs, Snapshot, VcpuState, IRQCHIP_SECTIONS};
-use super::write;
 use crate::cpuid::Policy;
 use crate::devices::Devices;
 use crate::error::{Error, MemoryError, Result};
 use crate::kvm::HostKvm;
+use crate::output as write;
 use crate::vstate::smp::Irqchip;
 use crate::vstate::vcpu::{self, SAVED_MSRS};
 use crate::vstate::xfd;

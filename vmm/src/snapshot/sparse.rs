@@ -16,7 +16,7 @@
 //! run `k` lies at a page-aligned file offset (the section's offset plus
 //! the pages of the runs before it): restore maps every run into guest RAM
 //! with `mmap(MAP_PRIVATE | MAP_FIXED)` instead of copying it, and the
-//! gaps stay fresh anonymous (zero) memory. See [`super::restore`].
+//! gaps stay fresh anonymous (zero) memory. See [`crate::run::restore`].
 //!
 //! [`SparseMemory::to_bytes`] / [`SparseMemory::from_bytes`] are the two
 //! sections back to back in one buffer (the index, then the pages), for
@@ -26,8 +26,8 @@ use std::fmt;
 
 use super::format::{le_u32, le_u64, FormatError, SectionInfo};
 
-/// Guest page size of the sparse memory encoding.
-pub const PAGE_SIZE: usize = 4096;
+/// Guest page size of the sparse memory encoding: the platform's.
+pub use crate::arch::layout::PAGE_SIZE;
 
 /// Guest memory with the all-zero pages left out.
 #[derive(Clone, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //! | section | contents |
 //! |---------|----------|
 //! | `meta` | JSON ([`Meta`]): how the VM was built (RAM, command line with `xfeatures=`, xstate policy, init mode), the source KVM's leaf 0xD and XCR0/IA32_XSS, TSC rate, device state (the 8250 UART), what interrupt hardware exists (`none`, or `kvm` with several vCPUs), how many vCPUs, why and when the snapshot was taken |
-//! | `memory` | guest RAM's page index: which pages are stored, all-zero pages left out ([`super::format::SparseMemory`]) |
+//! | `memory` | guest RAM's page index: which pages are stored, all-zero pages left out ([`super::sparse::SparseMemory`]) |
 //! | `memory.pages` | the stored pages, page-aligned in the file (restore maps them) |
 //! | `serial` | what the guest printed before the snapshot |
 //! | `vcpuN.cpuid` | the CPUID table the vCPU was given: `kvm_cpuid_entry2` (40 bytes each) |
@@ -35,7 +35,8 @@ use serde::{Deserialize, Serialize};
 use xstate::{CpuidEntry, CpuidProfile, XfeatureMask, XsaveBuf, XsaveInfo};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
-use super::format::{Container, External, FormatError, SectionInfo, SparseMemory, PAGES_SECTION};
+use super::format::{Container, External, FormatError, SectionInfo, PAGES_SECTION};
+use super::sparse::SparseMemory;
 use crate::vstate::xfd::XfdMsrs;
 
 /// Everything in a snapshot, decoded.

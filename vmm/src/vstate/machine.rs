@@ -332,7 +332,7 @@ fn map_image(mem: &GuestMemoryMmap, image: &RamImage<'_>) -> Result<()> {
         return Err(MemoryError::Layout.into());
     }
     let ram_len = region.len();
-    let page = super::super::snapshot::format::PAGE_SIZE as u64;
+    let page = crate::arch::layout::PAGE_SIZE as u64;
     let need = image.runs.iter().map(|&(_, off, len)| off + len).max();
     let len = image
         .file

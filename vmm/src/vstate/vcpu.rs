@@ -8,10 +8,9 @@
 //! deliberately wrong `--init-xstate all` marks all of the policy's XCR0,
 //! reproducing the illumos bug where AVX upper state looked live to the CPU.
 
-use kvm_bindings::{kvm_msr_entry, kvm_xcr, kvm_xcrs, Msrs, Xsave, KVM_MAX_CPUID_ENTRIES};
+use kvm_bindings::{kvm_msr_entry, Msrs, KVM_MAX_CPUID_ENTRIES};
 use kvm_ioctls::VcpuFd;
 use vm_memory::GuestMemoryMmap;
-use xstate::kvm::KVM_XSAVE_REGION_SIZE;
 use xstate::{InitMode, XfeatureMask, XsaveBuf, XsaveInfo};
 
 use crate::arch::boot::BootEntry;
@@ -118,89 +117,7 @@ fn initial_image(info: &XsaveInfo, xcr0: XfeatureMask, init: InitMode) -> Result
         .map_err(|source| XstateError::InitialImage { xcr0, source }.into())
 }
 
-/// Set the extended control registers, (XCR number, value) pairs, with
-/// `KVM_SET_XCRS`.
-pub fn set_xcrs(vcpu: &VcpuFd, values: &[(u32, u64)]) -> Result<()> {
-    let mut xcrs = kvm_xcrs::default();
-    if values.len() > xcrs.xcrs.len() {
-        return Err(XstateError::TooManyXcrs {
-            count: values.len(),
-            max: xcrs.xcrs.len(),
-        }
-        .into());
-    }
-    xcrs.nr_xcrs = values.len() as u32;
-    for (slot, &(xcr, value)) in xcrs.xcrs.iter_mut().zip(values) {
-        *slot = kvm_xcr {
-            xcr,
-            reserved: 0,
-            value,
-        };
-    }
-    vcpu.set_xcrs(&xcrs).map_err(Error::kvm("KVM_SET_XCRS"))
-}
-
-/// The extended control registers KVM holds, (XCR number, value) pairs.
-pub fn get_xcrs(vcpu: &VcpuFd) -> Result<Vec<(u32, u64)>> {
-    let xcrs = vcpu.get_xcrs().map_err(Error::kvm("KVM_GET_XCRS"))?;
-    Ok(xcrs
-        .xcrs
-        .iter()
-        .take(xcrs.nr_xcrs as usize)
-        .map(|x| (x.xcr, x.value))
-        .collect())
-}
-
-/// Set XCR0 with `KVM_SET_XCRS`.
-pub fn set_xcr0(vcpu: &VcpuFd, xcr0: u64) -> Result<()> {
-    set_xcrs(vcpu, &[(0, xcr0)])
-}
-
-/// Read XCR0 with `KVM_GET_XCRS`.
-pub fn get_xcr0(vcpu: &VcpuFd) -> Result<u64> {
-    get_xcrs(vcpu)?
-        .into_iter()
-        .find(|&(xcr, _)| xcr == 0)
-        .map(|(_, value)| value)
-        .ok_or_else(|| XstateError::NoXcr0.into())
-}
-
-/// Write a standard-format xsave image: `KVM_SET_XSAVE` when it fits the
-/// legacy 4 KiB region, `KVM_SET_XSAVE2` sized by `KVM_CAP_XSAVE2` beyond
-/// (AMX tile data alone is 8 KiB; truncating it is how VMMs lose it).
-pub fn set_xsave(vcpu: &VcpuFd, image: &XsaveBuf, xsave2_size: usize) -> Result<()> {
-    let refused = |source| XstateError::KvmImage {
-        len: image.len(),
-        source,
-    };
-    if image.len() <= KVM_XSAVE_REGION_SIZE || xsave2_size <= KVM_XSAVE_REGION_SIZE {
-        let xsave = image.to_kvm_xsave().map_err(refused)?;
-        // SAFETY: `xsave` is a complete legacy `kvm_xsave` (4 KiB) and the
-        // image fits in it, so KVM reads nothing past its end.
-        return unsafe { vcpu.set_xsave(&xsave) }.map_err(Error::kvm("KVM_SET_XSAVE"));
-    }
-    let xsave = image.to_kvm_xsave2(xsave2_size).map_err(refused)?;
-    // SAFETY: the wrapper holds the full size KVM_CAP_XSAVE2 reported.
-    unsafe { vcpu.set_xsave2(&xsave) }.map_err(Error::kvm("KVM_SET_XSAVE2"))
-}
-
-/// Read the vCPU's standard-format image (`KVM_GET_XSAVE2` where the state
-/// can exceed 4 KiB).
-pub fn get_xsave(vcpu: &VcpuFd, xsave2_size: usize) -> Result<XsaveBuf> {
-    if xsave2_size <= KVM_XSAVE_REGION_SIZE {
-        let xsave = vcpu.get_xsave().map_err(Error::kvm("KVM_GET_XSAVE"))?;
-        return Ok(XsaveBuf::from_kvm_xsave(&xsave));
-    }
-    let mut xsave = Xsave::new(xstate::kvm::xsave2_fam_len(xsave2_size)).map_err(|source| {
-        XstateError::Xsave2Alloc {
-            size: xsave2_size,
-            source,
-        }
-    })?;
-    // SAFETY: `xsave` holds the full size KVM_CAP_XSAVE2 reported.
-    unsafe { vcpu.get_xsave2(&mut xsave) }.map_err(Error::kvm("KVM_GET_XSAVE2"))?;
-    Ok(XsaveBuf::from_kvm_xsave2(&xsave))
-}
+pub use crate::xstate_manager::io::{get_xcr0, get_xcrs, get_xsave, set_xcr0, set_xcrs, set_xsave};
 
 /// (index, value) of the MSRs read, and the indices KVM refused to read.
 pub type MsrValues = (Vec<(u32, u64)>, Vec<u32>);

@@ -29,7 +29,7 @@ use crate::bench::stats::{Spread, Verdict};
 use crate::devices::SerialSink;
 use crate::error::{Error, Result};
 use crate::report::result_rows;
-use crate::vstate::{self, RunConfig, RunOutcome};
+use crate::run::{self, RunConfig, RunOutcome};
 use crate::xstate_manager::SyncPolicy;
 
 /// The most exits `--count` accepts per row: at the ~100 µs an exit costs
@@ -70,7 +70,7 @@ fn boot(
     timeout: Duration,
 ) -> Result<(RunOutcome, Duration)> {
     let start = Instant::now();
-    let outcome = vstate::run(RunConfig {
+    let outcome = run::run(RunConfig {
         xfeatures: Some(format!("{:#x}", xcr0.bits())),
         cmdline: format!("quiet workload=none bench={benches} exits={count}"),
         serial: SerialSink::Null,

@@ -45,7 +45,6 @@ mod encode;
 mod parse;
 mod read;
 
-pub use super::sparse::{SparseMemory, PAGE_SIZE};
 pub use encode::{reseal, External};
 pub use parse::{parse_header, parse_table, read_table, Header};
 pub use read::ReadError;

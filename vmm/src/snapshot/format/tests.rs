@@ -1,6 +1,7 @@
 //! Round trip, and every corruption detected and named.
 
 use super::*;
+use crate::arch::layout::PAGE_SIZE;
 
 fn sample() -> Container {
     let mut c = Container::new();

@@ -21,12 +21,12 @@ use kvm_bindings::{
 use kvm_ioctls::{VcpuExit, VcpuFd};
 use vm_memory::GuestMemoryMmap;
 
-use super::dump::RegisterDump;
 use super::outcome::{xcr0_violation, ExitCounts, RunEnd};
-use super::stop::{StopFlag, StopReason};
 use crate::devices::{le_value, Devices, FirstN, PortAction};
 use crate::error::{Error, Result};
 use crate::snapshot::save::{self, Running, SaveContext, Trigger};
+use crate::vstate::dump::RegisterDump;
+use crate::vstate::stop::{StopFlag, StopReason};
 use crate::xstate_manager::{EditOutcome, XstateManager};
 
 /// A vCPU and everything its loop touches, owned by the vCPU thread.
@@ -233,7 +233,7 @@ impl VcpuRunner {
         if let Some(xcr0) = self.xcr0_since_run {
             return Ok(xcr0);
         }
-        let xcr0 = super::vcpu::get_xcr0(&self.vcpu)?;
+        let xcr0 = crate::vstate::vcpu::get_xcr0(&self.vcpu)?;
         self.xcr0_since_run = Some(xcr0);
         Ok(xcr0)
     }

@@ -21,7 +21,7 @@
 //! header and section table are checked before any section is read, then
 //! the sections (memory last) and their decoding ([`load`]); then THE
 //! validation `vmm snapshot info` also reports ([`validate`], see
-//! [`super::compat`]). Only then is the VM built from the [`Validated`]
+//! [`crate::snapshot::compat`]). Only then is the VM built from the [`Validated`]
 //! state, and handed to [`crate::vstate`] to run as a booted one would be.
 //! Should KVM still refuse a state, the error names the ioctl, the vCPU,
 //! the section and the fields that commonly cause it.
@@ -36,30 +36,25 @@
 //! guest's XCR0 before `KVM_SET_XSAVE[2]`.
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use kvm_bindings::{kvm_mp_state, kvm_pit_config, CpuId};
-use vm_memory::{Bytes, GuestAddress};
-use vm_superio::Serial;
-
-pub use super::compat::{check, validate, Checked, Validated};
-pub use super::error::SnapshotError;
-use super::format::{Container, FormatError, SectionInfo, PAGES_SECTION};
-use super::save::SaveContext;
-use super::state::{
-    check_section_names, IrqchipState, Meta, Snapshot, VcpuState, IRQCHIP_SECTIONS,
-};
-use crate::arch::layout::MAX_MEM_MIB;
-use crate::cpuid::{GuestCpuid, Policy};
-use crate::devices::{Devices, NoInterrupt, SerialSink};
-use crate::error::{Error, MemoryError, Result, VcpuError};
+use crate::devices::SerialSink;
+use crate::error::{Error, MemoryError, Result};
 use crate::kvm::HostKvm;
-use crate::vstate::launch::{check_snapshot_options, execute, Launch};
+use crate::run::launch::{check_snapshot_options, execute, Launch};
+use crate::run::outcome::RunOutcome;
+pub use crate::snapshot::compat::{check, validate, Checked, Validated};
+pub use crate::snapshot::error::SnapshotError;
+pub use crate::snapshot::load::{
+    load, load_mapped, read_container, verify_pages, MAX_SNAPSHOT_BYTES,
+};
+use crate::snapshot::load::{load_irqchip, load_vcpu, restored_devices};
+use crate::snapshot::save::SaveContext;
+use crate::snapshot::state::Snapshot;
 use crate::vstate::machine::{Ap, Machine, RamImage};
-use crate::vstate::outcome::RunOutcome;
-use crate::vstate::vcpu;
+use vm_memory::{Bytes, GuestAddress};
+
 use crate::xstate_manager::{SyncPolicy, XstateManager};
 
 /// `vmm restore` options.
@@ -93,113 +88,6 @@ impl Default for RestoreOptions {
             verify_memory: false,
         }
     }
-}
-
-/// The largest snapshot file this vmm reads: the largest guest RAM stored
-/// page by page, plus 64 MiB for everything else (run list, vCPU state,
-/// serial output). A larger file is refused from its size alone.
-pub const MAX_SNAPSHOT_BYTES: u64 = (MAX_MEM_MIB << 20) + (64 << 20);
-
-/// Open, verify and read a snapshot file: a regular file of at most
-/// [`MAX_SNAPSHOT_BYTES`]; header and section table checked (and the
-/// section names known) before any section's bytes are read; sections read
-/// by seeking to each, memory last. Returns the table and the verified
-/// container. The file is only read.
-pub fn read_container(
-    path: &Path,
-) -> std::result::Result<(Vec<SectionInfo>, u64, Container), SnapshotError> {
-    let (table, len, container, _) = open_container(path, &[])?;
-    Ok((table, len, container))
-}
-
-/// [`read_container`], leaving the sections named in `lazy` in the file;
-/// the file is returned, open.
-fn open_container(
-    path: &Path,
-    lazy: &[&str],
-) -> std::result::Result<(Vec<SectionInfo>, u64, Container, File), SnapshotError> {
-    let mut file = crate::input::open_regular(path, "snapshot", MAX_SNAPSHOT_BYTES)
-        .map_err(|source| SnapshotError::Input { source })?;
-    let len = file.len();
-    let (table, container) = Container::read_from(
-        &mut file,
-        |t: &[SectionInfo]| check_section_names(t.iter().map(|e| e.name.as_str())),
-        lazy,
-    )
-    .map_err(|e| SnapshotError::from_read(path, e))?;
-    Ok((table, len, container, file.into_file()))
-}
-
-/// Read, verify and decode a snapshot file but its stored pages, which
-/// stay in the file ([`super::sparse::SparseMemory::in_file`]): what a
-/// restore maps. Returns the snapshot and the open file.
-pub fn load_mapped(path: &Path) -> std::result::Result<(Snapshot, File), SnapshotError> {
-    let (table, _, c, file) = open_container(path, &[PAGES_SECTION])?;
-    let pages = table
-        .iter()
-        .find(|e| e.name == PAGES_SECTION)
-        .ok_or_else(|| SnapshotError::Format {
-            path: path.to_path_buf(),
-            source: FormatError::Malformed(format!("section \"{PAGES_SECTION}\" is missing")),
-        })?;
-    let snap =
-        Snapshot::from_container_mapped(&c, pages).map_err(|source| SnapshotError::Format {
-            path: path.to_path_buf(),
-            source,
-        })?;
-    Ok((snap, file))
-}
-
-/// Check the CRC32 of stored pages left in `file` (read in 1 MiB pieces):
-/// `--verify-memory`. Nothing to do for pages already read (and checked).
-pub fn verify_pages(
-    path: &Path,
-    snap: &Snapshot,
-    file: &File,
-) -> std::result::Result<(), SnapshotError> {
-    let Some(e) = &snap.memory.in_file else {
-        return Ok(());
-    };
-    let mut hasher = crc32fast::Hasher::new();
-    let mut buf = vec![0u8; (1 << 20).min(e.length as usize)];
-    let mut at = 0u64;
-    while at < e.length {
-        let n = buf.len().min((e.length - at) as usize);
-        file.read_exact_at(&mut buf[..n], e.offset + at)
-            .map_err(|source| SnapshotError::Read {
-                path: path.to_path_buf(),
-                source,
-            })?;
-        hasher.update(&buf[..n]);
-        at += n as u64;
-    }
-    let computed = hasher.finalize();
-    if computed != e.crc32 {
-        return Err(SnapshotError::Format {
-            path: path.to_path_buf(),
-            source: FormatError::Checksum {
-                what: format!("section \"{PAGES_SECTION}\""),
-                stored: e.crc32,
-                computed,
-            },
-        });
-    }
-    Ok(())
-}
-
-/// Read, verify and decode a snapshot file (see [`read_container`]). The
-/// file is only read.
-pub fn load(path: &Path) -> std::result::Result<Snapshot, SnapshotError> {
-    let (_, _, c) = read_container(path)?;
-    decode(path, &c)
-}
-
-/// Decode a verified container of `path`.
-pub(crate) fn decode(path: &Path, c: &Container) -> std::result::Result<Snapshot, SnapshotError> {
-    Snapshot::from_container(c).map_err(|source: FormatError| SnapshotError::Format {
-        path: path.to_path_buf(),
-        source,
-    })
 }
 
 /// Load, validate and run a snapshot in a new VM.
@@ -243,7 +131,7 @@ pub(crate) fn build(
 ) -> Result<Launch> {
     check_snapshot_options(opts.snapshot_after, opts.snapshot_file.as_deref())?;
     if let Some(path) = &opts.snapshot_file {
-        super::save::check_destination(path, opts.snapshot_force)?;
+        crate::snapshot::save::check_destination(path, opts.snapshot_force)?;
     }
     let meta = &snap.meta;
     let v = &snap.vcpus[0];
@@ -366,209 +254,15 @@ pub(crate) fn build(
     })
 }
 
-/// The VM's interrupt controllers as saved: both PICs and the IOAPIC
-/// (`KVM_SET_IRQCHIP`), and the PIT when the source had one
-/// (`KVM_CREATE_PIT2`, then `KVM_SET_PIT2`).
-fn load_irqchip(vm: &kvm_ioctls::VmFd, irq: &IrqchipState) -> Result<()> {
-    for ((_, section), chip) in
-        IRQCHIP_SECTIONS
-            .iter()
-            .zip([&irq.pic_master, &irq.pic_slave, &irq.ioapic])
-    {
-        vm.set_irqchip(chip)
-            .map_err(|source| VcpuError::VmStateRefused {
-                ioctl: "KVM_SET_IRQCHIP",
-                section: section.to_string(),
-                source,
-            })?;
-    }
-    if let Some(pit) = &irq.pit {
-        vm.create_pit2(kvm_pit_config::default())
-            .map_err(Error::kvm("KVM_CREATE_PIT2"))?;
-        vm.set_pit2(pit)
-            .map_err(|source| VcpuError::VmStateRefused {
-                ioctl: "KVM_SET_PIT2",
-                section: "pit".into(),
-                source,
-            })?;
-    }
-    Ok(())
-}
-
-/// Load everything but the xsave image into a vCPU, in KVM's order.
-/// Returns the guest's TSC rate.
-fn load_vcpu(
-    vcpu: &kvm_ioctls::VcpuFd,
-    v: &VcpuState,
-    saved_tsc_khz: u32,
-    resolved: &GuestCpuid,
-    policy: &mut Policy,
-) -> Result<u32> {
-    // The saved table, checked against the policy it was built from.
-    let saved = GuestCpuid {
-        cpuid: CpuId::from_entries(&v.cpuid).map_err(VcpuError::CpuidTable)?,
-        ..resolved.clone()
-    };
-    policy.cpuid_check = Some(vcpu::set_cpuid(vcpu, &saved).map_err(|e| match e {
-        Error::Kvm { what, source } if what == "KVM_SET_CPUID2" => refused(
-            what,
-            v,
-            "cpuid",
-            "CPUID table",
-            format!(
-                "likely: a leaf this KVM cannot offer ({} entries; leaf 0xD sizes or feature bits beyond KVM_GET_SUPPORTED_CPUID)",
-                v.cpuid.len()
-            ),
-        )(source),
-        e => e,
-    })?);
-
-    // The guest converts cycles with the rate it was told: keep it.
-    let mut tsc_khz = vcpu.get_tsc_khz().unwrap_or(0);
-    if saved_tsc_khz != 0 && tsc_khz != saved_tsc_khz {
-        match vcpu.set_tsc_khz(saved_tsc_khz) {
-            Ok(()) => tsc_khz = saved_tsc_khz,
-            Err(e) => eprintln!(
-                "vmm: warning: the guest's TSC ran at {saved_tsc_khz} kHz, this vCPU's at {tsc_khz} kHz \
-                 and KVM_SET_TSC_KHZ failed ({e}): the guest's time measurements will be off"
-            ),
-        }
-    }
-
-    let s = &v.sregs;
-    vcpu.set_sregs(s).map_err(refused(
-        "KVM_SET_SREGS",
-        v,
-        "sregs",
-        "segment/control registers",
-        format!(
-            "likely: CR0 {:#x}, CR4 {:#x} or EFER {:#x} has bits this host's KVM does not allow \
-             (CR4 features the vCPU's CPUID lacks, EFER.LMA without CR0.PG) or CS/SS \
-             (selector {:#x}/{:#x}, type {}/{}, DPL {}/{}) are inconsistent",
-            s.cr0,
-            s.cr4,
-            s.efer,
-            s.cs.selector,
-            s.ss.selector,
-            s.cs.type_,
-            s.ss.type_,
-            s.cs.dpl,
-            s.ss.dpl
-        ),
-    ))?;
-    vcpu.set_regs(&v.regs).map_err(refused(
-        "KVM_SET_REGS",
-        v,
-        "regs",
-        "general registers",
-        format!("likely: RFLAGS {:#x}", v.regs.rflags),
-    ))?;
-    vcpu::set_xcrs(vcpu, &v.xcrs).map_err(|e| match e {
-        Error::Kvm { what, source } if what == "KVM_SET_XCRS" => refused(
-            what,
-            v,
-            "xcrs",
-            "extended control registers",
-            format!(
-                "likely: XCR0 {:#x} enables state the vCPU's CPUID leaf 0xD does not offer",
-                v.xcr0().unwrap_or(0)
-            ),
-        )(source),
-        e => e,
-    })?;
-    vcpu::set_msrs(vcpu, &v.msrs)?;
-    // The LAPIC after the special registers (its base and enable bit are
-    // in sregs.apic_base) and before the MP state and events it gates.
-    if let Some(lapic) = &v.lapic {
-        vcpu.set_lapic(lapic).map_err(refused(
-            "KVM_SET_LAPIC",
-            v,
-            "lapic",
-            "local APIC registers",
-            format!(
-                "likely: the APIC base {:#x} disables the local APIC",
-                v.sregs.apic_base
-            ),
-        ))?;
-    }
-    if let Some(events) = &v.events {
-        vcpu.set_vcpu_events(events).map_err(refused(
-            "KVM_SET_VCPU_EVENTS",
-            v,
-            "events",
-            "pending events",
-            format!(
-                "likely: exception injected {} vector {} / NMI {} / flags {:#x}",
-                events.exception.injected, events.exception.nr, events.nmi.injected, events.flags
-            ),
-        ))?;
-    }
-    if let Some(mp_state) = v.mp_state {
-        vcpu.set_mp_state(kvm_mp_state { mp_state })
-            .map_err(refused(
-                "KVM_SET_MP_STATE",
-                v,
-                "mp_state",
-                "multiprocessing state",
-                format!("likely: mp_state {mp_state} is not one this KVM accepts here"),
-            ))?;
-    }
-    if let Some(d) = &v.debugregs {
-        vcpu.set_debug_regs(d).map_err(refused(
-            "KVM_SET_DEBUGREGS",
-            v,
-            "debugregs",
-            "debug registers",
-            format!(
-                "likely: DR6 {:#x} or DR7 {:#x} has bits set above bit 31",
-                d.dr6, d.dr7
-            ),
-        ))?;
-    }
-    Ok(tsc_khz)
-}
-
-/// The error for a state KVM refused: the ioctl, the vCPU, the section it
-/// came from and the fields that commonly cause the refusal.
-fn refused(
-    ioctl: &'static str,
-    v: &VcpuState,
-    section: &str,
-    what: &'static str,
-    likely: String,
-) -> impl FnOnce(kvm_ioctls::Error) -> Error {
-    let section = format!("vcpu{}.{section}", v.id);
-    let vcpu = v.id;
-    move |source| {
-        VcpuError::StateRefused {
-            ioctl,
-            vcpu,
-            what,
-            section,
-            likely,
-            source,
-        }
-        .into()
-    }
-}
-
-/// The port bus with COM1 in its saved state.
-fn restored_devices(sink: SerialSink, meta: &Meta) -> Result<Devices> {
-    let fresh = Devices::new(sink);
-    let out = fresh.serial.into_writer();
-    let state = vm_superio::serial::SerialState::from(&meta.serial);
-    let serial = Serial::from_state(&state, NoInterrupt, vm_superio::serial::NoEvents, out)
-        .map_err(|e| VcpuError::UartState(format!("{e:?}")))?;
-    Ok(Devices { serial, ..fresh })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cpuid::resolve_policy;
+    use crate::devices::Devices;
     use crate::snapshot::compat::tests::pattern_image;
     use crate::snapshot::save::{self, Trigger};
     use crate::vstate::smp::Irqchip;
+    use crate::vstate::vcpu;
     use xstate::{Xfeature, XfeatureMask};
 
     /// KVM here, or `None` after saying the test is skipped; a skip fails

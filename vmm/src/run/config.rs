@@ -8,7 +8,7 @@ use xstate::InitMode;
 
 use crate::arch::boot::EntryChoice;
 use crate::arch::elf::{ELF_MAGIC, MAX_KERNEL_BYTES};
-use crate::devices::SerialSink;
+use crate::devices::{NativeSide, SerialSink};
 use crate::error::{BootError, Result};
 use crate::input::{self, InputError};
 use crate::xstate_manager::SyncPolicy;
@@ -84,29 +84,27 @@ pub struct RunConfig {
     /// through `SNAPSHOT_PORT`. Without it the guest's requests are ignored.
     pub snapshot_file: Option<PathBuf>,
     /// `--force`: a regular file already at `snapshot_file` may be replaced
-    /// (never anything else; see [`crate::snapshot::write`]).
+    /// (never anything else; see [`crate::output`]).
     pub snapshot_force: bool,
     /// `--vcpus`: how many vCPUs, each a host thread (see
-    /// [`super::smp`]); 1 is the VM `vmm` always built.
+    /// [`crate::vstate::smp`]); 1 is the VM `vmm` always built.
     pub vcpus: u32,
     /// Which entry the kernel may be started at (`--entry`).
     pub entry: EntryChoice,
     /// Interleave native repetitions of every workload row with the
     /// guest's (None: the guest runs each row once, unobserved).
-    pub interleave: Option<InterleaveSpec>,
+    pub interleave: Option<StartNative>,
     /// `--hugepages`: `MADV_HUGEPAGE` on guest RAM (THP), or RAM from
     /// the hugetlbfs pool; `None`: plain anonymous memory.
-    pub hugepages: Option<super::RamBacking>,
+    pub hugepages: Option<crate::vstate::RamBacking>,
 }
 
-/// What the native side of an interleaved run times.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct InterleaveSpec {
-    /// The guest's `--workload` list.
-    pub workload: String,
-    /// Guest/native repetition pairs per row.
-    pub reps: u32,
-}
+/// Starts the native side of an interleaved run, given the guest's TSC
+/// rate in kHz (known only once KVM is open); the error is a message for
+/// `--workload`. Supplied by the tool that times the host's side
+/// (`crate::native::interleave::starter`), so a run never names it.
+pub type StartNative =
+    Box<dyn FnOnce(u64) -> std::result::Result<Box<dyn NativeSide>, String> + Send>;
 
 impl Default for RunConfig {
     fn default() -> Self {

@@ -7,9 +7,9 @@ use std::time::Duration;
 use guest::protocol::{Report, GUEST_STATUS_MAX};
 use xstate::XfeatureMask;
 
-use super::dump::RegisterDump;
 use crate::cpuid::Policy;
-use crate::native::interleave::Interleaver;
+use crate::devices::NativeSide;
+use crate::vstate::dump::RegisterDump;
 use crate::xstate_manager::{SyncPolicy, SyncStats};
 
 /// How the run ended.
@@ -110,7 +110,7 @@ pub struct VcpuOutcome {
     pub unhandled_ports: u64,
     /// When its thread started, first exited and left its loop (the run's
     /// last stretch after a snapshot that could not be written).
-    pub phases: super::smp::VcpuPhases,
+    pub phases: crate::vstate::smp::VcpuPhases,
 }
 
 /// Everything a run produced.
@@ -187,11 +187,11 @@ pub struct RunOutcome {
     /// The vCPU whose end is `end` (0 with one vCPU).
     pub ended_by: u32,
     /// How the APs were started (`None` with one vCPU).
-    pub ap_start: Option<super::smp::ApStart>,
+    pub ap_start: Option<crate::vstate::smp::ApStart>,
     /// The VM's interrupt hardware.
-    pub irqchip: super::smp::Irqchip,
+    pub irqchip: crate::vstate::smp::Irqchip,
     /// The interleaved native repetitions, when they were asked for.
-    pub native: Option<Box<Interleaver>>,
+    pub native: Option<Box<dyn NativeSide>>,
     /// What `--hugepages` did, when asked for.
     pub hugepages: Option<HugePages>,
     /// The boot vCPU's registers when `--timeout` stopped the guest: where
@@ -203,7 +203,7 @@ pub struct RunOutcome {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HugePages {
     /// What was asked for.
-    pub backing: super::RamBacking,
+    pub backing: crate::vstate::RamBacking,
     /// `Err`: why `madvise(MADV_HUGEPAGE)` failed (THP only).
     pub advised: std::result::Result<(), String>,
     /// Guest RAM in KiB.
@@ -225,25 +225,13 @@ pub struct HugePages {
 pub struct NativeScratch {
     /// What backed it (`None`: plain pages, which `--hugepages` never
     /// leaves it on).
-    pub backing: Option<super::RamBacking>,
+    pub backing: Option<crate::vstate::RamBacking>,
     /// Why it differs from guest RAM's backing, if it does.
     pub fallback: Option<String>,
     /// Its size, KiB.
     pub kib: u64,
     /// KiB of it in huge pages at the end of the run (`None`: unknown).
     pub huge_kib: Option<u64>,
-}
-
-impl NativeScratch {
-    /// From the mapping's description and its huge-page KiB now.
-    pub fn of(info: &crate::native::scratch::ScratchInfo, huge_kib: Option<u64>) -> Self {
-        Self {
-            backing: info.backing,
-            fallback: info.fallback.clone(),
-            kib: info.len >> 10,
-            huge_kib,
-        }
-    }
 }
 
 #[cfg(test)]

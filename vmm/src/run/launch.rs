@@ -9,13 +9,8 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use xstate::XfeatureMask;
 
 use super::config::RunConfig;
-use super::dump::RegisterDump;
-use super::machine::{Ap, Machine};
 use super::outcome::{xcr0_violation, ExitCounts, RunEnd, RunOutcome, VcpuOutcome};
 use super::runner::VcpuRunner;
-use super::smp;
-use super::stop::{supervise, supervise_all_with, Deadlines, StopFlag, StopReason, VcpuBody};
-use super::vcpu;
 use crate::arch::boot::{self, BootEntry};
 use crate::arch::layout::{BOOT_TSC_ADDR, MAX_MEM_MIB, MIN_MEM_MIB};
 use crate::arch::mptable;
@@ -24,10 +19,17 @@ use crate::devices::{Devices, FirstN, MAX_MARKS, SERIAL_CAPTURE_MAX};
 use crate::error::{Error, MemoryError, Result};
 use crate::kvm::HostKvm;
 use crate::snapshot::save::{self, PausedSmp, PausedVcpu, SaveContext, Trigger};
+use crate::vstate::dump::RegisterDump;
+use crate::vstate::machine::{Ap, Machine};
+use crate::vstate::smp;
+use crate::vstate::stop::{
+    supervise, supervise_all_with, Deadlines, StopFlag, StopReason, VcpuBody,
+};
+use crate::vstate::vcpu;
 use crate::xstate_manager::XstateManager;
 
 /// Boot a guest and run it to the end.
-pub fn run(config: RunConfig) -> Result<RunOutcome> {
+pub fn run(mut config: RunConfig) -> Result<RunOutcome> {
     let start = Instant::now();
     // The image is checked first: a bad one never opens KVM, let alone
     // creates a VM it could corrupt.
@@ -48,15 +50,15 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
     // KVM's CPUID table and then loads the kernel into the RAM: none of it
     // depends on the table, and the two halves take about as long (see
     // `HostKvm::open_overlapping`).
-    let ram = super::machine::allocate_ram_backed(config.mem_mib, config.hugepages)?;
+    let ram = crate::vstate::machine::allocate_ram_backed(config.mem_mib, config.hugepages)?;
     // Before anything touches guest RAM, so the kernel load faults in huge
     // pages already (hugetlbfs RAM is huge pages already).
     let hugepages = config.hugepages.map(|b| {
         let advised = match b {
-            super::RamBacking::Thp => {
-                super::machine::advise_hugepages(&ram).map_err(|e| e.to_string())
+            crate::vstate::RamBacking::Thp => {
+                crate::vstate::machine::advise_hugepages(&ram).map_err(|e| e.to_string())
             }
-            super::RamBacking::Hugetlbfs => Ok(ram_range(&ram)),
+            crate::vstate::RamBacking::Hugetlbfs => Ok(ram_range(&ram)),
         };
         (b, advised)
     });
@@ -71,7 +73,7 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
             // Best effort: without it the copy faults the pages in one by
             // one (see `populate_for_write`).
             for seg in &plan.segments {
-                let _ = super::machine::populate_for_write(
+                let _ = crate::vstate::machine::populate_for_write(
                     &ram,
                     vm_memory::GuestAddress(seg.paddr),
                     seg.filesz,
@@ -170,16 +172,8 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
     };
     let boot = BootClock::new(entry, &machine.vcpu);
     let mut devices = Devices::new(config.serial);
-    if let Some(spec) = &config.interleave {
-        let n = crate::native::interleave::Interleaver::new(
-            &spec.workload,
-            spec.reps,
-            u64::from(tsc_khz),
-            &config.kernel.bytes,
-            config.hugepages,
-        )
-        .map_err(|e| Error::Argument(e.to_string()))?;
-        devices.native = Some(Box::new(n));
+    if let Some(start_native) = config.interleave.take() {
+        devices.native = Some(start_native(u64::from(tsc_khz)).map_err(Error::Argument)?);
     }
     let setup_time = start.elapsed();
     let mut outcome = execute(Launch {
@@ -211,14 +205,12 @@ pub fn run(config: RunConfig) -> Result<RunOutcome> {
             backing,
             advised: advised.map(|_| ()),
             ram_kib: config.mem_mib << 10,
-            anon_huge_kib: super::machine::anon_huge_kib(host, len).ok(),
-            hugetlb_kib: (backing == super::RamBacking::Hugetlbfs)
-                .then(|| super::machine::hugetlb_kib(host, len).ok())
+            anon_huge_kib: crate::vstate::machine::anon_huge_kib(host, len).ok(),
+            hugetlb_kib: (backing == crate::vstate::RamBacking::Hugetlbfs)
+                .then(|| crate::vstate::machine::hugetlb_kib(host, len).ok())
                 .flatten(),
-            native: outcome
-                .native
-                .as_ref()
-                .map(|n| super::outcome::NativeScratch::of(&n.scratch, n.scratch_huge_kib())),
+            // The native side's: the tool that started it reads it.
+            native: None,
         }
     });
     outcome.ap_start = ap_start;

@@ -4,16 +4,17 @@
 //! hex only in the JSON and the table.
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use xstate::{Format, XfeatureMask};
 
-use super::format::{self, SectionInfo};
-use super::restore::{self, SnapshotError};
 use crate::kvm::HostKvm;
 use crate::report::hex;
 use crate::report::table::Columns;
+use crate::snapshot::error::SnapshotError;
+use crate::snapshot::format::{self, SectionInfo};
+use crate::snapshot::load as restore;
 use crate::vstate::vcpu::MSR_IA32_XSS;
 
 /// `vmm snapshot info` as printed.
@@ -181,7 +182,7 @@ pub fn info(path: &Path) -> Result<SnapshotInfo, SnapshotError> {
     let _ = crate::arch::amx::permit_policy(snap.meta.policy());
     let (restorable_here, restore_refusal) = match HostKvm::open() {
         // Exactly what `vmm restore` runs before it creates a VM.
-        Ok(host) => match restore::validate(path, &snap, &host) {
+        Ok(host) => match crate::snapshot::compat::validate(path, &snap, &host) {
             Ok(_) => (Some(true), None),
             Err(e) => (Some(false), Some(e.to_string())),
         },
@@ -197,7 +198,7 @@ pub fn info(path: &Path) -> Result<SnapshotInfo, SnapshotError> {
         created_unix_s: m.created_unix_s,
         vmm_version: m.vmm_version.clone(),
         mem_mib: m.mem_mib,
-        memory_pages: snap.memory.size / format::PAGE_SIZE as u64,
+        memory_pages: snap.memory.size / crate::arch::layout::PAGE_SIZE as u64,
         memory_pages_stored: snap.memory.stored_pages(),
         memory_write: m.memory_write.clone(),
         cmdline: m.cmdline.clone(),
@@ -306,5 +307,56 @@ impl SnapshotInfo {
             }
         }
         s
+    }
+}
+/// `vmm snapshot`.
+#[derive(clap::Args)]
+pub struct SnapshotArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: SnapshotCommand,
+}
+
+/// The subcommands of `vmm snapshot`.
+#[derive(clap::Subcommand)]
+pub enum SnapshotCommand {
+    /// Show what a snapshot holds: sections, memory, vCPU and xstate.
+    Info(InfoArgs),
+}
+
+/// `vmm snapshot info`.
+#[derive(clap::Args)]
+pub struct InfoArgs {
+    /// The snapshot file.
+    pub file: PathBuf,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `vmm snapshot ...`: returns the exit status; errors are printed as
+/// `vmm: ...` with status 64.
+pub fn main(args: SnapshotArgs) -> i32 {
+    match args.command {
+        SnapshotCommand::Info(a) => match info(&a.file) {
+            Ok(i) => {
+                if a.json {
+                    match crate::schema::to_json(crate::schema::Document::SnapshotInfo, &i) {
+                        Ok(j) => println!("{j}"),
+                        Err(e) => {
+                            eprintln!("vmm: JSON: {e}");
+                            return super::EXIT_VMM_ERROR;
+                        }
+                    }
+                } else {
+                    print!("{}", i.to_table());
+                }
+                0
+            }
+            Err(e) => {
+                crate::error::eprint(&e, e.hint());
+                super::EXIT_VMM_ERROR
+            }
+        },
     }
 }

@@ -1,0 +1,24 @@
+//! A run session: what `vmm run` and `vmm restore` ask of the machine, the
+//! loop that drives its vCPUs, and what came out.
+//!
+//! This layer sits on the machine ([`crate::vstate`], [`crate::devices`],
+//! [`crate::xstate_manager`], [`crate::snapshot`]) and knows nothing of the
+//! tools above it: the native side of an interleaved run reaches the port
+//! bus through [`crate::devices::NativeSide`], which the caller supplies.
+//!
+//! - [`config`]: what a run is asked to do ([`RunConfig`]).
+//! - `launch`: booting a guest ([`run`]) and running a configured machine
+//!   (what restore uses too).
+//! - `runner`: the run loops and exit decoding.
+//! - [`restore`]: resuming a snapshot in a new VM.
+//! - [`outcome`]: what a run produced ([`RunOutcome`], [`RunEnd`]).
+
+pub mod config;
+pub(crate) mod launch;
+pub mod outcome;
+pub mod restore;
+pub(crate) mod runner;
+
+pub use config::{KernelImage, RunConfig};
+pub use launch::{check_cmdline_words, run};
+pub use outcome::{ExitCounts, RunEnd, RunOutcome, VcpuOutcome};
