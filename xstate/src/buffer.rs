@@ -246,6 +246,31 @@ pub struct XsaveRef<'a> {
 impl<'a> XsaveRef<'a> {
     /// Wraps `bytes`, checking the 64-byte alignment XSAVE requires and the
     /// 576-byte minimum size.
+    ///
+    /// # Errors
+    /// - [`BufferError::TooSmall`]: `bytes` is shorter than 576 bytes
+    ///   (legacy region plus header), checked first;
+    /// - [`BufferError::Misaligned`]: `bytes` does not start on a 64-byte
+    ///   boundary (XSAVE and XRSTOR raise #GP on such an area).
+    ///
+    /// # Examples
+    /// ```
+    /// use xstate::{BufferError, Format, XsaveRef};
+    /// #[repr(C, align(64))]
+    /// struct Area([u8; 832]);
+    /// let mut area = Area([0; 832]);
+    /// area.0[24..28].copy_from_slice(&0x1f80u32.to_le_bytes()); // MXCSR
+    /// area.0[512] = 0x3; // XSTATE_BV: x87 | SSE
+    /// let view = XsaveRef::new(&area.0)?;
+    /// assert_eq!((view.mxcsr(), view.xstate_bv()), (0x1f80, 0x3));
+    /// assert_eq!(view.format(), Format::Standard); // XCOMP_BV = 0
+    /// assert_eq!(
+    ///     XsaveRef::new(&area.0[..512]).unwrap_err(),
+    ///     BufferError::TooSmall { need: 576, have: 512 }
+    /// );
+    /// assert!(matches!(XsaveRef::new(&area.0[8..]), Err(BufferError::Misaligned { .. })));
+    /// # Ok::<(), BufferError>(())
+    /// ```
     pub fn new(bytes: &'a [u8]) -> Result<Self, BufferError> {
         check_view(bytes.len(), bytes.as_ptr() as usize)?;
         Ok(Self { bytes })
@@ -271,6 +296,30 @@ pub struct XsaveMut<'a> {
 
 impl<'a> XsaveMut<'a> {
     /// Wraps `bytes`, checking alignment and minimum size.
+    ///
+    /// # Errors
+    /// As [`XsaveRef::new`]: [`BufferError::TooSmall`] below 576 bytes,
+    /// [`BufferError::Misaligned`] off a 64-byte boundary.
+    ///
+    /// # Examples
+    /// ```
+    /// use xstate::buffer::{offsets, FCW_INIT, MXCSR_INIT};
+    /// use xstate::{XfeatureMask, XsaveMut};
+    /// // A static-style buffer as the guest kernel keeps one, no allocation.
+    /// #[repr(C, align(64))]
+    /// struct Area([u8; 576]);
+    /// let mut area = Area([0; 576]);
+    /// let mut xs = XsaveMut::new(&mut area.0)?;
+    /// xs.set_fcw(FCW_INIT);
+    /// xs.set_mxcsr(MXCSR_INIT);
+    /// xs.set_xmm(15, [0xab; 16]);
+    /// xs.set_xstate_bv(XfeatureMask::LEGACY);
+    /// assert_eq!(xs.xmm(15), [0xab; 16]);
+    /// // XMM15 is the last of the 16-byte slots from offset 160.
+    /// assert_eq!(area.0[offsets::XMM0 + 15 * 16], 0xab);
+    /// assert_eq!(area.0[offsets::XSTATE_BV], 0x3);
+    /// # Ok::<(), xstate::BufferError>(())
+    /// ```
     pub fn new(bytes: &'a mut [u8]) -> Result<Self, BufferError> {
         check_view(bytes.len(), bytes.as_ptr() as usize)?;
         Ok(Self { bytes })

@@ -132,8 +132,25 @@ impl std::error::Error for Incompatibility {}
 /// Layout differences (a component at another standard offset) do not make
 /// state unrestorable: a VMM re-lays the image out for the target.
 ///
+/// # Errors
+/// The first failed check, in this order:
+/// - [`Incompatibility::UnknownBits`]: `xstate_bv`, then `xcr0`, has bit 63
+///   or a bit above 19 (no component this crate knows);
+/// - [`Incompatibility::InvalidXcr0`]: `xcr0` breaks an XCR0 rule on its
+///   own (no x87, supervisor bits, AVX without SSE, part of AVX-512, MPX or
+///   AMX);
+/// - [`Incompatibility::StateOutsideXcr0`]: `xstate_bv` marks user state
+///   live that `xcr0` does not enable;
+/// - [`Incompatibility::StateUnsupported`]: live user state outside the
+///   host's supported XCR0;
+/// - [`Incompatibility::SupervisorUnsupported`]: live supervisor state
+///   outside the host's supported IA32_XSS;
+/// - [`Incompatibility::Xcr0Unsupported`]: `xcr0` enables components the
+///   host lacks, though they hold no state (KVM_SET_XCRS would refuse it).
+///
+/// # Examples
 /// ```
-/// use xstate::{restorable_on, CpuidRegs, XfeatureMask, XsaveInfo};
+/// use xstate::{restorable_on, CpuidRegs, Incompatibility, XfeatureMask, XsaveInfo};
 /// // A host with x87, SSE and AVX (leaf 0xD.0 EAX = 0x7).
 /// let host = XsaveInfo::from_leaf_0xd(|subleaf| match subleaf {
 ///     0 => CpuidRegs { eax: 0x7, ebx: 832, ecx: 832, edx: 0 },
@@ -146,6 +163,15 @@ impl std::error::Error for Incompatibility {}
 /// // Live AVX-512 state cannot land here.
 /// let zmm = XfeatureMask::from_bits(0xe7);
 /// assert!(restorable_on(zmm, zmm, &host).is_err());
+/// // Nor can a guest XCR0 with AVX-512 enabled, even with only SSE live.
+/// assert_eq!(
+///     restorable_on(zmm, XfeatureMask::LEGACY, &host),
+///     Err(Incompatibility::Xcr0Unsupported {
+///         xcr0: zmm,
+///         missing: XfeatureMask::AVX512,
+///         host_xcr0: avx,
+///     })
+/// );
 /// ```
 pub fn restorable_on(
     xcr0: XfeatureMask,
@@ -199,6 +225,19 @@ pub fn restorable_on(
 /// unknown bits removed, then every component whose architectural partners
 /// are missing (AVX without SSE, part of AVX-512 or AVX-512 without AVX, half
 /// of MPX or AMX). x87 and SSE are kept: every XSAVE host has them.
+///
+/// # Examples
+/// ```
+/// use xstate::{largest_valid_xcr0, XfeatureMask};
+/// // What both a Sapphire Rapids (0x602e7) and a Zen 3 (0x207) host can
+/// // give a guest that migrates between them.
+/// let common = XfeatureMask::from_bits(0x602e7) & XfeatureMask::from_bits(0x207);
+/// assert_eq!(largest_valid_xcr0(common).bits(), 0x207);
+/// // Half of AVX-512 and half of AMX are no valid XCR0: both go.
+/// assert_eq!(largest_valid_xcr0(XfeatureMask::from_bits(0x20267)).bits(), 0x207);
+/// // CET (IA32_XSS) and bit 63 never belong in XCR0.
+/// assert_eq!(largest_valid_xcr0(XfeatureMask::from_bits(1 << 63 | 0x1807)).bits(), 0x7);
+/// ```
 pub fn largest_valid_xcr0(mask: XfeatureMask) -> XfeatureMask {
     let mut m = (mask & XfeatureMask::ALL_KNOWN).user() | XfeatureMask::LEGACY;
     loop {
@@ -226,6 +265,14 @@ pub fn largest_valid_xcr0(mask: XfeatureMask) -> XfeatureMask {
 /// name, then the bit numbers with consecutive runs as ranges:
 /// `avx512 (components 5-7)`, `avx, pkru (components 2, 9)`; `nothing` for
 /// the empty mask.
+///
+/// # Examples
+/// ```
+/// use xstate::XfeatureMask;
+/// let m = XfeatureMask::from_bits(0xe0 | 0x200);
+/// assert_eq!(m.describe().to_string(), "avx512, pkru (components 5-7, 9)");
+/// assert_eq!(XfeatureMask::EMPTY.describe().to_string(), "nothing");
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Described(pub XfeatureMask);
 

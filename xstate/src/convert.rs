@@ -105,6 +105,23 @@ pub(crate) fn require_destination(dst: &[u8], need: usize) -> Result<(), Convert
 /// the init value (so that no state is silently dropped); the same holds for
 /// a non-default MXCSR when `requested` lacks SSE (see the module docs).
 ///
+/// # Errors
+/// The first failed check, in this order:
+/// - [`ConvertError::SourceTooSmall`]: `src` is shorter than 576 bytes;
+/// - [`ConvertError::NotStandard`]: `src`'s XCOMP_BV is not 0;
+/// - [`ConvertError::Unsupported`]: `src`'s XSTATE_BV has bits outside the
+///   supported XCR0 of `info`;
+/// - [`ConvertError::SourceTooSmall`]: `src` ends before the last component
+///   its XSTATE_BV marks present (at its standard offset);
+/// - [`ConvertError::Layout`]: `requested` has bit 63
+///   ([`LayoutError::Bit63`]) or components `info` does not enumerate
+///   ([`LayoutError::Unsupported`]);
+/// - [`ConvertError::DestinationTooSmall`]: `dst` is shorter than the
+///   compacted size of `requested`;
+/// - [`ConvertError::StateNotRequested`]: `src` holds non-init state (or an
+///   MXCSR other than 0x1F80) for a component `requested` lacks.
+///
+/// # Examples
 /// ```
 /// # use xstate::{CpuidRegs, XsaveInfo};
 /// # // x87, SSE, AVX and PKRU at their Intel standard offsets; XSAVEC.
@@ -126,6 +143,11 @@ pub(crate) fn require_destination(dst: &[u8], need: usize) -> Result<(), Convert
 /// let mut back = vec![0u8; 2696];
 /// expand(&info, &compacted, &mut back, xcr0)?;
 /// assert_eq!(back, standard);
+/// // Live XMM0 cannot be dropped by compacting to x87 alone.
+/// assert_eq!(
+///     compact(&info, &standard, XfeatureMask::from_bits(0x1), &mut compacted),
+///     Err(xstate::ConvertError::StateNotRequested(XfeatureMask::from_bits(0x2)))
+/// );
 /// # Ok::<(), xstate::ConvertError>(())
 /// ```
 #[inline]
@@ -487,6 +509,62 @@ fn check_compactable(info: &XsaveInfo, mask: XfeatureMask) -> Result<(), Convert
 /// represent (supervisor state, or components outside `xcr0`).
 ///
 /// See [`compact`] for a round trip.
+///
+/// # Errors
+/// The first failed check, in this order:
+/// - [`ConvertError::SourceTooSmall`]: `src` is shorter than 576 bytes;
+/// - [`ConvertError::NotCompacted`]: `src`'s XCOMP_BV bit 63 is clear;
+/// - [`ConvertError::XstateBvOutsideXcompBv`]: `src`'s XSTATE_BV has bits
+///   outside its XCOMP_BV;
+/// - [`ConvertError::StateNotRequested`]: `src`'s XSTATE_BV has bits outside
+///   `xcr0` (supervisor state included);
+/// - [`ConvertError::Layout`]: `xcr0` has bit 63 ([`LayoutError::Bit63`]),
+///   supervisor components ([`LayoutError::SupervisorInStandard`]) or
+///   components outside the supported XCR0 ([`LayoutError::Unsupported`]),
+///   or XCOMP_BV holds components `info` does not enumerate
+///   ([`LayoutError::Unsupported`]);
+/// - [`ConvertError::SourceTooSmall`]: `src` ends before the last component
+///   its XSTATE_BV marks present (at its compacted offset);
+/// - [`ConvertError::DestinationTooSmall`]: `dst` is shorter than the
+///   standard size of `xcr0`.
+///
+/// # Examples
+/// An XSAVEC image with XCOMP_BV = x87 | SSE | PKRU (AVX not requested),
+/// as a guest kernel saves it, expanded for KVM_SET_XSAVE on an AMD host:
+/// ```
+/// # use xstate::{CpuidRegs, XsaveInfo};
+/// # // AMD EPYC 7763 (Zen 3): x87, SSE, AVX, PKRU; CET in IA32_XSS.
+/// # let info = XsaveInfo::from_leaf_0xd(|subleaf| match subleaf {
+/// #     0 => CpuidRegs::new(0x207, 832, 2440, 0),
+/// #     1 => CpuidRegs::new(0xf, 848, 0x1800, 0),
+/// #     2 => CpuidRegs::new(256, 576, 0, 0),
+/// #     9 => CpuidRegs::new(8, 2432, 0, 0),
+/// #     11 => CpuidRegs::new(16, 0, 1, 0),
+/// #     12 => CpuidRegs::new(24, 0, 1, 0),
+/// #     _ => CpuidRegs::default(),
+/// # })
+/// # .unwrap();
+/// use xstate::{expand, ConvertError, XfeatureMask};
+/// let xcomp_bv = 0x203u64 | 1 << 63;
+/// let mut packed = vec![0u8; 584];
+/// packed[24..28].copy_from_slice(&0x1f80u32.to_le_bytes()); // MXCSR
+/// packed[512..520].copy_from_slice(&0x203u64.to_le_bytes()); // XSTATE_BV
+/// packed[520..528].copy_from_slice(&xcomp_bv.to_le_bytes()); // XCOMP_BV
+/// packed[576..580].copy_from_slice(&0x5555_5554u32.to_le_bytes()); // PKRU
+/// let xcr0 = XfeatureMask::from_bits(0x207);
+/// let mut standard = vec![0xffu8; 2440];
+/// expand(&info, &packed, &mut standard, xcr0)?;
+/// // PKRU moves to its standard offset; AVX is zero (init); XCOMP_BV is 0.
+/// assert_eq!(standard[2432..2436], 0x5555_5554u32.to_le_bytes());
+/// assert!(standard[576..832].iter().all(|&b| b == 0));
+/// assert_eq!(standard[512..528], [3, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+/// // A guest XCR0 without PKRU cannot hold that state.
+/// assert_eq!(
+///     expand(&info, &packed, &mut standard, XfeatureMask::AVX),
+///     Err(ConvertError::StateNotRequested(XfeatureMask::from_bits(0x200)))
+/// );
+/// # Ok::<(), ConvertError>(())
+/// ```
 pub fn expand(
     info: &XsaveInfo,
     src: &[u8],
@@ -592,6 +670,41 @@ mod owned {
     use crate::buffer::XsaveBuf;
 
     /// Expands a compacted image into a new standard-format buffer for `xcr0`.
+    ///
+    /// # Errors
+    /// - [`ConvertError::Layout`]: `xcr0` has no standard layout on `info`
+    ///   (bit 63, supervisor components, or components outside the
+    ///   supported XCR0);
+    /// - otherwise those of [`expand`]: [`ConvertError::SourceTooSmall`],
+    ///   [`ConvertError::NotCompacted`],
+    ///   [`ConvertError::XstateBvOutsideXcompBv`],
+    ///   [`ConvertError::StateNotRequested`], [`ConvertError::Layout`] (the
+    ///   buffer is sized for `xcr0`, so never
+    ///   [`ConvertError::DestinationTooSmall`]).
+    ///
+    /// # Examples
+    /// ```
+    /// # use xstate::{CpuidRegs, XsaveInfo};
+    /// # // AMD EPYC 7763 (Zen 3): x87, SSE, AVX, PKRU; CET in IA32_XSS.
+    /// # let info = XsaveInfo::from_leaf_0xd(|subleaf| match subleaf {
+    /// #     0 => CpuidRegs::new(0x207, 832, 2440, 0),
+    /// #     1 => CpuidRegs::new(0xf, 848, 0x1800, 0),
+    /// #     2 => CpuidRegs::new(256, 576, 0, 0),
+    /// #     9 => CpuidRegs::new(8, 2432, 0, 0),
+    /// #     11 => CpuidRegs::new(16, 0, 1, 0),
+    /// #     12 => CpuidRegs::new(24, 0, 1, 0),
+    /// #     _ => CpuidRegs::default(),
+    /// # })
+    /// # .unwrap();
+    /// use xstate::{compact_to_buf, expand_to_standard, InitMode, XfeatureMask, XsaveBuf};
+    /// let xcr0 = XfeatureMask::from_bits(0x207);
+    /// let standard = XsaveBuf::init(&info, xcr0, InitMode::Minimal)?;
+    /// let packed = compact_to_buf(&info, &standard, xcr0)?;
+    /// assert_eq!((packed.len(), packed.xcomp_bv()), (840, 0x207 | 1 << 63));
+    /// let back = expand_to_standard(&info, &packed, xcr0)?;
+    /// assert_eq!(back, standard);
+    /// # Ok::<(), xstate::ConvertError>(())
+    /// ```
     pub fn expand_to_standard(
         info: &XsaveInfo,
         compacted: &XsaveBuf,
@@ -603,6 +716,45 @@ mod owned {
     }
 
     /// Compacts a standard image into a new buffer with XCOMP_BV = `requested`.
+    ///
+    /// # Errors
+    /// - [`ConvertError::Layout`]: `requested` has no compacted layout on
+    ///   `info` (bit 63, or components it does not enumerate);
+    /// - otherwise those of [`compact`]: [`ConvertError::SourceTooSmall`],
+    ///   [`ConvertError::NotStandard`], [`ConvertError::Unsupported`],
+    ///   [`ConvertError::StateNotRequested`] (the buffer is sized for
+    ///   `requested`, so never [`ConvertError::DestinationTooSmall`]).
+    ///
+    /// # Examples
+    /// ```
+    /// # use xstate::{CpuidRegs, XsaveInfo};
+    /// # // AMD EPYC 7763 (Zen 3): x87, SSE, AVX, PKRU; CET in IA32_XSS.
+    /// # let info = XsaveInfo::from_leaf_0xd(|subleaf| match subleaf {
+    /// #     0 => CpuidRegs::new(0x207, 832, 2440, 0),
+    /// #     1 => CpuidRegs::new(0xf, 848, 0x1800, 0),
+    /// #     2 => CpuidRegs::new(256, 576, 0, 0),
+    /// #     9 => CpuidRegs::new(8, 2432, 0, 0),
+    /// #     11 => CpuidRegs::new(16, 0, 1, 0),
+    /// #     12 => CpuidRegs::new(24, 0, 1, 0),
+    /// #     _ => CpuidRegs::default(),
+    /// # })
+    /// # .unwrap();
+    /// use xstate::{compact_to_buf, ConvertError, InitMode, Xfeature, XfeatureMask, XsaveBuf};
+    /// let xcr0 = XfeatureMask::from_bits(0x207);
+    /// let mut standard = XsaveBuf::init(&info, xcr0, InitMode::Minimal)?;
+    /// // Only x87 and SSE hold state: XSAVEC with RFBM 0x3 stores 576 bytes.
+    /// let packed = compact_to_buf(&info, &standard, XfeatureMask::LEGACY)?;
+    /// assert_eq!(packed.len(), 576);
+    /// // Once PKRU holds a value, leaving it out would lose it.
+    /// let layout = info.layout(xcr0, xstate::Format::Standard)?;
+    /// standard.component_mut(Xfeature::Pkru, &layout).unwrap()[0] = 0x54;
+    /// standard.set_xstate_bv(XfeatureMask::from_bits(0x203));
+    /// assert_eq!(
+    ///     compact_to_buf(&info, &standard, XfeatureMask::LEGACY),
+    ///     Err(ConvertError::StateNotRequested(Xfeature::Pkru.mask()))
+    /// );
+    /// # Ok::<(), ConvertError>(())
+    /// ```
     pub fn compact_to_buf(
         info: &XsaveInfo,
         standard: &XsaveBuf,

@@ -88,6 +88,45 @@ pub struct DynamicSizes {
 impl DynamicSizes {
     /// Sizes of `xcr0` (user state) and `xss` (supervisor state, compacted
     /// only) laid out by `info`.
+    ///
+    /// # Errors
+    /// - [`LayoutError::Bit63`]: `xcr0` or `xss` has bit 63;
+    /// - [`LayoutError::Unsupported`]: `xcr0` or `xss` has components `info`
+    ///   does not enumerate;
+    /// - [`LayoutError::SupervisorInStandard`]: `xcr0` has supervisor
+    ///   components.
+    ///
+    /// # Examples
+    /// ```
+    /// use xstate::dynamic::{dynamic_components, permission_request, DynamicSizes, XTILEDATA};
+    /// use xstate::{CpuidRegs, XfeatureMask, XsaveInfo};
+    /// // Sapphire Rapids user state: AVX-512, PKRU and AMX; XTILEDATA is
+    /// // XFD-capable (0xD.18 ECX bit 2), both tile components 64-byte aligned.
+    /// let spr = XsaveInfo::from_leaf_0xd(|subleaf| match subleaf {
+    ///     0 => CpuidRegs::new(0x602e7, 11008, 11008, 0),
+    ///     1 => CpuidRegs::new(0x1f, 0, 0, 0),
+    ///     2 => CpuidRegs::new(256, 576, 0, 0),
+    ///     5 => CpuidRegs::new(64, 1088, 0, 0),
+    ///     6 => CpuidRegs::new(512, 1152, 0, 0),
+    ///     7 => CpuidRegs::new(1024, 1664, 0, 0),
+    ///     9 => CpuidRegs::new(8, 2688, 0, 0),
+    ///     17 => CpuidRegs::new(64, 2752, 0x2, 0),
+    ///     18 => CpuidRegs::new(8192, 2816, 0x6, 0),
+    ///     _ => CpuidRegs::default(),
+    /// })
+    /// .unwrap();
+    /// assert_eq!(dynamic_components(&spr), XTILEDATA);
+    /// // ARCH_REQ_XCOMP_GUEST_PERM is asked for component 18.
+    /// assert_eq!(permission_request(XTILEDATA), Some(18));
+    /// let s = DynamicSizes::of(&spr, spr.supported_xcr0(), XfeatureMask::EMPTY)?;
+    /// // Without the permission KVM drops XTILEDATA and, with it, XTILECFG.
+    /// assert_eq!(s.static_xcr0.bits(), 0x2e7);
+    /// // KVM_CAP_XSAVE2: 11008 bytes with AMX, 2696 (PKRU's end) without.
+    /// assert_eq!((s.standard, s.standard_static), (11008, 2696));
+    /// assert_eq!(s.standard_extra(), 8312);
+    /// assert_eq!((s.compacted, s.compacted_static), (10752, 2440));
+    /// # Ok::<(), xstate::LayoutError>(())
+    /// ```
     pub fn of(
         info: &XsaveInfo,
         xcr0: XfeatureMask,

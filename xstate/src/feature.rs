@@ -12,6 +12,17 @@
 use core::fmt;
 
 /// One XSAVE-managed state component, numbered by its XCR0/IA32_XSS bit.
+///
+/// # Examples
+/// ```
+/// use xstate::Xfeature;
+/// let pkru = Xfeature::from_short_name("pkru").unwrap();
+/// assert_eq!((pkru.index(), pkru.bit()), (9, 0x200));
+/// assert!(!pkru.is_supervisor()); // XCR0 state, saved by XSAVE
+/// assert!(Xfeature::CetU.is_supervisor()); // IA32_XSS state, XSAVES only
+/// assert_eq!(Xfeature::from_index(18), Some(Xfeature::XtileData));
+/// assert_eq!(Xfeature::ZmmHi256.to_string(), "zmm_hi256");
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[repr(u8)]
 pub enum Xfeature {

@@ -149,14 +149,34 @@ impl XsaveInfo {
     /// subleaves 0 and 1 and for every bit `i >= 2` set in the supported XCR0
     /// (0.EDX:EAX) or IA32_XSS (1.EDX:ECX) mask, in ascending order.
     ///
-    /// Rejected ([`InfoError`]): x87 or SSE not supported; a bit supported as
-    /// both user and supervisor state, x87/SSE or bit 63 in IA32_XSS; a
-    /// supported component whose subleaf is all zero or has size 0; a
-    /// supervisor flag (ECX bit 0) that disagrees with the mask it came from;
-    /// a user component placed inside the legacy region or header, overlapping
-    /// another user component, ending past 0.ECX (the maximum standard size) or
-    /// past 4 GiB; a maximum standard size below 576.
+    /// # Errors
+    /// The first rule the subleaves break, checked in this order:
+    /// - [`InfoError::LegacyNotSupported`]: the supported XCR0 lacks x87, or
+    ///   has a bit above SSE without SSE;
+    /// - [`InfoError::ReservedBit`]: bit 63 of the supported XCR0 or IA32_XSS,
+    ///   or bit 0 or 1 (x87, SSE) of IA32_XSS, is set;
+    /// - [`InfoError::UserAndSupervisor`]: a bit is in both masks;
+    /// - [`InfoError::MaxSizeTooSmall`]: 0.ECX, the maximum standard size,
+    ///   is below 576 (legacy region plus header);
     ///
+    /// then for each supported component `i >= 2`, ascending:
+    /// - [`InfoError::MissingSubleaf`]: subleaf `i` is all zero or its EAX
+    ///   (size) is 0;
+    /// - [`InfoError::SupervisorFlagMismatch`]: ECX bit 0 disagrees with
+    ///   whether bit `i` came from IA32_XSS;
+    /// - [`InfoError::PastAddressSpace`]: a user component's EBX + EAX
+    ///   (offset + size) overflows 32 bits;
+    /// - [`InfoError::InsideLegacyRegion`]: a user component's offset is
+    ///   below 576;
+    /// - [`InfoError::PastMaxSize`]: a user component ends past 0.ECX;
+    ///
+    /// then over all of them:
+    /// - [`InfoError::Overlap`]: two user components' standard ranges
+    ///   overlap;
+    /// - [`InfoError::CompactedTooLarge`]: the compacted size of every
+    ///   supported component exceeds 4 GiB.
+    ///
+    /// # Examples
     /// ```
     /// use xstate::{CpuidRegs, Xfeature, XsaveInfo};
     /// // A CPU with x87, SSE and AVX; `read` would run CPUID(0xD, subleaf).
@@ -194,6 +214,33 @@ impl XsaveInfo {
 
     /// Builds and validates from an array of every subleaf's registers
     /// (subleaves that are not supported components are ignored).
+    ///
+    /// # Errors
+    /// The first broken rule, as listed for [`XsaveInfo::from_leaf_0xd`]:
+    /// [`InfoError::LegacyNotSupported`], [`InfoError::ReservedBit`],
+    /// [`InfoError::UserAndSupervisor`], [`InfoError::MaxSizeTooSmall`],
+    /// [`InfoError::MissingSubleaf`], [`InfoError::SupervisorFlagMismatch`],
+    /// [`InfoError::PastAddressSpace`], [`InfoError::InsideLegacyRegion`],
+    /// [`InfoError::PastMaxSize`], [`InfoError::Overlap`],
+    /// [`InfoError::CompactedTooLarge`].
+    ///
+    /// # Examples
+    /// ```
+    /// use xstate::{CpuidRegs, InfoError, XsaveInfo};
+    /// // x87, SSE and AVX, as a Zen 3 KVM guest sees leaf 0xD.
+    /// let mut raw = [CpuidRegs::default(); 64];
+    /// raw[0] = CpuidRegs::new(0x7, 832, 832, 0);
+    /// raw[1] = CpuidRegs::new(0xf, 0, 0, 0);
+    /// raw[2] = CpuidRegs::new(256, 576, 0, 0);
+    /// assert_eq!(XsaveInfo::from_raw(raw)?.max_standard_size(), 832);
+    /// // A hypervisor that puts AVX over the XMM registers is refused.
+    /// raw[2].ebx = 160;
+    /// assert_eq!(
+    ///     XsaveInfo::from_raw(raw),
+    ///     Err(InfoError::InsideLegacyRegion { index: 2, offset: 160 })
+    /// );
+    /// # Ok::<(), InfoError>(())
+    /// ```
     pub fn from_raw(raw: [CpuidRegs; 64]) -> Result<Self, InfoError> {
         let (xcr0, xss) = supported_masks(&raw);
         // x87 is mandatory; SSE only once anything above it is offered.
@@ -431,7 +478,26 @@ impl XsaveInfo {
         self.raw[0].ecx
     }
 
-    /// The registers of the running CPU's leaf 0xD.
+    /// The running CPU's leaf 0xD, read with CPUID (feature `native`).
+    ///
+    /// # Errors
+    /// - [`InfoError::NoXsave`]: the highest basic leaf (CPUID.0:EAX) is
+    ///   below 0xD, or CPUID.1:ECX.XSAVE (bit 26) is clear;
+    /// - otherwise any error of [`XsaveInfo::from_leaf_0xd`]: a CPU's own
+    ///   leaf 0xD is consistent, but a hypervisor's need not be.
+    ///
+    /// # Examples
+    /// ```
+    /// use xstate::{Format, Xfeature, XsaveInfo};
+    /// let info = XsaveInfo::host()?;
+    /// let xcr0 = info.supported_xcr0();
+    /// assert!(xcr0.contains(Xfeature::X87));
+    /// assert!(xcr0.validate_xcr0(xcr0).is_ok());
+    /// // Everything the CPU supports fits in the size 0xD.0 ECX reports.
+    /// let standard = info.layout(xcr0, Format::Standard)?;
+    /// assert!(standard.total_size() <= info.max_standard_size());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[cfg(all(feature = "native", target_arch = "x86_64"))]
     pub fn host() -> Result<Self, InfoError> {
         let max_leaf = cpuid(0, 0).eax;

@@ -42,6 +42,13 @@ fn component_is_init(area: &[u8], i: u32, range: Range<usize>) -> bool {
 /// FCW = 0x037F, MXCSR = 0x1F80, every other byte zero (MXCSR_MASK included),
 /// and XSTATE_BV per `mode`. Returns the bytes written (the standard size).
 ///
+/// # Errors
+/// - [`ConvertError::Xcr0`]: `xcr0` is not a valid XCR0 for `info`'s
+///   supported XCR0 (any [`Xcr0Error`](crate::Xcr0Error) rule);
+/// - [`ConvertError::DestinationTooSmall`]: `dst` is shorter than the
+///   standard size of `xcr0`.
+///
+/// # Examples
 /// ```
 /// # use xstate::{CpuidRegs, XsaveInfo};
 /// # // x87, SSE, AVX and PKRU at their Intel standard offsets; XSAVEC.
@@ -87,6 +94,16 @@ pub fn init_image(
 /// every component whose bytes equal the init value (what the CPU's XINUSE
 /// would report had the state been reached by an init). Works on both formats.
 ///
+/// # Errors
+/// - [`ConvertError::SourceTooSmall`]: `area` is shorter than 576 bytes, or
+///   ends before a component its XSTATE_BV marks present;
+/// - [`ConvertError::XstateBvOutsideXcompBv`]: compacted format, and
+///   XSTATE_BV has bits outside XCOMP_BV;
+/// - [`ConvertError::Layout`]: `info` cannot lay out XCOMP_BV (compacted)
+///   or XSTATE_BV (standard): bit 63, components it does not enumerate,
+///   or supervisor components in a standard image.
+///
+/// # Examples
 /// ```
 /// # use xstate::{CpuidRegs, XsaveInfo};
 /// # // x87, SSE, AVX and PKRU at their Intel standard offsets; XSAVEC.
@@ -150,6 +167,43 @@ mod owned {
     /// XCOMP_BV are both the minimal XSTATE_BV (limited to `xcr0`), so a
     /// sparse in-use set is dense in memory, as XSAVEC with an XINUSE mask
     /// would store it.
+    ///
+    /// # Errors
+    /// - [`ConvertError::SourceTooSmall`],
+    ///   [`ConvertError::XstateBvOutsideXcompBv`], [`ConvertError::Layout`]:
+    ///   as [`minimal_xstate_bv`] on `standard`;
+    /// - [`ConvertError::StateNotRequested`]: a component in use (SSE also
+    ///   when MXCSR is not 0x1F80) is outside `xcr0`;
+    /// - [`ConvertError::NotStandard`]: `standard`'s XCOMP_BV is not 0 (a
+    ///   compacted image).
+    ///
+    /// # Examples
+    /// ```
+    /// # use xstate::{CpuidRegs, XsaveInfo};
+    /// # // AMD EPYC 7763 (Zen 3): x87, SSE, AVX, PKRU; CET in IA32_XSS.
+    /// # let info = XsaveInfo::from_leaf_0xd(|subleaf| match subleaf {
+    /// #     0 => CpuidRegs::new(0x207, 832, 2440, 0),
+    /// #     1 => CpuidRegs::new(0xf, 848, 0x1800, 0),
+    /// #     2 => CpuidRegs::new(256, 576, 0, 0),
+    /// #     9 => CpuidRegs::new(8, 2432, 0, 0),
+    /// #     11 => CpuidRegs::new(16, 0, 1, 0),
+    /// #     12 => CpuidRegs::new(24, 0, 1, 0),
+    /// #     _ => CpuidRegs::default(),
+    /// # })
+    /// # .unwrap();
+    /// use xstate::{compacted_in_use, Format, InitMode, Xfeature, XfeatureMask, XsaveBuf};
+    /// let xcr0 = XfeatureMask::from_bits(0x207);
+    /// let layout = info.layout(xcr0, Format::Standard)?;
+    /// // XSTATE_BV claims all of XCR0, but only PKRU holds a non-init value.
+    /// let mut image = XsaveBuf::init(&info, xcr0, InitMode::AllOfXcr0)?;
+    /// image.component_mut(Xfeature::Pkru, &layout).unwrap()[0] = 0x54;
+    /// let dense = compacted_in_use(&info, &image, xcr0)?;
+    /// // x87 and SSE are init too: XCOMP_BV holds PKRU alone, right after
+    /// // the header, and the image is 584 bytes instead of 2440.
+    /// assert_eq!(dense.xcomp_bv(), 0x200 | 1 << 63);
+    /// assert_eq!((dense.len(), dense.as_bytes()[576]), (584, 0x54));
+    /// # Ok::<(), xstate::ConvertError>(())
+    /// ```
     pub fn compacted_in_use(
         info: &XsaveInfo,
         standard: &XsaveBuf,
@@ -172,6 +226,39 @@ mod owned {
     impl XsaveBuf {
         /// The architectural initial image for `xcr0` in the standard format
         /// (see [`init_image`]).
+        ///
+        /// # Errors
+        /// - [`ConvertError::Layout`]: `xcr0` has bit 63, supervisor
+        ///   components or components `info` does not support (checked
+        ///   first, sizing the buffer);
+        /// - [`ConvertError::Xcr0`]: `xcr0` breaks another XCR0 rule (no
+        ///   x87, AVX without SSE, part of AVX-512, MPX or AMX).
+        ///
+        /// # Examples
+        /// ```
+        /// # use xstate::{CpuidRegs, XsaveInfo};
+        /// # // AMD EPYC 7763 (Zen 3): x87, SSE, AVX, PKRU; CET in IA32_XSS.
+        /// # let info = XsaveInfo::from_leaf_0xd(|subleaf| match subleaf {
+        /// #     0 => CpuidRegs::new(0x207, 832, 2440, 0),
+        /// #     1 => CpuidRegs::new(0xf, 848, 0x1800, 0),
+        /// #     2 => CpuidRegs::new(256, 576, 0, 0),
+        /// #     9 => CpuidRegs::new(8, 2432, 0, 0),
+        /// #     11 => CpuidRegs::new(16, 0, 1, 0),
+        /// #     12 => CpuidRegs::new(24, 0, 1, 0),
+        /// #     _ => CpuidRegs::default(),
+        /// # })
+        /// # .unwrap();
+        /// use xstate::{ConvertError, InitMode, Xcr0Error, XfeatureMask, XsaveBuf};
+        /// let image = XsaveBuf::init(&info, XfeatureMask::from_bits(0x207), InitMode::Minimal)?;
+        /// assert_eq!(image.len(), 2440);
+        /// assert_eq!((image.fcw(), image.mxcsr(), image.xstate_bv()), (0x037f, 0x1f80, 0x3));
+        /// // AVX without SSE is no XCR0 XSETBV would take.
+        /// assert_eq!(
+        ///     XsaveBuf::init(&info, XfeatureMask::from_bits(0x5), InitMode::Minimal),
+        ///     Err(ConvertError::Xcr0(Xcr0Error::AvxWithoutSse))
+        /// );
+        /// # Ok::<(), ConvertError>(())
+        /// ```
         pub fn init(
             info: &XsaveInfo,
             xcr0: XfeatureMask,
@@ -184,6 +271,35 @@ mod owned {
         }
 
         /// A zeroed standard-format area sized for `xcr0`.
+        ///
+        /// # Errors
+        /// [`ConvertError::Layout`] if `xcr0` has no standard layout on
+        /// `info`: bit 63 ([`LayoutError::Bit63`]), supervisor components
+        /// ([`LayoutError::SupervisorInStandard`]) or components it does not
+        /// support ([`LayoutError::Unsupported`]). `xcr0` need not be a
+        /// valid XCR0.
+        ///
+        /// # Examples
+        /// ```
+        /// # use xstate::{CpuidRegs, XsaveInfo};
+        /// # // AMD EPYC 7763 (Zen 3): x87, SSE, AVX, PKRU; CET in IA32_XSS.
+        /// # let info = XsaveInfo::from_leaf_0xd(|subleaf| match subleaf {
+        /// #     0 => CpuidRegs::new(0x207, 832, 2440, 0),
+        /// #     1 => CpuidRegs::new(0xf, 848, 0x1800, 0),
+        /// #     2 => CpuidRegs::new(256, 576, 0, 0),
+        /// #     9 => CpuidRegs::new(8, 2432, 0, 0),
+        /// #     11 => CpuidRegs::new(16, 0, 1, 0),
+        /// #     12 => CpuidRegs::new(24, 0, 1, 0),
+        /// #     _ => CpuidRegs::default(),
+        /// # })
+        /// # .unwrap();
+        /// use xstate::{XfeatureMask, XsaveBuf};
+        /// // A buffer for KVM_GET_XSAVE of a guest with XCR0 0x207.
+        /// let buf = XsaveBuf::standard_for(&info, XfeatureMask::from_bits(0x207))?;
+        /// assert_eq!(buf.len(), 2440);
+        /// assert!(buf.as_bytes().iter().all(|&b| b == 0));
+        /// # Ok::<(), xstate::ConvertError>(())
+        /// ```
         pub fn standard_for(info: &XsaveInfo, xcr0: XfeatureMask) -> Result<Self, ConvertError> {
             Ok(Self::new(info.standard_size(xcr0)? as usize))
         }

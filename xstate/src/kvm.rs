@@ -20,11 +20,62 @@ pub const KVM_XSAVE_REGION_SIZE: usize = 4096;
 impl XsaveInfo {
     /// Builds from the leaf-0xD entries of a KVM CPUID table (e.g. from
     /// `Kvm::get_supported_cpuid`). Missing subleaves read as zero.
+    ///
+    /// # Errors
+    /// As [`XsaveInfo::from_kvm_entries`]: [`InfoError::NoLeaf0xd`] if the
+    /// table has no leaf 0xD entry, otherwise any error of
+    /// [`XsaveInfo::from_leaf_0xd`].
+    ///
+    /// # Examples
+    /// What KVM lets a guest enable on this host (needs `/dev/kvm`):
+    /// ```no_run
+    /// use kvm_bindings::KVM_MAX_CPUID_ENTRIES;
+    /// use kvm_ioctls::Kvm;
+    /// use xstate::XsaveInfo;
+    /// let kvm = Kvm::new()?;
+    /// let cpuid = kvm.get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)?;
+    /// let info = XsaveInfo::from_kvm_cpuid(&cpuid)?;
+    /// println!("KVM supports XCR0 {:#x}", info.supported_xcr0());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn from_kvm_cpuid(cpuid: &CpuId) -> Result<Self, InfoError> {
         Self::from_kvm_entries(cpuid.as_slice())
     }
 
     /// Like [`XsaveInfo::from_kvm_cpuid`], from a slice of entries.
+    ///
+    /// # Errors
+    /// - [`InfoError::NoLeaf0xd`]: no entry has `function` 0xD;
+    /// - otherwise any error of [`XsaveInfo::from_leaf_0xd`] on the entries'
+    ///   registers; a supported component whose subleaf has no entry reads
+    ///   as zero and gives [`InfoError::MissingSubleaf`].
+    ///
+    /// # Examples
+    /// ```
+    /// use kvm_bindings::kvm_cpuid_entry2;
+    /// use xstate::{Xfeature, XsaveInfo};
+    /// // Leaf 0xD of a Zen 3 host's KVM_GET_SUPPORTED_CPUID: x87, SSE, AVX, PKRU.
+    /// let entry = |index, eax, ebx, ecx| kvm_cpuid_entry2 {
+    ///     function: 0xd,
+    ///     index,
+    ///     eax,
+    ///     ebx,
+    ///     ecx,
+    ///     ..Default::default()
+    /// };
+    /// let entries = [
+    ///     kvm_cpuid_entry2 { function: 0x1, ecx: 1 << 26, ..Default::default() },
+    ///     entry(0, 0x207, 832, 2440),
+    ///     entry(1, 0xf, 832, 0),
+    ///     entry(2, 256, 576, 0),
+    ///     entry(9, 8, 2432, 0),
+    /// ];
+    /// let info = XsaveInfo::from_kvm_entries(&entries)?;
+    /// assert_eq!(info.supported_xcr0().bits(), 0x207);
+    /// assert_eq!(info.component(Xfeature::Pkru).map(|c| c.standard_offset), Some(2432));
+    /// assert_eq!(XsaveInfo::from_kvm_entries(&entries[..1]), Err(xstate::InfoError::NoLeaf0xd));
+    /// # Ok::<(), xstate::InfoError>(())
+    /// ```
     pub fn from_kvm_entries(entries: &[kvm_cpuid_entry2]) -> Result<Self, InfoError> {
         if !entries.iter().any(|e| e.function == 0xd) {
             return Err(InfoError::NoLeaf0xd);
@@ -42,6 +93,26 @@ impl XsaveInfo {
 /// The size of the XSAVE image KVM_GET_XSAVE2 transfers for this VM
 /// (KVM_CHECK_EXTENSION(KVM_CAP_XSAVE2)), or 4096 where the capability is
 /// missing and only KVM_GET_XSAVE exists.
+///
+/// # Examples
+/// Reading a vCPU's whole image, AMX tiles included (needs `/dev/kvm`):
+/// ```no_run
+/// use kvm_bindings::Xsave;
+/// use kvm_ioctls::Kvm;
+/// use xstate::kvm::{kvm_xsave_size, xsave2_fam_len};
+/// use xstate::XsaveBuf;
+/// let kvm = Kvm::new()?;
+/// let vm = kvm.create_vm()?;
+/// let vcpu = vm.create_vcpu(0)?;
+/// let size = kvm_xsave_size(&vm);
+/// let mut xsave = Xsave::new(xsave2_fam_len(size))?;
+/// // SAFETY: `xsave` is sized from KVM_CAP_XSAVE2 of this VM, and no
+/// // feature is enabled with arch_prctl() after that.
+/// unsafe { vcpu.get_xsave2(&mut xsave)? };
+/// let image = XsaveBuf::from_kvm_xsave2(&xsave);
+/// assert_eq!(image.xcomp_bv(), 0); // KVM's image is always standard format
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn kvm_xsave_size(vm: &kvm_ioctls::VmFd) -> usize {
     let n = vm.check_extension_int(kvm_ioctls::Cap::Xsave2);
     usize::try_from(n).unwrap_or(0).max(KVM_XSAVE_REGION_SIZE)
@@ -49,6 +120,15 @@ pub fn kvm_xsave_size(vm: &kvm_ioctls::VmFd) -> usize {
 
 /// Number of `u32` FAM entries a [`kvm_bindings::Xsave`] needs for an image
 /// of `total_size` bytes (what `Xsave::new` takes).
+///
+/// # Examples
+/// ```
+/// use xstate::kvm::xsave2_fam_len;
+/// // Sapphire Rapids with AMX: KVM_CAP_XSAVE2 = 11008, 6912 bytes past the
+/// // 4096-byte region.
+/// assert_eq!(xsave2_fam_len(11008), 1728);
+/// assert_eq!(xsave2_fam_len(4096), 0);
+/// ```
 pub fn xsave2_fam_len(total_size: usize) -> usize {
     total_size.saturating_sub(KVM_XSAVE_REGION_SIZE).div_ceil(4)
 }
@@ -89,6 +169,33 @@ impl XsaveBuf {
     /// A `kvm_xsave` for KVM_SET_XSAVE. Bytes past the image are zero. Fails
     /// if the image holds nonzero bytes past 4096, which KVM_SET_XSAVE cannot
     /// carry (use [`XsaveBuf::to_kvm_xsave2`]).
+    ///
+    /// # Errors
+    /// [`KvmXsaveError::TooLarge`] (`limit` 4096) naming the first nonzero
+    /// byte past 4096.
+    ///
+    /// # Examples
+    /// ```
+    /// use xstate::kvm::KvmXsaveError;
+    /// use xstate::XsaveBuf;
+    /// // An 11008-byte Sapphire Rapids image with live AMX tile data at 2816.
+    /// let mut image = XsaveBuf::new(11008);
+    /// image.as_bytes_mut()[2816 + 2000] = 1;
+    /// image.set_xstate_bv(0x40003u64);
+    /// assert_eq!(
+    ///     image.to_kvm_xsave().unwrap_err(),
+    ///     KvmXsaveError::TooLarge { limit: 4096, offset: 4816 }
+    /// );
+    /// // KVM_SET_XSAVE2 carries all of it.
+    /// let xsave2 = image.to_kvm_xsave2(11008)?;
+    /// assert_eq!(XsaveBuf::from_kvm_xsave2(&xsave2), image);
+    /// // Without tile data, the 4096-byte kvm_xsave round-trips.
+    /// image.as_bytes_mut()[4816] = 0;
+    /// let x = image.to_kvm_xsave()?;
+    /// assert_eq!(x.region[128], 0x40003); // XSTATE_BV at byte 512
+    /// assert_eq!(XsaveBuf::from_kvm_xsave(&x).as_bytes(), &image.as_bytes()[..4096]);
+    /// # Ok::<(), KvmXsaveError>(())
+    /// ```
     pub fn to_kvm_xsave(&self) -> Result<kvm_xsave, KvmXsaveError> {
         let bytes = self.as_bytes();
         check_tail(bytes, KVM_XSAVE_REGION_SIZE)?;
@@ -101,6 +208,14 @@ impl XsaveBuf {
     /// A KVM_SET_XSAVE2 wrapper of `total_size` bytes (from
     /// [`kvm_xsave_size`]; at least 4096). Fails if the image holds nonzero
     /// bytes past `total_size`.
+    ///
+    /// # Errors
+    /// - [`KvmXsaveError::TooLarge`]: a nonzero byte past `total_size` (at
+    ///   least 4096);
+    /// - [`KvmXsaveError::Alloc`]: the wrapper refuses the FAM length (more
+    ///   than `u32::MAX` entries) or cannot allocate it.
+    ///
+    /// See [`XsaveBuf::to_kvm_xsave`] for an example.
     pub fn to_kvm_xsave2(&self, total_size: usize) -> Result<Xsave, KvmXsaveError> {
         let total_size = total_size.max(KVM_XSAVE_REGION_SIZE);
         let bytes = self.as_bytes();
@@ -121,7 +236,30 @@ impl XsaveBuf {
 }
 
 /// Copies a standard-format image into a `kvm_xsave` (see
-/// [`XsaveBuf::to_kvm_xsave`]).
+/// [`XsaveBuf::to_kvm_xsave`]), for callers that keep the image in their
+/// own memory and reuse one `kvm_xsave`.
+///
+/// # Errors
+/// [`KvmXsaveError::TooLarge`] (`limit` 4096) naming the first nonzero byte
+/// of `bytes` past 4096.
+///
+/// # Examples
+/// ```
+/// use kvm_bindings::kvm_xsave;
+/// use xstate::kvm::{write_kvm_xsave, KvmXsaveError};
+/// let mut image = vec![0u8; 2440]; // Zen 3, XCR0 0x207
+/// image[24..28].copy_from_slice(&0x1f80u32.to_le_bytes()); // MXCSR
+/// let mut x = kvm_xsave::default();
+/// write_kvm_xsave(&image, &mut x)?;
+/// assert_eq!(x.region[6], 0x1f80); // bytes 24..28
+/// let mut big = vec![0u8; 8192];
+/// big[5000] = 1;
+/// assert_eq!(
+///     write_kvm_xsave(&big, &mut x),
+///     Err(KvmXsaveError::TooLarge { limit: 4096, offset: 5000 })
+/// );
+/// # Ok::<(), KvmXsaveError>(())
+/// ```
 pub fn write_kvm_xsave(bytes: &[u8], dst: &mut kvm_xsave) -> Result<(), KvmXsaveError> {
     check_tail(bytes, KVM_XSAVE_REGION_SIZE)?;
     let n = bytes.len().min(KVM_XSAVE_REGION_SIZE);

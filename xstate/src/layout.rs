@@ -45,6 +45,7 @@ impl fmt::Display for Format {
 /// CPUID offset behind the unused AVX-512 space; the compacted format packs
 /// it right after AVX:
 ///
+/// # Examples
 /// ```
 /// # use xstate::{CpuidRegs, XsaveInfo};
 /// # // x87, SSE, AVX and PKRU at their Intel standard offsets; XSAVEC.
@@ -148,12 +149,72 @@ impl Layout {
 impl XsaveInfo {
     /// Size of a standard-format area holding `mask` (user components only):
     /// the end of the highest component, at least 576.
+    ///
+    /// # Errors
+    /// As [`XsaveInfo::layout`] with [`Format::Standard`]:
+    /// [`LayoutError::Bit63`], [`LayoutError::Unsupported`],
+    /// [`LayoutError::SupervisorInStandard`].
+    ///
+    /// # Examples
+    /// ```
+    /// # use xstate::{CpuidRegs, XsaveInfo};
+    /// # // AMD EPYC 7763 (Zen 3): x87, SSE, AVX, PKRU; CET in IA32_XSS.
+    /// # let info = XsaveInfo::from_leaf_0xd(|subleaf| match subleaf {
+    /// #     0 => CpuidRegs::new(0x207, 832, 2440, 0),
+    /// #     1 => CpuidRegs::new(0xf, 848, 0x1800, 0),
+    /// #     2 => CpuidRegs::new(256, 576, 0, 0),
+    /// #     9 => CpuidRegs::new(8, 2432, 0, 0),
+    /// #     11 => CpuidRegs::new(16, 0, 1, 0),
+    /// #     12 => CpuidRegs::new(24, 0, 1, 0),
+    /// #     _ => CpuidRegs::default(),
+    /// # })
+    /// # .unwrap();
+    /// use xstate::{LayoutError, XfeatureMask};
+    /// // On AMD, PKRU sits at 2432: the standard area of 0x207 is 2440 bytes.
+    /// assert_eq!(info.standard_size(XfeatureMask::from_bits(0x207)), Ok(2440));
+    /// assert_eq!(info.standard_size(XfeatureMask::AVX), Ok(832));
+    /// // CET state has no standard-format place.
+    /// assert_eq!(
+    ///     info.standard_size(XfeatureMask::from_bits(0x1807)),
+    ///     Err(LayoutError::SupervisorInStandard(XfeatureMask::CET))
+    /// );
+    /// ```
     pub fn standard_size(&self, mask: XfeatureMask) -> Result<u32, LayoutError> {
         Ok(self.layout(mask, Format::Standard)?.total_size())
     }
 
     /// Size of a compacted-format area with XCOMP_BV = `mask` (user and
     /// supervisor components).
+    ///
+    /// # Errors
+    /// As [`XsaveInfo::layout`] with [`Format::Compacted`]:
+    /// [`LayoutError::Bit63`], [`LayoutError::Unsupported`].
+    ///
+    /// # Examples
+    /// ```
+    /// # use xstate::{CpuidRegs, XsaveInfo};
+    /// # // AMD EPYC 7763 (Zen 3): x87, SSE, AVX, PKRU; CET in IA32_XSS.
+    /// # let info = XsaveInfo::from_leaf_0xd(|subleaf| match subleaf {
+    /// #     0 => CpuidRegs::new(0x207, 832, 2440, 0),
+    /// #     1 => CpuidRegs::new(0xf, 848, 0x1800, 0),
+    /// #     2 => CpuidRegs::new(256, 576, 0, 0),
+    /// #     9 => CpuidRegs::new(8, 2432, 0, 0),
+    /// #     11 => CpuidRegs::new(16, 0, 1, 0),
+    /// #     12 => CpuidRegs::new(24, 0, 1, 0),
+    /// #     _ => CpuidRegs::default(),
+    /// # })
+    /// # .unwrap();
+    /// use xstate::{LayoutError, XfeatureMask};
+    /// // XSAVEC of XCR0 0x207: 576 + AVX 256 + PKRU 8.
+    /// assert_eq!(info.compacted_size(XfeatureMask::from_bits(0x207)), Ok(840));
+    /// // XSAVES with IA32_XSS 0x1800 as well: + CET_U 16 + CET_S 24.
+    /// assert_eq!(info.compacted_size(XfeatureMask::from_bits(0x1a07)), Ok(880));
+    /// // AVX-512 is not enumerated on Zen 3.
+    /// assert_eq!(
+    ///     info.compacted_size(XfeatureMask::AVX512),
+    ///     Err(LayoutError::Unsupported(XfeatureMask::AVX512))
+    /// );
+    /// ```
     pub fn compacted_size(&self, mask: XfeatureMask) -> Result<u32, LayoutError> {
         Ok(self.layout(mask, Format::Compacted)?.total_size())
     }
@@ -164,6 +225,54 @@ impl XsaveInfo {
     /// compacted format; bit 63 is never a component. The mask need not be a
     /// valid XCR0 (a compacted area's XCOMP_BV may be any subset, e.g. only the
     /// components in use).
+    ///
+    /// # Errors
+    /// - [`LayoutError::Bit63`]: `mask` has bit 63 (XCOMP_BV's format flag);
+    /// - [`LayoutError::Unsupported`]: bits outside the supported XCR0 and
+    ///   IA32_XSS;
+    /// - [`LayoutError::SupervisorInStandard`]: [`Format::Standard`] with
+    ///   supervisor (IA32_XSS) components.
+    ///
+    /// # Examples
+    /// ```
+    /// # use xstate::{CpuidRegs, XsaveInfo};
+    /// # // AMD EPYC 7763 (Zen 3): x87, SSE, AVX, PKRU; CET in IA32_XSS.
+    /// # let info = XsaveInfo::from_leaf_0xd(|subleaf| match subleaf {
+    /// #     0 => CpuidRegs::new(0x207, 832, 2440, 0),
+    /// #     1 => CpuidRegs::new(0xf, 848, 0x1800, 0),
+    /// #     2 => CpuidRegs::new(256, 576, 0, 0),
+    /// #     9 => CpuidRegs::new(8, 2432, 0, 0),
+    /// #     11 => CpuidRegs::new(16, 0, 1, 0),
+    /// #     12 => CpuidRegs::new(24, 0, 1, 0),
+    /// #     _ => CpuidRegs::default(),
+    /// # })
+    /// # .unwrap();
+    /// use xstate::{Format, LayoutError, Xfeature, XfeatureMask};
+    /// // XSAVES of XCR0 0x207 and IA32_XSS 0x1800: XCOMP_BV = 0x1a07.
+    /// let xcomp_bv = XfeatureMask::from_bits(0x1a07);
+    /// let l = info.layout(xcomp_bv, Format::Compacted)?;
+    /// let placed: Vec<_> = l.iter().map(|(f, off, size)| (f.short_name(), off, size)).collect();
+    /// assert_eq!(
+    ///     placed,
+    ///     [
+    ///         ("x87", 0, 160),
+    ///         ("sse", 160, 256),
+    ///         ("avx", 576, 256),
+    ///         ("pkru", 832, 8),
+    ///         ("cet_u", 840, 16),
+    ///         ("cet_s", 856, 24),
+    ///     ]
+    /// );
+    /// assert_eq!(l.total_size(), 880);
+    /// // Standard format: AVX at its CPUID offset, 576, size 256.
+    /// let std = info.layout(XfeatureMask::AVX, Format::Standard)?;
+    /// assert_eq!(std.range(Xfeature::Avx), Some(576..832));
+    /// assert_eq!(
+    ///     info.layout(xcomp_bv, Format::Standard),
+    ///     Err(LayoutError::SupervisorInStandard(XfeatureMask::CET))
+    /// );
+    /// # Ok::<(), LayoutError>(())
+    /// ```
     pub fn layout(&self, mask: XfeatureMask, format: Format) -> Result<Layout, LayoutError> {
         if mask.contains_index(63) {
             return Err(LayoutError::Bit63);

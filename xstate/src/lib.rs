@@ -1,5 +1,80 @@
-//! The XSAVE model: everything the VMM and the guest kernel know about
-//! extended CPU state, exact on every x86 CPU (not just the one it runs on).
+//! The XSAVE model: everything a VMM and a guest kernel need to know about
+//! x86 extended CPU state (x87, SSE, AVX, AVX-512, PKRU, AMX, CET, ...),
+//! exact for every x86 CPU, not just the one it runs on.
+//!
+//! A VMM moves XSAVE images between KVM (`KVM_GET_XSAVE`/`KVM_SET_XSAVE`,
+//! always the standard format), snapshots, other hosts and guests that save
+//! with XSAVEC (the compacted format). Where each component sits depends on
+//! the CPU (CPUID leaf 0xD: AVX-512 and PKRU are at different standard
+//! offsets on Intel and AMD) and, in the compacted format, on XCOMP_BV. This
+//! crate computes those layouts from leaf 0xD, checks XCR0 values and
+//! images by the rules XSETBV and XRSTOR apply, and converts between the
+//! formats byte for byte, so that bad state is refused with an error naming
+//! the rule instead of a #GP in the guest or an `EINVAL` from KVM.
+//!
+//! # Example
+//! A standard-format image of an AMD EPYC 7763 (Zen 3 "Milan", XCR0 0x207:
+//! x87, SSE, AVX, PKRU) compacted as XSAVEC would save it, and back:
+//!
+//! ```
+//! use xstate::{compact, expand, init_image, CpuidRegs, Format, InitMode};
+//! use xstate::{Xfeature, XfeatureMask, XsaveInfo};
+//!
+//! // CPUID leaf 0xD of the EPYC 7763 (tests/data/amd-zen3-milan.json);
+//! // a VMM reads it from KVM_GET_SUPPORTED_CPUID or the host's CPUID.
+//! let info = XsaveInfo::from_leaf_0xd(|subleaf| match subleaf {
+//!     0 => CpuidRegs::new(0x207, 832, 2440, 0),
+//!     1 => CpuidRegs::new(0xf, 848, 0x1800, 0),
+//!     2 => CpuidRegs::new(256, 576, 0, 0),  // AVX: 256 bytes at 576
+//!     9 => CpuidRegs::new(8, 2432, 0, 0),   // PKRU: 8 bytes at 2432
+//!     11 => CpuidRegs::new(16, 0, 1, 0),    // CET_U (supervisor)
+//!     12 => CpuidRegs::new(24, 0, 1, 0),    // CET_S (supervisor)
+//!     _ => CpuidRegs::default(),
+//! })
+//! .expect("a consistent leaf 0xD");
+//!
+//! // What the user asked for on the command line, checked as an XCR0.
+//! let xcr0 = XfeatureMask::resolve("avx,pkru", info.supported_xcr0())
+//!     .expect("a well-formed --xfeatures value")
+//!     .result;
+//! assert_eq!(xcr0.bits(), 0x207);
+//! xcr0.validate_xcr0(info.supported_xcr0())?;
+//!
+//! // PKRU: at its CPUID offset in the standard format, right after AVX
+//! // in the compacted one.
+//! let standard = info.layout(xcr0, Format::Standard)?;
+//! let compacted = info.layout(xcr0, Format::Compacted)?;
+//! assert_eq!(standard.offset(Xfeature::Pkru), Some(2432));
+//! assert_eq!(compacted.offset(Xfeature::Pkru), Some(832));
+//! assert_eq!((standard.total_size(), compacted.total_size()), (2440, 840));
+//!
+//! // The architectural initial image, compacted and expanded again.
+//! let mut image = vec![0u8; 2440];
+//! init_image(&info, xcr0, InitMode::Minimal, &mut image)?;
+//! let mut packed = vec![0u8; 840];
+//! assert_eq!(compact(&info, &image, xcr0, &mut packed)?, 840);
+//! let mut back = vec![0u8; 2440];
+//! expand(&info, &packed, &mut back, xcr0)?;
+//! assert_eq!(back, image);
+//! # Ok::<(), xstate::ConvertError>(())
+//! ```
+//!
+//! # Features
+//! - `std` (default): owned 64-byte aligned buffers ([`XsaveBuf`]), the
+//!   conversions that allocate ([`compact_to_buf`], [`expand_to_standard`],
+//!   [`compacted_in_use`]), [`lint::lint_all`] and `std::error::Error` for
+//!   the error types. Without it the crate is `no_std` and allocates
+//!   nothing: the guest kernel uses it that way.
+//! - `native` (x86_64 only, implies `std`): CPUID, XGETBV, XSAVE,
+//!   XSAVEOPT, XSAVEC and XRSTOR on the running CPU, with checks that keep
+//!   XRSTOR from faulting or changing the caller's floating-point
+//!   environment, and a save-strategy chooser timed with RDTSC (`native`
+//!   module, `XsaveInfo::host`).
+//! - `kvm` (implies `std`): leaf 0xD from a `kvm_bindings::CpuId` table and
+//!   [`XsaveBuf`] to and from `kvm_xsave` / the KVM_GET_XSAVE2 wrapper
+//!   (`kvm` module).
+//! - `serde` (implies `std`): `CpuidProfile`, recorded CPUID leaf 0xD as
+//!   JSON, for testing on CPUs the machine is not (`profile` module).
 //!
 //! # Modules
 //! From the bottom layer up; each module uses only modules above it in
@@ -120,3 +195,8 @@ pub use profile::{CpuidEntry, CpuidProfile, Hex32, ProfileError};
 pub use rules::Xcr0Error;
 pub use strategy::SaveStrategy;
 pub use validate::validate;
+
+/// The example of `README.md`, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

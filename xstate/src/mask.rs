@@ -17,6 +17,24 @@ use crate::feature::Xfeature;
 /// Bit 63 is never a component (in XCOMP_BV it flags the compacted format);
 /// [`XfeatureMask::from_bits`] keeps it so that invalid values can be reported,
 /// but validation rejects it.
+///
+/// # Examples
+/// ```
+/// use xstate::{Xfeature, XfeatureMask};
+/// // The XCR0 of an Ice Lake client: x87, SSE, AVX, AVX-512 and PKRU.
+/// let xcr0 = XfeatureMask::from_bits(0x2e7);
+/// assert!(xcr0.contains_all(XfeatureMask::AVX512));
+/// assert!(xcr0.contains(Xfeature::Pkru));
+/// assert_eq!(xcr0.count(), 7);
+/// // What an AVX2-only guest may keep: the AVX-512 trio removed.
+/// let guest = xcr0 - XfeatureMask::AVX512;
+/// assert_eq!(guest, XfeatureMask::AVX | Xfeature::Pkru);
+/// assert_eq!(format!("{guest} = {guest:#x}"), "x87,sse,avx,pkru = 0x207");
+/// // IA32_XSS bits are told apart from XCR0 bits.
+/// let xss = XfeatureMask::from_bits(0x1800); // CET_U | CET_S
+/// assert_eq!(xss.supervisor(), XfeatureMask::CET);
+/// assert!(xss.user().is_empty());
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
 pub struct XfeatureMask(u64);
 

@@ -55,18 +55,64 @@ pub(crate) fn host() -> Result<&'static Host, NativeError> {
 }
 
 /// The host's leaf-0xD enumeration (cached).
+///
+/// # Errors
+/// [`NativeError::NoOsXsave`] if CPUID.1:ECX.OSXSAVE is clear (the OS has
+/// not set CR4.OSXSAVE), [`NativeError::Info`] if `XsaveInfo::host` fails
+/// (no XSAVE, or an inconsistent leaf 0xD). Both are cached: every later
+/// call returns the same error.
+///
+/// # Examples
+/// ```
+/// use xstate::native::{host_info, host_xcr0, xgetbv};
+/// let info = host_info()?;
+/// let xcr0 = host_xcr0()?;
+/// // The OS enables a valid subset of what leaf 0xD offers.
+/// assert!(info.supported_xcr0().contains_all(xcr0));
+/// assert_eq!(xcr0.validate_xcr0(info.supported_xcr0()), Ok(()));
+/// assert_eq!(xgetbv(0), xcr0.bits());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn host_info() -> Result<XsaveInfo, NativeError> {
     Ok(host()?.info)
 }
 
 /// The host's XCR0 as the OS set it (cached; XCR0 does not change while a
 /// process runs).
+///
+/// # Errors
+/// [`NativeError::NoOsXsave`] if CPUID.1:ECX.OSXSAVE is clear (the OS has
+/// not set CR4.OSXSAVE), [`NativeError::Info`] if `XsaveInfo::host` fails
+/// (no XSAVE, or an inconsistent leaf 0xD). Both are cached: every later
+/// call returns the same error.
+///
+/// See [`host_info`] for an example.
 pub fn host_xcr0() -> Result<XfeatureMask, NativeError> {
     Ok(XfeatureMask::from_bits(host()?.xcr0))
 }
 
 /// XGETBV(`index`): 0 = XCR0, 1 = XINUSE (XCR0 & components not in init
 /// state), with CPUID-checked support.
+///
+/// # Errors
+/// - the host errors of [`host_info`]: [`NativeError::NoOsXsave`],
+///   [`NativeError::Info`];
+/// - [`NativeError::Unsupported`]: `index` is 1 and leaf 0xD.1 EAX has no
+///   XGETBV1 (bit 2), or `index` is neither 0 nor 1.
+///
+/// # Examples
+/// ```
+/// use xstate::native::{host_xcr0, try_xgetbv, NativeError};
+/// let xcr0 = host_xcr0()?.bits();
+/// assert_eq!(try_xgetbv(0)?, xcr0);
+/// match try_xgetbv(1) {
+///     // XINUSE: only enabled components can be in use.
+///     Ok(xinuse) => assert_eq!(xinuse & !xcr0, 0),
+///     Err(e) => assert_eq!(e, NativeError::Unsupported("XGETBV with ECX=1")),
+/// }
+/// assert!(matches!(try_xgetbv(2), Err(NativeError::Unsupported(_))));
+/// # Ok::<(), NativeError>(())
+/// ```
 pub fn try_xgetbv(index: u32) -> Result<u64, NativeError> {
     let h = host()?;
     match index {
@@ -149,11 +195,64 @@ fn checked_save(
 }
 
 /// XSAVE of the components `mask & XCR0` into `area` (standard format).
+///
+/// The header is zeroed first, so the result is a well-formed standard
+/// image (XCOMP_BV 0) whatever `area` held.
+///
+/// # Errors
+/// - the host errors of [`host_info`]: [`NativeError::NoOsXsave`],
+///   [`NativeError::Info`];
+/// - [`NativeError::Buffer`]: `area` is not 64-byte aligned
+///   ([`BufferError::Misaligned`]) or shorter than the standard size of
+///   `mask & XCR0`, at least 576 bytes ([`BufferError::TooSmall`]);
+///   [`BufferError::Layout`] if leaf 0xD cannot lay that mask out, which
+///   a consistent CPU never gives.
+///
+/// # Examples
+/// ```
+/// use xstate::native::{host_info, host_xcr0, xsave};
+/// use xstate::{validate, Format, XfeatureMask, XsaveBuf};
+/// let info = host_info()?;
+/// let xcr0 = host_xcr0()?;
+/// let mut area = XsaveBuf::standard_for(&info, xcr0)?;
+/// xsave(&mut area, xcr0)?;
+/// // Rust runs with the default x87 and SSE control words.
+/// assert_eq!((area.fcw(), area.mxcsr() & 0xffc0), (0x037f, 0x1f80));
+/// assert!(xcr0.contains_all(area.xstate_bv_mask()));
+/// assert_eq!(validate(area.as_bytes(), &info, xcr0, XfeatureMask::EMPTY), Ok(Format::Standard));
+/// // Too short for the legacy region and header.
+/// assert!(xsave(&mut XsaveBuf::new(576).as_bytes_mut()[..512], xcr0).is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn xsave<A: AsMut<[u8]> + ?Sized>(area: &mut A, mask: XfeatureMask) -> Result<(), NativeError> {
     checked_save(area.as_mut(), mask, SaveStrategy::Xsave, xsave_raw)
 }
 
 /// XSAVEOPT of `mask & XCR0` into `area` (standard format).
+///
+/// # Errors
+/// - the host errors of [`host_info`]: [`NativeError::NoOsXsave`],
+///   [`NativeError::Info`];
+/// - [`NativeError::Unsupported`]: leaf 0xD.1 EAX lacks XSAVEOPT (bit 0);
+/// - [`NativeError::Buffer`]: `area` is not 64-byte aligned
+///   ([`BufferError::Misaligned`]) or shorter than the standard size of
+///   `mask & XCR0`, at least 576 bytes ([`BufferError::TooSmall`]);
+///   [`BufferError::Layout`] if leaf 0xD cannot lay that mask out, which
+///   a consistent CPU never gives.
+///
+/// # Examples
+/// ```
+/// use xstate::native::{host_info, host_xcr0, xsaveopt, NativeError};
+/// use xstate::XsaveBuf;
+/// let info = host_info()?;
+/// let xcr0 = host_xcr0()?;
+/// let mut area = XsaveBuf::standard_for(&info, xcr0)?;
+/// match xsaveopt(&mut area, xcr0) {
+///     Ok(()) => assert_eq!(area.xcomp_bv(), 0),
+///     Err(e) => assert!(!info.has_xsaveopt() && e == NativeError::Unsupported("xsaveopt")),
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn xsaveopt<A: AsMut<[u8]> + ?Sized>(
     area: &mut A,
     mask: XfeatureMask,
@@ -162,6 +261,36 @@ pub fn xsaveopt<A: AsMut<[u8]> + ?Sized>(
 }
 
 /// XSAVEC of `mask & XCR0` into `area` (compacted format, XCOMP_BV = RFBM).
+///
+/// # Errors
+/// - the host errors of [`host_info`]: [`NativeError::NoOsXsave`],
+///   [`NativeError::Info`];
+/// - [`NativeError::Unsupported`]: leaf 0xD.1 EAX lacks XSAVEC (bit 1);
+/// - [`NativeError::Buffer`]: `area` is not 64-byte aligned
+///   ([`BufferError::Misaligned`]) or shorter than the compacted size of
+///   `mask & XCR0`, at least 576 bytes ([`BufferError::TooSmall`]);
+///   [`BufferError::Layout`] if leaf 0xD cannot lay that mask out, which
+///   a consistent CPU never gives.
+///
+/// # Examples
+/// ```
+/// use xstate::native::{host_info, host_xcr0, xsave, xsavec, NativeError};
+/// use xstate::{expand_to_standard, XsaveBuf};
+/// let info = host_info()?;
+/// let xcr0 = host_xcr0()?;
+/// let mut packed = XsaveBuf::new(info.compacted_size(xcr0)? as usize);
+/// if let Err(e) = xsavec(&mut packed, xcr0) {
+///     assert!(!info.has_xsavec() && e == NativeError::Unsupported("xsavec"));
+///     return Ok(());
+/// }
+/// assert_eq!(packed.xcomp_bv(), xcr0.bits() | 1 << 63);
+/// // The same state as XSAVE saves it, once expanded.
+/// let mut standard = XsaveBuf::standard_for(&info, xcr0)?;
+/// xsave(&mut standard, xcr0)?;
+/// let expanded = expand_to_standard(&info, &packed, xcr0)?;
+/// assert_eq!((expanded.fcw(), expanded.mxcsr()), (standard.fcw(), standard.mxcsr()));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn xsavec<A: AsMut<[u8]> + ?Sized>(
     area: &mut A,
     mask: XfeatureMask,
@@ -172,6 +301,34 @@ pub fn xsavec<A: AsMut<[u8]> + ?Sized>(
 /// XSAVEC of `mask & XCR0 & (XGETBV(1) | x87 | SSE)`: only the components in
 /// use (plus the legacy region, so MXCSR is always saved), dense.
 /// Returns the mask that was saved.
+///
+/// # Errors
+/// - the host errors of [`host_info`]: [`NativeError::NoOsXsave`],
+///   [`NativeError::Info`];
+/// - [`NativeError::Unsupported`]: leaf 0xD.1 EAX lacks XSAVEC (bit 1) or
+///   XGETBV1 (bit 2);
+/// - [`NativeError::Buffer`]: `area` is not 64-byte aligned
+///   ([`BufferError::Misaligned`]) or shorter than the compacted size of
+///   `mask & XCR0`, at least 576 bytes ([`BufferError::TooSmall`]);
+///   [`BufferError::Layout`] if leaf 0xD cannot lay that mask out, which
+///   a consistent CPU never gives.
+///
+/// # Examples
+/// ```
+/// use xstate::native::{host_info, host_xcr0, xsavec_xinuse};
+/// use xstate::{XfeatureMask, XsaveBuf};
+/// let info = host_info()?;
+/// let xcr0 = host_xcr0()?;
+/// if !(info.has_xsavec() && info.has_xgetbv1()) {
+///     return Ok(()); // NativeError::Unsupported("xsavec-xinuse")
+/// }
+/// let mut packed = XsaveBuf::new(info.compacted_size(xcr0)? as usize);
+/// let saved = xsavec_xinuse(&mut packed, xcr0)?;
+/// // x87 and SSE always, the rest only when in use: the image is dense.
+/// assert!(saved.contains_all(XfeatureMask::LEGACY) && xcr0.contains_all(saved));
+/// assert_eq!(packed.xcomp_bv(), saved.bits() | 1 << 63);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn xsavec_xinuse<A: AsMut<[u8]> + ?Sized>(
     area: &mut A,
     mask: XfeatureMask,
@@ -201,6 +358,41 @@ const MXCSR_CONTROL: u32 = 0xffc0;
 /// control word, the MXCSR control bits or leave x87 registers tagged valid
 /// (Rust code relies on the default floating-point environment and an empty
 /// x87 stack). Vector registers are declared clobbered.
+///
+/// # Errors
+/// The first refusal, in this order:
+/// - the host errors of [`host_info`]: [`NativeError::NoOsXsave`],
+///   [`NativeError::Info`];
+/// - [`NativeError::NotRestorable`]: `mask & XCR0` includes PKRU;
+/// - [`NativeError::Buffer`]: `area` is not 64-byte aligned
+///   ([`BufferError::Misaligned`]), or [`validate()`] refuses it for the
+///   host's XCR0 (too short, XCOMP_BV or XSTATE_BV outside what XCR0
+///   allows, compacted without XSAVEC, reserved header bytes set, MXCSR
+///   reserved bits set);
+/// - [`NativeError::WouldChangeFpEnv`]: the restore would load an x87
+///   control word other than the running one or a tag word marking
+///   registers valid, or MXCSR control bits (bits 6..16) other than the
+///   running ones.
+///
+/// # Examples
+/// ```
+/// use xstate::native::{host_info, host_xcr0, xrstor, xsave, NativeError};
+/// use xstate::{Xfeature, XsaveBuf};
+/// let info = host_info()?;
+/// // PKRU guards memory: never restored from user code.
+/// let mask = host_xcr0()?.without(Xfeature::Pkru);
+/// let mut area = XsaveBuf::standard_for(&info, mask)?;
+/// xsave(&mut area, mask)?;
+/// xrstor(&area, mask)?;
+/// // An image with another rounding mode (MXCSR.RC = toward zero) is refused.
+/// area.set_mxcsr(0x7f80);
+/// assert_eq!(xrstor(&area, mask), Err(NativeError::WouldChangeFpEnv));
+/// // So is one with a nonzero reserved header byte (XRSTOR would #GP).
+/// area.set_mxcsr(0x1f80);
+/// area.as_bytes_mut()[560] = 1;
+/// assert!(matches!(xrstor(&area, mask), Err(NativeError::Buffer(_))));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn xrstor<A: AsRef<[u8]> + ?Sized>(area: &A, mask: XfeatureMask) -> Result<(), NativeError> {
     let area = area.as_ref();
     let h = host()?;

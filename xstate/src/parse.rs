@@ -83,6 +83,21 @@ impl XfeatureMask {
     /// string whose first token is an edit (`-avx512`, `+pkru`) starts from
     /// `host`. Parsing does not validate: see [`XfeatureMask::validate_xcr0`].
     ///
+    /// # Errors
+    /// The first bad token, left to right:
+    /// - [`MaskError::Empty`]: `s` is empty or blank;
+    /// - [`MaskError::EmptyToken`]: a token is empty (`x87,,sse`, a trailing
+    ///   comma) or a bare `+`/`-`;
+    /// - [`MaskError::BadNumber`]: a token starts with `0x`/`0X` or a digit
+    ///   but is no hexadecimal or decimal `u64` (`0x`, `0xg`, `12ab`, more
+    ///   than 64 bits);
+    /// - [`MaskError::UnknownName`]: a token is none of a component name,
+    ///   group, `bitN` (N < 64), `host`, `all` or `none`.
+    ///
+    /// The literal reading implies nothing, so it never returns
+    /// [`MaskError::X87Removed`] or [`MaskError::Contradiction`].
+    ///
+    /// # Examples
     /// ```
     /// use xstate::XfeatureMask;
     /// // What a Sapphire Rapids host enables.
@@ -162,6 +177,21 @@ impl XfeatureMask {
     /// stand for and where a leading edit starts. The result still has to
     /// pass [`XfeatureMask::validate_xcr0`].
     ///
+    /// # Errors
+    /// Checked token by token, left to right, the first bad one reported:
+    /// - [`MaskError::Empty`], [`MaskError::EmptyToken`],
+    ///   [`MaskError::BadNumber`], [`MaskError::UnknownName`]: as for
+    ///   [`XfeatureMask::parse`];
+    /// - [`MaskError::X87Removed`]: a removal whose term includes x87
+    ///   (`-x87`, `-0x1`, or `-host`/`-all` when `host` holds x87), since
+    ///   XCR0 bit 0 is always set;
+    ///
+    /// then, once every token has been read:
+    /// - [`MaskError::Contradiction`]: one token asks for a component (itself
+    ///   or as a prerequisite) that another removes (itself or as a
+    ///   dependent), in either order (`avx512,-avx`, `-sse,pkru`).
+    ///
+    /// # Examples
     /// ```
     /// use xstate::XfeatureMask;
     /// // What a Sapphire Rapids host enables.

@@ -38,6 +38,14 @@ impl<'de> Deserialize<'de> for Hex32 {
 /// to `max_digits` (at most 16) ASCII hex digits, and nothing else: no
 /// sign (Rust's `from_str_radix` alone would take `0x+100`), no spaces, no
 /// `_`. `None` for anything else.
+///
+/// # Examples
+/// ```
+/// use xstate::profile::parse_hex;
+/// assert_eq!(parse_hex("0x000602e7", 8), Some(0x602e7));
+/// assert_eq!(parse_hex("0x+100", 8), None);
+/// assert_eq!(parse_hex("0x123456789", 8), None); // 9 digits for a 32-bit register
+/// ```
 pub fn parse_hex(s: &str, max_digits: usize) -> Option<u64> {
     let digits = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X"))?;
     if digits.is_empty()
@@ -59,6 +67,21 @@ pub fn is_unsafe_text_char(c: char) -> bool {
 
 /// Refuse a free-text field holding a character [`is_unsafe_text_char`]
 /// names, saying which field, which character and where.
+///
+/// # Errors
+/// [`ProfileError::Text`] with the byte offset and code point of the first
+/// such character.
+///
+/// # Examples
+/// ```
+/// use xstate::profile::{check_text, ProfileError};
+/// assert_eq!(check_text("name", "AMD EPYC 7763 64-Core Processor"), Ok(()));
+/// // An ANSI escape in a brand string a hypervisor chose.
+/// assert_eq!(
+///     check_text("name", "EPYC\u{1b}[2J"),
+///     Err(ProfileError::Text { field: "name", offset: 4, code: 0x1b })
+/// );
+/// ```
 pub fn check_text(field: &'static str, text: &str) -> Result<(), ProfileError> {
     match text.char_indices().find(|&(_, c)| is_unsafe_text_char(c)) {
         Some((offset, c)) => Err(ProfileError::Text {
@@ -105,6 +128,30 @@ impl CpuidEntry {
 }
 
 /// A recorded CPU: identification plus its CPUID leaf 0xD.
+///
+/// # Examples
+/// ```
+/// use xstate::{CpuidProfile, Format, XfeatureMask};
+/// // A Zen 3 KVM guest's leaf 0xD (tests/data/amd-zen3-kvm-guest.json, cut).
+/// let json = r#"{
+///   "name": "AMD EPYC vCPU", "microarchitecture": "Zen 3 (Milan), KVM guest",
+///   "vendor": "AuthenticAMD", "signature": "0x00a00f11", "bare_metal": false,
+///   "source": "cpuid -1 -r -l 0xd inside the guest",
+///   "leaf_0xd": [
+///     { "subleaf": 0, "eax": "0x7", "ebx": "0x340", "ecx": "0x340", "edx": "0x0" },
+///     { "subleaf": 1, "eax": "0xf", "ebx": "0x340", "ecx": "0x0", "edx": "0x0" },
+///     { "subleaf": 2, "eax": "0x100", "ebx": "0x240", "ecx": "0x0", "edx": "0x0" }
+///   ]
+/// }"#;
+/// let profile = CpuidProfile::from_json(json)?;
+/// let info = profile.xsave_info()?;
+/// assert_eq!(info.supported_xcr0(), XfeatureMask::AVX);
+/// assert_eq!(info.layout(XfeatureMask::AVX, Format::Standard)?.total_size(), 832);
+/// // Written back in the format of tests/data, 8-digit registers.
+/// assert!(profile.to_json().contains(r#""eax": "0x00000100""#));
+/// assert_eq!(CpuidProfile::from_json(&profile.to_json())?, profile);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CpuidProfile {
     /// Brand string or other human name.
@@ -135,6 +182,16 @@ pub struct CpuidProfile {
 impl CpuidProfile {
     /// Parses a profile and checks that its leaf 0xD forms a valid
     /// [`XsaveInfo`] (as does `kvm_leaf_0xd`, when present).
+    ///
+    /// # Errors
+    /// - [`ProfileError::Json`]: not JSON, a missing or unknown field, or a
+    ///   register that is no `0x`-prefixed hex number of 1 to 8 digits;
+    /// - [`ProfileError::Text`]: `name`, `microarchitecture`, `vendor` or
+    ///   `source` holds a control or bidirectional-override character;
+    /// - [`ProfileError::Info`] with `field` `"leaf_0xd"`, then
+    ///   `"kvm_leaf_0xd"`: those entries fail [`CpuidProfile::xsave_info`].
+    ///
+    /// See [`CpuidProfile`] for an example.
     pub fn from_json(s: &str) -> Result<Self, ProfileError> {
         let p: Self = serde_json::from_str(s).map_err(|e| ProfileError::Json(e.to_string()))?;
         // Free text is printed: no control characters may reach a terminal.
@@ -168,11 +225,25 @@ impl CpuidProfile {
     }
 
     /// The enumeration in `leaf_0xd`.
+    ///
+    /// # Errors
+    /// - [`InfoError::SubleafOutOfRange`]: an entry's subleaf is 64 or more;
+    /// - [`InfoError::DuplicateSubleaf`]: a subleaf is listed twice;
+    /// - [`InfoError::MissingSubleaf`]: subleaf 0 or 1 is not listed;
+    /// - any error of [`XsaveInfo::from_raw`] on the listed registers;
+    /// - [`InfoError::UnsupportedSubleafData`]: a subleaf above 1 has data
+    ///   but its component is not in the supported XCR0 or IA32_XSS.
+    ///
+    /// See [`CpuidProfile`] for an example.
     pub fn xsave_info(&self) -> Result<XsaveInfo, InfoError> {
         info_from_entries(&self.leaf_0xd)
     }
 
     /// The enumeration in `kvm_leaf_0xd`, if recorded.
+    ///
+    /// # Errors
+    /// `Some(Err(_))` with the errors of [`CpuidProfile::xsave_info`] on the
+    /// `kvm_leaf_0xd` entries; `None` when they are not recorded.
     pub fn kvm_xsave_info(&self) -> Option<Result<XsaveInfo, InfoError>> {
         self.kvm_leaf_0xd.as_deref().map(info_from_entries)
     }
@@ -188,6 +259,24 @@ impl CpuidProfile {
     /// A profile of the running CPU: brand string, vendor, signature,
     /// hypervisor bit, leaves 1, 7 and 0xD. `microarchitecture` is left for
     /// the caller (CPUID does not name it).
+    ///
+    /// # Errors
+    /// [`ProfileError::Host`] with the error of `XsaveInfo::host`:
+    /// [`InfoError::NoXsave`] without XSAVE, or an inconsistent leaf 0xD.
+    ///
+    /// # Examples
+    /// ```
+    /// use xstate::CpuidProfile;
+    /// let me = CpuidProfile::host()?;
+    /// assert!(me.leaf_1.is_some());
+    /// // Recorded: subleaves 0, 1 and one per supported component.
+    /// let info = me.xsave_info()?;
+    /// let components = info.supported_all().iter_indices().filter(|&i| i >= 2).count();
+    /// assert_eq!(me.leaf_0xd.len(), 2 + components);
+    /// // The record reads back as it was written.
+    /// assert_eq!(CpuidProfile::from_json(&me.to_json())?, me);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[cfg(all(feature = "native", target_arch = "x86_64"))]
     pub fn host() -> Result<Self, ProfileError> {
         use crate::info::{cpuid, leaf_1_ecx};

@@ -14,6 +14,39 @@ impl XsaveInfo {
     /// only these components. Subleaf 0.ECX becomes the standard size of the
     /// restricted set; 0.EBX and 1.EBX (which depend on the guest's enabled
     /// XCR0) are set to the sizes with everything offered enabled.
+    ///
+    /// x87 and SSE are always offered: a guest's XCR0 cannot drop them.
+    ///
+    /// # Errors
+    /// - [`InfoError::CompactedTooLarge`] (holding 0): a size of the
+    ///   restricted set cannot be computed; this happens only when `self`
+    ///   enumerates x87 without SSE, since SSE is offered all the same;
+    /// - otherwise the [`XsaveInfo::from_raw`] errors of the restricted
+    ///   subleaves, which cannot occur for a subset of subleaves `self`
+    ///   has already validated.
+    ///
+    /// # Examples
+    /// ```
+    /// use xstate::{CpuidRegs, XfeatureMask, XsaveInfo};
+    /// // AMD EPYC 7763 (Zen 3): x87, SSE, AVX, PKRU; CET_U and CET_S in IA32_XSS.
+    /// let host = XsaveInfo::from_leaf_0xd(|subleaf| match subleaf {
+    ///     0 => CpuidRegs::new(0x207, 832, 2440, 0),
+    ///     1 => CpuidRegs::new(0xf, 848, 0x1800, 0),
+    ///     2 => CpuidRegs::new(256, 576, 0, 0),
+    ///     9 => CpuidRegs::new(8, 2432, 0, 0),
+    ///     11 => CpuidRegs::new(16, 0, 1, 0),
+    ///     12 => CpuidRegs::new(24, 0, 1, 0),
+    ///     _ => CpuidRegs::default(),
+    /// })?;
+    /// // The guest is offered AVX but neither PKRU nor CET.
+    /// let guest = host.restricted(XfeatureMask::AVX, XfeatureMask::EMPTY)?;
+    /// assert_eq!(guest.supported_xcr0().bits(), 0x7);
+    /// assert!(guest.supported_xss().is_empty());
+    /// // 0xD.0 ECX shrinks from 2440 to the end of AVX.
+    /// assert_eq!(guest.max_standard_size(), 832);
+    /// assert_eq!(guest.raw_subleaf(9), CpuidRegs::default());
+    /// # Ok::<(), xstate::InfoError>(())
+    /// ```
     pub fn restricted(&self, xcr0: XfeatureMask, xss: XfeatureMask) -> Result<Self, InfoError> {
         let xcr0 = (xcr0 & self.supported_xcr0()) | XfeatureMask::LEGACY;
         let xss = xss & self.supported_xss();

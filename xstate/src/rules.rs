@@ -136,6 +136,17 @@ impl XfeatureMask {
     /// [`XfeatureMask::prerequisites`] adds by [`DEPENDENCIES`] (any AVX-512
     /// component brings all three plus AVX; MPX and AMX components come in
     /// pairs). Supervisor bits are kept as they are.
+    ///
+    /// # Examples
+    /// ```
+    /// use xstate::{Xfeature, XfeatureMask};
+    /// // `avx512` alone is no valid XCR0; with its dependencies it is 0xe7.
+    /// let closed = XfeatureMask::AVX512.with_dependencies();
+    /// assert_eq!(closed.bits(), 0xe7);
+    /// assert_eq!(closed.validate_xcr0(XfeatureMask::from_bits(0x2e7)), Ok(()));
+    /// // Half of AMX brings the other half.
+    /// assert_eq!(Xfeature::XtileData.mask().with_dependencies().bits(), 0x60003);
+    /// ```
     pub fn with_dependencies(self) -> Self {
         (self | Self::LEGACY).prerequisites()
     }
@@ -147,6 +158,21 @@ impl XfeatureMask {
     /// Each broken rule is its own [`Xcr0Error`] variant; rules are checked in
     /// the order of the variants, and the first broken one is reported.
     ///
+    /// # Errors
+    /// - [`Xcr0Error::X87Missing`]: bit 0 is clear;
+    /// - [`Xcr0Error::SupervisorBits`]: bits of supervisor components
+    ///   (PT, PASID, CET, HDC, UINTR, LBR, HWP), which belong in IA32_XSS;
+    /// - [`Xcr0Error::ReservedBit63`]: bit 63 is set;
+    /// - [`Xcr0Error::Unsupported`]: bits outside `supported`;
+    /// - [`Xcr0Error::AvxWithoutSse`]: AVX (bit 2) without SSE (bit 1);
+    /// - [`Xcr0Error::Avx512Partial`]: some but not all of opmask,
+    ///   ZMM_Hi256 and Hi16_ZMM (bits 5-7);
+    /// - [`Xcr0Error::Avx512WithoutAvx`]: all of bits 5-7 without AVX;
+    /// - [`Xcr0Error::MpxPartial`]: one of BNDREGS and BNDCSR (bits 3-4);
+    /// - [`Xcr0Error::AmxPartial`]: one of XTILECFG and XTILEDATA
+    ///   (bits 17-18).
+    ///
+    /// # Examples
     /// ```
     /// use xstate::{Xcr0Error, XfeatureMask};
     /// let supported = XfeatureMask::from_bits(0x2e7);

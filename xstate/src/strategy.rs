@@ -11,6 +11,23 @@ use crate::info::XsaveInfo;
 use crate::layout::Format;
 
 /// A save instruction (each restores with XRSTOR).
+///
+/// # Examples
+/// ```
+/// use xstate::{CpuidRegs, Format, SaveStrategy, XsaveInfo};
+/// // A CPU whose 0xD.1 EAX is 0x1: XSAVEOPT, but no XSAVEC or XGETBV(1).
+/// let info = XsaveInfo::from_leaf_0xd(|subleaf| match subleaf {
+///     0 => CpuidRegs::new(0x7, 832, 832, 0),
+///     1 => CpuidRegs::new(0x1, 0, 0, 0),
+///     2 => CpuidRegs::new(256, 576, 0, 0),
+///     _ => CpuidRegs::default(),
+/// })?;
+/// let usable: Vec<_> = SaveStrategy::ALL.into_iter().filter(|s| s.supported(&info)).collect();
+/// assert_eq!(usable, [SaveStrategy::Xsave, SaveStrategy::Xsaveopt]);
+/// let s = SaveStrategy::from_name("xsavec-xinuse").unwrap();
+/// assert_eq!((s, s.format()), (SaveStrategy::XsavecXinuse, Format::Compacted));
+/// # Ok::<(), xstate::InfoError>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum SaveStrategy {

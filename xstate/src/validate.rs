@@ -22,6 +22,31 @@ use crate::mask::XfeatureMask;
 /// are zero; MXCSR, when it would be loaded, has no bit set that MXCSR_MASK
 /// (or the default 0xFFBF when the image's mask is 0) reserves.
 ///
+/// Returns the image's format.
+///
+/// # Errors
+/// The first failed check, in this order:
+/// - [`BufferError::TooSmall`]: the area is shorter than 576 bytes;
+/// - standard format (XCOMP_BV bit 63 clear):
+///   [`BufferError::XcompBvInStandard`] if XCOMP_BV is not 0,
+///   [`BufferError::XstateBvOutsideXcr0`] if XSTATE_BV has bits outside
+///   `xcr0`, [`BufferError::Layout`] if `info` cannot lay XSTATE_BV out in
+///   the standard format (a component it does not enumerate, or a
+///   supervisor bit or bit 63 that `xcr0` let through);
+/// - compacted format: [`BufferError::CompactedUnsupported`] if `info` has
+///   no XSAVEC, [`BufferError::XcompBvOutsideEnabled`] if XCOMP_BV has bits
+///   outside `xcr0 | xss`, [`BufferError::XstateBvOutsideXcompBv`] if
+///   XSTATE_BV has bits outside XCOMP_BV, [`BufferError::Layout`] if
+///   XCOMP_BV holds components `info` does not enumerate;
+/// - [`BufferError::ReservedHeaderBytes`]: a nonzero byte in header bytes
+///   16..63 (area offsets 528..576);
+/// - [`BufferError::TooSmall`]: the area ends before the last component
+///   XSTATE_BV marks present;
+/// - [`BufferError::MxcsrReserved`]: MXCSR would be loaded (standard: SSE or
+///   AVX in `xcr0`; compacted: SSE in XSTATE_BV) and sets bits the mask
+///   reserves.
+///
+/// # Examples
 /// ```
 /// # use xstate::{CpuidRegs, XsaveInfo};
 /// # // x87, SSE, AVX and PKRU at their Intel standard offsets; XSAVEC.

@@ -49,7 +49,41 @@ pub use violation::{Detail, Location, RuleId, Severity, Sink, Skip, Violation};
 use facts::{XFD, XSAVEC, XSAVEOPT, XSAVES};
 
 /// Runs every rule on `view`: each violation goes to `violation`, each rule
-/// that could not be checked to `skipped`.
+/// that could not be checked to `skipped`. Allocates nothing (`no_std`).
+///
+/// # Examples
+/// ```
+/// use xstate::lint::{lint, Context, RuleId, Severity};
+/// use xstate::CpuidRegs;
+/// // A hypervisor's table: leaf 0xD offers AVX-512 state (XCR0 0xe7,
+/// // Intel offsets) and leaf 7 offers AVX2, but AVX512F (7.0 EBX[16]) is
+/// // hidden. Leaves not listed read as zero, as in a complete table.
+/// let table = |leaf: u32, subleaf: u32| {
+///     Some(match (leaf, subleaf) {
+///         (0, 0) => CpuidRegs::new(0xd, 0, 0, 0),
+///         (1, 0) => CpuidRegs::new(0, 0, 1 << 26 | 1 << 28, 0), // XSAVE, AVX
+///         (7, 0) => CpuidRegs::new(0, 1 << 5, 0, 0),             // AVX2
+///         (0xd, 0) => CpuidRegs::new(0xe7, 0, 2688, 0),
+///         (0xd, 1) => CpuidRegs::new(0xf, 0, 0, 0),
+///         (0xd, 2) => CpuidRegs::new(256, 576, 0, 0),
+///         (0xd, 5) => CpuidRegs::new(64, 1088, 0, 0),
+///         (0xd, 6) => CpuidRegs::new(512, 1152, 0, 0),
+///         (0xd, 7) => CpuidRegs::new(1024, 1664, 0, 0),
+///         _ => CpuidRegs::default(),
+///     })
+/// };
+/// // Violations go to a callback: no allocation, as in the guest kernel.
+/// let (mut found, mut n) = ([None; 4], 0);
+/// let mut sink = |v| {
+///     found[n] = Some(v);
+///     n += 1;
+/// };
+/// lint(&table, Context::SUPPORTED_TABLE, &mut sink, &mut |_, _| {});
+/// assert_eq!(n, 1);
+/// let v = found[0].unwrap();
+/// assert_eq!((v.rule, v.severity()), (RuleId::Avx512StateHidden, Severity::Warning));
+/// assert_eq!(v.location().to_string(), "CPUID.(0x7,0).EBX[16]");
+/// ```
 pub fn lint(
     view: &dyn CpuidView,
     ctx: Context,
@@ -75,6 +109,34 @@ pub struct LintReport {
 }
 
 /// [`lint`], collected.
+///
+/// # Examples
+/// ```
+/// use xstate::lint::{lint_all, Context, RuleId};
+/// use xstate::CpuidRegs;
+/// // A hypervisor's table: leaf 0xD offers AVX-512 state (XCR0 0xe7,
+/// // Intel offsets) and leaf 7 offers AVX2, but AVX512F (7.0 EBX[16]) is
+/// // hidden. Leaves not listed read as zero, as in a complete table.
+/// let table = |leaf: u32, subleaf: u32| {
+///     Some(match (leaf, subleaf) {
+///         (0, 0) => CpuidRegs::new(0xd, 0, 0, 0),
+///         (1, 0) => CpuidRegs::new(0, 0, 1 << 26 | 1 << 28, 0), // XSAVE, AVX
+///         (7, 0) => CpuidRegs::new(0, 1 << 5, 0, 0),             // AVX2
+///         (0xd, 0) => CpuidRegs::new(0xe7, 0, 2688, 0),
+///         (0xd, 1) => CpuidRegs::new(0xf, 0, 0, 0),
+///         (0xd, 2) => CpuidRegs::new(256, 576, 0, 0),
+///         (0xd, 5) => CpuidRegs::new(64, 1088, 0, 0),
+///         (0xd, 6) => CpuidRegs::new(512, 1152, 0, 0),
+///         (0xd, 7) => CpuidRegs::new(1024, 1664, 0, 0),
+///         _ => CpuidRegs::default(),
+///     })
+/// };
+/// let report = lint_all(&table, Context::SUPPORTED_TABLE);
+/// let rules: Vec<_> = report.violations.iter().map(|v| v.rule.name()).collect();
+/// assert_eq!(rules, ["avx512-state-hidden"]);
+/// // Sizes in force (0xD.0 EBX, 0xD.1 EBX) mean nothing in a supported table.
+/// assert!(report.skipped.iter().any(|(id, _)| *id == RuleId::EnabledStandardSize));
+/// ```
 #[cfg(feature = "std")]
 pub fn lint_all(view: &dyn CpuidView, ctx: Context) -> LintReport {
     let mut r = LintReport::default();

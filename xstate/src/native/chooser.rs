@@ -143,6 +143,36 @@ const PATTERN_OK: u64 = XfeatureMask::AVX.union(XfeatureMask::AVX512).bits();
 /// The choice is measured, never assumed: the XGETBV(1) variant wins where
 /// XGETBV(1) is cheap and state is sparse (Skylake-X) and loses where
 /// XGETBV(1) is slow (Zen 3).
+///
+/// # Errors
+/// - the host errors of [`host_info`](super::host_info):
+///   [`NativeError::NoOsXsave`], [`NativeError::Info`];
+/// - [`NativeError::NotEnabled`]: `requested` has components outside the
+///   host's XCR0;
+/// - [`NativeError::NotRestorable`]: `requested` includes PKRU;
+/// - [`NativeError::Buffer`] ([`BufferError::Layout`]): leaf 0xD cannot lay
+///   out the host's XCR0 or `requested`, which a consistent CPU never
+///   gives;
+/// - the errors of [`xrstor`](super::xrstor) on the image that establishes
+///   the in-use state before each strategy's run.
+///
+/// # Examples
+/// ```
+/// use xstate::native::{choose_save_strategy, host_info, host_xcr0};
+/// use xstate::{SaveStrategy, XfeatureMask};
+/// let info = host_info()?;
+/// // A guest's AVX state: x87, SSE and AVX requested, SSE and AVX live.
+/// let requested = host_xcr0()? & XfeatureMask::AVX;
+/// let r = choose_save_strategy(requested, requested, 16)?;
+/// let measured: Vec<_> = r.figures.iter().map(|(s, _)| *s).collect();
+/// let supported: Vec<_> = SaveStrategy::ALL.into_iter().filter(|s| s.supported(&info)).collect();
+/// assert_eq!(measured, supported);
+/// // The choice is the cheapest measured pair of save + XRSTOR.
+/// let best = r.figures.iter().map(|(_, t)| *t).fold(f64::INFINITY, f64::min);
+/// assert_eq!(r.figure(r.choice), Some(best));
+/// println!("{}: {best:.0} TSC ticks per save + XRSTOR", r.choice);
+/// # Ok::<(), xstate::native::NativeError>(())
+/// ```
 pub fn choose_save_strategy(
     requested: XfeatureMask,
     in_use: XfeatureMask,
