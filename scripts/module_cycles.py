@@ -10,6 +10,11 @@ inline in code. Edges to a module's own descendants through `mod` and
 `pub use` re-export lines are not dependencies and are skipped, as is code in
 `#[cfg(test)]` modules. Exits 1 and prints each cycle (strongly connected
 component) when there is one; `-v` also prints every edge.
+
+For the `vmm` library it also checks the layer order: the table under
+"## Layers of `vmm`" in ARCHITECTURE.md lists every top-level module, lowest
+first, and an import from a top-level module may only name a module listed
+before it. A module missing from the table, or listed twice, fails too.
 """
 
 import os
@@ -205,6 +210,49 @@ def name(crate, path):
     return crate + ("::" + "::".join(path) if path else "")
 
 
+def declared_layers(path="ARCHITECTURE.md"):
+    """Top-level modules of `vmm` in their declared order, lowest first:
+    the second column of the table after the "## Layers of `vmm`" heading."""
+    with open(path) as fh:
+        text = fh.read()
+    at = text.find("## Layers of `vmm`")
+    if at < 0:
+        return None
+    order = []
+    for line in text[at:].splitlines()[1:]:
+        if line.startswith("## "):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[1].startswith("`"):
+            order += re.findall(r"`(\w+)`", cells[1])
+    return order
+
+
+def check_layers(mods, edges, order):
+    """Messages for every top-level edge that does not point down, and for
+    every top-level module the order misses or repeats."""
+    top = sorted({p[0] for p in mods if p})
+    bad = []
+    for m in top:
+        if m not in order:
+            bad.append(f"vmm::{m} is in no layer of ARCHITECTURE.md")
+    for m in set(order):
+        if order.count(m) > 1:
+            bad.append(f"vmm::{m} is listed {order.count(m)} times in ARCHITECTURE.md")
+        if m not in top:
+            bad.append(f"ARCHITECTURE.md lists vmm::{m}, which lib.rs does not declare")
+    rank = {m: i for i, m in enumerate(order)}
+    for a, b in sorted(edges):
+        if not a or not b or a[0] == b[0] or a[0] not in rank or b[0] not in rank:
+            continue
+        if rank[b[0]] > rank[a[0]]:
+            bad.append(
+                f"layer order: vmm::{'::'.join(a)} uses vmm::{'::'.join(b)}, "
+                f"which ARCHITECTURE.md puts above it"
+            )
+    return bad
+
+
 def main():
     top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     os.chdir(top)
@@ -227,6 +275,16 @@ def main():
                 if a in comp and b in comp:
                     print(f"    {name(crate, a)} -> {name(crate, b)}")
         print(f"{crate}: {len(mods)} modules, {len(edges)} edges, {len(comps)} cycles")
+        if root == "vmm/src/lib.rs":
+            order = declared_layers()
+            problems = ["ARCHITECTURE.md has no layer table"] if order is None else check_layers(
+                mods, edges, order
+            )
+            for p in problems:
+                print(p)
+            bad += len(problems)
+            if order is not None:
+                print(f"vmm: {len(order)} top-level modules in layer order, {len(problems)} violations")
     sys.exit(1 if bad else 0)
 
 

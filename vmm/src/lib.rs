@@ -1,23 +1,25 @@
 //! `vmm`: a minimal KVM virtual machine monitor whose speciality is the
 //! guest's extended CPU state.
 //!
-//! - [`kvm`]: opening `/dev/kvm`, capabilities, what KVM supports.
-//! - [`cpuid`]: the `--xfeatures` policy and the guest CPUID it shapes.
-//! - [`arch`]: the PC platform: memory map, PVH boot, the boot vCPU's entry state.
-//! - [`vstate`]: the VM in KVM: machine creation, vCPU ioctls, the run loops.
-//! - [`devices`]: COM1, debug exit and report ports.
-//! - [`xstate_manager`]: the guest's xsave state between `KVM_RUN`s, per sync policy.
-//! - [`snapshot`]: `vmm run --snapshot-after`, `vmm restore`, `vmm snapshot info`.
-//! - [`report`]: the table and JSON `vmm run` prints.
-//! - [`native`]: the guest's workloads run on the host, for guest/native ratios.
-//! - [`bench`](mod@bench): `vmm bench exits` and `vmm bench init-xstate`.
-//! - [`features`]: `vmm features`: host, KVM, policy and guest xstate compared; profiles.
-//! - [`error`]: the error types.
-//! - [`output`]: writing files the user names: private, atomic, never over
-//!   anything but a regular file, no temporary left behind.
-//! - [`input`]: opening files the user names: regular files only, bounded, magic first.
-//! - [`schema`]: the `--json` documents, versioned.
-//! - [`catalog`]: each `--json` document's type and its JSON Schema.
+//! Its modules form layers that only point down (`ARCHITECTURE.md` has the
+//! order; `scripts/module_cycles.py` checks it):
+//!
+//! 1. Foundation, no KVM: [`input`] (files the user names: regular, bounded,
+//!    magic first), [`output`] (files written: private, atomic, never over
+//!    anything but a regular file), [`schema`] (the `--json` envelope).
+//! 2. The machine: [`arch`] (memory map, PVH boot, entry state, MP table),
+//!    [`error`], [`kvm`] (`/dev/kvm` and what it supports), [`cpuid`] (the
+//!    `--xfeatures` policy and the guest CPUID it shapes), [`devices`] (the
+//!    port bus), [`xstate_manager`] (the guest's xsave state between
+//!    `KVM_RUN`s), [`vstate`] (VM, RAM, vCPUs), [`snapshot`] (capture, the
+//!    file format, loading a file into a VM).
+//! 3. The session: [`run`] (`vmm run` and `vmm restore` from configuration
+//!    to [`run::RunOutcome`]).
+//! 4. The tools: [`report`] (what a run prints), [`features`] (`vmm
+//!    features`), [`bench`](mod@bench) (`vmm bench`), [`native`] (the
+//!    guest's workloads on the host), [`session`] (`vmm run` and `vmm
+//!    restore` to a finished summary), [`catalog`] (each `--json`
+//!    document's type and JSON Schema).
 
 pub mod arch;
 pub mod bench;
@@ -33,6 +35,7 @@ pub mod output;
 pub mod report;
 pub mod run;
 pub mod schema;
+pub mod session;
 pub mod snapshot;
 pub mod vstate;
 pub mod xstate_manager;

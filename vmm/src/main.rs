@@ -18,12 +18,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use guest::workloads::Selection;
 use vmm::devices::SerialSink;
 use vmm::input::parse_seconds;
-use vmm::native;
 use vmm::report::{RunSummary, EXIT_USAGE, EXIT_VMM_ERROR};
-use vmm::run::{self, KernelImage, RunConfig};
+use vmm::run::{self, KernelImage, RunConfig, Xfeatures};
 use vmm::schema::Document;
+use vmm::session;
 use vmm::xstate_manager::SyncPolicy;
 use xstate::InitMode;
 
@@ -196,17 +197,6 @@ impl SessionArgs {
     fn timeout(&self) -> Option<Duration> {
         (!self.timeout.is_zero()).then_some(self.timeout)
     }
-
-    /// What became of the snapshot these options asked for (`None`: none
-    /// asked for).
-    fn snapshot_view(&self, outcome: &run::RunOutcome) -> Option<vmm::report::SnapshotView> {
-        let path = self.snapshot_file.as_deref()?;
-        Some(vmm::report::SnapshotView::new(
-            outcome,
-            self.snapshot_after.map(|d| d.as_secs_f64()),
-            path,
-        ))
-    }
 }
 
 #[derive(clap::Args)]
@@ -226,6 +216,8 @@ struct RestoreArgs {
     session: SessionArgs,
 }
 
+/// `vmm run`: the options parsed into a [`session::RunRequest`], the
+/// summary printed.
 fn run(args: RunArgs) -> Result<i32, vmm::Error> {
     if let Some(p) = &args.plot {
         vmm::report::plot::check_target(p)?;
@@ -240,27 +232,22 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
     }
     // Refuse a bad list before booting anything, naming the option (not as
     // an xstate policy or a generic argument error).
-    if let Err(e) = guest::workloads::Selection::parse(&args.workload) {
-        eprintln!("vmm: invalid --workload {:?}: {e}", args.workload);
-        return Ok(EXIT_VMM_ERROR);
-    }
+    let workload = match Selection::parse(&args.workload) {
+        Ok(sel) => sel,
+        Err(e) => {
+            eprintln!("vmm: invalid --workload {:?}: {e}", args.workload);
+            return Ok(EXIT_VMM_ERROR);
+        }
+    };
     // Say how --xfeatures was understood (implied and dropped components)
     // before booting; an invalid mask stops here, before any VM exists.
-    let resolution = match &args.xfeatures {
-        Some(spec) => {
-            // Before KVM is asked: its table lacks AMX until permitted.
-            vmm::arch::amx::permit_guest(Some(spec))?;
-            let host = vmm::kvm::HostKvm::open()?;
-            let r = vmm::cpuid::validate_policy_resolution(
-                Some(spec),
-                &host.xstate,
-                &host.supported_cpuid,
-            )?;
-            eprintln!("{}", vmm::cpuid::describe_resolution(spec, &r));
-            Some(vmm::report::ResolutionView::new(spec, &r))
-        }
-        None => None,
-    };
+    let xfeatures = Xfeatures::request(args.xfeatures.as_deref())?;
+    if let Some(r) = xfeatures.resolved() {
+        eprintln!(
+            "{}",
+            vmm::cpuid::describe_resolution(&r.spec, &r.resolution)
+        );
+    }
     words.push(format!("workload={}", args.workload));
     if let Some(c) = &args.cmdline {
         // Words the VMM owns (`xfeatures=`) are a usage error.
@@ -270,18 +257,10 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
         }
         words.push(c.clone());
     }
-    let interleave = (!args.session.no_native).then(|| {
-        native::interleave::starter(
-            args.workload.clone(),
-            args.native_reps,
-            kernel.bytes.clone(),
-            args.hugepages,
-        )
-    });
     let config = RunConfig {
         kernel,
         mem_mib: args.mem,
-        xfeatures: args.xfeatures.clone(),
+        xfeatures,
         init_xstate: match args.init_xstate {
             InitArg::Minimal => InitMode::Minimal,
             InitArg::All => InitMode::AllOfXcr0,
@@ -295,160 +274,42 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
         snapshot_file: args.session.snapshot_file.clone(),
         snapshot_force: args.session.force,
         entry: args.entry,
-        interleave,
+        interleave: None,
         hugepages: args.hugepages,
         vcpus: args.vcpus,
     };
-    let outcome = match run::run(config) {
+    let request = session::RunRequest {
+        config,
+        native: (!args.session.no_native).then_some(session::NativePlan {
+            workload,
+            reps: args.native_reps,
+        }),
+    };
+    let summary = match session::run(request) {
         Err(e @ vmm::error::Error::VcpuCount(_)) => {
             eprintln!("vmm: {e}");
             return Ok(EXIT_USAGE);
         }
         other => other?,
     };
-    let extras = Extras {
-        resolution,
-        snapshot: args.session.snapshot_view(&outcome),
-        resumed: None,
-    };
-    print_outcome(
-        &outcome,
-        (!args.session.no_native).then_some(args.workload.as_str()),
-        args.session.json.then_some(Document::Run),
-        args.plot.as_deref(),
-        extras,
-    )
-}
-
-/// What `main` adds to a run's summary: facts about the options rather
-/// than the guest.
-#[derive(Default)]
-struct Extras {
-    /// How `--xfeatures` was understood.
-    resolution: Option<vmm::report::ResolutionView>,
-    /// What became of a requested snapshot.
-    snapshot: Option<vmm::report::SnapshotView>,
-    /// After a restore: the snapshot's memory and times, to mark the row
-    /// timed across it.
-    resumed: Option<Resumed>,
-}
-
-/// What `vmm restore` keeps of the snapshot for
-/// [`vmm::report::spanning::mark_rows_spanning_snapshot`].
-struct Resumed {
-    memory: Vec<(u64, Vec<u8>)>,
-    created_unix_s: u64,
-    restore_started_unix_s: f64,
-}
-
-impl Resumed {
-    /// Reads `file` again (the restore itself has its own copy).
-    fn load(file: &std::path::Path, restore_started_unix_s: f64) -> Option<Self> {
-        let snap = vmm::run::restore::load(file).ok()?;
-        let mut memory: Vec<(u64, Vec<u8>)> = Vec::new();
-        let _ = snap.memory.apply(|gpa, bytes| -> Result<(), ()> {
-            // Merge adjacent runs so a record across a page boundary is found.
-            match memory.last_mut() {
-                Some((at, run)) if *at + run.len() as u64 == gpa => run.extend_from_slice(bytes),
-                _ => memory.push((gpa, bytes.to_vec())),
-            }
-            Ok(())
-        });
-        Some(Self {
-            memory,
-            created_unix_s: snap.meta.created_unix_s,
-            restore_started_unix_s,
-        })
-    }
+    let json = args.session.json.then_some(Document::Run);
+    print_summary(&summary, json, args.plot.as_deref())
 }
 
 /// Print a run's (or a restored run's) summary; returns the exit status.
-/// `native`: the workload list to run natively for guest/native ratios;
 /// `json`: the JSON document to print instead of the table.
-fn print_outcome(
-    outcome: &run::RunOutcome,
-    native: Option<&str>,
+fn print_summary(
+    summary: &RunSummary,
     json: Option<Document>,
     plot: Option<&std::path::Path>,
-    extras: Extras,
 ) -> Result<i32, vmm::Error> {
-    let mut summary = RunSummary::new(outcome);
-    if let Some(reason) = extras.snapshot.as_ref().and_then(|s| s.reason.as_ref()) {
-        eprintln!("vmm: warning: {reason}");
-    }
-    summary.xfeatures_resolution = extras.resolution;
-    summary.snapshot = extras.snapshot;
-    if let (Some(r), Some(report)) = (&extras.resumed, outcome.report.as_deref()) {
-        let gap = vmm::report::spanning::SnapshotGap {
-            memory: &r.memory,
-            created_unix_s: r.created_unix_s,
-            restore_started_unix_s: r.restore_started_unix_s,
-        };
-        let tsc_khz = summary.tsc_khz;
-        if let Some(i) = vmm::report::spanning::mark_rows_spanning_snapshot(
-            &mut summary.results,
-            report,
-            &gap,
-            tsc_khz,
-        ) {
-            let row = &summary.results[i];
-            eprintln!(
-                "vmm: {} {} size {}: not a measurement, it {}",
-                row.name,
-                row.variant,
-                row.size,
-                row.invalid.as_deref().unwrap_or("spans a snapshot")
-            );
-        }
-    }
-    let carried = native::interleave::of(outcome.native.as_deref());
-    let interleaved = carried.filter(|n| !n.pairs.is_empty());
-    if let Some(n) = interleaved {
-        summary.native = Some(native::attach_interleaved(&mut summary.results, n));
-    }
-    summary.hugepages = outcome
-        .hugepages
-        .as_ref()
-        .map(|h| native::hugepages_view(h, carried));
-    // Rows the guest did not repeat on the port (another kernel, a restored
-    // run): the native side runs once, after the guest.
-    let unpaired = summary.results.iter().any(|r| {
-        r.native_spread.is_none()
-            && (r.name.starts_with("aes") || r.name == "dgemm" || r.name == "linpack")
-    });
-    if let Some(workload) = native.filter(|_| unpaired) {
-        let backing = outcome.hugepages.as_ref().map(|h| h.backing);
-        let (native, scratch) = native::run_native(workload, summary.tsc_khz, backing)?;
-        native::attach_ratios(&mut summary.results, &native);
-        // The native side that ran is this one when no row was paired.
-        if let (Some(h), None) = (summary.hugepages.as_mut(), interleaved) {
-            h.native = Some(native::scratch_view(&scratch));
-        }
-    }
-    // The yardsticks follow the guest's AES rows, paired or not (none
-    // without AES rows: `openssl` is not started).
-    if let Some(workload) = native {
-        let quick = guest::workloads::Selection::parse(workload).is_ok_and(|s| s.quick);
-        summary.openssl_yardsticks = native::aes_yardsticks(&summary.results, quick);
-        summary.openssl_aes_128_cbc_mb_per_s = native::cbc_8192(&summary.openssl_yardsticks);
-        summary.seed_xts_4k_ice_lake = native::seed_reference(&summary.results);
-    }
-    // `bench=parallel` with several vCPUs: the same set on as many host threads.
-    if let Some(smp) = summary
-        .smp
-        .as_mut()
-        .filter(|s| native.is_some() && !s.parallel.is_empty())
-    {
-        let (solo, threads) = native::run_parallel_native(smp.vcpus.len(), summary.tsc_khz);
-        vmm::report::parallel::attach_native(&mut smp.parallel, &solo, &threads);
-    }
     if let Some(doc) = json {
-        println!("{}", vmm::schema::to_json(doc, &summary)?);
+        println!("{}", vmm::schema::to_json(doc, summary)?);
     } else {
         print!("{}", summary.to_table());
     }
     if let Some(path) = plot {
-        let charts = vmm::report::plot::run_charts(&summary);
+        let charts = vmm::report::plot::run_charts(summary);
         vmm::report::plot::write_svg(path, &charts, 1200)?;
     }
     Ok(summary.process_exit)
@@ -456,62 +317,29 @@ fn print_outcome(
 
 /// `vmm restore`: snapshot errors are printed here (status 64).
 fn restore(args: RestoreArgs) -> Result<i32, vmm::Error> {
-    let session = &args.session;
-    let opts = vmm::run::restore::RestoreOptions {
-        serial: session.serial(),
-        timeout: session.timeout(),
+    let s = &args.session;
+    let options = vmm::run::restore::RestoreOptions {
+        serial: s.serial(),
+        timeout: s.timeout(),
         xstate_sync: args.xstate_sync,
-        snapshot_after: session.snapshot_after,
-        snapshot_file: session.snapshot_file.clone(),
-        snapshot_force: session.force,
+        snapshot_after: s.snapshot_after,
+        snapshot_file: s.snapshot_file.clone(),
+        snapshot_force: s.force,
         verify_memory: args.verify_memory,
     };
-    let started = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64());
-    // The restore maps the file's pages instead of reading them; reading
-    // them here would put that cost back before the first KVM_RUN. Read
-    // after the run, unless the run may replace the file.
-    let same_file = session.snapshot_file.as_deref() == Some(args.file.as_path());
-    let resumed_before = same_file
-        .then(|| Resumed::load(&args.file, started))
-        .flatten();
-    let outcome = vmm::run::restore::restore(&args.file, opts);
-    let resumed = if same_file {
-        resumed_before
-    } else {
-        Resumed::load(&args.file, started)
+    let request = session::RestoreRequest {
+        file: args.file.clone(),
+        options,
+        native: !s.no_native,
     };
-    let outcome = match outcome {
-        Ok(o) => o,
-        Err(e) => {
+    match session::restore(request) {
+        Ok(summary) => print_summary(&summary, s.json.then_some(Document::Restore), None),
+        Err(session::SessionError::Snapshot(e)) => {
             vmm::error::eprint(&e, e.hint());
-            return Ok(EXIT_VMM_ERROR);
+            Ok(EXIT_VMM_ERROR)
         }
-    };
-    // The guest's workloads, from the command line it booted with.
-    let workload = (!session.no_native)
-        .then(|| vmm::run::restore::load(&args.file).ok())
-        .flatten()
-        .and_then(|s| {
-            s.meta
-                .cmdline
-                .split_whitespace()
-                .find_map(|w| w.strip_prefix("workload=").map(str::to_string))
-        })
-        .unwrap_or_else(|| "quick".into());
-    let extras = Extras {
-        resolution: None,
-        snapshot: session.snapshot_view(&outcome),
-        resumed,
-    };
-    print_outcome(
-        &outcome,
-        (!session.no_native).then_some(workload.as_str()),
-        session.json.then_some(Document::Restore),
-        None,
-        extras,
-    )
+        Err(session::SessionError::Vmm(e)) => Err(e),
+    }
 }
 
 /// `vmm completions SHELL`: the script on stdout.

@@ -200,7 +200,7 @@ fn run_one(
     timeout: Duration,
 ) -> Result<RunSummary> {
     let outcome = run::run(RunConfig {
-        xfeatures: xfeatures.map(str::to_string),
+        xfeatures: run::Xfeatures::request(xfeatures)?,
         init_xstate: init,
         cmdline: format!("quiet workload={workload}"),
         serial: SerialSink::Null,

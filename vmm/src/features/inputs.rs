@@ -15,7 +15,7 @@ use super::error::FeaturesError;
 use super::profile;
 use crate::cpuid::resolve_policy;
 use crate::devices::SerialSink;
-use crate::run::{self, KernelImage, RunConfig};
+use crate::run::{self, KernelImage, RunConfig, Xfeatures};
 
 /// What the guest saw and did, copied out of its report.
 #[derive(Clone, Debug)]
@@ -241,17 +241,19 @@ pub fn gather(args: &Request) -> Result<Inputs, FeaturesError> {
     inputs.hidden_flags = policy.hidden_flags.iter().map(|s| s.to_string()).collect();
     drop(kvm);
     if args.boot {
-        inputs.guest = boot_guest(args)?;
+        // The guest's run asks for the dynamic xfeatures the value names
+        // before it reads KVM's table, which this view's table did not.
+        inputs.guest = boot_guest(args, Xfeatures::request(args.xfeatures)?)?;
     }
     Ok(inputs)
 }
 
 /// Boots the embedded guest with no workload and reads what it saw.
-fn boot_guest(args: &Request) -> Result<GuestState, FeaturesError> {
+fn boot_guest(args: &Request, xfeatures: Xfeatures) -> Result<GuestState, FeaturesError> {
     let outcome = run::run(RunConfig {
         kernel: KernelImage::embedded(),
         mem_mib: 64,
-        xfeatures: args.xfeatures.map(str::to_string),
+        xfeatures,
         init_xstate: xstate::InitMode::Minimal,
         cmdline: "quiet workload=none".into(),
         serial: SerialSink::Null,

@@ -128,14 +128,6 @@ impl std::fmt::Debug for Interleaver {
 /// Why interleaving cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum InterleaveError {
-    /// The workload list does not parse.
-    #[error("--workload {list:?}: {why}")]
-    Workload {
-        /// The list.
-        list: String,
-        /// The parser's reason.
-        why: &'static str,
-    },
     /// A repetition count outside 1..=MAX_ROW_REPS.
     #[error("repetitions per row must be 1..={max}, not {reps}")]
     Reps {
@@ -153,21 +145,17 @@ pub enum InterleaveError {
 }
 
 impl Interleaver {
-    /// Ready to time `list`'s rows natively, `reps` times each, with the
+    /// Ready to time `sel`'s rows natively, `reps` times each, with the
     /// code of `kernel` (an ELF guest kernel) when it can be mapped, else
     /// the VMM's build (the reason kept in [`Interleaver::code`]), on
     /// memory backed like guest RAM (`backing`, `--hugepages`).
     pub fn new(
-        list: &str,
+        sel: Selection,
         reps: u32,
         tsc_khz: u64,
         kernel: &[u8],
         backing: Option<crate::vstate::RamBacking>,
     ) -> Result<Self, InterleaveError> {
-        let sel = Selection::parse(list).map_err(|why| InterleaveError::Workload {
-            list: list.to_string(),
-            why,
-        })?;
         let max = guest::protocol::MAX_ROW_REPS;
         if !(1..=max).contains(&reps) {
             return Err(InterleaveError::Reps { reps, max });
@@ -406,13 +394,13 @@ impl crate::devices::NativeSide for Interleaver {
 /// of `workload`, the guest `kernel`'s own code, scratch memory backed as
 /// guest RAM is (`backing`).
 pub fn starter(
-    workload: String,
+    workload: Selection,
     reps: u32,
     kernel: std::borrow::Cow<'static, [u8]>,
     backing: Option<crate::vstate::RamBacking>,
 ) -> crate::run::config::StartNative {
     Box::new(move |tsc_khz| {
-        Interleaver::new(&workload, reps, tsc_khz, &kernel, backing)
+        Interleaver::new(workload, reps, tsc_khz, &kernel, backing)
             .map(|n| Box::new(n) as Box<dyn crate::devices::NativeSide>)
             .map_err(|e| e.to_string())
     })

@@ -4,13 +4,14 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use xstate::InitMode;
+use xstate::{InitMode, Resolution};
 
 use crate::arch::boot::EntryChoice;
 use crate::arch::elf::{ELF_MAGIC, MAX_KERNEL_BYTES};
 use crate::devices::{NativeSide, SerialSink};
 use crate::error::{BootError, Result};
 use crate::input::{self, InputError};
+use crate::kvm::HostKvm;
 use crate::xstate_manager::SyncPolicy;
 
 /// A kernel image to boot, with a name for messages.
@@ -63,8 +64,8 @@ pub struct RunConfig {
     pub kernel: KernelImage,
     /// Guest RAM in MiB.
     pub mem_mib: u64,
-    /// `--xfeatures`; `None` = everything KVM supports.
-    pub xfeatures: Option<String>,
+    /// `--xfeatures`, resolved once before the run ([`Xfeatures::request`]).
+    pub xfeatures: Xfeatures,
     /// The vCPU's initial XSTATE_BV.
     pub init_xstate: InitMode,
     /// The guest's command line (an `xfeatures=` hint is appended).
@@ -99,6 +100,72 @@ pub struct RunConfig {
     pub hugepages: Option<crate::vstate::RamBacking>,
 }
 
+/// The xfeatures a run may give its guest: `--xfeatures`, read once.
+pub enum Xfeatures {
+    /// Everything KVM supports (no `--xfeatures`): KVM's table is read
+    /// while the VM is built, and the policy is all of it.
+    Kvm,
+    /// A request already resolved against this KVM, which stays open for
+    /// the run: the dynamic-xfeature permission was asked, the value parsed
+    /// and validated, once.
+    Resolved(Box<ResolvedXfeatures>),
+}
+
+/// `--xfeatures VALUE`, resolved against the KVM the run will use.
+pub struct ResolvedXfeatures {
+    /// The value as given.
+    pub spec: String,
+    /// How it was understood: what was named, implied, dropped; the XCR0.
+    pub resolution: Resolution,
+    /// The KVM it was validated against, open.
+    pub host: HostKvm,
+}
+
+impl Xfeatures {
+    /// Read `--xfeatures` once (`None`: everything KVM supports, decided by
+    /// the run itself): ask the host for the dynamic xfeatures `spec` needs
+    /// (before KVM's table is read: it lacks AMX until permitted), open KVM,
+    /// parse and validate `spec` against KVM's table.
+    ///
+    /// # Errors
+    /// The permission refused for a component `spec` names
+    /// ([`crate::Error::DynamicXfeature`]); KVM unavailable; `spec` invalid
+    /// or unsupported by KVM ([`crate::Error::Policy`]).
+    pub fn request(spec: Option<&str>) -> Result<Self> {
+        let Some(spec) = spec else {
+            return Ok(Self::Kvm);
+        };
+        crate::arch::amx::permit_guest(Some(spec))?;
+        let host = HostKvm::open()?;
+        let resolution = crate::cpuid::validate_policy_resolution(
+            Some(spec),
+            &host.xstate,
+            &host.supported_cpuid,
+        )?;
+        Ok(Self::Resolved(Box::new(ResolvedXfeatures {
+            spec: spec.to_string(),
+            resolution,
+            host,
+        })))
+    }
+
+    /// An exact XCR0, as a benchmark asks for it (`0x207`).
+    ///
+    /// # Errors
+    /// As [`Xfeatures::request`].
+    pub fn exact(xcr0: xstate::XfeatureMask) -> Result<Self> {
+        Self::request(Some(&format!("{:#x}", xcr0.bits())))
+    }
+
+    /// The request as resolved, when there was one.
+    pub fn resolved(&self) -> Option<&ResolvedXfeatures> {
+        match self {
+            Self::Kvm => None,
+            Self::Resolved(r) => Some(r),
+        }
+    }
+}
+
 /// Starts the native side of an interleaved run, given the guest's TSC
 /// rate in kHz (known only once KVM is open); the error is a message for
 /// `--workload`. Supplied by the tool that times the host's side
@@ -111,7 +178,7 @@ impl Default for RunConfig {
         Self {
             kernel: KernelImage::embedded(),
             mem_mib: 64,
-            xfeatures: None,
+            xfeatures: Xfeatures::Kvm,
             init_xstate: InitMode::Minimal,
             cmdline: String::new(),
             serial: SerialSink::Stdout,

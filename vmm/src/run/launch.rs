@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use xstate::XfeatureMask;
 
-use super::config::RunConfig;
+use super::config::{RunConfig, Xfeatures};
 use super::outcome::{xcr0_violation, ExitCounts, RunEnd, RunOutcome, VcpuOutcome};
 use super::runner::VcpuRunner;
 use crate::arch::boot::{self, BootEntry};
@@ -36,8 +36,11 @@ pub fn run(mut config: RunConfig) -> Result<RunOutcome> {
     let ram_bytes = ram_bytes(config.mem_mib)?;
     let plan = boot::check_kernel(&config.kernel.bytes, &config.kernel.name, ram_bytes)?;
     // Dynamic xfeatures (AMX) need the host's permission before KVM's table
-    // and KVM_CAP_XSAVE2 are read and before any vCPU exists.
-    crate::arch::amx::permit_guest(config.xfeatures.as_deref())?;
+    // and KVM_CAP_XSAVE2 are read and before any vCPU exists; a resolved
+    // `--xfeatures` asked for it already.
+    if matches!(config.xfeatures, Xfeatures::Kvm) {
+        crate::arch::amx::permit_guest(None)?;
+    }
     check_snapshot_options(config.snapshot_after, config.snapshot_file.as_deref())?;
     if let Some(path) = &config.snapshot_file {
         save::check_destination(path, config.snapshot_force)?;
@@ -62,38 +65,44 @@ pub fn run(mut config: RunConfig) -> Result<RunOutcome> {
         };
         (b, advised)
     });
-    let (host, (mut machine, ap_fds), kernel) = HostKvm::open_overlapping(
-        |kvm| {
-            // Bad counts are refused before any VM exists.
-            smp::check_vcpus(config.vcpus, smp::kvm_max_vcpus(kvm))?;
-            let irqchip = smp::Irqchip::for_new_vm(kvm, config.vcpus);
-            Machine::create_smp_on(kvm, ram.clone(), config.vcpus, irqchip)
-        },
-        || {
-            // Best effort: without it the copy faults the pages in one by
-            // one (see `populate_for_write`).
-            for seg in &plan.segments {
-                let _ = crate::vstate::machine::populate_for_write(
-                    &ram,
-                    vm_memory::GuestAddress(seg.paddr),
-                    seg.filesz,
-                );
-            }
-            Ok(boot::load_kernel(
+    let build = |kvm: &kvm_ioctls::Kvm| {
+        // Bad counts are refused before any VM exists.
+        smp::check_vcpus(config.vcpus, smp::kvm_max_vcpus(kvm))?;
+        let irqchip = smp::Irqchip::for_new_vm(kvm, config.vcpus);
+        Machine::create_smp_on(kvm, ram.clone(), config.vcpus, irqchip)
+    };
+    let load = || {
+        // Best effort: without it the copy faults the pages in one by
+        // one (see `populate_for_write`).
+        for seg in &plan.segments {
+            let _ = crate::vstate::machine::populate_for_write(
                 &ram,
-                &config.kernel.bytes,
-                &config.kernel.name,
-                &plan,
-            )?)
-        },
-    )?;
-    // Validated once, against KVM's table: an invalid mask never runs a
-    // vCPU (the VM built meanwhile is dropped unused).
-    let xcr0 = validate_policy(
-        config.xfeatures.as_deref(),
-        &host.xstate,
-        &host.supported_cpuid,
-    )?;
+                vm_memory::GuestAddress(seg.paddr),
+                seg.filesz,
+            );
+        }
+        Ok(boot::load_kernel(
+            &ram,
+            &config.kernel.bytes,
+            &config.kernel.name,
+            &plan,
+        )?)
+    };
+    let (host, (mut machine, ap_fds), kernel, xcr0) =
+        match std::mem::replace(&mut config.xfeatures, Xfeatures::Kvm) {
+            Xfeatures::Kvm => {
+                let (host, built, kernel) = HostKvm::open_overlapping(build, load)?;
+                // Validated against KVM's table once it is read: an invalid
+                // table never runs a vCPU (the VM built meanwhile is dropped).
+                let xcr0 = validate_policy(None, &host.xstate, &host.supported_cpuid)?;
+                (host, built, kernel, xcr0)
+            }
+            Xfeatures::Resolved(r) => {
+                let built = build(&r.host.kvm)?;
+                let kernel = load()?;
+                (r.host, built, kernel, r.resolution.result)
+            }
+        };
     // The CPU count reaches the guest through the MP table (below), as
     // on a PC; a `cpus=` word of the caller's still overrides it.
     let cmdline = with_xfeatures_hint(&config.cmdline, xcr0);

@@ -19,6 +19,6 @@ pub mod outcome;
 pub mod restore;
 pub(crate) mod runner;
 
-pub use config::{KernelImage, RunConfig};
+pub use config::{KernelImage, ResolvedXfeatures, RunConfig, Xfeatures};
 pub use launch::{check_cmdline_words, run};
 pub use outcome::{ExitCounts, RunEnd, RunOutcome, VcpuOutcome};

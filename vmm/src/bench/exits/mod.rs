@@ -71,7 +71,7 @@ fn boot(
 ) -> Result<(RunOutcome, Duration)> {
     let start = Instant::now();
     let outcome = run::run(RunConfig {
-        xfeatures: Some(format!("{:#x}", xcr0.bits())),
+        xfeatures: run::Xfeatures::exact(xcr0)?,
         cmdline: format!("quiet workload=none bench={benches} exits={count}"),
         serial: SerialSink::Null,
         timeout: Some(timeout),
