@@ -26,7 +26,8 @@ use std::time::Duration;
 
 use guest::protocol::{
     split_report_exit, Report, DEBUG_EXIT_PORT, EDIT_STATUS_NONE, MARK_PORT, PARTS_WANTED,
-    PART_PORT, REPORT_EXIT_PORT, REPORT_PORT, REP_PORT, SERIAL_PORT, XSTATE_EDIT_PORT,
+    PART_PORT, REPORT_EXIT_PORT, REPORT_PORT, REP_PORT, SERIAL_PORT, SNAPSHOT_PORT,
+    XSTATE_EDIT_PORT,
 };
 
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
@@ -134,7 +135,7 @@ impl Write for SerialOut {
 }
 
 /// What a port write asked the run loop to do.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PortAction {
     /// Nothing more to do: re-enter the guest.
     Continue,
@@ -144,6 +145,9 @@ pub enum PortAction {
     Mark(u32),
     /// Set XMM`n` to `xmm_edit_pattern(n)` through the xstate manager.
     EditXmm(u32),
+    /// The guest asks for a snapshot (`SNAPSHOT_PORT`, only decoded when
+    /// [`Devices::snapshots`] is set).
+    Snapshot,
 }
 
 /// The outcome of the guest handing over a report.
@@ -237,6 +241,9 @@ pub struct Devices {
     /// The native side of interleaved repetitions ([`REP_PORT`]); without
     /// it the port decodes nothing and the guest runs each row once.
     pub native: Option<Box<dyn NativeSide>>,
+    /// Whether the run can take a snapshot: without, `SNAPSHOT_PORT`
+    /// decodes nothing, like any port without a device.
+    pub snapshots: bool,
 }
 
 /// The native side of interleaved repetitions, as the port bus drives it.
@@ -281,6 +288,7 @@ impl Devices {
             edit_status: EDIT_STATUS_NONE,
             unhandled_ports: 0,
             native: None,
+            snapshots: false,
         }
     }
 
@@ -313,6 +321,7 @@ impl Devices {
                 PortAction::Continue
             }
             MARK_PORT => PortAction::Mark(le_value(data)),
+            SNAPSHOT_PORT if self.snapshots => PortAction::Snapshot,
             XSTATE_EDIT_PORT => PortAction::EditXmm(le_value(data)),
             REPORT_PORT => {
                 self.take_report(mem, le_value(data) as u64);

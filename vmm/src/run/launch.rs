@@ -10,7 +10,7 @@ use xstate::XfeatureMask;
 
 use super::config::{RunConfig, Xfeatures};
 use super::outcome::{xcr0_violation, ExitCounts, RunEnd, RunOutcome, VcpuOutcome};
-use super::runner::VcpuRunner;
+use super::runner::{LoopExit, VcpuRunner};
 use crate::arch::boot::{self, BootEntry};
 use crate::arch::layout::{BOOT_TSC_ADDR, MAX_MEM_MIB, MIN_MEM_MIB};
 use crate::arch::mptable;
@@ -379,10 +379,12 @@ pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
         snapshot_after: l.snapshot_after.filter(|_| l.snapshot.is_some()),
     };
     let run_start = Instant::now();
+    let mut devices = l.devices;
+    devices.snapshots = l.snapshot.is_some();
     let runner = VcpuRunner {
         vcpu,
         mem,
-        devices: l.devices,
+        devices,
         exits: ExitCounts::default(),
         xstate: l.xstate,
         marks: FirstN::new(MAX_MARKS),
@@ -394,7 +396,6 @@ pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
         snapshot: l.snapshot,
         snapshot_errors: Vec::new(),
         pausable: false,
-        paused: None,
         xcr0_since_run: None,
     };
     let supervised = supervise(deadlines, move |stop| {
@@ -402,8 +403,9 @@ pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
         let end = runner.run_loop(stop);
         (runner, end)
     })?;
-    let (runner, end) = supervised.value;
-    let mut end = end?;
+    let (runner, exit) = supervised.value;
+    let timeout = supervised.timed_out.then_some(l.timeout).flatten();
+    let mut end = exit?.into_end(timeout);
     if supervised.timed_out && !matches!(end, RunEnd::Snapshotted(_)) {
         end = RunEnd::TimedOut(l.timeout.unwrap_or_default());
     }
@@ -473,10 +475,10 @@ pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
     })
 }
 
-/// One vCPU thread's result: its runner (with what it collected), how its
-/// loop ended, and whether it was only stopped because another ended the
-/// run.
-type VcpuResult = (VcpuRunner, Result<RunEnd>, bool);
+/// One vCPU thread's result: its runner (with what it collected), why its
+/// loop returned, and whether it was only stopped because another ended
+/// the run.
+type VcpuResult = (VcpuRunner, Result<LoopExit>, bool);
 
 /// [`execute`] with several vCPUs: one thread and one runner (devices,
 /// xstate manager, exit counters) per vCPU; the first vCPU to end the run
@@ -496,10 +498,13 @@ fn execute_smp(l: Launch) -> Result<RunOutcome> {
     let run_start = Instant::now();
     // With somewhere to write it, a snapshot pauses every vCPU first.
     let pausable = l.snapshot.is_some();
-    let runner = |vcpu, devices, xstate| VcpuRunner {
+    let runner = |vcpu, mut devices: Devices, xstate| VcpuRunner {
         vcpu,
         mem: mem.clone(),
-        devices,
+        devices: {
+            devices.snapshots = pausable;
+            devices
+        },
         exits: ExitCounts::default(),
         xstate,
         marks: FirstN::new(MAX_MARKS),
@@ -511,7 +516,6 @@ fn execute_smp(l: Launch) -> Result<RunOutcome> {
         snapshot: None,
         snapshot_errors: Vec::new(),
         pausable,
-        paused: None,
         xcr0_since_run: None,
     };
     let mut runners = vec![runner(vcpu, l.devices, l.xstate)];
@@ -533,7 +537,7 @@ fn execute_smp(l: Launch) -> Result<RunOutcome> {
                     let end = r.run_loop(stop);
                     let left = Instant::now();
                     let stopped = stop.requested() == Some(StopReason::Peer)
-                        && matches!(end, Ok(RunEnd::TimedOut(d)) if d.is_zero());
+                        && matches!(end, Ok(LoopExit::Stopped));
                     ((r, end, stopped), entered, left)
                 }) as VcpuBody<(VcpuResult, Instant, Instant)>
             })
@@ -559,11 +563,14 @@ fn execute_smp(l: Launch) -> Result<RunOutcome> {
         let paused = results
             .iter()
             .enumerate()
-            .find_map(|(i, (r, _, _))| r.paused.map(|t| (i, t)));
+            .find_map(|(i, (_, exit, _))| match exit {
+                Ok(LoopExit::Paused(t)) => Some((i, *t)),
+                _ => None,
+            });
         // A vCPU that ended on its own (exit, crash, error) ends the run.
-        let own_end = results
-            .iter()
-            .any(|(r, end, stopped)| r.paused.is_none() && (end.is_err() || !*stopped));
+        let own_end = results.iter().any(|(_, exit, stopped)| {
+            !matches!(exit, Ok(LoopExit::Paused(_))) && (exit.is_err() || !*stopped)
+        });
         let (Some((who, trigger)), false, false, Some(ctx)) =
             (paused, own_end, timed_out, l.snapshot.as_ref())
         else {
@@ -590,13 +597,7 @@ fn execute_smp(l: Launch) -> Result<RunOutcome> {
                     eprintln!("vmm: {e}; the guest was resumed");
                     snapshot_errors.push(e.to_string());
                 }
-                runners = results
-                    .into_iter()
-                    .map(|(mut r, _, _)| {
-                        r.paused = None;
-                        r
-                    })
-                    .collect();
+                runners = results.into_iter().map(|(r, _, _)| r).collect();
             }
         }
     };
@@ -613,8 +614,15 @@ fn execute_smp(l: Launch) -> Result<RunOutcome> {
     let mut first_exit = None;
     let mut bsp_devices = None;
     let mut stopped_at = None;
+    let timeout = (timed_out && ended_by.is_none())
+        .then_some(l.timeout)
+        .flatten();
     for (i, (mut runner, result, stopped)) in results.into_iter().enumerate() {
-        let mut own_end = if stopped { None } else { Some(result?) };
+        let mut own_end = if stopped {
+            None
+        } else {
+            Some(result?.into_end(timeout))
+        };
         let final_xcr0 = runner.xcr0().ok();
         if let (Some(xcr0), Some(RunEnd::Exited(_))) = (final_xcr0, &own_end) {
             if let Some(why) = xcr0_violation(xcr0, l.policy.xcr0) {
@@ -665,10 +673,11 @@ fn execute_smp(l: Launch) -> Result<RunOutcome> {
         }
     }
     let devices = bsp_devices.ok_or(crate::error::VcpuError::ThreadPanicked)?;
-    let mut end = end.unwrap_or(RunEnd::TimedOut(Duration::ZERO));
-    if timed_out && ended_by.is_none() {
-        end = RunEnd::TimedOut(l.timeout.unwrap_or_default());
-    }
+    // No vCPU ended the run itself: the supervisor stopped every one.
+    let end = match end {
+        Some(end) if !(timed_out && ended_by.is_none()) => end,
+        _ => RunEnd::TimedOut(l.timeout.unwrap_or_default()),
+    };
     let ended_by = ended_by.unwrap_or(0);
     if serial.len() > SERIAL_CAPTURE_MAX {
         let cut = serial.len() - SERIAL_CAPTURE_MAX;
@@ -825,13 +834,12 @@ fn snapshot_smp(
 
 /// vCPU `who` ended the run with `end`; every other one was stopped.
 fn end_with(results: &mut [VcpuResult], who: usize, end: RunEnd) {
-    for (i, (r, e, stopped)) in results.iter_mut().enumerate() {
-        r.paused = None;
+    for (i, (_, e, stopped)) in results.iter_mut().enumerate() {
         if i == who {
-            *e = Ok(end.clone());
+            *e = Ok(LoopExit::Ended(end.clone()));
             *stopped = false;
         } else {
-            *e = Ok(RunEnd::TimedOut(Duration::ZERO));
+            *e = Ok(LoopExit::Stopped);
             *stopped = true;
         }
     }

@@ -54,11 +54,9 @@ pub(crate) struct VcpuRunner {
     pub snapshot_errors: Vec<String>,
     /// One vCPU of several whose machine can be snapshotted: a snapshot
     /// request (the `--snapshot-after` stop, a guest write to
-    /// `SNAPSHOT_PORT`) leaves the loop with [`VcpuRunner::paused`] set,
-    /// and the machine is saved once every vCPU is out of `KVM_RUN`.
+    /// `SNAPSHOT_PORT`) leaves the loop with [`LoopExit::Paused`], and the
+    /// machine is saved once every vCPU is out of `KVM_RUN`.
     pub pausable: bool,
-    /// Why this vCPU's loop left for a snapshot of the whole machine.
-    pub paused: Option<Trigger>,
     /// The guest's XCR0 as [`VcpuRunner::policy_violation`] last read it,
     /// until the vCPU runs again: the run's last check reuses it instead
     /// of asking KVM a second time for a value the guest cannot have
@@ -70,8 +68,36 @@ pub(crate) struct VcpuRunner {
 /// again must not grow the VMM's memory.
 pub(crate) const MAX_SNAPSHOT_ERRORS: usize = 16;
 
+/// Why a vCPU's loop returned.
+#[derive(Debug)]
+pub(crate) enum LoopExit {
+    /// The run is over, and this is how it ended (the guest's exit, a
+    /// crash, a protocol violation, a snapshot written).
+    Ended(RunEnd),
+    /// Asked to stop from outside (the timeout, another vCPU's end); the
+    /// caller knows which and says how the run ended.
+    Stopped,
+    /// Left `KVM_RUN` for a snapshot of the whole machine, which the caller
+    /// takes once every vCPU is out; the guest may then go on.
+    Paused(Trigger),
+}
+
+impl LoopExit {
+    /// How this vCPU's part of the run ended: its own end, else a stop
+    /// (`timeout`: the time limit the run had, when that was the cause).
+    pub(crate) fn into_end(self, timeout: Option<Duration>) -> RunEnd {
+        match self {
+            LoopExit::Ended(end) => end,
+            LoopExit::Stopped | LoopExit::Paused(_) => {
+                RunEnd::TimedOut(timeout.unwrap_or_default())
+            }
+        }
+    }
+}
+
 /// An exit that ends the run, decoded as far as it can be without the vCPU.
-enum Fatal {
+#[derive(Debug)]
+pub(crate) enum Fatal {
     /// `KVM_RUN` itself failed.
     RunFailed(kvm_ioctls::Error),
     /// `KVM_EXIT_INTERNAL_ERROR`: the details are in `kvm_run`.
@@ -81,7 +107,7 @@ enum Fatal {
 }
 
 /// What one `KVM_RUN` came back with, for both loops.
-enum Step<'a> {
+pub(crate) enum Step<'a> {
     /// An exit a loop handles.
     Exit(VcpuExit<'a>),
     /// `KVM_RUN` returned early (the supervisor's kick): look at the stop flag.
@@ -109,7 +135,7 @@ impl<'a> From<std::result::Result<VcpuExit<'a>, kvm_ioctls::Error>> for Step<'a>
 
 impl VcpuRunner {
     /// Run until the guest exits, crashes, or `stop` asks for an end.
-    pub fn run_loop(&mut self, stop: &StopFlag) -> Result<RunEnd> {
+    pub fn run_loop(&mut self, stop: &StopFlag) -> Result<LoopExit> {
         if self.raw {
             return self.raw_loop(stop);
         }
@@ -124,12 +150,11 @@ impl VcpuRunner {
                     stop.snapshot_done();
                 }
                 Some(StopReason::Snapshot) if self.pausable => {
-                    self.paused = Some(Trigger::Time);
-                    return Ok(RunEnd::TimedOut(Duration::ZERO));
+                    return Ok(LoopExit::Paused(Trigger::Time));
                 }
                 // A snapshot request is only armed with a snapshot file:
                 // without one it can only be a plain stop.
-                Some(_) => return Ok(RunEnd::TimedOut(Duration::ZERO)),
+                Some(_) => return Ok(LoopExit::Stopped),
             }
             self.xstate.before_run(&self.vcpu)?;
             // The guest may change its state from here on.
@@ -138,63 +163,32 @@ impl VcpuRunner {
             if self.first_exit.is_none() {
                 self.first_exit = Some(self.origin.elapsed());
             }
-            let mut snapshot_requested = false;
-            let mut protocol_exit = false;
-            let action = match step {
-                Step::Exit(VcpuExit::IoOut(SNAPSHOT_PORT, _)) => {
-                    self.exits.io += 1;
-                    protocol_exit = true;
-                    if self.snapshot.is_some() || self.pausable {
-                        snapshot_requested = true;
-                    } else {
-                        // No snapshot file: nothing decodes the port.
-                        self.devices.unhandled_ports += 1;
-                    }
-                    PortAction::Continue
-                }
-                Step::Exit(VcpuExit::IoOut(port, data)) => {
-                    self.exits.io += 1;
-                    protocol_exit = is_protocol_port(port);
-                    self.devices.port_write(&self.mem, port, data)
-                }
-                Step::Exit(VcpuExit::IoIn(port, data)) => {
-                    self.exits.io += 1;
-                    self.devices.port_read(port, data);
-                    PortAction::Continue
-                }
-                Step::Exit(VcpuExit::MmioRead(_, data)) => {
-                    self.exits.mmio += 1;
-                    data.fill(0xff);
-                    PortAction::Continue
-                }
-                Step::Exit(_) => {
-                    self.exits.mmio += 1;
-                    PortAction::Continue
-                }
-                Step::Interrupted => continue,
-                Step::Fatal(f) => return Ok(self.crash(f)),
-            };
+            let (action, protocol_exit) =
+                match handle_exit(step, &mut self.devices, &self.mem, &mut self.exits) {
+                    Next::Port(action, protocol) => (action, protocol),
+                    Next::Interrupted => continue,
+                    Next::Fatal(f) => return Ok(LoopExit::Ended(self.crash(f))),
+                };
             self.exits.total += 1;
             self.xstate.on_exit(&self.vcpu)?;
             if protocol_exit {
                 if let Some(end) = self.policy_violation()? {
-                    return Ok(end);
+                    return Ok(LoopExit::Ended(end));
                 }
             }
             match action {
                 PortAction::Continue => {}
-                PortAction::Exit(status) => return Ok(RunEnd::guest_exit(status)),
+                PortAction::Exit(status) => return Ok(LoopExit::Ended(RunEnd::guest_exit(status))),
                 PortAction::Mark(v) => self.marks.push((v, self.start.elapsed())),
                 PortAction::EditXmm(reg) => self.edit_xmm(reg)?,
-            }
-            if snapshot_requested && self.pausable {
                 // The machine is saved once every vCPU has stopped.
-                self.paused = Some(Trigger::Guest);
-                return Ok(RunEnd::TimedOut(Duration::ZERO));
-            }
-            if snapshot_requested {
-                if let Some(end) = self.snapshot(Trigger::Guest)? {
-                    return Ok(end);
+                PortAction::Snapshot if self.pausable => {
+                    return Ok(LoopExit::Paused(Trigger::Guest))
+                }
+                PortAction::Snapshot => {
+                    if let Some(end) = self.snapshot(Trigger::Guest)? {
+                        return Ok(end);
+                    }
                 }
             }
         }
@@ -244,17 +238,18 @@ impl VcpuRunner {
     /// read-only, disk full) nothing is lost: the failure is kept for the
     /// report, said on stderr, and `None` lets the guest run on. Other
     /// errors (KVM refusing to hand over the state) still end the run.
-    fn snapshot(&mut self, trigger: Trigger) -> Result<Option<RunEnd>> {
+    fn snapshot(&mut self, trigger: Trigger) -> Result<Option<LoopExit>> {
+        // Only called with somewhere to write; without, a request is a stop.
         if self.snapshot.is_none() {
-            return Ok(Some(RunEnd::TimedOut(Duration::ZERO)));
+            return Ok(Some(LoopExit::Stopped));
         }
         // A snapshot of state outside the policy would be declared
         // restorable and refused by restore: the run ends here instead.
         if let Some(end) = self.policy_violation()? {
-            return Ok(Some(end));
+            return Ok(Some(LoopExit::Ended(end)));
         }
         let Some(ctx) = self.snapshot.as_ref() else {
-            return Ok(Some(RunEnd::TimedOut(Duration::ZERO)));
+            return Ok(Some(LoopExit::Stopped));
         };
         let began = Instant::now();
         let saved = save::save(
@@ -272,7 +267,7 @@ impl VcpuRunner {
         match saved {
             Ok(path) => {
                 self.snapshot_time = Some(began.elapsed());
-                Ok(Some(RunEnd::Snapshotted(path)))
+                Ok(Some(LoopExit::Ended(RunEnd::Snapshotted(path))))
             }
             Err(e @ Error::SnapshotWrite { .. }) => {
                 // Said and kept up to a bound: a guest asking in a loop
@@ -290,45 +285,35 @@ impl VcpuRunner {
     /// The raw limit: re-enter at once on every exit. Only the exit port
     /// (to stop), benchmark markers (to time rows) and the report port (once,
     /// at the end) are looked at.
-    fn raw_loop(&mut self, stop: &StopFlag) -> Result<RunEnd> {
+    fn raw_loop(&mut self, stop: &StopFlag) -> Result<LoopExit> {
         loop {
             self.xcr0_since_run = None;
-            match Step::from(self.vcpu.run()) {
-                Step::Exit(VcpuExit::IoOut(MARK_PORT, data)) => {
-                    self.marks.push((le_value(data), self.start.elapsed()));
-                }
-                Step::Exit(VcpuExit::IoOut(REPORT_PORT, data)) => {
-                    // Once, at the end: the rows are in the report.
-                    self.devices.port_write(&self.mem, REPORT_PORT, data);
-                    if let Some(end) = self.policy_violation()? {
-                        return Ok(end);
-                    }
-                }
-                Step::Exit(VcpuExit::IoOut(REPORT_EXIT_PORT, data)) => {
-                    let (addr, status) = split_report_exit(le_value(data));
-                    self.devices.take_report(&self.mem, addr);
-                    if let Some(end) = self.policy_violation()? {
-                        return Ok(end);
-                    }
-                    return Ok(RunEnd::guest_exit(status));
-                }
-                Step::Exit(VcpuExit::IoOut(DEBUG_EXIT_PORT, data)) => {
-                    let status = le_value(data);
-                    if let Some(end) = self.policy_violation()? {
-                        return Ok(end);
-                    }
-                    return Ok(RunEnd::guest_exit(status));
-                }
-                Step::Exit(_) => {}
-                Step::Interrupted => {
-                    if stop.requested().is_some() {
-                        return Ok(RunEnd::TimedOut(Duration::ZERO));
-                    }
+            let step = Step::from(self.vcpu.run());
+            let next = handle_raw_exit(
+                step,
+                &mut self.devices,
+                &self.mem,
+                &mut self.marks,
+                self.start,
+            );
+            let status = match next {
+                RawNext::Continue => {
+                    self.exits.total += 1;
                     continue;
                 }
-                Step::Fatal(f) => return Ok(self.crash(f)),
+                RawNext::Interrupted if stop.requested().is_some() => return Ok(LoopExit::Stopped),
+                RawNext::Interrupted => continue,
+                RawNext::Fatal(f) => return Ok(LoopExit::Ended(self.crash(f))),
+                RawNext::Report => None,
+                RawNext::Exit(status) => Some(status),
+            };
+            if let Some(end) = self.policy_violation()? {
+                return Ok(LoopExit::Ended(end));
             }
-            self.exits.total += 1;
+            match status {
+                Some(status) => return Ok(LoopExit::Ended(RunEnd::guest_exit(status))),
+                None => self.exits.total += 1,
+            }
         }
     }
 
@@ -343,6 +328,98 @@ impl VcpuRunner {
             reason,
             dump: Box::new(RegisterDump::capture(&self.vcpu)),
         }
+    }
+}
+
+/// What one exit asks of the full loop, decided by [`handle_exit`].
+#[derive(Debug)]
+pub(crate) enum Next {
+    /// What the device model asks for, and whether the exit was on a port
+    /// of the guest/VMM protocol (where the guest's XCR0 is checked).
+    Port(PortAction, bool),
+    /// `KVM_RUN` returned early: look at the stop flag.
+    Interrupted,
+    /// The run is over.
+    Fatal(Fatal),
+}
+
+/// Decode one exit of the full loop: count it and route port I/O through
+/// the device model; MMIO (nothing is mapped there) reads as all ones.
+/// Needs no vCPU, so it is tested with synthetic exits.
+pub(crate) fn handle_exit(
+    step: Step<'_>,
+    devices: &mut Devices,
+    mem: &GuestMemoryMmap,
+    exits: &mut ExitCounts,
+) -> Next {
+    let next = match step {
+        Step::Exit(VcpuExit::IoOut(port, data)) => {
+            exits.io += 1;
+            Next::Port(devices.port_write(mem, port, data), is_protocol_port(port))
+        }
+        Step::Exit(VcpuExit::IoIn(port, data)) => {
+            exits.io += 1;
+            devices.port_read(port, data);
+            Next::Port(PortAction::Continue, false)
+        }
+        Step::Exit(VcpuExit::MmioRead(_, data)) => {
+            exits.mmio += 1;
+            data.fill(0xff);
+            Next::Port(PortAction::Continue, false)
+        }
+        Step::Exit(_) => {
+            exits.mmio += 1;
+            Next::Port(PortAction::Continue, false)
+        }
+        Step::Interrupted => return Next::Interrupted,
+        Step::Fatal(f) => return Next::Fatal(f),
+    };
+    exits.total += 1;
+    next
+}
+
+/// What one exit asks of the raw loop, decided by [`handle_raw_exit`].
+#[derive(Debug)]
+pub(crate) enum RawNext {
+    /// Re-enter at once.
+    Continue,
+    /// The report was handed over (once, at the end): check XCR0, go on.
+    Report,
+    /// The guest ended with this status (its report taken, if any).
+    Exit(u32),
+    /// `KVM_RUN` returned early: look at the stop flag.
+    Interrupted,
+    /// The run is over.
+    Fatal(Fatal),
+}
+
+/// Decode one exit of the raw loop: only the exit ports, the benchmark
+/// markers (timestamped since `start`) and the report port are looked at.
+pub(crate) fn handle_raw_exit(
+    step: Step<'_>,
+    devices: &mut Devices,
+    mem: &GuestMemoryMmap,
+    marks: &mut FirstN<(u32, Duration)>,
+    start: Instant,
+) -> RawNext {
+    match step {
+        Step::Exit(VcpuExit::IoOut(MARK_PORT, data)) => {
+            marks.push((le_value(data), start.elapsed()));
+            RawNext::Continue
+        }
+        Step::Exit(VcpuExit::IoOut(REPORT_PORT, data)) => {
+            devices.port_write(mem, REPORT_PORT, data);
+            RawNext::Report
+        }
+        Step::Exit(VcpuExit::IoOut(REPORT_EXIT_PORT, data)) => {
+            let (addr, status) = split_report_exit(le_value(data));
+            devices.take_report(mem, addr);
+            RawNext::Exit(status)
+        }
+        Step::Exit(VcpuExit::IoOut(DEBUG_EXIT_PORT, data)) => RawNext::Exit(le_value(data)),
+        Step::Exit(_) => RawNext::Continue,
+        Step::Interrupted => RawNext::Interrupted,
+        Step::Fatal(f) => RawNext::Fatal(f),
     }
 }
 
@@ -391,4 +468,192 @@ fn internal_error(vcpu: &mut VcpuFd) -> String {
         internal.suberror,
         &internal.data[..n]
     )
+}
+
+#[cfg(test)]
+mod tests {
+    //! The exit handling with synthetic exits: no KVM, no vCPU.
+
+    use guest::protocol::{PART_PORT, REP_PORT, SERIAL_PORT};
+    use vm_memory::GuestAddress;
+
+    use super::*;
+    use crate::devices::SerialSink;
+
+    fn machine() -> (Devices, GuestMemoryMmap, ExitCounts) {
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10000)]).unwrap();
+        (Devices::new(SerialSink::Null), mem, ExitCounts::default())
+    }
+
+    fn port(next: Next) -> (PortAction, bool) {
+        match next {
+            Next::Port(action, protocol) => (action, protocol),
+            other => panic!("not a port exit: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_debug_exit_port_ends_with_the_status_and_counts_once() {
+        let (mut devices, mem, mut exits) = machine();
+        let data = 7u32.to_le_bytes();
+        let step = Step::Exit(VcpuExit::IoOut(DEBUG_EXIT_PORT, &data));
+        let next = handle_exit(step, &mut devices, &mem, &mut exits);
+        assert_eq!(port(next), (PortAction::Exit(7), true));
+        assert_eq!((exits.total, exits.io, exits.mmio), (1, 1, 0));
+    }
+
+    #[test]
+    fn the_snapshot_port_asks_for_a_snapshot_only_when_one_can_be_taken() {
+        let (mut devices, mem, mut exits) = machine();
+        let data = [0u8; 4];
+        let step = || Step::Exit(VcpuExit::IoOut(SNAPSHOT_PORT, &data));
+        let next = handle_exit(step(), &mut devices, &mem, &mut exits);
+        assert_eq!(port(next), (PortAction::Continue, true));
+        assert_eq!(devices.unhandled_ports, 1, "nothing decodes it");
+        devices.snapshots = true;
+        let next = handle_exit(step(), &mut devices, &mem, &mut exits);
+        assert_eq!(port(next), (PortAction::Snapshot, true));
+        assert_eq!((devices.unhandled_ports, exits.total), (1, 2));
+    }
+
+    #[test]
+    fn markers_and_edits_go_to_the_loop_and_only_edits_are_protocol_exits() {
+        let (mut devices, mem, mut exits) = machine();
+        let data = 3u32.to_le_bytes();
+        let mark = handle_exit(
+            Step::Exit(VcpuExit::IoOut(MARK_PORT, &data)),
+            &mut devices,
+            &mem,
+            &mut exits,
+        );
+        assert_eq!(port(mark), (PortAction::Mark(3), false));
+        let edit = handle_exit(
+            Step::Exit(VcpuExit::IoOut(XSTATE_EDIT_PORT, &data)),
+            &mut devices,
+            &mem,
+            &mut exits,
+        );
+        assert_eq!(port(edit), (PortAction::EditXmm(3), true));
+    }
+
+    #[test]
+    fn unknown_ports_and_mmio_read_as_all_ones_and_are_counted() {
+        let (mut devices, mem, mut exits) = machine();
+        let mut data = [0u8; 2];
+        let next = handle_exit(
+            Step::Exit(VcpuExit::IoIn(0x1234, &mut data)),
+            &mut devices,
+            &mem,
+            &mut exits,
+        );
+        assert_eq!(port(next), (PortAction::Continue, false));
+        assert_eq!((data, devices.unhandled_ports), ([0xff; 2], 1));
+        let mut data = [0u8; 8];
+        let next = handle_exit(
+            Step::Exit(VcpuExit::MmioRead(0xfee0_0000, &mut data)),
+            &mut devices,
+            &mem,
+            &mut exits,
+        );
+        assert_eq!(port(next), (PortAction::Continue, false));
+        assert_eq!(data, [0xff; 8]);
+        assert_eq!((exits.total, exits.io, exits.mmio), (2, 1, 1));
+    }
+
+    #[test]
+    fn without_a_native_side_the_native_ports_decode_nothing() {
+        let (mut devices, mem, mut exits) = machine();
+        let data = 0x100u32.to_le_bytes();
+        for p in [REP_PORT, PART_PORT] {
+            let next = handle_exit(
+                Step::Exit(VcpuExit::IoOut(p, &data)),
+                &mut devices,
+                &mem,
+                &mut exits,
+            );
+            assert_eq!(port(next), (PortAction::Continue, false));
+        }
+        assert_eq!(devices.unhandled_ports, 2);
+    }
+
+    #[test]
+    fn serial_output_reaches_com1_not_the_loop() {
+        let (mut devices, mem, mut exits) = machine();
+        let next = handle_exit(
+            Step::Exit(VcpuExit::IoOut(SERIAL_PORT, b"x")),
+            &mut devices,
+            &mem,
+            &mut exits,
+        );
+        assert_eq!(port(next), (PortAction::Continue, false));
+        assert_eq!(devices.unhandled_ports, 0);
+    }
+
+    #[test]
+    fn an_interrupted_run_is_not_an_exit_and_a_halt_ends_the_run() {
+        let (mut devices, mem, mut exits) = machine();
+        let eintr = Step::from(Err(kvm_ioctls::Error::new(libc::EINTR)));
+        let next = handle_exit(eintr, &mut devices, &mem, &mut exits);
+        assert!(matches!(next, Next::Interrupted), "{next:?}");
+        let hlt = Step::from(Ok(VcpuExit::Hlt));
+        match handle_exit(hlt, &mut devices, &mem, &mut exits) {
+            Next::Fatal(Fatal::Exit(why)) => assert!(why.contains("HLT"), "{why}"),
+            other => panic!("a halt must end the run: {other:?}"),
+        }
+        let failed = Step::from(Err(kvm_ioctls::Error::new(libc::EFAULT)));
+        let next = handle_exit(failed, &mut devices, &mem, &mut exits);
+        assert!(matches!(next, Next::Fatal(Fatal::RunFailed(_))), "{next:?}");
+        assert_eq!(exits.total, 0, "none of them is a guest exit");
+    }
+
+    #[test]
+    fn the_raw_loop_looks_only_at_markers_the_report_and_the_exit() {
+        let (mut devices, mem, _) = machine();
+        let mut marks = FirstN::new(4);
+        let start = Instant::now();
+        let data = 9u32.to_le_bytes();
+        let mut raw = |p: u16| {
+            handle_raw_exit(
+                Step::Exit(VcpuExit::IoOut(p, &data)),
+                &mut devices,
+                &mem,
+                &mut marks,
+                start,
+            )
+        };
+        assert!(matches!(raw(MARK_PORT), RawNext::Continue));
+        assert!(matches!(raw(XSTATE_EDIT_PORT), RawNext::Continue));
+        assert!(matches!(raw(SNAPSHOT_PORT), RawNext::Continue));
+        assert!(matches!(raw(DEBUG_EXIT_PORT), RawNext::Exit(9)));
+        assert!(matches!(raw(REPORT_PORT), RawNext::Report));
+        assert_eq!(marks.items().len(), 1);
+        assert_eq!(marks.items()[0].0, 9);
+        // The report at address 9 is refused, but the status still ends it.
+        let exit = (9u32 << 16).to_le_bytes();
+        let next = handle_raw_exit(
+            Step::Exit(VcpuExit::IoOut(REPORT_EXIT_PORT, &exit)),
+            &mut devices,
+            &mem,
+            &mut marks,
+            start,
+        );
+        assert!(matches!(next, RawNext::Exit(_)), "{next:?}");
+    }
+
+    #[test]
+    fn a_stop_is_a_timeout_only_with_the_limit_that_caused_it() {
+        let limit = Some(Duration::from_secs(3));
+        assert!(matches!(
+            LoopExit::Stopped.into_end(limit),
+            RunEnd::TimedOut(d) if d == Duration::from_secs(3)
+        ));
+        assert!(matches!(
+            LoopExit::Ended(RunEnd::Exited(0)).into_end(limit),
+            RunEnd::Exited(0)
+        ));
+        assert!(matches!(
+            LoopExit::Paused(Trigger::Guest).into_end(None),
+            RunEnd::TimedOut(d) if d.is_zero()
+        ));
+    }
 }
