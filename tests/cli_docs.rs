@@ -120,7 +120,7 @@ fn man_dir_writes_one_page_per_subcommand() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The README's figures for the bundled profiles.
+/// The first four bundled profiles' figures (all of them: docs/formats.md).
 const BUNDLED: &[(&str, &str, u64, u64, &str)] = &[
     (
         "sapphire-rapids",

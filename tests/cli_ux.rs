@@ -1,4 +1,4 @@
-//! A newcomer's first hour with `vmm`: the README's `--xfeatures` examples
+//! A newcomer's first hour with `vmm`: the documented `--xfeatures` examples
 //! work and say what they implied or dropped, `--workload` errors name the
 //! option, the results table has units, a run that never reached
 //! `--snapshot-after` says so, a measurement that spans a snapshot is never
@@ -10,8 +10,9 @@ use std::process::Command;
 
 use common::{hex, kvm_or_skip, stderr, vmm, vmm_bin, vmm_json};
 
-/// Every README `--xfeatures` example that KVM can give here resolves,
-/// boots, and reports its resolution on stderr and in the JSON.
+/// Every documented `--xfeatures` example (README.md, docs/run.md) that
+/// KVM can give here resolves, boots, and reports its resolution on stderr
+/// and in the JSON.
 #[test]
 fn readme_xfeatures_examples_resolve() {
     if !kvm_or_skip("readme_xfeatures_examples_resolve") {

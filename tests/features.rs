@@ -22,7 +22,7 @@ const ZEN3_GUEST: &str = "amd-zen3-kvm-guest.json";
 /// compacted offset in XCR0|XSS).
 type ComponentExpect = (u64, u64, Option<u64>, Option<u64>, u64);
 
-/// One recorded CPU: README figures and every supported component.
+/// One recorded CPU: its documented figures and every supported component.
 struct Expect {
     file: &'static str,
     xcr0: u64,
