@@ -101,6 +101,10 @@ pub enum Error {
         #[source]
         source: crate::output::WriteError,
     },
+    /// Standard output did not take the result (its reader closed it, or
+    /// the device is full).
+    #[error("output: {0}")]
+    Stdout(#[from] crate::output::stdout::StdoutError),
     /// Encoding JSON output failed.
     #[error("output: JSON: {0}")]
     Json(#[from] serde_json::Error),

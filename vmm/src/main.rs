@@ -21,6 +21,7 @@ use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use guest::workloads::Selection;
 use vmm::devices::SerialSink;
 use vmm::input::parse_seconds;
+use vmm::output::stdout::{self, StdoutError, EXIT_CLOSED_PIPE};
 use vmm::report::{RunSummary, EXIT_USAGE, EXIT_VMM_ERROR};
 use vmm::run::{self, KernelImage, RunConfig, Xfeatures};
 use vmm::schema::Document;
@@ -303,11 +304,11 @@ fn print_summary(
     json: Option<Document>,
     plot: Option<&std::path::Path>,
 ) -> Result<i32, vmm::Error> {
-    if let Some(doc) = json {
-        println!("{}", vmm::schema::to_json(doc, summary)?);
-    } else {
-        print!("{}", summary.to_table());
-    }
+    let text = match json {
+        Some(doc) => vmm::schema::to_json(doc, summary)? + "\n",
+        None => summary.to_table(),
+    };
+    stdout::print(&text)?;
     if let Some(path) = plot {
         let charts = vmm::report::plot::run_charts(summary);
         vmm::report::plot::write_svg(path, &charts, 1200)?;
@@ -345,7 +346,9 @@ fn restore(args: RestoreArgs) -> Result<i32, vmm::Error> {
 /// `vmm completions SHELL`: the script on stdout.
 fn completions(args: CompletionsArgs) -> Result<i32, vmm::Error> {
     let mut cmd = Cli::command();
-    clap_complete::generate(args.shell, &mut cmd, "vmm", &mut std::io::stdout());
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut cmd, "vmm", &mut script);
+    stdout::print(&String::from_utf8_lossy(&script))?;
     Ok(0)
 }
 
@@ -358,7 +361,11 @@ fn man(args: ManArgs) -> Result<i32, vmm::Error> {
             clap_mangen::generate_to(cmd, &dir)?;
             eprintln!("vmm: manual pages written to {}", dir.display());
         }
-        None => clap_mangen::Man::new(cmd).render(&mut std::io::stdout())?,
+        None => {
+            let mut page = Vec::new();
+            clap_mangen::Man::new(cmd).render(&mut page)?;
+            stdout::print(&String::from_utf8_lossy(&page))?;
+        }
     }
     Ok(0)
 }
@@ -427,9 +434,21 @@ fn vmm_main() -> libc::c_int {
     // CPU-exception status); --help and --version still end with 0.
     let cli = match parse() {
         Ok(cli) => cli,
-        Err(e) => {
+        Err(e) if e.use_stderr() => {
             let _ = e.print();
-            return if e.use_stderr() { EXIT_USAGE } else { 0 };
+            return EXIT_USAGE;
+        }
+        // --help, --version: their text is the result (styled by clap on
+        // a terminal).
+        Err(e) if std::io::IsTerminal::is_terminal(&std::io::stdout()) => {
+            let _ = e.print();
+            return 0;
+        }
+        Err(e) => {
+            return match stdout::print(&e.render().to_string()) {
+                Ok(()) => 0,
+                Err(e) => closed_or_error(vmm::Error::Stdout(e)),
+            };
         }
     };
     let result = match cli.command {
@@ -444,11 +463,19 @@ fn vmm_main() -> libc::c_int {
     };
     match result {
         Ok(code) => code.clamp(0, 255),
-        Err(e) => {
-            vmm::error::eprint(&e, e.hint());
-            EXIT_VMM_ERROR
-        }
+        Err(e) => closed_or_error(e),
     }
+}
+
+/// The status of a command that failed with `e`: a reader that closed
+/// standard output ends it quietly, as SIGPIPE would; anything else is
+/// said on stderr.
+fn closed_or_error(e: vmm::Error) -> libc::c_int {
+    if matches!(e, vmm::Error::Stdout(StdoutError::Closed)) {
+        return EXIT_CLOSED_PIPE;
+    }
+    vmm::error::eprint(&e, e.hint());
+    EXIT_VMM_ERROR
 }
 
 #[cfg(test)]

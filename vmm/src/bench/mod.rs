@@ -304,9 +304,9 @@ fn save<T: serde::Serialize>(path: Option<&Path>, bench: &T) -> Result<()> {
 fn print<T: serde::Serialize>(json: Option<Document>, value: &T, table: String) -> Result<()> {
     if let Some(doc) = json {
         let text = crate::schema::to_json(doc, value)?;
-        println!("{text}");
+        crate::output::stdout::print(&format!("{text}\n"))?;
     } else {
-        print!("{table}");
+        crate::output::stdout::print(&table)?;
     }
     Ok(())
 }

@@ -311,6 +311,12 @@ pub fn main(args: FeaturesArgs) -> crate::Result<i32> {
     }
 }
 
+/// A command's result on standard output (a closed pipe or a full device is
+/// a [`crate::Error::Stdout`], never a panic).
+fn out(text: &str) -> Result<(), FeaturesError> {
+    crate::output::stdout::print(text).map_err(|e| FeaturesError::Vmm(e.into()))
+}
+
 /// `vmm features` with typed errors.
 pub fn run(args: FeaturesArgs) -> Result<i32, FeaturesError> {
     match args.command {
@@ -325,8 +331,7 @@ pub fn run(args: FeaturesArgs) -> Result<i32, FeaturesError> {
 fn print_json(doc: Document, v: &impl serde::Serialize) -> Result<(), FeaturesError> {
     let s =
         crate::schema::to_json(doc, v).map_err(|e| FeaturesError::Host(format!("JSON: {e}")))?;
-    println!("{s}");
-    Ok(())
+    out(&format!("{s}\n"))
 }
 
 impl ShowArgs {
@@ -352,7 +357,7 @@ fn show(args: &ShowArgs) -> Result<i32, FeaturesError> {
         if args.json {
             print_json(Document::ProfileList, &list)?;
         } else {
-            print!("{}", list.to_table());
+            out(&list.to_table())?;
         }
         return Ok(0);
     }
@@ -371,8 +376,8 @@ fn show(args: &ShowArgs) -> Result<i32, FeaturesError> {
             },
         )?;
     } else {
-        print!("{}", view.to_table());
-        print!("\n{}", consistency.to_summary_table());
+        out(&view.to_table())?;
+        out(&format!("\n{}", consistency.to_summary_table()))?;
     }
     if view.failed {
         if let GuestState::Failed(why) = &inputs.guest {
@@ -421,7 +426,7 @@ fn lint_cmd(args: &LintArgs) -> Result<i32, FeaturesError> {
     if args.json {
         print_json(Document::FeaturesLint, &view)?;
     } else {
-        print!("{}", view.to_table());
+        out(&view.to_table())?;
     }
     Ok(view.exit_code())
 }
@@ -438,7 +443,7 @@ fn import_cmd(args: &ImportArgs) -> Result<i32, FeaturesError> {
     let p = import::from_parts(&args.input, &p.profile, &p.extras)?;
     let json = p.to_json();
     if args.output.as_os_str() == "-" {
-        print!("{json}");
+        out(&json)?;
         return Ok(0);
     }
     profile::write_new(&args.output, &json, args.force)?;
@@ -458,7 +463,7 @@ fn save(args: &SaveArgs) -> Result<i32, FeaturesError> {
     }
     let json = p.to_json();
     if args.file.as_os_str() == "-" {
-        print!("{json}");
+        out(&json)?;
         return Ok(0);
     }
     profile::write_new(&args.file, &json, args.force)?;
@@ -504,13 +509,13 @@ fn compare_cmd(args: &CompareArgs) -> Result<i32, FeaturesError> {
             Some(q) => Some(export::query_qemu(q)?),
             None => None,
         };
-        print!("{}", export::render(&c, format, known.as_ref()));
+        out(&export::render(&c, format, known.as_ref()))?;
         return Ok(0);
     }
     if args.json {
         print_json(Document::FeaturesCompare, &c)?;
     } else {
-        print!("{}", c.to_table());
+        out(&c.to_table())?;
     }
     let all_ok = c
         .restore

@@ -1,3 +1,6 @@
+//! Writing what `vmm` produces: [`stdout`] for a command's result, and
+//! files (snapshots first) written safely.
+//!
 //! Writing a snapshot file safely. The file holds guest RAM, so it is
 //! treated as private data written into a directory other users may share:
 //!
@@ -43,6 +46,7 @@ mod atomic;
 mod destination;
 mod error;
 mod signals;
+pub mod stdout;
 mod sys;
 mod temp;
 

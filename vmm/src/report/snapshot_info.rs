@@ -335,28 +335,36 @@ pub struct InfoArgs {
 }
 
 /// `vmm snapshot ...`: returns the exit status; errors are printed as
-/// `vmm: ...` with status 64.
+/// `vmm: ...` with status 64, a closed standard output ends it quietly
+/// ([`crate::output::stdout::EXIT_CLOSED_PIPE`]).
 pub fn main(args: SnapshotArgs) -> i32 {
+    use crate::output::stdout::{self, StdoutError, EXIT_CLOSED_PIPE};
     match args.command {
-        SnapshotCommand::Info(a) => match info(&a.file) {
-            Ok(i) => {
-                if a.json {
+        SnapshotCommand::Info(a) => {
+            let text = match info(&a.file) {
+                Ok(i) if a.json => {
                     match crate::schema::to_json(crate::schema::Document::SnapshotInfo, &i) {
-                        Ok(j) => println!("{j}"),
+                        Ok(j) => j + "\n",
                         Err(e) => {
                             eprintln!("vmm: JSON: {e}");
                             return super::EXIT_VMM_ERROR;
                         }
                     }
-                } else {
-                    print!("{}", i.to_table());
                 }
-                0
+                Ok(i) => i.to_table(),
+                Err(e) => {
+                    crate::error::eprint(&e, e.hint());
+                    return super::EXIT_VMM_ERROR;
+                }
+            };
+            match stdout::print(&text) {
+                Ok(()) => 0,
+                Err(StdoutError::Closed) => EXIT_CLOSED_PIPE,
+                Err(e) => {
+                    eprintln!("vmm: output: {e}");
+                    super::EXIT_VMM_ERROR
+                }
             }
-            Err(e) => {
-                crate::error::eprint(&e, e.hint());
-                super::EXIT_VMM_ERROR
-            }
-        },
+        }
     }
 }
