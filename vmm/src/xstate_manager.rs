@@ -83,6 +83,16 @@ pub struct SyncStats {
     pub compacted_bytes: u64,
 }
 
+impl SyncStats {
+    /// Add another vCPU's statistics.
+    pub fn add(&mut self, other: &SyncStats) {
+        self.fetches += other.fetches;
+        self.writebacks += other.writebacks;
+        self.standard_bytes += other.standard_bytes;
+        self.compacted_bytes += other.compacted_bytes;
+    }
+}
+
 /// The answer to a guest's edit request.
 #[derive(Debug)]
 pub enum EditOutcome {

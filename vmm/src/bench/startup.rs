@@ -238,7 +238,7 @@ fn time_process(
         .stdout(file(out)?)
         .stderr(file(err)?);
     // The clock `vmm run --json` reports `start_clock_monotonic_ns` on.
-    let spawned_ns = crate::run::launch::monotonic_now_ns();
+    let spawned_ns = crate::run::prepared::monotonic_now_ns();
     let start = Instant::now();
     let mut child = cmd.spawn().map_err(|source| StartupError::Spawn {
         what: what.to_string(),

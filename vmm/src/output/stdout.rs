@@ -45,10 +45,10 @@ pub fn print(text: &str) -> Result<(), StdoutError> {
     write_to(&mut io::stdout().lock(), text)
 }
 
-/// [`print`] into any writer.
+/// [`print()`] into any writer.
 ///
 /// # Errors
-/// As [`print`].
+/// As [`print()`].
 pub fn write_to(w: &mut impl Write, text: &str) -> Result<(), StdoutError> {
     w.write_all(text.as_bytes())?;
     w.flush()?;

@@ -9,15 +9,19 @@
 //! - [`config`]: what a run is asked to do ([`RunConfig`]).
 //! - `launch`: booting a guest ([`run`]) and running a configured machine
 //!   (what restore uses too).
+//! - `prepared`: a machine ready to run (`Launch`), the boot's clock.
 //! - `runner`: the run loops and exit decoding.
+//! - `smp_run`: several vCPUs, one thread each, under one supervisor.
 //! - [`restore`]: resuming a snapshot in a new VM.
 //! - [`outcome`]: what a run produced ([`RunOutcome`], [`RunEnd`]).
 
 pub mod config;
 pub(crate) mod launch;
 pub mod outcome;
+pub(crate) mod prepared;
 pub mod restore;
 pub(crate) mod runner;
+mod smp_run;
 
 pub use config::{KernelImage, ResolvedXfeatures, RunConfig, Xfeatures};
 pub use launch::{check_cmdline_words, run};

@@ -89,6 +89,15 @@ pub struct ExitCounts {
     pub mmio: u64,
 }
 
+impl ExitCounts {
+    /// Add another vCPU's counts.
+    pub fn add(&mut self, other: &ExitCounts) {
+        self.total += other.total;
+        self.io += other.io;
+        self.mmio += other.mmio;
+    }
+}
+
 /// What one vCPU of an SMP run produced (`--vcpus` above 1).
 pub struct VcpuOutcome {
     /// The vCPU's index (0 is the boot processor).
