@@ -1,8 +1,8 @@
 //! cargo-fuzz target `guest_cmdline`: the body is shared with the stable replay
-//! test (`tests/fuzz_replay.rs`); see `tests/fuzz_bodies/mod.rs`.
+//! test (`vmm/tests/fuzz_replay.rs`); see `vmm/tests/fuzz_bodies/mod.rs`.
 #![no_main]
 
-#[path = "../../tests/fuzz_bodies/mod.rs"]
+#[path = "../../vmm/tests/fuzz_bodies/mod.rs"]
 mod bodies;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| bodies::guest_cmdline(data));

@@ -1,6 +1,4 @@
 //! The `vmm` command line itself: help, and refusals that need no KVM.
-//! (The end-to-end tests live in the workspace's `tests/`; this file also
-//! makes `cargo test --workspace` build the `vmm` binary they run.)
 
 use std::process::Command;
 

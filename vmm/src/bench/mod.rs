@@ -204,7 +204,7 @@ pub enum BenchCommand {
         quiet: bool,
     },
     /// Start-up against the floor: `vmm run --workload none --no-native`
-    /// and a minimal C VMM (benches/floor/kvm_floor.c, embedded and
+    /// and a minimal C VMM (vmm/benches/floor/kvm_floor.c, embedded and
     /// compiled with $CC or cc) that runs one `out` in 64-bit mode, pair by
     /// pair, from process start to exit; vmm's time also split at the run
     /// start, the guest's first instruction and the guest's exit.

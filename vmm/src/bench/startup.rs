@@ -1,7 +1,7 @@
 //! `vmm bench startup`: how far `vmm run --workload none --no-native` is
 //! from the floor, the least any KVM VMM does to run a guest instruction.
 //!
-//! The floor is our own C program, `benches/floor/kvm_floor.c` (embedded
+//! The floor is our own C program, `vmm/benches/floor/kvm_floor.c` (embedded
 //! here, compiled at run time with `$CC` or `cc`): it opens `/dev/kvm`,
 //! creates a VM with 64 MiB and one vCPU already in 64-bit mode, runs
 //! `out 0xf4` and exits. Both programs run pair by pair (the order
@@ -29,7 +29,7 @@ use crate::bench::stats::Spread;
 use crate::report::table::Columns;
 
 /// The floor program's source.
-pub const FLOOR_SOURCE: &str = include_str!("../../../benches/floor/kvm_floor.c");
+pub const FLOOR_SOURCE: &str = include_str!("../../benches/floor/kvm_floor.c");
 /// Pairs when `--pairs` is absent.
 pub const DEFAULT_PAIRS: u32 = 20;
 /// The most `--pairs` accepts.
@@ -418,7 +418,10 @@ impl StartupBench {
                 ],
             );
         };
-        row("floor (benches/floor/kvm_floor.c): exit", &self.floor_ms);
+        row(
+            "floor (vmm/benches/floor/kvm_floor.c): exit",
+            &self.floor_ms,
+        );
         row("vmm run --workload none --no-native: exit", &self.vmm_ms);
         row(
             "  run start (exec, libraries, CLI)",

@@ -113,12 +113,13 @@ const EXPECT: [Expect; 4] = [
 
 #[test]
 fn every_recorded_cpu_has_exact_layouts() {
-    let files: Vec<String> =
-        std::fs::read_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("xstate/tests/data"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(".json"))
-            .collect();
+    let files: Vec<String> = std::fs::read_dir(
+        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("xstate/tests/data"),
+    )
+    .unwrap()
+    .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+    .filter(|n| n.ends_with(".json"))
+    .collect();
     for f in &files {
         assert!(
             EXPECT.iter().any(|e| e.file == f),

@@ -24,42 +24,10 @@ pub fn kvm_or_skip(test: &str) -> bool {
     }
 }
 
-/// The `vmm` binary of this build.
-///
-/// Tests of the root package cannot name another package's binary through
-/// `CARGO_BIN_EXE_*`, so they take it from the target directory they run
-/// from. `cargo test --workspace` builds it fresh, because the `vmm` package
-/// has integration tests of its own (vmm/tests/cli.rs); run alone, a
-/// missing binary is built here once.
+/// The `vmm` binary of this build (cargo builds it for the package's
+/// integration tests and benchmarks, and names it here).
 pub fn vmm_bin() -> PathBuf {
-    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BIN.get_or_init(|| {
-        if let Some(p) = option_env!("CARGO_BIN_EXE_vmm") {
-            return PathBuf::from(p);
-        }
-        let exe = std::env::current_exe().expect("test executable path");
-        // target/<profile>/deps/<test> -> target/<profile>/vmm
-        let profile_dir = exe
-            .parent()
-            .and_then(|d| d.parent())
-            .expect("test executable is in target/<profile>/deps");
-        let bin = profile_dir.join("vmm");
-        if !bin.is_file() {
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let release = profile_dir.file_name().is_some_and(|n| n == "release");
-            let mut cmd = Command::new(cargo);
-            cmd.args(["build", "-p", "vmm", "--bin", "vmm"]);
-            if release {
-                cmd.arg("--release");
-            }
-            let status = cmd
-                .status()
-                .expect("cannot run cargo to build the vmm binary");
-            assert!(status.success(), "building the vmm binary failed");
-        }
-        bin
-    })
-    .clone()
+    PathBuf::from(env!("CARGO_BIN_EXE_vmm"))
 }
 
 /// Run `vmm` with arguments.
@@ -130,7 +98,7 @@ pub fn rows_named<'a>(v: &'a serde_json::Value, name: &str) -> Vec<&'a serde_jso
 /// The path of `name` among the recorded CPUID tables of
 /// `xstate/tests/data`, as a command-line argument.
 pub fn data(name: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .join("xstate/tests/data")
         .join(name)
         .display()

@@ -57,7 +57,7 @@ fn sizes() {
         row("this host's KVM, everything live", &host.xstate.info, x, x);
     }
     let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
+        concat!(env!("CARGO_MANIFEST_DIR"), "/.."),
         "/xstate/tests/data/intel-sapphire-rapids.json"
     );
     if let Ok(p) = std::fs::read_to_string(path).map(|t| CpuidProfile::from_json(&t)) {

@@ -14,7 +14,7 @@ use vmm::schema::Document;
 const REGENERATE: &str = "cargo run -p vmm -- schema docs/schema";
 
 fn schema_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/schema")
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("docs/schema")
 }
 
 /// Each committed schema equals the generated one, and there is no other

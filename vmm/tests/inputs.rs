@@ -202,8 +202,8 @@ fn malformed_pvh_images_are_refused_naming_the_segment() {
 }
 
 fn profile_text() -> serde_json::Value {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("xstate/tests/data/amd-zen3-milan.json");
+    let path = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .join("xstate/tests/data/amd-zen3-milan.json");
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 

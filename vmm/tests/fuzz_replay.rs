@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use fuzz_bodies::TARGETS;
 
 fn fuzz_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz")
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("fuzz")
 }
 
 /// The files directly in `dir` (none when it does not exist), sorted.
@@ -297,7 +297,7 @@ fn write_seed_corpus() {
     }
 
     // CPUID profiles: the recorded ones, and two broken ones.
-    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("xstate/tests/data");
+    let data = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("xstate/tests/data");
     for f in files_in(&data)
         .into_iter()
         .filter(|f| f.extension().is_some_and(|e| e == "json"))

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 /// The workspace root.
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).to_path_buf()
 }
 
 fn architecture() -> String {

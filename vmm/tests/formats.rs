@@ -219,7 +219,7 @@ fn qemu_cpu_export_boots_the_guest_under_qemu() {
 #[test]
 fn dumps_are_read_by_profile_and_compare() {
     let dump = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
             .join("vmm/tests/data/import/sapphire-rapids.instlatx64.txt"),
     )
     .unwrap();

@@ -153,7 +153,7 @@ const BUNDLED: &[(&str, &str, u64, u64, &str)] = &[
 ];
 
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
 }
 
 #[test]

@@ -425,9 +425,11 @@ fn fixed_infos() -> [XsaveInfo; 2] {
     };
     [
         load(include_str!(
-            "../../xstate/tests/data/intel-sapphire-rapids.json"
+            "../../../xstate/tests/data/intel-sapphire-rapids.json"
         )),
-        load(include_str!("../../xstate/tests/data/amd-zen3-milan.json")),
+        load(include_str!(
+            "../../../xstate/tests/data/amd-zen3-milan.json"
+        )),
     ]
 }
 

@@ -271,8 +271,8 @@ fn corrupted_truncated_and_versioned_files_are_refused() {
 }
 
 fn spr_profile() -> CpuidProfile {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("xstate/tests/data/intel-sapphire-rapids.json");
+    let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .join("xstate/tests/data/intel-sapphire-rapids.json");
     CpuidProfile::from_json(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 

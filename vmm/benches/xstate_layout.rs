@@ -20,7 +20,7 @@ use xstate::{compact, expand, CpuidProfile, InitMode, XfeatureMask, XsaveBuf, Xs
 
 fn spr() -> XsaveInfo {
     CpuidProfile::from_json(include_str!(
-        "../xstate/tests/data/intel-sapphire-rapids.json"
+        "../../xstate/tests/data/intel-sapphire-rapids.json"
     ))
     .unwrap()
     .xsave_info()
