@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What the benchmarks compare against but the tests do not need: Debian's
-# OpenBLAS (benches/workloads.rs loads libopenblas.so.0 at run time) and the
+# OpenBLAS (vmm/benches/workloads.rs loads libopenblas.so.0 at run time) and the
 # openssl command (the AES yardsticks). `.ci/run` does not call this: no test
 # needs either, and each benchmark says so and skips its comparison when
 # they are missing.
