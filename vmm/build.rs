@@ -21,6 +21,7 @@ fn main() {
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
 
     static_unwinder(&out_dir);
+    test_environment();
 
     // A prebuilt guest (e.g. one under development) can stand in for the
     // embedded one.
@@ -122,4 +123,52 @@ fn static_unwinder(out_dir: &std::path::Path) {
         return;
     }
     println!("cargo:rustc-link-search=native={}", dir.display());
+}
+
+/// What the tests need that this machine may lack, as cfgs: a test that
+/// needs KVM (`no_kvm`), QEMU (`no_qemu`) or a C compiler (`no_cc`) is
+/// compiled `#[ignore]`d where it is missing, so `cargo test`'s summary
+/// counts it as ignored rather than passing a test that ran nothing. With
+/// `VMM_REQUIRE_KVM=1` (CI wherever `/dev/kvm` exists) nothing is ignored:
+/// the tests run and a missing piece fails them. Probed when this script
+/// runs: after `/dev` changes, `PATH` or `VMM_REQUIRE_KVM` changes, or a
+/// rebuild of the package.
+fn test_environment() {
+    for cfg in ["no_kvm", "no_qemu", "no_cc"] {
+        println!("cargo::rustc-check-cfg=cfg({cfg})");
+    }
+    println!("cargo:rerun-if-env-changed=VMM_REQUIRE_KVM");
+    println!("cargo:rerun-if-env-changed=PATH");
+    let kvm = std::path::Path::new("/dev/kvm");
+    // A missing path would rerun this script on every build: watch /dev
+    // for the node to appear instead.
+    let watched = if kvm.exists() {
+        kvm
+    } else {
+        std::path::Path::new("/dev")
+    };
+    println!("cargo:rerun-if-changed={}", watched.display());
+    if env::var("VMM_REQUIRE_KVM").as_deref() == Ok("1") {
+        return;
+    }
+    let opens = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(kvm)
+        .is_ok();
+    let runs = |program: &str| {
+        Command::new(program)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    for (cfg, present) in [
+        ("no_kvm", opens),
+        ("no_qemu", runs("qemu-system-x86_64")),
+        ("no_cc", runs("cc")),
+    ] {
+        if !present {
+            println!("cargo:rustc-cfg={cfg}");
+        }
+    }
 }

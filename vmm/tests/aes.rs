@@ -150,6 +150,7 @@ fn skipped<'a>(v: &'a Value, name: &str, variant: &str) -> Option<&'a str> {
         .map(|s| s["reason"].as_str().unwrap())
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn guest_xts_gcm_rows_pass_known_answers() {
     if !kvm_or_skip("guest_xts_gcm_rows_pass_known_answers") {
@@ -196,6 +197,7 @@ fn guest_xts_gcm_rows_pass_known_answers() {
     assert!(has("aes-128-gcm", "soft", 512), "{v:#}");
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn guest_xts_gcm_corrupt_key_fails_and_names_the_vector() {
     if !kvm_or_skip("guest_xts_gcm_corrupt_key_fails_and_names_the_vector") {
@@ -228,6 +230,7 @@ fn guest_xts_gcm_corrupt_key_fails_and_names_the_vector() {
     );
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn guest_without_avx_state_says_which_variants_are_not_available() {
     if !kvm_or_skip("guest_without_avx_state_says_which_variants_are_not_available") {

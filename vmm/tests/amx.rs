@@ -31,6 +31,7 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn xfeatures_amx_is_granted_or_refused_by_name() {
     if !kvm_or_skip("xfeatures_amx_is_granted_or_refused_by_name") {
@@ -94,6 +95,7 @@ fn xfeatures_amx_is_granted_or_refused_by_name() {
     }
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn amx_workload_row_says_why_it_cannot_run() {
     if !kvm_or_skip("amx_workload_row_says_why_it_cannot_run") {
@@ -152,6 +154,7 @@ fn amx_workload_row_says_why_it_cannot_run() {
 
 /// A snapshot carries the XFD MSRs exactly where this KVM lists them, and
 /// restores either way.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn xfd_section_follows_the_host() {
     if !kvm_or_skip("xfd_section_follows_the_host") {

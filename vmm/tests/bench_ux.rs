@@ -52,6 +52,7 @@ fn f(v: &Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn quick_exits_reports_spreads_saves_compares_and_plots() {
     if !kvm_or_skip("quick_exits_reports_spreads_saves_compares_and_plots") {
@@ -281,6 +282,7 @@ fn baseline_and_plot_refusals_come_before_measuring() {
     check(&["run", "--plot", nowhere.to_str().unwrap()], "--plot");
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn init_xstate_rounds_and_plot() {
     if !kvm_or_skip("init_xstate_rounds_and_plot") {
@@ -327,6 +329,7 @@ fn init_xstate_rounds_and_plot() {
     );
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn run_plot_shows_switch_strategies_and_native_ratios() {
     if !kvm_or_skip("run_plot_shows_switch_strategies_and_native_ratios") {
@@ -394,6 +397,7 @@ fn spread(v: &Value) -> (f64, f64, f64) {
     (f(&v["min"]), f(&v["median"]), f(&v["p90"]))
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn quick_init_xstate_reports_spreads_saves_and_compares() {
     if !kvm_or_skip("quick_init_xstate_reports_spreads_saves_and_compares") {

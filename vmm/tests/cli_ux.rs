@@ -13,6 +13,7 @@ use common::{hex, kvm_or_skip, stderr, vmm, vmm_bin, vmm_json};
 /// Every documented `--xfeatures` example (README.md, docs/run.md) that
 /// KVM can give here resolves, boots, and reports its resolution on stderr
 /// and in the JSON.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn readme_xfeatures_examples_resolve() {
     if !kvm_or_skip("readme_xfeatures_examples_resolve") {
@@ -100,6 +101,7 @@ fn bad_workload_names_the_option() {
 
 /// The results table gives every size its unit, explains `native`, fills
 /// `per op`; the JSON keeps its fields and adds the units.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn results_table_has_units() {
     if !kvm_or_skip("results_table_has_units") {
@@ -156,6 +158,7 @@ fn results_table_has_units() {
 }
 
 /// A `--snapshot-after` the guest never reaches is reported, not silent.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn snapshot_after_longer_than_the_run_is_reported() {
     if !kvm_or_skip("snapshot_after_longer_than_the_run_is_reported") {
@@ -194,6 +197,7 @@ fn snapshot_after_longer_than_the_run_is_reported() {
 
 /// A workload row that was being timed when the snapshot was taken is
 /// marked invalid after the restore, never reported as a throughput.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn no_throughput_spans_a_snapshot() {
     if !kvm_or_skip("no_throughput_spans_a_snapshot") {

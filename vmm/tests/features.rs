@@ -515,6 +515,7 @@ fn saved_profile_round_trips() {
     let _ = std::fs::remove_file(path);
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn host_view_without_boot() {
     if !kvm_or_skip("host_view_without_boot") {
@@ -583,6 +584,7 @@ fn guest_matches_policy(mask: &str, want: u64) {
     assert!(guest_disagreements.is_empty(), "{guest_disagreements:#?}");
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn guest_sees_policy_0x3() {
     if kvm_or_skip("guest_sees_policy_0x3") {
@@ -590,6 +592,7 @@ fn guest_sees_policy_0x3() {
     }
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn guest_sees_policy_0x7() {
     if kvm_or_skip("guest_sees_policy_0x7") {
@@ -600,6 +603,7 @@ fn guest_sees_policy_0x7() {
 /// The masks table puts each figure under its heading: the guest's XINUSE
 /// is a mask of components, shown on a row of its own under XCR0, never
 /// under XSS (the guest's IA32_XSS is not readable at CPL3: `-`).
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn guest_rows_put_xinuse_under_xcr0_not_xss() {
     if !kvm_or_skip("guest_rows_put_xinuse_under_xcr0_not_xss") {

@@ -48,6 +48,7 @@ fn expected_kvm_violations(profile: &Value) -> Vec<(&'static str, &'static str)>
     want
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn kvm_supported_table_inconsistencies_are_reported() {
     if !kvm_or_skip("kvm_supported_table_inconsistencies_are_reported") {

@@ -169,6 +169,7 @@ fn qemu_and_xfeatures_exports_name_the_same_baseline() {
 /// The exported `-cpu` value boots our guest under QEMU, which reports
 /// success through isa-debug-exit, and the guest's CPUID has none of the
 /// removed state.
+#[cfg_attr(any(no_kvm, no_qemu), ignore = "needs /dev/kvm and qemu-system-x86_64")]
 #[test]
 fn qemu_cpu_export_boots_the_guest_under_qemu() {
     let name = "qemu_cpu_export_boots_the_guest_under_qemu";

@@ -6,6 +6,7 @@ mod common;
 
 use common::{hex, kvm_or_skip, temp_file, vmm_json};
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn serial_record_reads_back_as_the_binary_report() {
     if !kvm_or_skip("serial_record_reads_back_as_the_binary_report") {

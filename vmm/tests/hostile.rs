@@ -150,6 +150,7 @@ fn count(v: &Value, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("{field} is not a count: {v:#}"))
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn report_flood_keeps_only_the_last_report() {
     if !kvm_or_skip("report_flood_keeps_only_the_last_report") {
@@ -163,6 +164,7 @@ fn report_flood_keeps_only_the_last_report() {
     assert_eq!(count(v, "report_errors_dropped"), 0);
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn bad_report_flood_keeps_the_first_reasons() {
     if !kvm_or_skip("bad_report_flood_keeps_the_first_reasons") {
@@ -184,6 +186,7 @@ fn bad_report_flood_keeps_the_first_reasons() {
     assert_eq!(count(v, "reports_dropped"), 0);
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn marker_flood_keeps_the_first_markers() {
     if !kvm_or_skip("marker_flood_keeps_the_first_markers") {
@@ -201,6 +204,7 @@ fn marker_flood_keeps_the_first_markers() {
     );
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn serial_flood_keeps_the_tail() {
     if !kvm_or_skip("serial_flood_keeps_the_tail") {
@@ -221,6 +225,7 @@ fn serial_flood_keeps_the_tail() {
 
 /// A guest cannot pass off as the VMM (64 error, 65 crash, 66 timeout) or
 /// use any status above 63: the run ends as a protocol violation, 67.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn forged_exit_statuses_are_protocol_violations() {
     if !kvm_or_skip("forged_exit_statuses_are_protocol_violations") {
@@ -254,6 +259,7 @@ fn forged_exit_statuses_are_protocol_violations() {
 /// An xstate edit request the guest's XCR0 cannot hold (no SSE) is refused,
 /// answered on the port, reported, and the run goes on to a clean exit;
 /// with SSE the same request is done (the guest checks XMM3).
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn refused_edit_request_is_answered_and_reported() {
     if !kvm_or_skip("refused_edit_request_is_answered_and_reported") {
@@ -288,6 +294,7 @@ fn refused_edit_request_is_answered_and_reported() {
 /// components outside the policy. Where KVM holds the guest to the
 /// policy's CPUID (hardware KVM), CPUID offers nothing more and the guest
 /// stays within it.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn xcr0_beyond_the_policy_is_a_protocol_violation() {
     if !kvm_or_skip("xcr0_beyond_the_policy_is_a_protocol_violation") {

@@ -25,6 +25,7 @@ fn pool() -> Option<(u64, u64, u64)> {
     ))
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn bare_hugepages_is_still_thp() {
     if !kvm_or_skip("bare_hugepages_is_still_thp") {
@@ -46,6 +47,7 @@ fn bare_hugepages_is_still_thp() {
 /// With `--hugepages`, the native rows run on memory backed as guest RAM
 /// is (both sides of a ratio on the same page size), and the report says
 /// how much of it huge pages backed; the table says it too.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn the_native_side_gets_huge_pages_too() {
     if !kvm_or_skip("the_native_side_gets_huge_pages_too") {
@@ -91,6 +93,7 @@ fn an_unknown_kind_is_a_usage_error() {
     assert!(e.contains("[possible values: thp, hugetlbfs]"), "{e}");
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn hugetlbfs_refuses_an_odd_size() {
     if !kvm_or_skip("hugetlbfs_refuses_an_odd_size") {
@@ -107,6 +110,7 @@ fn hugetlbfs_refuses_an_odd_size() {
 /// The success path when the pool has room for 64 MiB, else the named
 /// error for 64 MiB; the error path again for a size the pool cannot hold
 /// whenever one fits `--mem`'s range.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn hugetlbfs_runs_or_names_the_pages_it_needs() {
     if !kvm_or_skip("hugetlbfs_runs_or_names_the_pages_it_needs") {

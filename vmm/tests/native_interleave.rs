@@ -34,6 +34,7 @@ fn check_spread(r: &Value, reps: u64) {
     );
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn every_row_gets_a_median_ratio_with_its_spread_from_the_guests_own_code() {
     if !kvm_or_skip("every_row_gets_a_median_ratio_with_its_spread_from_the_guests_own_code") {
@@ -68,6 +69,7 @@ fn every_row_gets_a_median_ratio_with_its_spread_from_the_guests_own_code() {
     assert!(v["hugepages"].is_null(), "{v:#}");
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn a_kernel_without_the_native_entry_falls_back_and_says_why() {
     if !kvm_or_skip("a_kernel_without_the_native_entry_falls_back_and_says_why") {
@@ -102,6 +104,7 @@ fn a_kernel_without_the_native_entry_falls_back_and_says_why() {
     }
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn hugepages_are_advised_and_measured() {
     if !kvm_or_skip("hugepages_are_advised_and_measured") {
@@ -140,6 +143,7 @@ fn repetitions_out_of_range_are_refused() {
 /// The AES yardsticks come with the interleaved rows too: `--workload aes`
 /// pairs every row with its native run, and the host's `openssl speed`
 /// still stands beside each mode (a figure, or why there is none).
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn paired_aes_rows_still_get_their_openssl_yardsticks() {
     if !kvm_or_skip("paired_aes_rows_still_get_their_openssl_yardsticks") {
@@ -184,6 +188,7 @@ fn paired_aes_rows_still_get_their_openssl_yardsticks() {
     }
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn xts_and_gcm_rows_are_paired_like_every_other_row() {
     if !kvm_or_skip("xts_and_gcm_rows_are_paired_like_every_other_row") {

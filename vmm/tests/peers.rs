@@ -76,6 +76,7 @@ fn assert_snapshotted(r: &serde_json::Value) {
     assert!(r["restore_time"]["median"].as_f64().unwrap() > 0.0, "{r}");
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn bench_peers_runs_vmm_and_qemu_with_a_record_each() {
     let name = "bench_peers_runs_vmm_and_qemu_with_a_record_each";
@@ -164,6 +165,7 @@ fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
 /// A peer that never ends is killed at --timeout, one that prints no
 /// record is reported with its output; `vmm` is still measured, the table
 /// is still printed, and the status is 64 (a VMM failed).
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn bench_peers_reports_a_hung_peer_and_one_without_a_record() {
     let name = "bench_peers_reports_a_hung_peer_and_one_without_a_record";

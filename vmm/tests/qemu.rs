@@ -24,6 +24,7 @@ fn xstate_lines(serial: &str) -> Vec<String> {
         .collect()
 }
 
+#[cfg_attr(any(no_kvm, no_qemu), ignore = "needs /dev/kvm and qemu-system-x86_64")]
 #[test]
 fn guest_boots_under_qemu_microvm_with_the_same_report() {
     if !kvm_or_skip("guest_boots_under_qemu_microvm_with_the_same_report")
@@ -87,6 +88,7 @@ fn guest_boots_under_qemu_microvm_with_the_same_report() {
 /// still ends QEMU with the debug-exit status after the peer-VMM shutdown
 /// writes were added, and `vmm features` reads the record back with what
 /// does not depend on the VMM equal to the binary report of a `vmm` run.
+#[cfg_attr(any(no_kvm, no_qemu), ignore = "needs /dev/kvm and qemu-system-x86_64")]
 #[test]
 fn guest_record_under_qemu_reads_back_like_vmm_s_report() {
     let name = "guest_record_under_qemu_reads_back_like_vmm_s_report";

@@ -98,6 +98,7 @@ fn kvm_xsave_info() -> xstate::XsaveInfo {
     xstate::XsaveInfo::from_kvm_cpuid(&cpuid).unwrap()
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn boots_with_full_kvm_mask() {
     if !kvm_or_skip("boots_with_full_kvm_mask") {
@@ -108,6 +109,7 @@ fn boots_with_full_kvm_mask() {
     assert_eq!(v["init_xstate"], "minimal");
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn boots_with_x87_sse_only() {
     if !kvm_or_skip("boots_with_x87_sse_only") {
@@ -138,6 +140,7 @@ fn boots_with_x87_sse_only() {
     }
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn boots_with_hex_mask_0x7() {
     if !kvm_or_skip("boots_with_hex_mask_0x7") {
@@ -151,6 +154,7 @@ fn boots_with_hex_mask_0x7() {
     }
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn invalid_masks_fail_before_boot() {
     if !kvm_or_skip("invalid_masks_fail_before_boot") {
@@ -183,6 +187,7 @@ fn invalid_masks_fail_before_boot() {
     }
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn broken_images_are_refused() {
     if !kvm_or_skip("broken_images_are_refused") {
@@ -210,6 +215,7 @@ fn broken_images_are_refused() {
     assert!(stderr(&missing).contains("/nonexistent/kernel.elf"));
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn triple_fault_is_reported_with_registers() {
     if !kvm_or_skip("triple_fault_is_reported_with_registers") {
@@ -237,6 +243,7 @@ fn triple_fault_is_reported_with_registers() {
     );
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn halting_guest_ends_the_run() {
     if !kvm_or_skip("halting_guest_ends_the_run") {
@@ -249,6 +256,7 @@ fn halting_guest_ends_the_run() {
     assert!(v["crash"]["reason"].as_str().unwrap().contains("HLT"));
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn runaway_guest_times_out() {
     if !kvm_or_skip("runaway_guest_times_out") {
@@ -278,6 +286,7 @@ fn runaway_guest_times_out() {
     );
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn exit_status_mirrors_the_guest() {
     if !kvm_or_skip("exit_status_mirrors_the_guest") {
@@ -293,6 +302,7 @@ fn exit_status_mirrors_the_guest() {
     assert!(v["guest_xcr0"].is_null(), "no report was handed over");
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn bad_report_address_is_refused_not_trusted() {
     if !kvm_or_skip("bad_report_address_is_refused_not_trusted") {
@@ -312,6 +322,7 @@ fn bad_report_address_is_refused_not_trusted() {
     assert!(v["guest_xcr0"].is_null());
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn guest_exceptions_are_caught_and_reported() {
     if !kvm_or_skip("guest_exceptions_are_caught_and_reported") {

@@ -120,6 +120,7 @@ fn profile_list_json_matches_its_schema() {
     check_document(Document::ProfileList, &out, &v);
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn run_json_matches_its_schema() {
     if !kvm_or_skip("run_json_matches_its_schema") {

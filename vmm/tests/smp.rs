@@ -8,6 +8,7 @@ use std::process::Command;
 
 /// `--vcpus 2`: both CPUs report; CPU 1 runs the XCR0 its
 /// `xfeatures.cpu1=0x3` asks for, CPU 0 the policy (KVM's mask by default).
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn two_vcpus_boot_and_report_their_own_xcr0() {
     if !common::kvm_or_skip("two_vcpus_boot_and_report_their_own_xcr0") {
@@ -42,6 +43,7 @@ fn two_vcpus_boot_and_report_their_own_xcr0() {
 /// BSP waits for the AP's report), and the AP, parked, leaves only after
 /// the BSP ended the run and it was kicked; no thread starts before setup
 /// ended.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn the_smp_phases_are_reported_in_start_up_order() {
     if !common::kvm_or_skip("the_smp_phases_are_reported_in_start_up_order") {
@@ -79,6 +81,7 @@ fn the_smp_phases_are_reported_in_start_up_order() {
 /// No `cpus=` word (the VMM passes none): the guest counts its CPUs in the
 /// MP table the VMM wrote and starts both; a `cpus=1` word still overrides
 /// the table.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn the_guest_counts_cpus_from_the_mp_table() {
     if !common::kvm_or_skip("the_guest_counts_cpus_from_the_mp_table") {
@@ -111,6 +114,7 @@ fn the_guest_counts_cpus_from_the_mp_table() {
 /// `xfeatures.cpuN=` only narrows the policy: a mask of every bit leaves
 /// AP 1 at the policy (before, it got everything CPUID offered), and
 /// words naming no AP or no mask are named on the console.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn a_per_cpu_xfeatures_word_cannot_widen_the_policy() {
     if !common::kvm_or_skip("a_per_cpu_xfeatures_word_cannot_widen_the_policy") {
@@ -146,6 +150,7 @@ fn a_per_cpu_xfeatures_word_cannot_widen_the_policy() {
 
 /// With one vCPU there is no AP to start, but the per-CPU words are still
 /// read: each is named as naming no AP, and the run ends normally.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn per_cpu_words_without_an_ap_are_named() {
     if !common::kvm_or_skip("per_cpu_words_without_an_ap_are_named") {
@@ -166,6 +171,7 @@ fn per_cpu_words_without_an_ap_are_named() {
 }
 
 /// With no override every AP takes the policy: three vCPUs, three reports.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn every_ap_takes_the_policy_by_default() {
     if !common::kvm_or_skip("every_ap_takes_the_policy_by_default") {
@@ -185,6 +191,7 @@ fn every_ap_takes_the_policy_by_default() {
 /// starts only those, by APIC ID: vCPU 1 takes the policy and reports,
 /// vCPU 2 stays in wait-for-SIPI (no report, no XCR0 of its own) and is
 /// stopped when the run ends, which it does normally.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn a_guest_wanting_fewer_cpus_starts_only_those() {
     if !common::kvm_or_skip("a_guest_wanting_fewer_cpus_starts_only_those") {
@@ -207,6 +214,7 @@ fn a_guest_wanting_fewer_cpus_starts_only_those() {
 
 /// An exception on the AP ends the run with the guest's exception status
 /// (2), from vCPU 1, with the fault in the report.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn an_ap_exception_names_the_vcpu() {
     if !common::kvm_or_skip("an_ap_exception_names_the_vcpu") {
@@ -228,6 +236,7 @@ fn an_ap_exception_names_the_vcpu() {
 
 /// 0, above KVM's limit and above the guest's: each refused by name, with
 /// the usage status, before a VM exists.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn bad_vcpu_counts_are_refused_by_name() {
     if !common::kvm_or_skip("bad_vcpu_counts_are_refused_by_name") {
@@ -253,6 +262,7 @@ fn bad_vcpu_counts_are_refused_by_name() {
 /// The same guest image under QEMU microvm `-smp 2`: the guest counts two
 /// CPUs in the ACPI MADT (through PVH's `rsdp_paddr`), its BSP starts the
 /// second CPU with INIT-SIPI-SIPI and both report on the serial console.
+#[cfg_attr(any(no_kvm, no_qemu), ignore = "needs /dev/kvm and qemu-system-x86_64")]
 #[test]
 fn qemu_smp2_reports_both_cpus() {
     if !common::kvm_or_skip("qemu_smp2_reports_both_cpus")
@@ -309,6 +319,7 @@ fn qemu_smp2_reports_both_cpus() {
 /// vCPU 1 x87|SSE), the exits concurrent (a barrier in guest memory before
 /// each check), under every sync policy: each vCPU gets its own register
 /// pattern back bit for bit, and the VMM's XMM edit reached the right one.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn concurrent_xstate_check_sees_only_its_own_state_under_every_policy() {
     if !common::kvm_or_skip("concurrent_xstate_check_sees_only_its_own_state_under_every_policy") {
@@ -371,6 +382,7 @@ fn concurrent_xstate_check_sees_only_its_own_state_under_every_policy() {
 /// `bench=parallel` on two vCPUs: every AES-CTR and DGEMM variant vCPU 0
 /// timed alone comes back measured on both vCPUs at once, with the
 /// aggregate, the scaling and the same code on two host threads.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn parallel_bench_reports_scaling_and_native_threads() {
     if !common::kvm_or_skip("parallel_bench_reports_scaling_and_native_threads") {
@@ -435,6 +447,7 @@ fn parallel_bench_reports_scaling_and_native_threads() {
 /// `fault.cpu2=gp`): each CPU records its own exception (its own fault
 /// record and reporter stack), so whichever vCPU ends the run reports its
 /// own kind, and an AP that got as far reports its own, never the other's.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn each_ap_reports_its_own_fault() {
     if !common::kvm_or_skip("each_ap_reports_its_own_fault") {
@@ -478,6 +491,7 @@ fn snap_path(name: &str) -> std::path::PathBuf {
 /// kicked out of KVM_RUN first) lists both vCPUs with their own XCR0,
 /// restores in a new process, and the restored guest finishes with every
 /// check passing; the AP keeps the XCR0 it had (0x3), the BSP the policy.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn two_vcpu_snapshot_restores_in_a_new_process() {
     if !common::kvm_or_skip("two_vcpu_snapshot_restores_in_a_new_process") {
@@ -572,6 +586,7 @@ fn two_vcpu_snapshot_restores_in_a_new_process() {
 /// BSP, which loads every register of its XCR0 first): with two vCPUs the
 /// machine is paused and saved, and after the restore the BSP finds every
 /// register bit for bit.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn guest_requested_two_vcpu_snapshot_keeps_registers() {
     if !common::kvm_or_skip("guest_requested_two_vcpu_snapshot_keeps_registers") {
@@ -596,6 +611,7 @@ fn guest_requested_two_vcpu_snapshot_keeps_registers() {
 /// A file whose `meta.vcpus` claims more vCPUs than it holds sections for
 /// (or whose AP lost its LAPIC) is refused by `restore` and `info`, naming
 /// the field, before any VM exists.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn a_file_claiming_more_vcpus_than_its_sections_is_refused() {
     if !common::kvm_or_skip("a_file_claiming_more_vcpus_than_its_sections_is_refused") {

@@ -53,6 +53,7 @@ fn tiny_snapshot(name: &str) -> PathBuf {
     snap
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn mid_run_snapshot_restores_in_a_new_process() {
     if !kvm_or_skip("mid_run_snapshot_restores_in_a_new_process") {
@@ -146,6 +147,7 @@ fn mid_run_snapshot_restores_in_a_new_process() {
     let _ = std::fs::remove_file(snap);
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn guest_requested_snapshot_keeps_registers() {
     if !kvm_or_skip("guest_requested_snapshot_keeps_registers") {
@@ -217,6 +219,7 @@ fn assert_refused_by(path: &Path, needle: &str, info_too: bool) {
     );
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn corrupted_truncated_and_versioned_files_are_refused() {
     if !kvm_or_skip("corrupted_truncated_and_versioned_files_are_refused") {
@@ -324,6 +327,7 @@ fn amx_snapshot(good: &[u8]) -> Vec<u8> {
     snap.to_bytes()
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn amx_snapshot_is_refused_on_a_host_without_amx() {
     if !kvm_or_skip("amx_snapshot_is_refused_on_a_host_without_amx") {
@@ -401,6 +405,7 @@ fn snapshot_needs_a_file() {
     );
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn every_register_survives_snapshot_and_restore_bit_for_bit() {
     if !kvm_or_skip("every_register_survives_snapshot_and_restore_bit_for_bit") {
@@ -428,6 +433,7 @@ fn every_register_survives_snapshot_and_restore_bit_for_bit() {
 /// checksum is checked by `vmm snapshot info` and `restore --verify-memory`;
 /// a file cut inside them, a corrupted page index and a version-1 file are
 /// refused by name before any VM exists (never a SIGBUS).
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn memory_pages_are_mapped_and_refused_by_name_when_damaged() {
     if !kvm_or_skip("memory_pages_are_mapped_and_refused_by_name_when_damaged") {
@@ -506,6 +512,7 @@ fn memory_pages_are_mapped_and_refused_by_name_when_damaged() {
 /// A guest with 32 times the RAM writes a snapshot about as small (only
 /// pages that can hold data are scanned and stored), and it restores with
 /// its checks passing.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn large_guest_snapshot_stays_small_and_restores() {
     if !kvm_or_skip("large_guest_snapshot_stays_small_and_restores") {
@@ -541,6 +548,7 @@ fn large_guest_snapshot_stays_small_and_restores() {
 /// from the first file that nothing has touched yet, which the second
 /// snapshot must still store (they are found from the mappings, not from
 /// residency); the second file restores with every check passing.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn a_restored_guest_snapshots_again() {
     if !kvm_or_skip("a_restored_guest_snapshots_again") {

@@ -27,6 +27,7 @@ fn bench_snapshot(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     cmd.output().expect("run vmm")
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn sweep_with_vmm_alone_says_why_peers_are_absent() {
     if !kvm_or_skip("sweep_with_vmm_alone_says_why_peers_are_absent") {
@@ -82,6 +83,7 @@ fn a_peer_variable_naming_no_executable_is_refused() {
 /// timing boot measures the run first and the snapshot is taken at 0.6 of
 /// it (a fixed 2 s found the guest already gone on a Zen 3, whose `gemm`
 /// rows take 1.25 s), and the restored guest still passes its checks.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn the_default_moment_is_inside_the_workload() {
     if !kvm_or_skip("the_default_moment_is_inside_the_workload") {

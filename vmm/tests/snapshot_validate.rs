@@ -104,6 +104,7 @@ fn refused_at(p: &Path, needle: &str, semantic: bool) {
 
 type Edit = fn(&mut Snapshot);
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn every_state_rule_gives_one_answer_naming_the_field() {
     if !kvm_or_skip("every_state_rule_gives_one_answer_naming_the_field") {
@@ -248,6 +249,7 @@ fn cpuid(s: &mut Snapshot, f: u32, i: u32) -> &mut kvm_bindings::kvm_cpuid_entry
 }
 
 /// Raw edits of the container or of a section's encoding, resealed.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn every_structural_rule_gives_one_answer() {
     if !kvm_or_skip("every_structural_rule_gives_one_answer") {
@@ -422,6 +424,7 @@ fn unreadable_inputs_are_refused_before_reading() {
 /// The guest's own check of its general registers across a snapshot: a
 /// restore that changes one of them (here the file is edited so R9 loses
 /// bit 0, then RFLAGS loses DF) is caught by the guest, naming it.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn guest_sees_a_general_register_changed_by_the_restore() {
     if !kvm_or_skip("guest_sees_a_general_register_changed_by_the_restore") {

@@ -71,6 +71,7 @@ fn assert_refused(out: &Output, what: &[&str]) {
     }
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn a_planted_symlink_is_refused_and_its_target_untouched() {
     if !kvm_or_skip("a_planted_symlink_is_refused_and_its_target_untouched") {
@@ -95,6 +96,7 @@ fn a_planted_symlink_is_refused_and_its_target_untouched() {
     assert!(temporaries(dir.path()).is_empty());
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn devices_fifos_and_directories_are_refused_even_with_force() {
     if !kvm_or_skip("devices_fifos_and_directories_are_refused_even_with_force") {
@@ -130,6 +132,7 @@ fn devices_fifos_and_directories_are_refused_even_with_force() {
     assert!(temporaries(dir.path()).is_empty());
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn a_new_snapshot_is_0600_even_with_umask_0() {
     if !kvm_or_skip("a_new_snapshot_is_0600_even_with_umask_0") {
@@ -152,6 +155,7 @@ fn a_new_snapshot_is_0600_even_with_umask_0() {
     assert!(temporaries(dir.path()).is_empty());
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn an_existing_file_needs_force_and_keeps_its_narrow_permissions() {
     if !kvm_or_skip("an_existing_file_needs_force_and_keeps_its_narrow_permissions") {
@@ -184,6 +188,7 @@ fn an_existing_file_needs_force_and_keeps_its_narrow_permissions() {
     assert!(temporaries(dir.path()).is_empty());
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn stale_temporaries_are_removed_by_the_next_write() {
     if !kvm_or_skip("stale_temporaries_are_removed_by_the_next_write") {
@@ -277,6 +282,7 @@ fn sigterm_during_a_write_leaves_no_temporary() {
 /// Best effort: SIGTERM a large guest about when its snapshot is written.
 /// Wherever the signal lands (before, during or after the write), no
 /// temporary may remain.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn sigterm_around_a_large_snapshot_leaves_no_temporary() {
     if !kvm_or_skip("sigterm_around_a_large_snapshot_leaves_no_temporary") {
@@ -320,6 +326,7 @@ fn sigterm_around_a_large_snapshot_leaves_no_temporary() {
     }
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn a_missing_directory_is_refused_before_the_guest_runs() {
     if !kvm_or_skip("a_missing_directory_is_refused_before_the_guest_runs") {
@@ -366,6 +373,7 @@ fn snapshot_errors(v: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn a_failed_guest_requested_write_resumes_the_guest() {
     if !kvm_or_skip("a_failed_guest_requested_write_resumes_the_guest") {
@@ -396,6 +404,7 @@ fn a_failed_guest_requested_write_resumes_the_guest() {
     assert!(temporaries(dir.path()).is_empty());
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn a_failed_timed_write_resumes_the_guest_to_completion() {
     if !kvm_or_skip("a_failed_timed_write_resumes_the_guest_to_completion") {
@@ -456,6 +465,7 @@ impl Drop for Tmpfs {
     }
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn a_full_or_read_only_file_system_is_reported_and_the_guest_goes_on() {
     if !kvm_or_skip("a_full_or_read_only_file_system_is_reported_and_the_guest_goes_on") {

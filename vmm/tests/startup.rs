@@ -23,6 +23,7 @@ fn without_timing(mut v: Value) -> Value {
     v
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn direct_entry_reports_exactly_what_the_pvh_entry_reports() {
     if !kvm_or_skip("direct_entry_reports_exactly_what_the_pvh_entry_reports") {
@@ -44,6 +45,7 @@ fn direct_entry_reports_exactly_what_the_pvh_entry_reports() {
     }
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn first_instruction_lies_between_setup_and_the_guest_exit() {
     if !kvm_or_skip("first_instruction_lies_between_setup_and_the_guest_exit") {
@@ -65,6 +67,7 @@ fn first_instruction_lies_between_setup_and_the_guest_exit() {
     assert!(pvh["timing_ms"]["first_instruction"].is_null());
 }
 
+#[cfg_attr(any(no_kvm, no_cc), ignore = "needs /dev/kvm and cc")]
 #[test]
 fn bench_startup_measures_the_floor_beside_vmm() {
     let name = "bench_startup_measures_the_floor_beside_vmm";
@@ -100,6 +103,7 @@ fn bench_startup_measures_the_floor_beside_vmm() {
     );
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn bench_startup_names_a_missing_compiler() {
     if !kvm_or_skip("bench_startup_names_a_missing_compiler") {

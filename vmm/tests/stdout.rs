@@ -47,6 +47,7 @@ fn a_closed_pipe_ends_each_command_quietly_with_141() {
     }
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn a_closed_pipe_ends_a_run_quietly_with_141() {
     if !kvm_or_skip("a_closed_pipe_ends_a_run_quietly_with_141") {

@@ -54,6 +54,7 @@ fn features_tables_name_their_units() {
     assert!(t.contains("standard offset in bytes"), "{t}");
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn run_and_snapshot_tables_name_their_units() {
     if !kvm_or_skip("run_and_snapshot_tables_name_their_units") {
@@ -104,6 +105,7 @@ fn run_and_snapshot_tables_name_their_units() {
     assert_header(&t, "name", &["offset B", "length B", "crc32"]);
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn bench_tables_name_their_units() {
     if !kvm_or_skip("bench_tables_name_their_units") {

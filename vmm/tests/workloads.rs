@@ -12,6 +12,7 @@ fn results(v: &Value) -> &Vec<Value> {
     v["results"].as_array().unwrap()
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn every_allowed_variant_passes_in_the_guest() {
     if !kvm_or_skip("every_allowed_variant_passes_in_the_guest") {
@@ -56,6 +57,7 @@ fn every_allowed_variant_passes_in_the_guest() {
     }
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn x87_sse_guest_runs_no_avx_code_and_says_why() {
     if !kvm_or_skip("x87_sse_guest_runs_no_avx_code_and_says_why") {
@@ -82,6 +84,7 @@ fn x87_sse_guest_runs_no_avx_code_and_says_why() {
     }
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn corrupted_key_schedule_fails_the_run() {
     if !kvm_or_skip("corrupted_key_schedule_fails_the_run") {
@@ -109,6 +112,7 @@ fn corrupted_key_schedule_fails_the_run() {
 /// (where the region is twice the copy and the cache) cold; the SSE2 loop;
 /// the borrowing pairs for each live state the guest's XCR0 enables; a
 /// measured memcpy policy whose check passed in the guest.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn copy_bench_fills_its_table_and_sets_the_memcpy_policy() {
     if !kvm_or_skip("copy_bench_fills_its_table_and_sets_the_memcpy_policy") {

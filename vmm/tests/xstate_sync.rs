@@ -10,6 +10,7 @@ use kvm_bindings::KVM_MAX_CPUID_ENTRIES;
 use vmm::xstate_manager::{SyncPolicy, XstateManager};
 use xstate::{InitMode, Xfeature, XfeatureMask, XsaveBuf, XsaveInfo};
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn registers_survive_exits_under_every_policy() {
     if !kvm_or_skip("registers_survive_exits_under_every_policy") {
@@ -84,6 +85,7 @@ fn vcpu() -> (kvm_ioctls::VmFd, kvm_ioctls::VcpuFd, XsaveInfo, usize) {
     (vm, vcpu, info, size)
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn edits_are_written_back_only_when_dirty_and_exactly() {
     if !kvm_or_skip("edits_are_written_back_only_when_dirty_and_exactly") {
@@ -128,6 +130,7 @@ fn edits_are_written_back_only_when_dirty_and_exactly() {
     }
 }
 
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn images_outside_the_guest_xcr0_are_refused() {
     if !kvm_or_skip("images_outside_the_guest_xcr0_are_refused") {

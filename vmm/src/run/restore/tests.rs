@@ -50,6 +50,7 @@ fn unit_save_context(
 /// Every bit of the vCPU's extended state survives snapshot and
 /// restore into another VM: XCR0 and the KVM_GET_XSAVE image compared
 /// byte for byte over the guest's standard size.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn xsave_state_survives_bit_for_bit() {
     let Some(host) = host_or_skip("xsave_state_survives_bit_for_bit") else {
@@ -173,6 +174,7 @@ fn xsave_state_survives_bit_for_bit() {
 /// one (a KVM without it, and the files of earlier versions): the
 /// restored VM has the source's, and only the full one has the
 /// `irqchip.*` sections.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn every_vcpu_survives_an_smp_snapshot_bit_for_bit() {
     let Some(host) = host_or_skip("every_vcpu_survives_an_smp_snapshot_bit_for_bit") else {
