@@ -67,8 +67,7 @@ fn the_median_part_is_one_timed_part_of_the_measurement() {
         while rdtsc_fenced() - t < 10_000 {}
     };
     let mut parts = Vec::new();
-    let m =
-        Budget::new(1_000_000, 1).measure_parts(1, 1, |_| spin(), |w, c| parts.push((w, c)));
+    let m = Budget::new(1_000_000, 1).measure_parts(1, 1, |_| spin(), |w, c| parts.push((w, c)));
     let (reps, cycles) = m.median_part;
     // Every timed part was told, and they are the whole measurement.
     assert!(parts.len() as u64 >= PARTS.min(m.reps), "{parts:?}");
