@@ -1,6 +1,9 @@
 //! Argument parsing, the goals against the peers, the floor's file and the
 //! peers' plans and disk checks, without a VM.
 
+use std::path::Path;
+
+use super::measure::write_floor;
 use super::*;
 
 #[test]
@@ -101,8 +104,8 @@ fn peer_plans_from_the_environment() {
         .as_ref()
         .unwrap_err()
         .starts_with("VMM_PEER_FIRECRACKER is not set"));
-    let e = peer_plans(|v| (v == "VMM_PEER_FIRECRACKER").then(|| "/nonexistent".into()))
-        .unwrap_err();
+    let e =
+        peer_plans(|v| (v == "VMM_PEER_FIRECRACKER").then(|| "/nonexistent".into())).unwrap_err();
     assert_eq!(
         e.to_string(),
         "VMM_PEER_FIRECRACKER=/nonexistent: not an executable regular file"
