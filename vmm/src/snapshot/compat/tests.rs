@@ -1,6 +1,8 @@
 //! Relayout between hosts moves every component to the target's offsets; the
 //! patterned image it uses is shared with the restore tests.
 
+use xstate::Format;
+
 use super::*;
 
 /// A standard image with every register of every component of `xcr0`

@@ -1,7 +1,8 @@
 //! Which guest pages the memory scan finds: file-backed mappings, touched
 //! anonymous pages, zero pages left out.
 
-use super::super::sparse::SparseMemory;
+use super::super::sparse::{SparseMemory, PAGE_SIZE};
+use super::pages::{data_pages, file_backed};
 use super::*;
 use vm_memory::Bytes;
 
