@@ -316,50 +316,13 @@ pub fn compare(hosts: &[HostProfile], restore: Option<(XfeatureMask, XfeatureMas
         m & effective(h).supported_xss()
     });
 
-    let columns = hosts
-        .iter()
-        .zip(&labels)
-        .map(|(h, l)| {
-            let info = effective(h);
-            HostColumn {
-                label: l.clone(),
-                file: h.file.clone(),
-                name: h.name.clone(),
-                xcr0_source: if h.kvm.is_some() { "kvm" } else { "cpu" },
-                xcr0: info.supported_xcr0(),
-                xss: info.supported_xss(),
-                standard_size: info.standard_size(info.supported_xcr0()).unwrap_or(0),
-                baseline_standard_size: info.standard_size(baseline).unwrap_or(0),
-                baseline_compacted_size: info.compacted_size(baseline).unwrap_or(0),
-            }
-        })
-        .collect();
+    let columns = host_columns(hosts, &labels, baseline);
 
     let mut differences = Vec::new();
     let mut components = Vec::new();
     let mut partial: Vec<(Vec<bool>, XfeatureMask)> = Vec::new();
     for f in Xfeature::ALL {
-        let infos: Vec<_> = hosts.iter().map(|h| effective(h).component(f)).collect();
-        let present: Vec<bool> = infos.iter().map(Option::is_some).collect();
-        let sizes: Vec<Option<u32>> = infos.iter().map(|c| c.map(|c| c.size)).collect();
-        let standard_offsets: Vec<Option<u32>> = infos
-            .iter()
-            .map(|c| c.filter(|c| !c.supervisor).map(|c| c.standard_offset))
-            .collect();
-        let align64: Vec<Option<bool>> = infos.iter().map(|c| c.map(|c| c.align64)).collect();
-        let row = ComponentAcross {
-            id: f.index(),
-            name: f.short_name(),
-            supervisor: f.is_supervisor(),
-            sizes_agree: agree(&sizes),
-            offsets_agree: agree(&standard_offsets),
-            align_agree: agree(&align64),
-            in_baseline: baseline.contains(f),
-            present,
-            sizes,
-            standard_offsets,
-            align64,
-        };
+        let row = component_row(f, hosts, baseline);
         let on = |v: &[bool], want: bool| -> Vec<String> {
             v.iter()
                 .zip(&labels)
@@ -375,54 +338,154 @@ pub fn compare(hosts: &[HostProfile], restore: Option<(XfeatureMask, XfeatureMas
                 None => partial.push((row.present.clone(), f.mask())),
             }
         }
-        let per_host = |v: &[Option<u32>]| -> String {
-            v.iter()
-                .zip(&labels)
-                .filter_map(|(x, l)| x.map(|x| format!("{x} on {l}")))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        if !row.sizes_agree {
-            differences.push(format!(
-                "{}: size differs ({}): state of this component cannot move between these hosts",
-                f.short_name(),
-                per_host(&row.sizes)
-            ));
-        }
-        if !row.offsets_agree {
-            differences.push(format!(
-                "{}: standard offset differs ({}): standard-format images (KVM_GET_XSAVE) \
-                 must be re-laid out when moving between these hosts",
-                f.short_name(),
-                per_host(&row.standard_offsets)
-            ));
-        }
-        if !row.align_agree {
-            differences.push(format!(
-                "{}: 64-byte alignment in the compacted format differs: compacted offsets \
-                 of later components differ",
-                f.short_name()
-            ));
-        }
-        if common_xcr0.contains(f) && !baseline.contains(f) {
-            differences.push(format!(
-                "{}: every host has it, but the baseline drops it (its XCR0 partners are not \
-                 on every host)",
-                f.short_name()
-            ));
-        }
+        differences.extend(component_differences(
+            f,
+            &row,
+            &labels,
+            common_xcr0,
+            baseline,
+        ));
         components.push(row);
     }
     // Unknown components (bits 20..63) are rejected when profiles load, so
     // the known ones are everything.
     // Components only some hosts have, grouped by those hosts, first.
-    let mut grouped: Vec<String> = partial
+    let mut grouped = partial_groups(&partial, &labels);
+    grouped.append(&mut differences);
+    let mut differences = grouped;
+
+    let (flag_differences, flags) = gated_flags(hosts, &labels, &mut differences);
+
+    let restore = restore.map(|(xcr0, xstate_bv)| restore_check(hosts, &labels, xcr0, xstate_bv));
+
+    Comparison {
+        hosts: columns,
+        common_xcr0,
+        baseline_xcr0: baseline,
+        baseline_xfeatures: baseline.to_string(),
+        baseline_dropped: common_xcr0 - baseline,
+        baseline_xss,
+        components,
+        differences,
+        flag_differences,
+        restore,
+        flags,
+        guests: Vec::new(),
+    }
+}
+
+/// One column per host: its identity, where its XCR0 comes from (KVM's
+/// table or the CPU), its masks and sizes, and its sizes at the `baseline`.
+fn host_columns(
+    hosts: &[HostProfile],
+    labels: &[String],
+    baseline: XfeatureMask,
+) -> Vec<HostColumn> {
+    hosts
+        .iter()
+        .zip(labels)
+        .map(|(h, l)| {
+            let info = effective(h);
+            HostColumn {
+                label: l.clone(),
+                file: h.file.clone(),
+                name: h.name.clone(),
+                xcr0_source: if h.kvm.is_some() { "kvm" } else { "cpu" },
+                xcr0: info.supported_xcr0(),
+                xss: info.supported_xss(),
+                standard_size: info.standard_size(info.supported_xcr0()).unwrap_or(0),
+                baseline_standard_size: info.standard_size(baseline).unwrap_or(0),
+                baseline_compacted_size: info.compacted_size(baseline).unwrap_or(0),
+            }
+        })
+        .collect()
+}
+
+/// Component `f` across the hosts: where each has it, its size, standard
+/// offset and alignment, and whether they agree.
+fn component_row(f: Xfeature, hosts: &[HostProfile], baseline: XfeatureMask) -> ComponentAcross {
+    let infos: Vec<_> = hosts.iter().map(|h| effective(h).component(f)).collect();
+    let present: Vec<bool> = infos.iter().map(Option::is_some).collect();
+    let sizes: Vec<Option<u32>> = infos.iter().map(|c| c.map(|c| c.size)).collect();
+    let standard_offsets: Vec<Option<u32>> = infos
+        .iter()
+        .map(|c| c.filter(|c| !c.supervisor).map(|c| c.standard_offset))
+        .collect();
+    let align64: Vec<Option<bool>> = infos.iter().map(|c| c.map(|c| c.align64)).collect();
+    ComponentAcross {
+        id: f.index(),
+        name: f.short_name(),
+        supervisor: f.is_supervisor(),
+        sizes_agree: agree(&sizes),
+        offsets_agree: agree(&standard_offsets),
+        align_agree: agree(&align64),
+        in_baseline: baseline.contains(f),
+        present,
+        sizes,
+        standard_offsets,
+        align64,
+    }
+}
+
+/// What keeps component `f` (its `row`) from moving between the hosts: its size,
+/// standard offset or alignment differing, or the baseline dropping it
+/// although every host has it.
+fn component_differences(
+    f: Xfeature,
+    row: &ComponentAcross,
+    labels: &[String],
+    common_xcr0: XfeatureMask,
+    baseline: XfeatureMask,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let per_host = |v: &[Option<u32>]| -> String {
+        v.iter()
+            .zip(labels)
+            .filter_map(|(x, l)| x.map(|x| format!("{x} on {l}")))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if !row.sizes_agree {
+        out.push(format!(
+            "{}: size differs ({}): state of this component cannot move between these hosts",
+            f.short_name(),
+            per_host(&row.sizes)
+        ));
+    }
+    if !row.offsets_agree {
+        out.push(format!(
+            "{}: standard offset differs ({}): standard-format images (KVM_GET_XSAVE) \
+             must be re-laid out when moving between these hosts",
+            f.short_name(),
+            per_host(&row.standard_offsets)
+        ));
+    }
+    if !row.align_agree {
+        out.push(format!(
+            "{}: 64-byte alignment in the compacted format differs: compacted offsets \
+             of later components differ",
+            f.short_name()
+        ));
+    }
+    if common_xcr0.contains(f) && !baseline.contains(f) {
+        out.push(format!(
+            "{}: every host has it, but the baseline drops it (its XCR0 partners are not \
+             on every host)",
+            f.short_name()
+        ));
+    }
+    out
+}
+
+/// The components only some hosts have, one line per set of hosts.
+fn partial_groups(partial: &[(Vec<bool>, XfeatureMask)], labels: &[String]) -> Vec<String> {
+    partial
         .iter()
         .map(|(present, mask)| {
             let pick = |want: bool| -> String {
                 present
                     .iter()
-                    .zip(&labels)
+                    .zip(labels)
                     .filter(|(p, _)| **p == want)
                     .map(|(_, l)| l.as_str())
                     .collect::<Vec<_>>()
@@ -435,10 +498,17 @@ pub fn compare(hosts: &[HostProfile], restore: Option<(XfeatureMask, XfeatureMas
                 pick(false)
             )
         })
-        .collect();
-    grouped.append(&mut differences);
-    let mut differences = grouped;
+        .collect()
+}
 
+/// The CPUID flags that gate xstate use, across the hosts that recorded
+/// them: each flag some have and others lack (also added to
+/// `differences`), and every flag per host.
+fn gated_flags(
+    hosts: &[HostProfile],
+    labels: &[String],
+    differences: &mut Vec<String>,
+) -> (Vec<FlagDifference>, Vec<FlagAcross>) {
     let mut flag_differences = Vec::new();
     let recorded: Vec<bool> = hosts
         .iter()
@@ -447,7 +517,7 @@ pub fn compare(hosts: &[HostProfile], restore: Option<(XfeatureMask, XfeatureMas
     if recorded.iter().filter(|r| **r).count() >= 2 {
         for f in GATED_FLAGS {
             let (mut yes, mut no) = (Vec::new(), Vec::new());
-            for (h, l) in hosts.iter().zip(&labels) {
+            for (h, l) in hosts.iter().zip(labels) {
                 match h.flag(f) {
                     Some(true) => yes.push(l.clone()),
                     Some(false) => no.push(l.clone()),
@@ -481,13 +551,22 @@ pub fn compare(hosts: &[HostProfile], restore: Option<(XfeatureMask, XfeatureMas
     } else {
         Vec::new()
     };
+    (flag_differences, flags)
+}
 
-    let restore = restore.map(|(xcr0, xstate_bv)| RestoreCheck {
+/// Whether state using `xstate_bv` under `xcr0` restores on each host.
+fn restore_check(
+    hosts: &[HostProfile],
+    labels: &[String],
+    xcr0: XfeatureMask,
+    xstate_bv: XfeatureMask,
+) -> RestoreCheck {
+    RestoreCheck {
         xstate_bv,
         xcr0,
         hosts: hosts
             .iter()
-            .zip(&labels)
+            .zip(labels)
             .map(|(h, l)| {
                 let r = restorable_on(xcr0, xstate_bv, effective(h));
                 RestoreOn {
@@ -498,21 +577,6 @@ pub fn compare(hosts: &[HostProfile], restore: Option<(XfeatureMask, XfeatureMas
                 }
             })
             .collect(),
-    });
-
-    Comparison {
-        hosts: columns,
-        common_xcr0,
-        baseline_xcr0: baseline,
-        baseline_xfeatures: baseline.to_string(),
-        baseline_dropped: common_xcr0 - baseline,
-        baseline_xss,
-        components,
-        differences,
-        flag_differences,
-        restore,
-        flags,
-        guests: Vec::new(),
     }
 }
 

@@ -148,8 +148,7 @@ fn refuses_malformed_or_incomplete_dumps() {
     let fc = as_firecracker(&spr()).replacen("0b0", "0bx", 1);
     let e = err(&fc);
     assert!(e.contains("a template with `x` bits is not a dump"), "{e}");
-    let e = err(
-        "{\"cpuid_modifiers\": [{\"leaf\": \"13\", \"subleaf\": \"0x0\", \"modifiers\": []}]}",
-    );
+    let e =
+        err("{\"cpuid_modifiers\": [{\"leaf\": \"13\", \"subleaf\": \"0x0\", \"modifiers\": []}]}");
     assert!(e.contains("leaf \"13\" is not a 0x or 0b number"), "{e}");
 }
