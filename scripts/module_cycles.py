@@ -30,6 +30,11 @@ ROOTS = [
 ]
 
 MOD_DECL = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;", re.M)
+# A module declared for tests only (`#[cfg(test)] mod tests;`, its code in a
+# file of its own) is test code, like an inline `#[cfg(test)] mod` block.
+TEST_MOD_DECL = re.compile(
+    r"#\[cfg\(test\)\]\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?mod\s+\w+\s*;"
+)
 PATH = re.compile(r"\b((?:crate|super|self)(?:::\w+)+|\w+(?:::\w+)+)")
 
 
@@ -49,7 +54,7 @@ def strip_comments_and_tests(text):
             j += 1
         i = j
     out.append(text[i:])
-    return "".join(out)
+    return TEST_MOD_DECL.sub("", "".join(out))
 
 
 def module_file(parent_file, name):

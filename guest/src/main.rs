@@ -57,64 +57,15 @@ extern "C" fn user_main(start_info: u32) -> ! {
     report::print_record_too(!cmdline.quiet);
 
     if let Ok(info) = &boot_info {
-        if !cmdline.quiet {
-            let _ = writeln!(
-                out,
-                "guest: PVH boot, start_info v{}, {} memory-map entries, command line \"{}\"",
-                info.version,
-                info.memmap().len(),
-                cmdline.raw
-            );
-            for word in cmdline.unknown_words() {
-                let _ = writeln!(out, "guest: ignoring unknown command-line word \"{word}\"");
-            }
-        }
-        if info.cmdline_truncated {
-            let _ = writeln!(
-                out,
-                "guest: command line longer than {} bytes, cut",
-                kernel::pvh::MAX_CMDLINE
-            );
-        }
-        match arena::init(info.memmap()) {
-            Some((start, end)) if !cmdline.quiet => {
-                let _ = writeln!(
-                    out,
-                    "guest: arena {start:#x}..{end:#x} ({} MiB)",
-                    (end - start) >> 20
-                );
-            }
-            Some(_) => {}
-            None => {
-                let _ = writeln!(
-                    out,
-                    "guest: no free RAM above the kernel in the memory map: no arena"
-                );
-            }
-        }
+        announce_boot_and_arena(info, &cmdline, &mut out);
     }
 
-    if let Err(e) = xcr0::apply_policy(&cmdline, &mut out) {
-        let _ = writeln!(out, "guest: setup failed: {e}");
-        status = ExitStatus::SetupFailed;
-    }
-    if let Err(e) = report::fill_cpu(report) {
-        let _ = writeln!(out, "guest: setup failed: {e}");
+    if !set_up_cpu(report, &cmdline, &mut out) {
         status = ExitStatus::SetupFailed;
     }
     // SMP: the other CPUs start now and report on their own.
     let rsdp = boot_info.as_ref().map_or(0, |i| i.rsdp);
-    let (wanted, source) = kernel::smp::cpu_count(&cmdline, rsdp);
-    report.cpus_wanted = wanted;
-    report.cpus_source = source as u32;
-    if !cmdline.quiet && wanted > 1 {
-        let _ = writeln!(
-            out,
-            "guest: {wanted} CPUs (from {})",
-            guest::firmware::CPU_COUNT_SOURCES[source as usize]
-        );
-    }
-    let started = kernel::smp::start_aps(&cmdline, wanted, &mut out);
+    let started = start_aps(report, &cmdline, rsdp, &mut out);
     if boot::boot_xsetbv_faulted() {
         let _ = writeln!(
             out,
@@ -168,23 +119,113 @@ extern "C" fn user_main(start_info: u32) -> ! {
         status = ExitStatus::CheckFailed;
     }
 
+    let status = end_status(report, status, started, cmdline.quiet, &mut out);
+    if !cmdline.quiet {
+        report::print_human(report, status, &mut out);
+    }
+    report::send_everywhere_and_exit(report, status, &mut out)
+}
+
+/// Prints what the boot loader handed over (unless `quiet`: the command
+/// line and its unknown words; a cut command line always) and sets up
+/// the arena from its memory map, saying where it is or why there is none.
+fn announce_boot_and_arena(info: &BootInfo, cmdline: &Cmdline, out: &mut Console) {
+    if !cmdline.quiet {
+        let _ = writeln!(
+            out,
+            "guest: PVH boot, start_info v{}, {} memory-map entries, command line \"{}\"",
+            info.version,
+            info.memmap().len(),
+            cmdline.raw
+        );
+        for word in cmdline.unknown_words() {
+            let _ = writeln!(out, "guest: ignoring unknown command-line word \"{word}\"");
+        }
+    }
+    if info.cmdline_truncated {
+        let _ = writeln!(
+            out,
+            "guest: command line longer than {} bytes, cut",
+            kernel::pvh::MAX_CMDLINE
+        );
+    }
+    match arena::init(info.memmap()) {
+        Some((start, end)) if !cmdline.quiet => {
+            let _ = writeln!(
+                out,
+                "guest: arena {start:#x}..{end:#x} ({} MiB)",
+                (end - start) >> 20
+            );
+        }
+        Some(_) => {}
+        None => {
+            let _ = writeln!(
+                out,
+                "guest: no free RAM above the kernel in the memory map: no arena"
+            );
+        }
+    }
+}
+
+/// Sets XCR0 as the command line asks and fills the report's CPU fields,
+/// printing why either failed; false when one did.
+fn set_up_cpu(report: &mut Report, cmdline: &Cmdline, out: &mut Console) -> bool {
+    let mut ok = true;
+    if let Err(e) = xcr0::apply_policy(cmdline, out) {
+        let _ = writeln!(out, "guest: setup failed: {e}");
+        ok = false;
+    }
+    if let Err(e) = report::fill_cpu(report) {
+        let _ = writeln!(out, "guest: setup failed: {e}");
+        ok = false;
+    }
+    ok
+}
+
+/// Starts the application processors: as many CPUs as the command line
+/// or the firmware tables (`rsdp`) say, recorded in the report with their
+/// source.
+fn start_aps(
+    report: &mut Report,
+    cmdline: &Cmdline,
+    rsdp: u64,
+    out: &mut Console,
+) -> kernel::smp::Started {
+    let (wanted, source) = kernel::smp::cpu_count(cmdline, rsdp);
+    report.cpus_wanted = wanted;
+    report.cpus_source = source as u32;
+    if !cmdline.quiet && wanted > 1 {
+        let _ = writeln!(
+            out,
+            "guest: {wanted} CPUs (from {})",
+            guest::firmware::CPU_COUNT_SOURCES[source as usize]
+        );
+    }
+    kernel::smp::start_aps(cmdline, wanted, out)
+}
+
+/// The run's status after its last checks: a failed result row, then
+/// (once the report holds the XINUSE bits) the application processors'
+/// reports and their checks. An earlier failure stays the status.
+fn end_status(
+    report: &mut Report,
+    mut status: ExitStatus,
+    started: kernel::smp::Started,
+    quiet: bool,
+    out: &mut Console,
+) -> ExitStatus {
     if status == ExitStatus::Success && report.results().iter().any(|r| r.check == 0) {
         status = ExitStatus::CheckFailed;
     }
     report::fill_xinuse(report);
-    if !kernel::smp::finish(started, report, cmdline.quiet, &mut out)
-        && status == ExitStatus::Success
-    {
+    if !kernel::smp::finish(started, report, quiet, out) && status == ExitStatus::Success {
         status = ExitStatus::SetupFailed;
     }
     if !kernel::smp::ap_checks_passed() && status == ExitStatus::Success {
         let _ = writeln!(out, "guest: a check on an application processor failed");
         status = ExitStatus::CheckFailed;
     }
-    if !cmdline.quiet {
-        report::print_human(report, status, &mut out);
-    }
-    report::send_everywhere_and_exit(report, status, &mut out)
+    status
 }
 
 /// Whether this run uses a context-switch strategy: it runs workloads or

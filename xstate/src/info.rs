@@ -243,77 +243,8 @@ impl XsaveInfo {
     /// ```
     pub fn from_raw(raw: [CpuidRegs; 64]) -> Result<Self, InfoError> {
         let (xcr0, xss) = supported_masks(&raw);
-        // x87 is mandatory; SSE only once anything above it is offered.
-        let extended = xcr0.bits() & !XfeatureMask::LEGACY.bits() != 0;
-        if !xcr0.contains(Xfeature::X87) || (extended && !xcr0.contains(Xfeature::Sse)) {
-            return Err(InfoError::LegacyNotSupported { xcr0 });
-        }
-        if xcr0.contains_index(63) {
-            return Err(InfoError::ReservedBit { xcr0, xss });
-        }
-        if xss.contains_index(63) || xss.contains_index(0) || xss.contains_index(1) {
-            return Err(InfoError::ReservedBit { xcr0, xss });
-        }
-        let both = xcr0 & xss;
-        if !both.is_empty() {
-            return Err(InfoError::UserAndSupervisor(both));
-        }
-        let max_standard = raw[0].ecx;
-        if max_standard < HEADER_END {
-            return Err(InfoError::MaxSizeTooSmall(max_standard));
-        }
-        // Per-component checks.
-        for i in (xcr0 | xss).iter_indices().filter(|&i| i >= 2) {
-            let r = raw[i as usize];
-            if r.is_zero() || r.eax == 0 {
-                return Err(InfoError::MissingSubleaf(i));
-            }
-            let supervisor = xss.contains_index(i);
-            if (r.ecx & leaf_d_ecx::SUPERVISOR != 0) != supervisor {
-                return Err(InfoError::SupervisorFlagMismatch(i));
-            }
-            if supervisor {
-                continue;
-            }
-            let end = r
-                .ebx
-                .checked_add(r.eax)
-                .ok_or(InfoError::PastAddressSpace {
-                    index: i,
-                    offset: r.ebx,
-                    size: r.eax,
-                })?;
-            if r.ebx < HEADER_END {
-                return Err(InfoError::InsideLegacyRegion {
-                    index: i,
-                    offset: r.ebx,
-                });
-            }
-            if end > max_standard {
-                return Err(InfoError::PastMaxSize {
-                    index: i,
-                    end,
-                    max: max_standard,
-                });
-            }
-        }
-        // Overlaps between user components (quadratic over <= 62 entries).
-        for i in xcr0.iter_indices().filter(|&i| i >= 2) {
-            for j in xcr0.iter_indices().filter(|&j| j > i) {
-                let (a, b) = (raw[i as usize], raw[j as usize]);
-                if a.ebx < b.ebx + b.eax && b.ebx < a.ebx + a.eax {
-                    return Err(InfoError::Overlap { a: i, b: j });
-                }
-            }
-        }
-        // Compacted sizes must fit in 32 bits too (sum of all sizes + padding).
-        let mut total: u64 = u64::from(HEADER_END);
-        for i in (xcr0 | xss).iter_indices().filter(|&i| i >= 2) {
-            total = total.div_ceil(64) * 64 + u64::from(raw[i as usize].eax);
-        }
-        if total > u64::from(u32::MAX) {
-            return Err(InfoError::CompactedTooLarge(total));
-        }
+        let max_standard = check_masks(&raw, xcr0, xss)?;
+        check_subleaves(&raw, xcr0, xss, max_standard)?;
         let mut std_order = [0u8; 64];
         let mut std_count = 0usize;
         for i in xcr0.iter_indices().filter(|&i| i >= 2) {
@@ -507,6 +438,102 @@ impl XsaveInfo {
         }
         Self::from_leaf_0xd(|i| cpuid(0xd, i))
     }
+}
+
+/// The checks of [`XsaveInfo::from_raw`] on the masks alone: x87 (and SSE
+/// under anything wider) offered, no reserved bit, no component both user
+/// and supervisor, and a maximum standard size that holds the header.
+/// Returns that size (leaf 0xD.0 ECX).
+fn check_masks(
+    raw: &[CpuidRegs; 64],
+    xcr0: XfeatureMask,
+    xss: XfeatureMask,
+) -> Result<u32, InfoError> {
+    // x87 is mandatory; SSE only once anything above it is offered.
+    let extended = xcr0.bits() & !XfeatureMask::LEGACY.bits() != 0;
+    if !xcr0.contains(Xfeature::X87) || (extended && !xcr0.contains(Xfeature::Sse)) {
+        return Err(InfoError::LegacyNotSupported { xcr0 });
+    }
+    if xcr0.contains_index(63) {
+        return Err(InfoError::ReservedBit { xcr0, xss });
+    }
+    if xss.contains_index(63) || xss.contains_index(0) || xss.contains_index(1) {
+        return Err(InfoError::ReservedBit { xcr0, xss });
+    }
+    let both = xcr0 & xss;
+    if !both.is_empty() {
+        return Err(InfoError::UserAndSupervisor(both));
+    }
+    let max_standard = raw[0].ecx;
+    if max_standard < HEADER_END {
+        return Err(InfoError::MaxSizeTooSmall(max_standard));
+    }
+    Ok(max_standard)
+}
+
+/// The checks of [`XsaveInfo::from_raw`] on the subleaves of the offered
+/// components: each present with the right supervisor flag, user ones
+/// inside the standard area and not overlapping, and the compacted size
+/// within 32 bits.
+fn check_subleaves(
+    raw: &[CpuidRegs; 64],
+    xcr0: XfeatureMask,
+    xss: XfeatureMask,
+    max_standard: u32,
+) -> Result<(), InfoError> {
+    // Per-component checks.
+    for i in (xcr0 | xss).iter_indices().filter(|&i| i >= 2) {
+        let r = raw[i as usize];
+        if r.is_zero() || r.eax == 0 {
+            return Err(InfoError::MissingSubleaf(i));
+        }
+        let supervisor = xss.contains_index(i);
+        if (r.ecx & leaf_d_ecx::SUPERVISOR != 0) != supervisor {
+            return Err(InfoError::SupervisorFlagMismatch(i));
+        }
+        if supervisor {
+            continue;
+        }
+        let end = r
+            .ebx
+            .checked_add(r.eax)
+            .ok_or(InfoError::PastAddressSpace {
+                index: i,
+                offset: r.ebx,
+                size: r.eax,
+            })?;
+        if r.ebx < HEADER_END {
+            return Err(InfoError::InsideLegacyRegion {
+                index: i,
+                offset: r.ebx,
+            });
+        }
+        if end > max_standard {
+            return Err(InfoError::PastMaxSize {
+                index: i,
+                end,
+                max: max_standard,
+            });
+        }
+    }
+    // Overlaps between user components (quadratic over <= 62 entries).
+    for i in xcr0.iter_indices().filter(|&i| i >= 2) {
+        for j in xcr0.iter_indices().filter(|&j| j > i) {
+            let (a, b) = (raw[i as usize], raw[j as usize]);
+            if a.ebx < b.ebx + b.eax && b.ebx < a.ebx + a.eax {
+                return Err(InfoError::Overlap { a: i, b: j });
+            }
+        }
+    }
+    // Compacted sizes must fit in 32 bits too (sum of all sizes + padding).
+    let mut total: u64 = u64::from(HEADER_END);
+    for i in (xcr0 | xss).iter_indices().filter(|&i| i >= 2) {
+        total = total.div_ceil(64) * 64 + u64::from(raw[i as usize].eax);
+    }
+    if total > u64::from(u32::MAX) {
+        return Err(InfoError::CompactedTooLarge(total));
+    }
+    Ok(())
 }
 
 /// End of the highest standard-format component of `mask` (user components

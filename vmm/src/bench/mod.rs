@@ -17,6 +17,7 @@
 //! the row-by-row comparison with them, one code for both benchmarks).
 
 pub mod baseline;
+mod command;
 pub mod compare;
 pub mod exits;
 pub mod init_xstate;
@@ -27,18 +28,15 @@ pub mod snapshot;
 pub mod startup;
 pub mod stats;
 
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use crate::error::{Error, Result};
-use crate::kvm::HostKvm;
-use crate::report::plot;
-use crate::schema::Document;
+use crate::error::Result;
 use crate::xstate_manager::SyncPolicy;
-use exits::{Count, MAX_EXITS_PER_ROW, MAX_ROUNDS};
-use progress::Progress;
+use exits::{MAX_EXITS_PER_ROW, MAX_ROUNDS};
+
+pub use command::main;
 
 /// `vmm bench`.
 #[derive(Args)]
@@ -204,7 +202,7 @@ pub enum BenchCommand {
         quiet: bool,
     },
     /// Start-up against the floor: `vmm run --workload none --no-native`
-    /// and a minimal C VMM (vmm/benches/floor/kvm_floor.c, embedded and
+    /// and a minimal C VMM (benches/floor/kvm_floor.c, embedded and
     /// compiled with $CC or cc) that runs one `out` in 64-bit mode, pair by
     /// pair, from process start to exit; vmm's time also split at the run
     /// start, the guest's first instruction and the guest's exit.
@@ -290,265 +288,4 @@ impl BaselineArgs {
         };
         Ok((save_to, against))
     }
-}
-
-/// `--save-baseline`: write `bench` to `path`, if given, and say where.
-fn save<T: serde::Serialize>(path: Option<&Path>, bench: &T) -> Result<()> {
-    if let Some(path) = path {
-        baseline::save(path, bench)?;
-        eprintln!("vmm: baseline saved to {}", path.display());
-    }
-    Ok(())
-}
-
-fn print<T: serde::Serialize>(json: Option<Document>, value: &T, table: String) -> Result<()> {
-    if let Some(doc) = json {
-        let text = crate::schema::to_json(doc, value)?;
-        crate::output::stdout::print(&format!("{text}\n"))?;
-    } else {
-        crate::output::stdout::print(&table)?;
-    }
-    Ok(())
-}
-
-/// Write `charts` to `--plot FILE`, if given.
-fn write_plot(file: Option<&Path>, charts: impl FnOnce() -> Vec<plot::BarChart>) -> Result<()> {
-    if let Some(path) = file {
-        plot::write_svg(path, &charts(), 1400)?;
-    }
-    Ok(())
-}
-
-/// Run a `vmm bench` subcommand; returns the process exit status.
-pub fn main(args: BenchArgs) -> Result<i32> {
-    let timeout = Duration::from_secs(1800);
-    match args.what {
-        BenchCommand::Exits {
-            count,
-            budget,
-            rounds,
-            quick,
-            policy,
-            xfeatures,
-            out,
-            baseline: bl,
-        } => {
-            // Everything that can be refused is refused before measuring.
-            if let Some(p) = &out.plot {
-                plot::check_target(p)?;
-            }
-            let (save_to, against) = bl.resolve(&exits::KIND)?;
-            // An --xfeatures naming AMX needs the guest permission before
-            // KVM's table is read (see crate::arch::amx).
-            for spec in &xfeatures {
-                crate::arch::amx::permit_guest(Some(spec))?;
-            }
-            let host = HostKvm::open()?;
-            let masks = if !xfeatures.is_empty() {
-                xfeatures
-                    .iter()
-                    .map(|s| {
-                        crate::cpuid::validate_policy(Some(s), &host.xstate, &host.supported_cpuid)
-                    })
-                    .collect::<Result<Vec<_>>>()?
-            } else {
-                let all = exits::default_masks(host.xstate.supported_xcr0());
-                if quick {
-                    all.into_iter()
-                        .max_by_key(|m| m.bits())
-                        .into_iter()
-                        .collect()
-                } else {
-                    all
-                }
-            };
-            let policies = if policy.is_empty() {
-                vec![
-                    SyncPolicy::Lazy,
-                    SyncPolicy::Eager,
-                    SyncPolicy::EagerCompact,
-                ]
-            } else {
-                policy
-            };
-            drop(host);
-            let default_budget = if quick {
-                exits::QUICK_BUDGET_S
-            } else {
-                exits::DEFAULT_BUDGET_S
-            };
-            let plan = exits::Plan {
-                count: match count {
-                    Some(c) => Count::Given(c),
-                    None => Count::Budget(budget.unwrap_or(default_budget)),
-                },
-                rounds: rounds.unwrap_or(exits::DEFAULT_ROUNDS),
-                masks,
-                policies,
-                timeout,
-            };
-            let progress = Progress::new(plan.boots(), out.quiet);
-            let measured = exits::run(&plan, &progress);
-            drop(progress);
-            let mut b = measured?;
-            if let Some((then, name)) = &against {
-                b.comparison = Some(baseline::compare(&exits::KIND, &b, then, name.clone()));
-            }
-            print(out.json.then_some(Document::BenchExits), &b, b.to_table())?;
-            save(save_to.as_deref(), &b)?;
-            write_plot(out.plot.as_deref(), || b.charts())?;
-        }
-        BenchCommand::InitXstate {
-            workload,
-            xfeatures,
-            rounds,
-            budget,
-            quick,
-            out,
-            baseline: bl,
-        } => {
-            let default_workload = if quick {
-                init_xstate::QUICK_WORKLOAD
-            } else {
-                init_xstate::DEFAULT_WORKLOAD
-            };
-            let workload = workload.unwrap_or_else(|| default_workload.to_string());
-            guest::workloads::Selection::parse(&workload)
-                .map_err(|e| Error::Argument(format!("invalid --workload {workload:?}: {e}")))?;
-            if let Some(p) = &out.plot {
-                plot::check_target(p)?;
-            }
-            let (save_to, against) = bl.resolve(&init_xstate::KIND)?;
-            let default_budget = if quick {
-                init_xstate::QUICK_BUDGET_S
-            } else {
-                init_xstate::DEFAULT_BUDGET_S
-            };
-            let rounds = match rounds {
-                Some(n) => init_xstate::Rounds::Given(n),
-                None => init_xstate::Rounds::Budget(budget.unwrap_or(default_budget)),
-            };
-            let progress = Progress::new(2, out.quiet);
-            let measured =
-                init_xstate::run(&workload, xfeatures.as_deref(), rounds, timeout, &progress);
-            drop(progress);
-            let mut b = measured?;
-            if let Some((then, name)) = &against {
-                b.comparison = Some(baseline::compare(
-                    &init_xstate::KIND,
-                    &b,
-                    then,
-                    name.clone(),
-                ));
-            }
-            print(
-                out.json.then_some(Document::BenchInitXstate),
-                &b,
-                b.to_table(),
-            )?;
-            save(save_to.as_deref(), &b)?;
-            write_plot(out.plot.as_deref(), || b.charts())?;
-        }
-        BenchCommand::Peers {
-            runs,
-            exits,
-            timeout,
-            json,
-            quiet,
-        } => {
-            let ours = std::env::current_exe()?;
-            // A PeerError is printed here, not turned into `Error`: the
-            // error module stays below the bench modules.
-            let (targets, skipped) = match peers::targets(ours, |v| std::env::var_os(v)) {
-                Ok(t) => t,
-                Err(e) => {
-                    crate::error::eprint(&e, None);
-                    return Ok(crate::report::exit::EXIT_USAGE);
-                }
-            };
-            let plan = peers::Plan {
-                runs,
-                exits,
-                timeout: Duration::from_secs(timeout),
-            };
-            let progress = Progress::new(u64::from(runs) * targets.len() as u64, quiet);
-            let measured = peers::run(&plan, &targets, skipped, || progress.inc());
-            drop(progress);
-            let b = match measured {
-                Ok(b) => b,
-                Err(e) => {
-                    crate::error::eprint(&e, None);
-                    return Ok(crate::report::exit::EXIT_VMM_ERROR);
-                }
-            };
-            print(json.then_some(Document::BenchPeers), &b, b.to_table())?;
-            if !b.all_ok() {
-                return Ok(crate::report::exit::EXIT_VMM_ERROR);
-            }
-        }
-        BenchCommand::Snapshot {
-            mem,
-            runs,
-            workload,
-            after,
-            timeout,
-            peers,
-            json,
-            quiet,
-        } => {
-            if let Err(e) = guest::workloads::Selection::parse(&workload) {
-                return Err(Error::Argument(format!(
-                    "invalid --workload {workload:?}: {e}"
-                )));
-            }
-            let dir = tempfile::Builder::new()
-                .prefix("vmm-bench-snapshot-")
-                .tempdir()?;
-            let peers = if peers {
-                match snapshot::peer_plans(|v| std::env::var_os(v)) {
-                    Ok(p) => p,
-                    Err(e) => {
-                        crate::error::eprint(&e, None);
-                        return Ok(crate::report::exit::EXIT_USAGE);
-                    }
-                }
-            } else {
-                Vec::new()
-            };
-            let plan = snapshot::Plan {
-                mem_mib: mem.unwrap_or_else(|| snapshot::DEFAULT_MEM_MIB.to_vec()),
-                runs,
-                workload,
-                after: after.map(Duration::from_secs_f64),
-                timeout: Duration::from_secs(timeout),
-                dir: dir.path().to_path_buf(),
-                vmm: std::env::current_exe()?,
-                peers,
-            };
-            let progress = Progress::new(u64::from(runs) * plan.mem_mib.len() as u64, quiet);
-            let b = snapshot::run(&plan, || progress.inc())?;
-            drop(progress);
-            print(json.then_some(Document::BenchSnapshot), &b, b.to_table())?;
-            if !b.all_ok() {
-                return Ok(crate::report::exit::EXIT_VMM_ERROR);
-            }
-        }
-        BenchCommand::Startup { pairs, json, quiet } => {
-            let ours = std::env::current_exe()?;
-            let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-            let progress = Progress::new(u64::from(pairs), quiet);
-            let measured = startup::run(pairs, &ours, &cc, || progress.inc());
-            drop(progress);
-            // Printed here, not turned into `Error` (as for peers).
-            let b = match measured {
-                Ok(b) => b,
-                Err(e) => {
-                    crate::error::eprint(&e, e.hint());
-                    return Ok(crate::report::exit::EXIT_VMM_ERROR);
-                }
-            };
-            print(json.then_some(Document::BenchStartup), &b, b.to_table())?;
-        }
-    }
-    Ok(0)
 }

@@ -238,63 +238,7 @@ impl Comparison {
             );
         }
         let _ = writeln!(s);
-        let mut t = Columns::new()
-            .right("", 2)
-            .left(" ", 9)
-            .left(" ", 4)
-            .right("", 6);
-        for _ in &self.hosts {
-            t = t.right(" ", 8);
-        }
-        t = t.left("  ", 0);
-        // Host columns hold standard offsets, in bytes (spelled out: the
-        // hosts are labelled A, B, ...).
-        let hosts: Vec<String> = self
-            .hosts
-            .iter()
-            .map(|h| format!("{} bytes", h.label))
-            .collect();
-        let mut header = vec!["id", "name", "u/s", "size B"];
-        header.extend(hosts.iter().map(String::as_str));
-        header.push("agreement");
-        t.push(&mut s, &header);
-        for c in &self.components {
-            if !c.present.iter().any(|p| *p) {
-                continue;
-            }
-            let size = if c.sizes_agree {
-                c.sizes
-                    .iter()
-                    .flatten()
-                    .next()
-                    .map(u32::to_string)
-                    .unwrap_or_default()
-            } else {
-                "diff".into()
-            };
-            let mut row = vec![
-                c.id.to_string(),
-                c.name.to_string(),
-                if c.supervisor { "sup" } else { "user" }.to_string(),
-                size,
-            ];
-            row.extend(
-                c.present
-                    .iter()
-                    .zip(&c.standard_offsets)
-                    .map(|(p, o)| match (p, o) {
-                        (false, _) => "-".to_string(),
-                        (true, Some(o)) => o.to_string(),
-                        (true, None) => "yes".to_string(),
-                    }),
-            );
-            row.push(agreement(c).join(", "));
-            t.push(&mut s, &row);
-        }
-        let _ = writeln!(
-            s,
-            "(host columns: standard offset in bytes; \"yes\" for supervisor state, which has none)"
-        );
+        self.components_across_table(&mut s);
         let _ = writeln!(s);
         let _ = writeln!(
             s,
@@ -347,6 +291,68 @@ impl Comparison {
             }
         }
         s
+    }
+
+    /// The components across the hosts: size, each host's standard
+    /// offset, and what of them agrees.
+    fn components_across_table(&self, s: &mut String) {
+        let mut t = Columns::new()
+            .right("", 2)
+            .left(" ", 9)
+            .left(" ", 4)
+            .right("", 6);
+        for _ in &self.hosts {
+            t = t.right(" ", 8);
+        }
+        t = t.left("  ", 0);
+        // Host columns hold standard offsets, in bytes (spelled out: the
+        // hosts are labelled A, B, ...).
+        let hosts: Vec<String> = self
+            .hosts
+            .iter()
+            .map(|h| format!("{} bytes", h.label))
+            .collect();
+        let mut header = vec!["id", "name", "u/s", "size B"];
+        header.extend(hosts.iter().map(String::as_str));
+        header.push("agreement");
+        t.push(s, &header);
+        for c in &self.components {
+            if !c.present.iter().any(|p| *p) {
+                continue;
+            }
+            let size = if c.sizes_agree {
+                c.sizes
+                    .iter()
+                    .flatten()
+                    .next()
+                    .map(u32::to_string)
+                    .unwrap_or_default()
+            } else {
+                "diff".into()
+            };
+            let mut row = vec![
+                c.id.to_string(),
+                c.name.to_string(),
+                if c.supervisor { "sup" } else { "user" }.to_string(),
+                size,
+            ];
+            row.extend(
+                c.present
+                    .iter()
+                    .zip(&c.standard_offsets)
+                    .map(|(p, o)| match (p, o) {
+                        (false, _) => "-".to_string(),
+                        (true, Some(o)) => o.to_string(),
+                        (true, None) => "yes".to_string(),
+                    }),
+            );
+            row.push(agreement(c).join(", "));
+            t.push(s, &row);
+        }
+        let _ = writeln!(
+        s,
+        "(host columns: standard offset in bytes; \"yes\" for supervisor state, which has none)"
+    );
     }
 }
 

@@ -242,36 +242,7 @@ pub fn build(inp: &Inputs) -> FeaturesView {
     if let Some(why) = &inp.kvm_missing {
         notes.push(format!("no KVM column: {why}"));
     }
-    let mut failed = false;
-    let guest_col = match &inp.guest {
-        GuestState::NotBooted(why) => {
-            notes.push(format!("no guest column: {why}"));
-            None
-        }
-        GuestState::Failed(why) => {
-            failed = true;
-            notes.push(format!("no guest column: {why}"));
-            None
-        }
-        GuestState::Booted { seen: g, note } => {
-            if let Some(n) = note {
-                notes.push(n.clone());
-            }
-            Some(GuestColumn {
-                xcr0_supported: g.xcr0_supported,
-                xss_supported: g.xss_supported,
-                xcr0: g.xcr0,
-                xinuse: g.xinuse,
-                standard_size_max: g.size_max,
-                standard_size_enabled: g.size_enabled,
-                compacted_size: g.size_compacted,
-                computed_standard_size: g.computed_standard_size,
-                computed_compacted_size: g.computed_compacted_size,
-                xsave_variants: guest::protocol::xsave_variants(g.xsave_features).collect(),
-                kvm_cpuid_honored: g.kvm_cpuid_honored,
-            })
-        }
-    };
+    let (guest_col, failed) = guest_column(&inp.guest, &mut notes);
 
     let policy_col = MaskColumn::new(layout, policy, policy_xss);
     FeaturesView {
@@ -300,6 +271,42 @@ pub fn build(inp: &Inputs) -> FeaturesView {
         disagreements: diff::disagreements(inp),
         failed,
     }
+}
+
+/// The guest column of a booted guest; otherwise none, with the reason in
+/// `notes` (and `true` when the boot was wanted but failed).
+fn guest_column(state: &GuestState, notes: &mut Vec<String>) -> (Option<GuestColumn>, bool) {
+    let mut failed = false;
+    let col = match state {
+        GuestState::NotBooted(why) => {
+            notes.push(format!("no guest column: {why}"));
+            None
+        }
+        GuestState::Failed(why) => {
+            failed = true;
+            notes.push(format!("no guest column: {why}"));
+            None
+        }
+        GuestState::Booted { seen: g, note } => {
+            if let Some(n) = note {
+                notes.push(n.clone());
+            }
+            Some(GuestColumn {
+                xcr0_supported: g.xcr0_supported,
+                xss_supported: g.xss_supported,
+                xcr0: g.xcr0,
+                xinuse: g.xinuse,
+                standard_size_max: g.size_max,
+                standard_size_enabled: g.size_enabled,
+                compacted_size: g.size_compacted,
+                computed_standard_size: g.computed_standard_size,
+                computed_compacted_size: g.computed_compacted_size,
+                xsave_variants: guest::protocol::xsave_variants(g.xsave_features).collect(),
+                kvm_cpuid_honored: g.kvm_cpuid_honored,
+            })
+        }
+    };
+    (col, failed)
 }
 
 #[cfg(test)]

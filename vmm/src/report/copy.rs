@@ -219,6 +219,91 @@ impl CopyView {
 
     /// The table and crossovers as `vmm run` prints them.
     pub fn render(&self, s: &mut String) {
+        self.render_table(s);
+        let pairs: Vec<String> = self
+            .borrow
+            .iter()
+            .map(|b| match b.ns_per_pair {
+                Some(n) => format!("{} {} {n:.1} ns", b.insn, b.live),
+                None => format!("{} {} {:.0} cycles", b.insn, b.live, b.cycles_per_pair),
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "  borrow (XSAVE(C)+XRSTOR of the task's state at CPL3): {}; XSAVES is CPL0-only: not timed (CPL0 is emulated on kvm_pvm)",
+            if pairs.is_empty() { "-".to_string() } else { pairs.join(", ") }
+        );
+        self.render_crossovers(s);
+        let p = &self.policy;
+        let steps: Vec<String> = p
+            .memcpy_steps
+            .iter()
+            .enumerate()
+            .map(|(k, step)| match p.memcpy_steps.get(k + 1) {
+                Some(next) if k == 0 => format!("{} below {}", step.method, bytes(next.from)),
+                Some(next) => format!(
+                    "{} from {} below {}",
+                    step.method,
+                    bytes(step.from),
+                    bytes(next.from)
+                ),
+                None if k == 0 => format!("{} at every size", step.method),
+                None => format!("{} from {}", step.method, bytes(step.from)),
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "  guest memcpy ({}): {}; memset rep stosb from {}",
+            if p.measured { "measured" } else { "default" },
+            steps.join(", "),
+            bytes(p.memset_rep_min)
+        );
+    }
+
+    /// Where each method beats `rep movsb` and the cached copies, and where
+    /// borrowing the vector registers pays, as size ranges.
+    fn render_crossovers(&self, s: &mut String) {
+        let spans = |runs: &[(u64, u64)]| {
+            if runs.is_empty() {
+                return "never".to_string();
+            }
+            let each = runs.iter().map(|&(a, b)| {
+                if a == b {
+                    bytes(a)
+                } else {
+                    format!("{}..{}", bytes(a), bytes(b))
+                }
+            });
+            each.collect::<Vec<_>>().join(" and ")
+        };
+        let from = |r: Option<u64>| r.map_or("never".to_string(), |a| format!("from {}", bytes(a)));
+        for c in &self.crossovers {
+            if c.method == Method::RepMovsb.name() {
+                continue;
+            }
+            let _ = writeln!(
+                s,
+                "  {:<10} beats rep movsb hot {}, cold {}; beats cached copies cold {}",
+                c.method,
+                spans(&c.beats_movsb_hot_runs),
+                spans(&c.beats_movsb_cold_runs),
+                from(c.beats_cached_cold_from)
+            );
+        }
+        for b in &self.borrow_pays {
+            let _ = writeln!(
+                s,
+                "  borrowing with {} live pays hot {}, cold {}",
+                b.live,
+                from(b.pays_hot_from),
+                from(b.pays_cold_from)
+            );
+        }
+    }
+
+    /// The heading and the grid: ns per copy and GB/s per data temperature,
+    /// size and method (sizes no method measured left out).
+    fn render_table(&self, s: &mut String) {
         let methods: Vec<&'static str> = self.crossovers.iter().map(|c| c.method).collect();
         let _ = writeln!(
             s,
@@ -256,79 +341,6 @@ impl CopyView {
                 t.push(s, &row);
             }
         }
-        let pairs: Vec<String> = self
-            .borrow
-            .iter()
-            .map(|b| match b.ns_per_pair {
-                Some(n) => format!("{} {} {n:.1} ns", b.insn, b.live),
-                None => format!("{} {} {:.0} cycles", b.insn, b.live, b.cycles_per_pair),
-            })
-            .collect();
-        let _ = writeln!(
-            s,
-            "  borrow (XSAVE(C)+XRSTOR of the task's state at CPL3): {}; XSAVES is CPL0-only: not timed (CPL0 is emulated on kvm_pvm)",
-            if pairs.is_empty() { "-".to_string() } else { pairs.join(", ") }
-        );
-        let spans = |runs: &[(u64, u64)]| {
-            if runs.is_empty() {
-                return "never".to_string();
-            }
-            let each = runs.iter().map(|&(a, b)| {
-                if a == b {
-                    bytes(a)
-                } else {
-                    format!("{}..{}", bytes(a), bytes(b))
-                }
-            });
-            each.collect::<Vec<_>>().join(" and ")
-        };
-        let from = |r: Option<u64>| r.map_or("never".to_string(), |a| format!("from {}", bytes(a)));
-        for c in &self.crossovers {
-            if c.method == Method::RepMovsb.name() {
-                continue;
-            }
-            let _ = writeln!(
-                s,
-                "  {:<10} beats rep movsb hot {}, cold {}; beats cached copies cold {}",
-                c.method,
-                spans(&c.beats_movsb_hot_runs),
-                spans(&c.beats_movsb_cold_runs),
-                from(c.beats_cached_cold_from)
-            );
-        }
-        for b in &self.borrow_pays {
-            let _ = writeln!(
-                s,
-                "  borrowing with {} live pays hot {}, cold {}",
-                b.live,
-                from(b.pays_hot_from),
-                from(b.pays_cold_from)
-            );
-        }
-        let p = &self.policy;
-        let steps: Vec<String> = p
-            .memcpy_steps
-            .iter()
-            .enumerate()
-            .map(|(k, step)| match p.memcpy_steps.get(k + 1) {
-                Some(next) if k == 0 => format!("{} below {}", step.method, bytes(next.from)),
-                Some(next) => format!(
-                    "{} from {} below {}",
-                    step.method,
-                    bytes(step.from),
-                    bytes(next.from)
-                ),
-                None if k == 0 => format!("{} at every size", step.method),
-                None => format!("{} from {}", step.method, bytes(step.from)),
-            })
-            .collect();
-        let _ = writeln!(
-            s,
-            "  guest memcpy ({}): {}; memset rep stosb from {}",
-            if p.measured { "measured" } else { "default" },
-            steps.join(", "),
-            bytes(p.memset_rep_min)
-        );
     }
 }
 

@@ -11,6 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
@@ -210,6 +211,33 @@ where
             .label(name.as_str())
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], col.filled()));
     }
+    draw_marks(&mut chart, &bars, c, half, width)?;
+    draw_labels(root, &mut chart, &bars, c, top)?;
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
+/// The chart's plotting area: bar slots across, the chart's unit up.
+type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// What is drawn over the bars, each with its legend entry: the whiskers
+/// (min..p90 of the rounds), the reference ticks across bars (the raw KVM
+/// limit) and the horizontal line. `half` is a bar's half width.
+fn draw_marks<DB: DrawingBackend>(
+    chart: &mut Chart<'_, DB>,
+    bars: &[(f64, &Bar)],
+    c: &BarChart,
+    half: f64,
+    width: f64,
+) -> Result<(), DrawError>
+where
+    DB::ErrorType: 'static,
+{
     // Whiskers: min..p90 of the rounds.
     let whisker = BLACK.stroke_width(1);
     let ranged: Vec<_> = bars
@@ -253,6 +281,22 @@ where
             .label(name.as_str())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 12, y)], style));
     }
+    Ok(())
+}
+
+/// The text: each bar's value above it, its label under the axis (rotated
+/// to read downwards, drawn on `root` so it may leave the plotting area)
+/// and each group's caption under its bars' labels.
+fn draw_labels<DB: DrawingBackend>(
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    chart: &mut Chart<'_, DB>,
+    bars: &[(f64, &Bar)],
+    c: &BarChart,
+    top: f64,
+) -> Result<(), DrawError>
+where
+    DB::ErrorType: 'static,
+{
     // Values above the bars.
     let above =
         TextStyle::from(("sans-serif", 10).into_font()).pos(Pos::new(HPos::Center, VPos::Bottom));
@@ -269,7 +313,7 @@ where
     }))?;
     // Bar labels under the axis, rotated to read downwards.
     let under = TextStyle::from(("sans-serif", 10).into_font()).transform(FontTransform::Rotate90);
-    for (x, b) in &bars {
+    for (x, b) in bars {
         let (px, py) = chart.backend_coord(&(*x, 0.0));
         root.draw(&Text::new(b.label.clone(), (px + 5, py + 6), under.clone()))?;
     }
@@ -283,12 +327,6 @@ where
         root.draw(&Text::new(g.label.clone(), (px, py + 128), caption.clone()))?;
         first += g.bars.len() as f64 + 1.0;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
     Ok(())
 }
 

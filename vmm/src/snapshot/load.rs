@@ -189,6 +189,15 @@ pub(crate) fn load_vcpu(
     })?);
 
     // The guest converts cycles with the rate it was told: keep it.
+    let tsc_khz = keep_tsc_rate(vcpu, saved_tsc_khz);
+    set_registers(vcpu, v)?;
+    set_apic_and_events(vcpu, v)?;
+    Ok(tsc_khz)
+}
+
+/// The guest converts cycles with the rate it was told: keep it, when
+/// KVM lets this vCPU run at it. Returns the vCPU's rate.
+fn keep_tsc_rate(vcpu: &kvm_ioctls::VcpuFd, saved_tsc_khz: u32) -> u32 {
     let mut tsc_khz = vcpu.get_tsc_khz().unwrap_or(0);
     if saved_tsc_khz != 0 && tsc_khz != saved_tsc_khz {
         match vcpu.set_tsc_khz(saved_tsc_khz) {
@@ -199,7 +208,12 @@ pub(crate) fn load_vcpu(
             ),
         }
     }
+    tsc_khz
+}
 
+/// The special and general registers, the XCRs and the MSRs, in KVM's
+/// order, each refusal naming the fields that commonly cause it.
+fn set_registers(vcpu: &kvm_ioctls::VcpuFd, v: &VcpuState) -> Result<()> {
     let s = &v.sregs;
     vcpu.set_sregs(s).map_err(refused(
         "KVM_SET_SREGS",
@@ -242,8 +256,13 @@ pub(crate) fn load_vcpu(
         e => e,
     })?;
     vcpu::set_msrs(vcpu, &v.msrs)?;
-    // The LAPIC after the special registers (its base and enable bit are
-    // in sregs.apic_base) and before the MP state and events it gates.
+    Ok(())
+}
+
+/// The LAPIC (after the special registers: its base and enable bit are in
+/// sregs.apic_base), then the events, MP state and debug registers it
+/// gates, each only when the snapshot has it.
+fn set_apic_and_events(vcpu: &kvm_ioctls::VcpuFd, v: &VcpuState) -> Result<()> {
     if let Some(lapic) = &v.lapic {
         vcpu.set_lapic(lapic).map_err(refused(
             "KVM_SET_LAPIC",
@@ -290,7 +309,7 @@ pub(crate) fn load_vcpu(
             ),
         ))?;
     }
-    Ok(tsc_khz)
+    Ok(())
 }
 
 /// The error for a state KVM refused: the ioctl, the vCPU, the section it

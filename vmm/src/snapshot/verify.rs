@@ -16,7 +16,7 @@
 //! - MXCSR_MASK (xsave bytes 28..32) is a read-only capability of the CPU
 //!   KVM runs on; KVM reports this CPU's value, not the file's.
 
-use kvm_bindings::{kvm_dtable, kvm_segment};
+use kvm_bindings::{kvm_dtable, kvm_regs, kvm_segment, kvm_sregs};
 use kvm_ioctls::VcpuFd;
 use xstate::XsaveBuf;
 
@@ -106,6 +106,108 @@ impl Cmp<'_> {
     }
 }
 
+impl Cmp<'_> {
+    /// The general-purpose registers, RIP and RFLAGS.
+    fn regs(&mut self, a: &kvm_regs, b: &kvm_regs) {
+        for (name, x, y) in [
+            ("rax", a.rax, b.rax),
+            ("rbx", a.rbx, b.rbx),
+            ("rcx", a.rcx, b.rcx),
+            ("rdx", a.rdx, b.rdx),
+            ("rsi", a.rsi, b.rsi),
+            ("rdi", a.rdi, b.rdi),
+            ("rsp", a.rsp, b.rsp),
+            ("rbp", a.rbp, b.rbp),
+            ("r8", a.r8, b.r8),
+            ("r9", a.r9, b.r9),
+            ("r10", a.r10, b.r10),
+            ("r11", a.r11, b.r11),
+            ("r12", a.r12, b.r12),
+            ("r13", a.r13, b.r13),
+            ("r14", a.r14, b.r14),
+            ("r15", a.r15, b.r15),
+            ("rip", a.rip, b.rip),
+            ("rflags", a.rflags, b.rflags),
+        ] {
+            self.eq(&format!("regs.{name}"), x, y);
+        }
+    }
+
+    /// The segments, descriptor tables, control registers, EFER, APIC base
+    /// and the pending-interrupt bitmap.
+    fn sregs(&mut self, a: &kvm_sregs, b: &kvm_sregs) {
+        for (name, x, y) in [
+            ("cs", &a.cs, &b.cs),
+            ("ds", &a.ds, &b.ds),
+            ("es", &a.es, &b.es),
+            ("fs", &a.fs, &b.fs),
+            ("gs", &a.gs, &b.gs),
+            ("ss", &a.ss, &b.ss),
+            ("tr", &a.tr, &b.tr),
+            ("ldt", &a.ldt, &b.ldt),
+        ] {
+            self.segment(name, x, y);
+        }
+        self.dtable("gdt", &a.gdt, &b.gdt);
+        self.dtable("idt", &a.idt, &b.idt);
+        for (name, x, y) in [
+            ("cr0", a.cr0, b.cr0),
+            ("cr2", a.cr2, b.cr2),
+            ("cr3", a.cr3, b.cr3),
+            ("cr4", a.cr4, b.cr4),
+            ("cr8", a.cr8, b.cr8),
+            ("efer", a.efer, b.efer),
+            ("apic_base", a.apic_base, b.apic_base),
+        ] {
+            self.eq(&format!("sregs.{name}"), x, y);
+        }
+        for (i, (x, y)) in a
+            .interrupt_bitmap
+            .iter()
+            .zip(&b.interrupt_bitmap)
+            .enumerate()
+        {
+            self.eq(&format!("sregs.interrupt_bitmap[{i}]"), *x, *y);
+        }
+    }
+
+    /// The xsave image, 8 bytes at a time, against the `standard` image
+    /// the restore loaded; MXCSR_MASK is the CPU's, so it differs as a
+    /// host-owned field.
+    fn xsave(&mut self, standard: &XsaveBuf, image: &XsaveBuf) {
+        // The xsave image, 8 bytes at a time; MXCSR_MASK is the CPU's.
+        // KVM's image is at least the standard size (the legacy kvm_xsave is
+        // 4 KiB); the bytes past the standard image are not state.
+        let n = standard.len().min(image.len());
+        if image.len() < standard.len() {
+            self.eq("xstate.length", standard.len() as u64, image.len() as u64);
+        }
+        let (sa, sb) = (standard.as_bytes(), image.as_bytes());
+        for off in (0..n).step_by(8) {
+            let end = (off + 8).min(n);
+            let word = |s: &[u8]| {
+                let mut w = [0u8; 8];
+                w[..end - off].copy_from_slice(&s[off..end]);
+                u64::from_le_bytes(w)
+            };
+            let (x, y) = (word(sa), word(sb));
+            if off == 24 {
+                // Bytes 24..28 MXCSR (state), 28..32 MXCSR_MASK (the CPU's).
+                self.eq("xstate.mxcsr", x & 0xffff_ffff, y & 0xffff_ffff);
+                if x >> 32 != y >> 32 {
+                    self.out.host_owned.push(Mismatch {
+                        field: format!("{}xstate.mxcsr_mask", self.prefix),
+                        saved: x >> 32,
+                        loaded: y >> 32,
+                    });
+                }
+                continue;
+            }
+            self.eq(&format!("xstate[{off}..{end}]"), x, y);
+        }
+    }
+}
+
 /// Read back vCPU `v.id`'s state from KVM and compare it with `v` and the
 /// standard xsave image the restore loaded (`standard`, the validated
 /// image in this host's layout).
@@ -126,63 +228,8 @@ pub fn verify_loaded(
         out: &mut out,
         prefix: format!("vcpu{}.", v.id),
     };
-    let (a, b) = (&v.regs, &regs);
-    for (name, x, y) in [
-        ("rax", a.rax, b.rax),
-        ("rbx", a.rbx, b.rbx),
-        ("rcx", a.rcx, b.rcx),
-        ("rdx", a.rdx, b.rdx),
-        ("rsi", a.rsi, b.rsi),
-        ("rdi", a.rdi, b.rdi),
-        ("rsp", a.rsp, b.rsp),
-        ("rbp", a.rbp, b.rbp),
-        ("r8", a.r8, b.r8),
-        ("r9", a.r9, b.r9),
-        ("r10", a.r10, b.r10),
-        ("r11", a.r11, b.r11),
-        ("r12", a.r12, b.r12),
-        ("r13", a.r13, b.r13),
-        ("r14", a.r14, b.r14),
-        ("r15", a.r15, b.r15),
-        ("rip", a.rip, b.rip),
-        ("rflags", a.rflags, b.rflags),
-    ] {
-        c.eq(&format!("regs.{name}"), x, y);
-    }
-    let (a, b) = (&v.sregs, &sregs);
-    for (name, x, y) in [
-        ("cs", &a.cs, &b.cs),
-        ("ds", &a.ds, &b.ds),
-        ("es", &a.es, &b.es),
-        ("fs", &a.fs, &b.fs),
-        ("gs", &a.gs, &b.gs),
-        ("ss", &a.ss, &b.ss),
-        ("tr", &a.tr, &b.tr),
-        ("ldt", &a.ldt, &b.ldt),
-    ] {
-        c.segment(name, x, y);
-    }
-    c.dtable("gdt", &a.gdt, &b.gdt);
-    c.dtable("idt", &a.idt, &b.idt);
-    for (name, x, y) in [
-        ("cr0", a.cr0, b.cr0),
-        ("cr2", a.cr2, b.cr2),
-        ("cr3", a.cr3, b.cr3),
-        ("cr4", a.cr4, b.cr4),
-        ("cr8", a.cr8, b.cr8),
-        ("efer", a.efer, b.efer),
-        ("apic_base", a.apic_base, b.apic_base),
-    ] {
-        c.eq(&format!("sregs.{name}"), x, y);
-    }
-    for (i, (x, y)) in a
-        .interrupt_bitmap
-        .iter()
-        .zip(&b.interrupt_bitmap)
-        .enumerate()
-    {
-        c.eq(&format!("sregs.interrupt_bitmap[{i}]"), *x, *y);
-    }
+    c.regs(&v.regs, &regs);
+    c.sregs(&v.sregs, &sregs);
     for &(xcr, value) in &v.xcrs {
         let got = xcrs.iter().find(|(n, _)| *n == xcr).map(|(_, v)| *v);
         c.eq(&format!("xcrs.xcr{xcr}"), value, got.unwrap_or(!value));
@@ -207,35 +254,6 @@ pub fn verify_loaded(
         }
         c.eq(&format!("msrs.{index:#x}"), value, got);
     }
-    // The xsave image, 8 bytes at a time; MXCSR_MASK is the CPU's.
-    // KVM's image is at least the standard size (the legacy kvm_xsave is
-    // 4 KiB); the bytes past the standard image are not state.
-    let n = standard.len().min(image.len());
-    if image.len() < standard.len() {
-        c.eq("xstate.length", standard.len() as u64, image.len() as u64);
-    }
-    let (sa, sb) = (standard.as_bytes(), image.as_bytes());
-    for off in (0..n).step_by(8) {
-        let end = (off + 8).min(n);
-        let word = |s: &[u8]| {
-            let mut w = [0u8; 8];
-            w[..end - off].copy_from_slice(&s[off..end]);
-            u64::from_le_bytes(w)
-        };
-        let (x, y) = (word(sa), word(sb));
-        if off == 24 {
-            // Bytes 24..28 MXCSR (state), 28..32 MXCSR_MASK (the CPU's).
-            c.eq("xstate.mxcsr", x & 0xffff_ffff, y & 0xffff_ffff);
-            if x >> 32 != y >> 32 {
-                c.out.host_owned.push(Mismatch {
-                    field: format!("{}xstate.mxcsr_mask", c.prefix),
-                    saved: x >> 32,
-                    loaded: y >> 32,
-                });
-            }
-            continue;
-        }
-        c.eq(&format!("xstate[{off}..{end}]"), x, y);
-    }
+    c.xsave(standard, &image);
     Ok(out)
 }

@@ -168,28 +168,7 @@ pub fn supervise_all_with<R: Send + 'static>(
     let stop = Arc::new(StopFlag::new());
     let (tx, rx) = mpsc::channel::<usize>();
     let n = bodies.len();
-    let mut handles: Vec<Option<std::thread::JoinHandle<R>>> = (0..n).map(|_| None).collect();
-    // The last vCPU's thread first, vCPU 0's last: an AP's thread only
-    // blocks in KVM until the boot processor's SIPI reaches it, while
-    // vCPU 0 runs (and then spins at CPL3 waiting for the APs) from its
-    // first instant. Spawned first, vCPU 0's thread could take the CPU
-    // the spawning thread and then the APs' threads need: on the 2-core
-    // development host under load the AP's thread started 6-16 ms after
-    // vCPU 0's (`smp.vcpus[].phases`), all of it on the boot's path.
-    for (i, body) in bodies.into_iter().enumerate().rev() {
-        let tx = tx.clone();
-        let thread_stop = stop.clone();
-        let handle = std::thread::Builder::new()
-            .name(format!("vcpu{i}"))
-            .spawn(move || {
-                let value = body(&thread_stop);
-                let _ = tx.send(i);
-                value
-            })
-            .map_err(VcpuError::Spawn)?;
-        handles[i] = Some(handle);
-    }
-    drop(tx);
+    let mut handles = spawn_vcpus(bodies, &stop, tx)?;
     let mut results: Vec<Option<R>> = (0..n).map(|_| None).collect();
     let at = DueAt::after(Instant::now(), snapshot_after, timeout);
     let mut ended_by = None;
@@ -255,6 +234,40 @@ pub fn supervise_all_with<R: Send + 'static>(
         .map(|r| r.ok_or(VcpuError::ThreadPanicked))
         .collect::<std::result::Result<Vec<R>, _>>()?;
     Ok((results, ended_by, timed_out))
+}
+
+/// Spawns one thread per vCPU body, the last vCPU's first; each sends its
+/// index on `tx` when its body returns. Returns the threads' handles in
+/// vCPU order (`tx` is dropped here: the receiver sees the end once every
+/// thread has sent or died).
+fn spawn_vcpus<R: Send + 'static>(
+    bodies: Vec<VcpuBody<R>>,
+    stop: &Arc<StopFlag>,
+    tx: mpsc::Sender<usize>,
+) -> Result<Vec<Option<std::thread::JoinHandle<R>>>> {
+    let mut handles: Vec<Option<std::thread::JoinHandle<R>>> =
+        (0..bodies.len()).map(|_| None).collect();
+    // The last vCPU's thread first, vCPU 0's last: an AP's thread only
+    // blocks in KVM until the boot processor's SIPI reaches it, while
+    // vCPU 0 runs (and then spins at CPL3 waiting for the APs) from its
+    // first instant. Spawned first, vCPU 0's thread could take the CPU
+    // the spawning thread and then the APs' threads need: on the 2-core
+    // development host under load the AP's thread started 6-16 ms after
+    // vCPU 0's (`smp.vcpus[].phases`), all of it on the boot's path.
+    for (i, body) in bodies.into_iter().enumerate().rev() {
+        let tx = tx.clone();
+        let thread_stop = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name(format!("vcpu{i}"))
+            .spawn(move || {
+                let value = body(&thread_stop);
+                let _ = tx.send(i);
+                value
+            })
+            .map_err(VcpuError::Spawn)?;
+        handles[i] = Some(handle);
+    }
+    Ok(handles)
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use core::fmt::Write;
 use super::ctx::Ctx;
 use super::sizes::{aes_scratch, Sizes, AES_BUF, AES_FIXED_BYTES, AES_KEY};
 use crate::protocol::{RowKey, RowKind, WorkUnit};
-use crate::workloads::aes::{self, Aes128, AesVariant};
+use crate::workloads::aes::{self, Aes128, AesVariant, RoundKeys};
 use crate::workloads::features::CpuFeatures;
 use crate::workloads::scratch::Scratch;
 use crate::workloads::selection::Selection;
@@ -47,11 +47,6 @@ pub(super) fn aes_suite(
         if !(ctx.wants(RowKind::AesCbc, vi) || ctx.wants(RowKind::AesCtr, vi)) {
             continue;
         }
-        let key = |kind, size: usize| RowKey {
-            kind,
-            variant: vi as u8,
-            size: size as u32,
-        };
         // CBC is serial: only the XMM variants (legacy vs VEX) are timed.
         let cbc = matches!(v, AesVariant::AesniSse | AesVariant::AesniAvx);
         let aes = match Aes128::with_detected(v, usable) {
@@ -78,59 +73,96 @@ pub(super) fn aes_suite(
             continue;
         }
         let rk = aes.expand_key(&AES_KEY);
-        let fixed_bytes = AES_FIXED_BYTES[ctx.full];
         if cbc {
-            for &size in cbc_sizes {
-                if size > AES_BUF || size & (aes::BLOCK - 1) != 0 {
-                    ctx.skip(
-                        CBC,
-                        v.name(),
-                        &bad_size(size, "a multiple of 16 up to 8192"),
-                    );
-                    continue;
-                }
-                let msg = &mut buf[..size];
-                let mut iv = aes::kat::CBC_IV;
-                let fixed = fixed_bytes / (size as u64 + 64);
-                let (reps, cycles) =
-                    ctx.measure(key(RowKind::AesCbc, size), fixed, size as u64, 0, |_| {
-                        // Whole blocks by construction: cannot fail.
-                        let _ = aes.cbc_encrypt(&rk, &mut iv, msg);
-                    });
-                ctx.result(
-                    CBC,
-                    v.name(),
-                    size,
-                    reps * size as u64,
-                    cycles,
-                    WorkUnit::Bytes,
-                    true,
-                    0.0,
-                );
-            }
+            cbc_rows(ctx, &aes, &rk, vi, cbc_sizes, buf);
         }
-        for &size in ctr_sizes {
-            if size > AES_BUF {
-                ctx.skip(CTR, v.name(), &bad_size(size, "at most 8192"));
-                continue;
-            }
-            let msg = &mut buf[..size];
-            let mut ctr = aes::kat::CTR_INITIAL_COUNTER;
-            let fixed = fixed_bytes / (size as u64 + 64);
-            let (reps, cycles) =
-                ctx.measure(key(RowKind::AesCtr, size), fixed, size as u64, 0, |_| {
-                    aes.ctr_xor(&rk, &mut ctr, msg)
-                });
-            ctx.result(
-                CTR,
+        ctr_rows(ctx, &aes, &rk, vi, ctr_sizes, buf);
+    }
+}
+
+/// The `aes-128-cbc` rows of variant `vi` (an XMM one: CBC is serial),
+/// one per message size; a size the buffer cannot take is skipped.
+fn cbc_rows(
+    ctx: &mut Ctx,
+    aes: &Aes128,
+    rk: &RoundKeys,
+    vi: usize,
+    sizes: &[usize],
+    buf: &mut [u8],
+) {
+    let v = AesVariant::ALL[vi];
+    let fixed_bytes = AES_FIXED_BYTES[ctx.full];
+    let key = |kind, size: usize| RowKey {
+        kind,
+        variant: vi as u8,
+        size: size as u32,
+    };
+    for &size in sizes {
+        if size > AES_BUF || size & (aes::BLOCK - 1) != 0 {
+            ctx.skip(
+                CBC,
                 v.name(),
-                size,
-                reps * size as u64,
-                cycles,
-                WorkUnit::Bytes,
-                true,
-                0.0,
+                &bad_size(size, "a multiple of 16 up to 8192"),
             );
+            continue;
         }
+        let msg = &mut buf[..size];
+        let mut iv = aes::kat::CBC_IV;
+        let fixed = fixed_bytes / (size as u64 + 64);
+        let (reps, cycles) = ctx.measure(key(RowKind::AesCbc, size), fixed, size as u64, 0, |_| {
+            // Whole blocks by construction: cannot fail.
+            let _ = aes.cbc_encrypt(rk, &mut iv, msg);
+        });
+        ctx.result(
+            CBC,
+            v.name(),
+            size,
+            reps * size as u64,
+            cycles,
+            WorkUnit::Bytes,
+            true,
+            0.0,
+        );
+    }
+}
+
+/// The `aes-128-ctr` rows of variant `vi`, one per message size; a size
+/// the buffer cannot take is skipped.
+fn ctr_rows(
+    ctx: &mut Ctx,
+    aes: &Aes128,
+    rk: &RoundKeys,
+    vi: usize,
+    sizes: &[usize],
+    buf: &mut [u8],
+) {
+    let v = AesVariant::ALL[vi];
+    let fixed_bytes = AES_FIXED_BYTES[ctx.full];
+    let key = |kind, size: usize| RowKey {
+        kind,
+        variant: vi as u8,
+        size: size as u32,
+    };
+    for &size in sizes {
+        if size > AES_BUF {
+            ctx.skip(CTR, v.name(), &bad_size(size, "at most 8192"));
+            continue;
+        }
+        let msg = &mut buf[..size];
+        let mut ctr = aes::kat::CTR_INITIAL_COUNTER;
+        let fixed = fixed_bytes / (size as u64 + 64);
+        let (reps, cycles) = ctx.measure(key(RowKind::AesCtr, size), fixed, size as u64, 0, |_| {
+            aes.ctr_xor(rk, &mut ctr, msg)
+        });
+        ctx.result(
+            CTR,
+            v.name(),
+            size,
+            reps * size as u64,
+            cycles,
+            WorkUnit::Bytes,
+            true,
+            0.0,
+        );
     }
 }

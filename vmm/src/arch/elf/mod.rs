@@ -83,44 +83,7 @@ pub struct ImagePlan {
 /// allocation beyond the plan; never panics on any input.
 pub fn check_image(bytes: &[u8], ram_bytes: u64) -> Result<ImagePlan, ImageError> {
     let len = bytes.len();
-    if (len as u64) < EHDR_SIZE {
-        if !bytes.starts_with(ELF_MAGIC) && !ELF_MAGIC.starts_with(bytes) {
-            return Err(ImageError::NotElf);
-        }
-        return Err(ImageError::TooShort { len });
-    }
-    // Inside the header from here: the reads below cannot fail.
-    let h = |at| u16_at(bytes, at).unwrap_or_default();
-    if &bytes[..4] != ELF_MAGIC {
-        return Err(ImageError::NotElf);
-    }
-    if bytes[4] != ELFCLASS64 {
-        return Err(ImageError::Class(bytes[4]));
-    }
-    if bytes[5] != ELFDATA2LSB {
-        return Err(ImageError::Endianness(bytes[5]));
-    }
-    if h(16) != ET_EXEC {
-        return Err(ImageError::Type(h(16)));
-    }
-    if h(18) != EM_X86_64 {
-        return Err(ImageError::Machine(h(18)));
-    }
-    let e_entry = u64_at(bytes, 24).unwrap_or_default();
-    let phoff = u64_at(bytes, 32).unwrap_or_default();
-    let phentsize = h(54);
-    let phnum = h(56);
-    if u64::from(phentsize) != PHDR_SIZE {
-        return Err(ImageError::PhentSize(phentsize));
-    }
-    let table = u64::from(phnum) * PHDR_SIZE;
-    if phoff < EHDR_SIZE || span(bytes, phoff, table).is_none() {
-        return Err(ImageError::PhdrTable { phoff, phnum, len });
-    }
-    if e_entry < HIGHMEM_START {
-        return Err(ImageError::ElfEntryLow(e_entry));
-    }
-
+    let (phoff, phnum) = check_header(bytes)?;
     let mut segments = Vec::new();
     let mut pvh: Option<(u16, u64)> = None;
     let mut entry64: Option<(u16, u64)> = None;
@@ -174,18 +137,7 @@ pub fn check_image(bytes: &[u8], ram_bytes: u64) -> Result<ImagePlan, ImageError
     if segments.is_empty() {
         return Err(ImageError::NoLoad);
     }
-    let mut sorted: Vec<&LoadSegment> = segments.iter().collect();
-    sorted.sort_by_key(|s| s.paddr);
-    for w in sorted.windows(2) {
-        // Both fit in RAM: the sums cannot overflow.
-        if w[1].paddr < w[0].paddr + w[0].memsz {
-            return Err(ImageError::Overlap {
-                first: w[0].index,
-                second: w[1].index,
-                at: w[1].paddr,
-            });
-        }
-    }
+    check_overlaps(&segments)?;
     let (_, entry) = pvh.ok_or(ImageError::NoPvhEntry)?;
     check_entry(entry, ram_bytes, &segments)?;
     let entry64 = entry64.map(|(_, e)| e);
@@ -203,6 +155,68 @@ pub fn check_image(bytes: &[u8], ram_bytes: u64) -> Result<ImagePlan, ImageError
         segments,
         end,
     })
+}
+
+/// The rules for the ELF header: magic, class, byte order, type, machine,
+/// program header size, the program header table inside the file, and the
+/// ELF entry above low memory. Returns the table's offset and entry count.
+fn check_header(bytes: &[u8]) -> Result<(u64, u16), ImageError> {
+    let len = bytes.len();
+    if (len as u64) < EHDR_SIZE {
+        if !bytes.starts_with(ELF_MAGIC) && !ELF_MAGIC.starts_with(bytes) {
+            return Err(ImageError::NotElf);
+        }
+        return Err(ImageError::TooShort { len });
+    }
+    // Inside the header from here: the reads below cannot fail.
+    let h = |at| u16_at(bytes, at).unwrap_or_default();
+    if &bytes[..4] != ELF_MAGIC {
+        return Err(ImageError::NotElf);
+    }
+    if bytes[4] != ELFCLASS64 {
+        return Err(ImageError::Class(bytes[4]));
+    }
+    if bytes[5] != ELFDATA2LSB {
+        return Err(ImageError::Endianness(bytes[5]));
+    }
+    if h(16) != ET_EXEC {
+        return Err(ImageError::Type(h(16)));
+    }
+    if h(18) != EM_X86_64 {
+        return Err(ImageError::Machine(h(18)));
+    }
+    let e_entry = u64_at(bytes, 24).unwrap_or_default();
+    let phoff = u64_at(bytes, 32).unwrap_or_default();
+    let phentsize = h(54);
+    let phnum = h(56);
+    if u64::from(phentsize) != PHDR_SIZE {
+        return Err(ImageError::PhentSize(phentsize));
+    }
+    let table = u64::from(phnum) * PHDR_SIZE;
+    if phoff < EHDR_SIZE || span(bytes, phoff, table).is_none() {
+        return Err(ImageError::PhdrTable { phoff, phnum, len });
+    }
+    if e_entry < HIGHMEM_START {
+        return Err(ImageError::ElfEntryLow(e_entry));
+    }
+    Ok((phoff, phnum))
+}
+
+/// No two loaded segments overlap in guest memory.
+fn check_overlaps(segments: &[LoadSegment]) -> Result<(), ImageError> {
+    let mut sorted: Vec<&LoadSegment> = segments.iter().collect();
+    sorted.sort_by_key(|s| s.paddr);
+    for w in sorted.windows(2) {
+        // Both fit in RAM: the sums cannot overflow.
+        if w[1].paddr < w[0].paddr + w[0].memsz {
+            return Err(ImageError::Overlap {
+                first: w[0].index,
+                second: w[1].index,
+                at: w[1].paddr,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The rules for one `PT_LOAD`; `None` for an empty one (nothing loaded).

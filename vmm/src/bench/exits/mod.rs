@@ -169,23 +169,7 @@ pub fn run(plan: &Plan, progress: &Progress) -> Result<ExitBench> {
                 let (outcome, _) = boot(xcr0, count, policy, raw, benches, plan.timeout)?;
                 check_end(&outcome, &name)?;
                 for row in rows_of(&outcome, &name, xcr0, count, &mut notes) {
-                    let k = (
-                        row.guest_xcr0,
-                        row.policy.clone(),
-                        row.exit.clone(),
-                        row.mode.clone(),
-                        row.upper_ymm.clone(),
-                    );
-                    let s = acc.entry(k.clone()).or_insert_with(|| {
-                        order.push(k);
-                        Samples {
-                            row: row.clone(),
-                            ns: Vec::new(),
-                            cycles: Vec::new(),
-                        }
-                    });
-                    s.ns.extend(row.ns_per_exit);
-                    s.cycles.push(row.guest_cycles_per_exit);
+                    add_sample(&mut acc, &mut order, row);
                 }
                 progress.inc();
             }
@@ -196,6 +180,60 @@ pub fn run(plan: &Plan, progress: &Progress) -> Result<ExitBench> {
         .filter_map(|k| acc.remove(k))
         .map(summarise)
         .collect();
+    against_raw(&mut rows, rounds);
+    notes.dedup();
+    let full = plan.masks.iter().copied().max_by_key(|m| m.bits());
+    let raw_ns_per_exit = rows
+        .iter()
+        .find(|r| {
+            r.policy == "raw"
+                && r.exit == "pio"
+                && r.mode == "cpl3"
+                && r.upper_ymm == "clean"
+                && Some(r.guest_xcr0) == full
+        })
+        .and_then(|r| r.ns_per_exit);
+    Ok(ExitBench {
+        bench: "exits",
+        raw_ns_per_exit,
+        count,
+        count_source,
+        budget_s,
+        rounds,
+        statistic: "median",
+        wall_s: started.elapsed().as_secs_f64(),
+        rows,
+        notes,
+        comparison: None,
+    })
+}
+
+/// One boot's row into its accumulated samples; a row seen for the first
+/// time also takes its place in the output `order`.
+fn add_sample(acc: &mut BTreeMap<Key, Samples>, order: &mut Vec<Key>, row: ExitRow) {
+    let k = (
+        row.guest_xcr0,
+        row.policy.clone(),
+        row.exit.clone(),
+        row.mode.clone(),
+        row.upper_ymm.clone(),
+    );
+    let s = acc.entry(k.clone()).or_insert_with(|| {
+        order.push(k);
+        Samples {
+            row: row.clone(),
+            ns: Vec::new(),
+            cycles: Vec::new(),
+        }
+    });
+    s.ns.extend(row.ns_per_exit);
+    s.cycles.push(row.guest_cycles_per_exit);
+}
+
+/// Each row against the raw loop's row for the same exit, mode, upper
+/// state and XCR0: the raw figures beside its own, their ratio, and (for a
+/// policy) the verdict over `rounds` whether it is within the noise.
+fn against_raw(rows: &mut [ExitRow], rounds: u32) {
     // Each row against the raw loop's row for the same conditions.
     let key = |r: &ExitRow| {
         (
@@ -229,31 +267,6 @@ pub fn run(plan: &Plan, progress: &Progress) -> Result<ExitBench> {
             r.within_noise = Some(v.is_noise());
         }
     }
-    notes.dedup();
-    let full = plan.masks.iter().copied().max_by_key(|m| m.bits());
-    let raw_ns_per_exit = rows
-        .iter()
-        .find(|r| {
-            r.policy == "raw"
-                && r.exit == "pio"
-                && r.mode == "cpl3"
-                && r.upper_ymm == "clean"
-                && Some(r.guest_xcr0) == full
-        })
-        .and_then(|r| r.ns_per_exit);
-    Ok(ExitBench {
-        bench: "exits",
-        raw_ns_per_exit,
-        count,
-        count_source,
-        budget_s,
-        rounds,
-        statistic: "median",
-        wall_s: started.elapsed().as_secs_f64(),
-        rows,
-        notes,
-        comparison: None,
-    })
 }
 
 /// A row's rounds folded into its median and spread.

@@ -51,6 +51,85 @@ impl PeersBench {
              (at the guest's TSC frequency, else the one it reported under vmm)\n\n",
             self.guest_words, self.mem_mib, self.runs
         );
+        self.runs_table(&mut out);
+        self.xstate_table(&mut out);
+        out.push_str(&format!(
+            "\nsnapshot/restore (guest `{}` paused mid-workload; snapshot = pause to snapshot \
+             complete, restore = new process spawned to guest resumed; the restored guest must \
+             finish normally):\n",
+            super::snapshot::SNAPSHOT_WORDS
+        ));
+        for r in &self.vmms {
+            let how = match &r.snapshot_error {
+                Some(e) => format!("FAILED: {e}"),
+                None => r.snapshot.clone(),
+            };
+            out.push_str(&format!("  {:16}  {how}\n", r.vmm.name()));
+        }
+        out
+    }
+
+    /// The guest-visible xstate under each VMM with a record: XCR0, what
+    /// CPUID offers, the feature leaves and the enabled size.
+    fn xstate_table(&self, out: &mut String) {
+        out.push_str("\nguest-visible xstate (from each VMM's VMMREC1 record):\n");
+        let m = Columns::new()
+            .left("", 16)
+            .right("  ", 8)
+            .right("  ", 10)
+            .right("  ", 8)
+            .right("  ", 8)
+            .right("  ", 10)
+            .right("  ", 10)
+            .right("  ", 10)
+            .right("  ", 7)
+            .right("  ", 7)
+            .right("  ", 7)
+            .left("  ", 0);
+        m.push(
+            out,
+            &[
+                "VMM",
+                "XCR0",
+                "offered",
+                "XSS",
+                "0xD.1",
+                "1:ECX",
+                "7:EBX",
+                "7:ECX",
+                "7:EDX",
+                "7.1:EAX",
+                "size B",
+                "XCR0 components",
+            ],
+        );
+        for r in &self.vmms {
+            if let Some(g) = &r.masks {
+                let h = |v: &HexMask| format!("{:#x}", v.0);
+                m.push(
+                    out,
+                    &[
+                        r.vmm.name().to_string(),
+                        h(&g.xcr0),
+                        h(&g.xcr0_supported),
+                        h(&g.xss_supported),
+                        h(&g.xsave_features),
+                        h(&g.cpuid1_ecx),
+                        h(&g.cpuid7_ebx),
+                        h(&g.cpuid7_ecx),
+                        h(&g.cpuid7_edx),
+                        h(&g.cpuid7_1_eax),
+                        g.size_enabled.to_string(),
+                        XfeatureMask::from_bits(g.xcr0.0).to_string(),
+                    ],
+                );
+            }
+        }
+    }
+
+    /// The per-VMM table: start-to-exit time, exit costs, XCR0, snapshot and
+    /// restore times, and what differs from `vmm` (or why a VMM was skipped).
+    fn runs_table(&self, out: &mut String) {
         let t = Columns::new()
             .left("", 16)
             .right("  ", 22)
@@ -62,7 +141,7 @@ impl PeersBench {
             .right("  ", 12)
             .left("  ", 0);
         t.push(
-            &mut out,
+            out,
             &[
                 "VMM",
                 "start→exit ms",
@@ -86,7 +165,7 @@ impl PeersBench {
                 r.differs_from_vmm.join("; ")
             };
             t.push(
-                &mut out,
+                out,
                 &[
                     r.vmm.name().to_string(),
                     ms_cell(r.start_to_exit.as_ref(), &r.start_to_exit_ms),
@@ -102,7 +181,7 @@ impl PeersBench {
         }
         for s in &self.skipped {
             t.push(
-                &mut out,
+                out,
                 &[
                     s.vmm.name(),
                     "skipped",
@@ -116,73 +195,6 @@ impl PeersBench {
                 ],
             );
         }
-        out.push_str("\nguest-visible xstate (from each VMM's VMMREC1 record):\n");
-        let m = Columns::new()
-            .left("", 16)
-            .right("  ", 8)
-            .right("  ", 10)
-            .right("  ", 8)
-            .right("  ", 8)
-            .right("  ", 10)
-            .right("  ", 10)
-            .right("  ", 10)
-            .right("  ", 7)
-            .right("  ", 7)
-            .right("  ", 7)
-            .left("  ", 0);
-        m.push(
-            &mut out,
-            &[
-                "VMM",
-                "XCR0",
-                "offered",
-                "XSS",
-                "0xD.1",
-                "1:ECX",
-                "7:EBX",
-                "7:ECX",
-                "7:EDX",
-                "7.1:EAX",
-                "size B",
-                "XCR0 components",
-            ],
-        );
-        for r in &self.vmms {
-            if let Some(g) = &r.masks {
-                let h = |v: &HexMask| format!("{:#x}", v.0);
-                m.push(
-                    &mut out,
-                    &[
-                        r.vmm.name().to_string(),
-                        h(&g.xcr0),
-                        h(&g.xcr0_supported),
-                        h(&g.xss_supported),
-                        h(&g.xsave_features),
-                        h(&g.cpuid1_ecx),
-                        h(&g.cpuid7_ebx),
-                        h(&g.cpuid7_ecx),
-                        h(&g.cpuid7_edx),
-                        h(&g.cpuid7_1_eax),
-                        g.size_enabled.to_string(),
-                        XfeatureMask::from_bits(g.xcr0.0).to_string(),
-                    ],
-                );
-            }
-        }
-        out.push_str(&format!(
-            "\nsnapshot/restore (guest `{}` paused mid-workload; snapshot = pause to snapshot \
-             complete, restore = new process spawned to guest resumed; the restored guest must \
-             finish normally):\n",
-            super::snapshot::SNAPSHOT_WORDS
-        ));
-        for r in &self.vmms {
-            let how = match &r.snapshot_error {
-                Some(e) => format!("FAILED: {e}"),
-                None => r.snapshot.clone(),
-            };
-            out.push_str(&format!("  {:16}  {how}\n", r.vmm.name()));
-        }
-        out
     }
 
     /// Whether every VMM run gave at least one record and no run failed.

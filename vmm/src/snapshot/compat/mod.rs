@@ -22,9 +22,9 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use kvm_ioctls::Cap;
-use xstate::buffer::{XCOMP_BV_COMPACTED, XSAVE_MIN_SIZE};
+use xstate::buffer::XSAVE_MIN_SIZE;
 use xstate::info::leaf_1_ecx;
-use xstate::{restorable_on, Format, InitMode, Xfeature, XfeatureMask, XsaveBuf, XsaveInfo};
+use xstate::{restorable_on, InitMode, Xfeature, XfeatureMask, XsaveBuf, XsaveInfo};
 
 use super::error::SnapshotError;
 use super::state::{Snapshot, VcpuState};
@@ -34,6 +34,10 @@ use crate::kvm::HostKvm;
 use crate::vstate::smp::Irqchip;
 use crate::vstate::vcpu::MSR_IA32_XSS;
 use crate::xstate_manager::SyncPolicy;
+
+mod image;
+
+use image::{check_compacted, relayout};
 
 /// CR4.OSXSAVE: XSETBV, XGETBV and the XSAVE family are enabled.
 pub const CR4_OSXSAVE: u64 = 1 << 18;
@@ -456,44 +460,12 @@ fn check_vcpu(
     }
     let xstate_bv = image.xstate_bv_mask();
     let xss = XfeatureMask::from_bits(v.msr(MSR_IA32_XSS).unwrap_or(0));
-    // The precise refusal first: what the saved state needs that this host lacks.
-    restorable_on(xcr0, xstate_bv, &host.info)
-        .map_err(|e| incompatible(format!("vcpu{id}: {e}")))?;
-    let missing = policy - host.info.supported_xcr0();
-    if !missing.is_empty() {
-        return Err(incompatible(format!(
-            "the guest's CPUID policy {policy:#x} offers {}; this host supports {:#x}",
-            missing.describe(),
-            host.info.supported_xcr0()
-        )));
-    }
-    let missing = xss - host.info.supported_xss();
-    if !missing.is_empty() {
-        return Err(incompatible(format!(
-            "vcpu{id}: IA32_XSS {xss:#x} enables supervisor {}; this host supports {:#x}",
-            missing.describe(),
-            host.info.supported_xss()
-        )));
-    }
+    check_host_support(path, id, xcr0, xss, xstate_bv, policy, &host.info)?;
     // The image must be what the saver writes: compacted, in-use only,
     // consistent with the saved XCR0 and the source's layout. (The VMM
     // compacts in software, so the source CPU's XSAVEC support is moot.)
     check_compacted(image, source, xcr0).map_err(|e| invalid(path, &xname, e))?;
-    for i in xstate_bv.user().iter_indices().filter(|&i| i >= 2) {
-        let (s, t) = (
-            source.component_by_index(i),
-            host.info.component_by_index(i),
-        );
-        let (Some(s), Some(t)) = (s, t) else { continue };
-        if s.size != t.size {
-            return Err(incompatible(format!(
-                "{} is {} bytes on this host and {} bytes in the snapshot",
-                XfeatureMask::from_bits(1 << i).describe(),
-                t.size,
-                s.size
-            )));
-        }
-    }
+    check_component_sizes(path, source, &host.info, xstate_bv)?;
     // The guest's policy covers its XCR0 (checked above; the manager's
     // images are sized by the policy).
     let standard_src = xstate::expand_to_standard(source, image, policy)
@@ -527,165 +499,69 @@ fn check_vcpu(
     })
 }
 
-/// Structural checks of a stored compacted image: the format bit, XCOMP_BV
-/// within XCR0, XSTATE_BV within XCOMP_BV, zero reserved header bytes, the
-/// length of its layout; then the standard image it expands to is
-/// validated as KVM would see it (MXCSR reserved bits included).
-fn check_compacted(image: &XsaveBuf, source: &XsaveInfo, xcr0: XfeatureMask) -> Result<(), String> {
-    let view = image.view();
-    let xcomp_bv = view.xcomp_bv();
-    if xcomp_bv & XCOMP_BV_COMPACTED == 0 {
-        return Err("a standard-format image; snapshots store the compacted format".into());
+/// What the saved state needs that this host lacks, the precise refusal
+/// first: the components in use (`xstate_bv`) under the vCPU's `xcr0`,
+/// then the guest's CPUID `policy` and its supervisor `xss`.
+fn check_host_support(
+    path: &Path,
+    id: u32,
+    xcr0: XfeatureMask,
+    xss: XfeatureMask,
+    xstate_bv: XfeatureMask,
+    policy: XfeatureMask,
+    host: &XsaveInfo,
+) -> Result<(), SnapshotError> {
+    let incompatible = |reason: String| SnapshotError::Incompatible {
+        path: path.to_path_buf(),
+        reason,
+    };
+    restorable_on(xcr0, xstate_bv, host).map_err(|e| incompatible(format!("vcpu{id}: {e}")))?;
+    let missing = policy - host.supported_xcr0();
+    if !missing.is_empty() {
+        return Err(incompatible(format!(
+            "the guest's CPUID policy {policy:#x} offers {}; this host supports {:#x}",
+            missing.describe(),
+            host.supported_xcr0()
+        )));
     }
-    let comp = XfeatureMask::from_bits(xcomp_bv & !XCOMP_BV_COMPACTED);
-    let bv = view.xstate_bv_mask();
-    if !(comp - xcr0).is_empty() {
-        return Err(format!(
-            "XCOMP_BV {comp:#x} has components outside XCR0 {xcr0:#x}"
-        ));
+    let missing = xss - host.supported_xss();
+    if !missing.is_empty() {
+        return Err(incompatible(format!(
+            "vcpu{id}: IA32_XSS {xss:#x} enables supervisor {}; this host supports {:#x}",
+            missing.describe(),
+            host.supported_xss()
+        )));
     }
-    if !(bv - comp).is_empty() {
-        return Err(format!(
-            "XSTATE_BV {bv:#x} has components outside XCOMP_BV {comp:#x}"
-        ));
-    }
-    if !view.header_reserved_is_zero() {
-        return Err("reserved xsave header bytes are not zero".into());
-    }
-    let need = source
-        .compacted_size(comp)
-        .map_err(|e| format!("compacted layout of {comp:#x}: {e}"))?;
-    if image.len() as u64 != need as u64 {
-        return Err(format!(
-            "{} bytes, the compacted layout of {comp:#x} is {need}",
-            image.len()
-        ));
-    }
-    let standard = xstate::expand_to_standard(source, image, xcr0).map_err(|e| e.to_string())?;
-    xstate::validate(standard.as_bytes(), source, xcr0, XfeatureMask::EMPTY)
-        .map_err(|e| e.to_string())?;
     Ok(())
 }
 
-/// A standard-format image of `source`'s layout, moved to `target`'s
-/// standard offsets. Legacy region and header are common to both.
-fn relayout(
+/// Every user component in use has the same size in the snapshot's
+/// layout (`source`) as on this host: a relayout moves components, it
+/// cannot resize them.
+fn check_component_sizes(
+    path: &Path,
     source: &XsaveInfo,
-    target: &XsaveInfo,
-    image: &XsaveBuf,
-    mask: XfeatureMask,
+    host: &XsaveInfo,
     xstate_bv: XfeatureMask,
-) -> Result<(XsaveBuf, bool), String> {
-    let from = source
-        .layout(mask, Format::Standard)
-        .map_err(|e| format!("source layout of {mask:#x}: {e}"))?;
-    let to = target
-        .layout(mask, Format::Standard)
-        .map_err(|e| format!("this host's layout of {mask:#x}: {e}"))?;
-    if from == to {
-        return Ok((image.clone(), false));
-    }
-    let mut out = XsaveBuf::standard_for(target, mask).map_err(|e| e.to_string())?;
-    let head = XSAVE_MIN_SIZE;
-    out.as_bytes_mut()[..head].copy_from_slice(&image.as_bytes()[..head]);
+) -> Result<(), SnapshotError> {
+    let incompatible = |reason: String| SnapshotError::Incompatible {
+        path: path.to_path_buf(),
+        reason,
+    };
     for i in xstate_bv.user().iter_indices().filter(|&i| i >= 2) {
-        let (Some(r), Some(w)) = (from.range_by_index(i), to.range_by_index(i)) else {
-            return Err(format!(
-                "component {i} is in use but has no standard offset"
-            ));
-        };
-        if r.len() != w.len() {
-            return Err(format!(
-                "component {i} is {} bytes here, {} in the snapshot",
-                w.len(),
-                r.len()
-            ));
+        let (s, t) = (source.component_by_index(i), host.component_by_index(i));
+        let (Some(s), Some(t)) = (s, t) else { continue };
+        if s.size != t.size {
+            return Err(incompatible(format!(
+                "{} is {} bytes on this host and {} bytes in the snapshot",
+                XfeatureMask::from_bits(1 << i).describe(),
+                t.size,
+                s.size
+            )));
         }
-        out.as_bytes_mut()[w].copy_from_slice(&image.as_bytes()[r]);
     }
-    Ok((out, true))
+    Ok(())
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-
-    /// A standard image with every register of every component of `xcr0`
-    /// holding a distinct pattern (x87 control words valid, MXCSR default).
-    pub(crate) fn pattern_image(info: &XsaveInfo, xcr0: XfeatureMask) -> XsaveBuf {
-        let mut img = XsaveBuf::standard_for(info, xcr0).unwrap();
-        let layout = info.layout(xcr0, Format::Standard).unwrap();
-        {
-            let mut v = img.view_mut();
-            v.set_fcw(0x027f);
-            v.set_fsw(0x0100);
-            v.set_ftw(0xff);
-            v.set_mxcsr(0x1f80 | 0x8000);
-            for i in 0..8 {
-                v.set_st(i, [0x40 + i as u8; 16].map(|b| b ^ 0x5a));
-            }
-            for i in 0..16 {
-                let mut x = [0u8; 16];
-                for (k, b) in x.iter_mut().enumerate() {
-                    *b = 0x80 ^ ((i as u8) << 4) ^ k as u8;
-                }
-                v.set_xmm(i, x);
-            }
-            for c in xcr0.iter_indices().filter(|&i| i >= 2) {
-                if let Some(bytes) = v.component_by_index_mut(c, &layout) {
-                    for (k, b) in bytes.iter_mut().enumerate() {
-                        *b = (c as u8).wrapping_mul(37) ^ (k as u8).wrapping_mul(3) | 1;
-                    }
-                }
-            }
-            v.set_xstate_bv(xcr0.bits());
-        }
-        img
-    }
-
-    #[test]
-    fn relayout_moves_components_to_the_target_offsets() {
-        let path = crate::features::profile::recorded_dump("intel-sapphire-rapids.json");
-        let text = std::fs::read_to_string(path).unwrap();
-        let spr = xstate::CpuidProfile::from_json(&text)
-            .unwrap()
-            .xsave_info()
-            .unwrap();
-        let xcr0 = XfeatureMask::from_bits(0x2e7); // AVX-512 and PKRU
-        let img = pattern_image(&spr, xcr0);
-        let (same, relaid) = relayout(&spr, &spr, &img, xcr0, xcr0).unwrap();
-        assert!(!relaid);
-        assert_eq!(same, img);
-
-        // A target without AMX whose PKRU sits 64 bytes further up (and
-        // whose sizes say so).
-        let mut raw: [xstate::CpuidRegs; 64] = core::array::from_fn(|i| spr.raw_subleaf(i as u32));
-        raw[17] = xstate::CpuidRegs::default();
-        raw[18] = xstate::CpuidRegs::default();
-        raw[0].eax &= !0x60000;
-        raw[9].ebx += 64;
-        let end = raw[9].ebx + raw[9].eax;
-        raw[0].ebx = end;
-        raw[0].ecx = end;
-        let target =
-            XsaveInfo::from_raw(raw).unwrap_or_else(|e| panic!("synthetic target leaf 0xD: {e}"));
-        let (moved, relaid) = relayout(&spr, &target, &img, xcr0, xcr0).unwrap();
-        assert!(relaid);
-        let (from, to) = (
-            spr.layout(xcr0, Format::Standard).unwrap(),
-            target.layout(xcr0, Format::Standard).unwrap(),
-        );
-        assert_eq!(
-            &moved.as_bytes()[..XSAVE_MIN_SIZE],
-            &img.as_bytes()[..XSAVE_MIN_SIZE]
-        );
-        for i in xcr0.iter_indices().filter(|&i| i >= 2) {
-            let (r, w) = (
-                from.range_by_index(i).unwrap(),
-                to.range_by_index(i).unwrap(),
-            );
-            assert_eq!(&moved.as_bytes()[w], &img.as_bytes()[r], "component {i}");
-        }
-        assert_ne!(from.offset_by_index(9), to.offset_by_index(9));
-    }
-}
+pub(crate) mod tests;

@@ -316,50 +316,13 @@ pub fn compare(hosts: &[HostProfile], restore: Option<(XfeatureMask, XfeatureMas
         m & effective(h).supported_xss()
     });
 
-    let columns = hosts
-        .iter()
-        .zip(&labels)
-        .map(|(h, l)| {
-            let info = effective(h);
-            HostColumn {
-                label: l.clone(),
-                file: h.file.clone(),
-                name: h.name.clone(),
-                xcr0_source: if h.kvm.is_some() { "kvm" } else { "cpu" },
-                xcr0: info.supported_xcr0(),
-                xss: info.supported_xss(),
-                standard_size: info.standard_size(info.supported_xcr0()).unwrap_or(0),
-                baseline_standard_size: info.standard_size(baseline).unwrap_or(0),
-                baseline_compacted_size: info.compacted_size(baseline).unwrap_or(0),
-            }
-        })
-        .collect();
+    let columns = host_columns(hosts, &labels, baseline);
 
     let mut differences = Vec::new();
     let mut components = Vec::new();
     let mut partial: Vec<(Vec<bool>, XfeatureMask)> = Vec::new();
     for f in Xfeature::ALL {
-        let infos: Vec<_> = hosts.iter().map(|h| effective(h).component(f)).collect();
-        let present: Vec<bool> = infos.iter().map(Option::is_some).collect();
-        let sizes: Vec<Option<u32>> = infos.iter().map(|c| c.map(|c| c.size)).collect();
-        let standard_offsets: Vec<Option<u32>> = infos
-            .iter()
-            .map(|c| c.filter(|c| !c.supervisor).map(|c| c.standard_offset))
-            .collect();
-        let align64: Vec<Option<bool>> = infos.iter().map(|c| c.map(|c| c.align64)).collect();
-        let row = ComponentAcross {
-            id: f.index(),
-            name: f.short_name(),
-            supervisor: f.is_supervisor(),
-            sizes_agree: agree(&sizes),
-            offsets_agree: agree(&standard_offsets),
-            align_agree: agree(&align64),
-            in_baseline: baseline.contains(f),
-            present,
-            sizes,
-            standard_offsets,
-            align64,
-        };
+        let row = component_row(f, hosts, baseline);
         let on = |v: &[bool], want: bool| -> Vec<String> {
             v.iter()
                 .zip(&labels)
@@ -375,54 +338,154 @@ pub fn compare(hosts: &[HostProfile], restore: Option<(XfeatureMask, XfeatureMas
                 None => partial.push((row.present.clone(), f.mask())),
             }
         }
-        let per_host = |v: &[Option<u32>]| -> String {
-            v.iter()
-                .zip(&labels)
-                .filter_map(|(x, l)| x.map(|x| format!("{x} on {l}")))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        if !row.sizes_agree {
-            differences.push(format!(
-                "{}: size differs ({}): state of this component cannot move between these hosts",
-                f.short_name(),
-                per_host(&row.sizes)
-            ));
-        }
-        if !row.offsets_agree {
-            differences.push(format!(
-                "{}: standard offset differs ({}): standard-format images (KVM_GET_XSAVE) \
-                 must be re-laid out when moving between these hosts",
-                f.short_name(),
-                per_host(&row.standard_offsets)
-            ));
-        }
-        if !row.align_agree {
-            differences.push(format!(
-                "{}: 64-byte alignment in the compacted format differs: compacted offsets \
-                 of later components differ",
-                f.short_name()
-            ));
-        }
-        if common_xcr0.contains(f) && !baseline.contains(f) {
-            differences.push(format!(
-                "{}: every host has it, but the baseline drops it (its XCR0 partners are not \
-                 on every host)",
-                f.short_name()
-            ));
-        }
+        differences.extend(component_differences(
+            f,
+            &row,
+            &labels,
+            common_xcr0,
+            baseline,
+        ));
         components.push(row);
     }
     // Unknown components (bits 20..63) are rejected when profiles load, so
     // the known ones are everything.
     // Components only some hosts have, grouped by those hosts, first.
-    let mut grouped: Vec<String> = partial
+    let mut grouped = partial_groups(&partial, &labels);
+    grouped.append(&mut differences);
+    let mut differences = grouped;
+
+    let (flag_differences, flags) = gated_flags(hosts, &labels, &mut differences);
+
+    let restore = restore.map(|(xcr0, xstate_bv)| restore_check(hosts, &labels, xcr0, xstate_bv));
+
+    Comparison {
+        hosts: columns,
+        common_xcr0,
+        baseline_xcr0: baseline,
+        baseline_xfeatures: baseline.to_string(),
+        baseline_dropped: common_xcr0 - baseline,
+        baseline_xss,
+        components,
+        differences,
+        flag_differences,
+        restore,
+        flags,
+        guests: Vec::new(),
+    }
+}
+
+/// One column per host: its identity, where its XCR0 comes from (KVM's
+/// table or the CPU), its masks and sizes, and its sizes at the `baseline`.
+fn host_columns(
+    hosts: &[HostProfile],
+    labels: &[String],
+    baseline: XfeatureMask,
+) -> Vec<HostColumn> {
+    hosts
+        .iter()
+        .zip(labels)
+        .map(|(h, l)| {
+            let info = effective(h);
+            HostColumn {
+                label: l.clone(),
+                file: h.file.clone(),
+                name: h.name.clone(),
+                xcr0_source: if h.kvm.is_some() { "kvm" } else { "cpu" },
+                xcr0: info.supported_xcr0(),
+                xss: info.supported_xss(),
+                standard_size: info.standard_size(info.supported_xcr0()).unwrap_or(0),
+                baseline_standard_size: info.standard_size(baseline).unwrap_or(0),
+                baseline_compacted_size: info.compacted_size(baseline).unwrap_or(0),
+            }
+        })
+        .collect()
+}
+
+/// Component `f` across the hosts: where each has it, its size, standard
+/// offset and alignment, and whether they agree.
+fn component_row(f: Xfeature, hosts: &[HostProfile], baseline: XfeatureMask) -> ComponentAcross {
+    let infos: Vec<_> = hosts.iter().map(|h| effective(h).component(f)).collect();
+    let present: Vec<bool> = infos.iter().map(Option::is_some).collect();
+    let sizes: Vec<Option<u32>> = infos.iter().map(|c| c.map(|c| c.size)).collect();
+    let standard_offsets: Vec<Option<u32>> = infos
+        .iter()
+        .map(|c| c.filter(|c| !c.supervisor).map(|c| c.standard_offset))
+        .collect();
+    let align64: Vec<Option<bool>> = infos.iter().map(|c| c.map(|c| c.align64)).collect();
+    ComponentAcross {
+        id: f.index(),
+        name: f.short_name(),
+        supervisor: f.is_supervisor(),
+        sizes_agree: agree(&sizes),
+        offsets_agree: agree(&standard_offsets),
+        align_agree: agree(&align64),
+        in_baseline: baseline.contains(f),
+        present,
+        sizes,
+        standard_offsets,
+        align64,
+    }
+}
+
+/// What keeps component `f` (its `row`) from moving between the hosts: its size,
+/// standard offset or alignment differing, or the baseline dropping it
+/// although every host has it.
+fn component_differences(
+    f: Xfeature,
+    row: &ComponentAcross,
+    labels: &[String],
+    common_xcr0: XfeatureMask,
+    baseline: XfeatureMask,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let per_host = |v: &[Option<u32>]| -> String {
+        v.iter()
+            .zip(labels)
+            .filter_map(|(x, l)| x.map(|x| format!("{x} on {l}")))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if !row.sizes_agree {
+        out.push(format!(
+            "{}: size differs ({}): state of this component cannot move between these hosts",
+            f.short_name(),
+            per_host(&row.sizes)
+        ));
+    }
+    if !row.offsets_agree {
+        out.push(format!(
+            "{}: standard offset differs ({}): standard-format images (KVM_GET_XSAVE) \
+             must be re-laid out when moving between these hosts",
+            f.short_name(),
+            per_host(&row.standard_offsets)
+        ));
+    }
+    if !row.align_agree {
+        out.push(format!(
+            "{}: 64-byte alignment in the compacted format differs: compacted offsets \
+             of later components differ",
+            f.short_name()
+        ));
+    }
+    if common_xcr0.contains(f) && !baseline.contains(f) {
+        out.push(format!(
+            "{}: every host has it, but the baseline drops it (its XCR0 partners are not \
+             on every host)",
+            f.short_name()
+        ));
+    }
+    out
+}
+
+/// The components only some hosts have, one line per set of hosts.
+fn partial_groups(partial: &[(Vec<bool>, XfeatureMask)], labels: &[String]) -> Vec<String> {
+    partial
         .iter()
         .map(|(present, mask)| {
             let pick = |want: bool| -> String {
                 present
                     .iter()
-                    .zip(&labels)
+                    .zip(labels)
                     .filter(|(p, _)| **p == want)
                     .map(|(_, l)| l.as_str())
                     .collect::<Vec<_>>()
@@ -435,10 +498,17 @@ pub fn compare(hosts: &[HostProfile], restore: Option<(XfeatureMask, XfeatureMas
                 pick(false)
             )
         })
-        .collect();
-    grouped.append(&mut differences);
-    let mut differences = grouped;
+        .collect()
+}
 
+/// The CPUID flags that gate xstate use, across the hosts that recorded
+/// them: each flag some have and others lack (also added to
+/// `differences`), and every flag per host.
+fn gated_flags(
+    hosts: &[HostProfile],
+    labels: &[String],
+    differences: &mut Vec<String>,
+) -> (Vec<FlagDifference>, Vec<FlagAcross>) {
     let mut flag_differences = Vec::new();
     let recorded: Vec<bool> = hosts
         .iter()
@@ -447,7 +517,7 @@ pub fn compare(hosts: &[HostProfile], restore: Option<(XfeatureMask, XfeatureMas
     if recorded.iter().filter(|r| **r).count() >= 2 {
         for f in GATED_FLAGS {
             let (mut yes, mut no) = (Vec::new(), Vec::new());
-            for (h, l) in hosts.iter().zip(&labels) {
+            for (h, l) in hosts.iter().zip(labels) {
                 match h.flag(f) {
                     Some(true) => yes.push(l.clone()),
                     Some(false) => no.push(l.clone()),
@@ -481,13 +551,22 @@ pub fn compare(hosts: &[HostProfile], restore: Option<(XfeatureMask, XfeatureMas
     } else {
         Vec::new()
     };
+    (flag_differences, flags)
+}
 
-    let restore = restore.map(|(xcr0, xstate_bv)| RestoreCheck {
+/// Whether state using `xstate_bv` under `xcr0` restores on each host.
+fn restore_check(
+    hosts: &[HostProfile],
+    labels: &[String],
+    xcr0: XfeatureMask,
+    xstate_bv: XfeatureMask,
+) -> RestoreCheck {
+    RestoreCheck {
         xstate_bv,
         xcr0,
         hosts: hosts
             .iter()
-            .zip(&labels)
+            .zip(labels)
             .map(|(h, l)| {
                 let r = restorable_on(xcr0, xstate_bv, effective(h));
                 RestoreOn {
@@ -498,152 +577,8 @@ pub fn compare(hosts: &[HostProfile], restore: Option<(XfeatureMask, XfeatureMas
                 }
             })
             .collect(),
-    });
-
-    Comparison {
-        hosts: columns,
-        common_xcr0,
-        baseline_xcr0: baseline,
-        baseline_xfeatures: baseline.to_string(),
-        baseline_dropped: common_xcr0 - baseline,
-        baseline_xss,
-        components,
-        differences,
-        flag_differences,
-        restore,
-        flags,
-        guests: Vec::new(),
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use xstate::{CpuidRegs, Incompatibility};
-
-    /// A leaf 0xD with the given user components at their usual Intel places.
-    fn info(xcr0: u64) -> XsaveInfo {
-        let places: [(u32, u32, u32); 8] = [
-            (2, 256, 576),
-            (3, 64, 960),
-            (4, 64, 1024),
-            (5, 64, 1088),
-            (6, 512, 1152),
-            (7, 1024, 1664),
-            (9, 8, 2688),
-            (17, 64, 2752),
-        ];
-        let mut raw = [CpuidRegs::default(); 64];
-        let mut end = 576;
-        for (i, size, off) in places {
-            if xcr0 & (1 << i) != 0 {
-                raw[i as usize] = CpuidRegs::new(size, off, 0, 0);
-                end = end.max(off + size);
-            }
-        }
-        if xcr0 & (1 << 18) != 0 {
-            raw[18] = CpuidRegs::new(8192, 2816, 6, 0);
-            end = end.max(2816 + 8192);
-        }
-        raw[0] = CpuidRegs::new(xcr0 as u32, end, end, 0);
-        raw[1] = CpuidRegs::new(0xf, 0, 0, 0);
-        XsaveInfo::from_raw(raw).unwrap()
-    }
-
-    #[test]
-    fn reduce_keeps_valid_masks() {
-        for m in [0x3u64, 0x7, 0x207, 0xe7, 0x602e7, 0x2ff] {
-            let m = XfeatureMask::from_bits(m);
-            assert_eq!(largest_valid_xcr0(m), m);
-            m.validate_xcr0(m).unwrap();
-        }
-    }
-
-    #[test]
-    fn reduce_drops_orphans() {
-        let r = |m: u64| largest_valid_xcr0(XfeatureMask::from_bits(m)).bits();
-        // Half of AVX-512, of MPX, of AMX.
-        assert_eq!(r(0x67), 0x7);
-        assert_eq!(r(0x0f), 0x7);
-        assert_eq!(r(0x20007), 0x7);
-        // AVX-512 without AVX; AVX without SSE (x87/SSE are always kept).
-        assert_eq!(r(0xe3), 0x3);
-        assert_eq!(r(0x5), 0x7);
-        // Supervisor, unknown and bit 63 bits go.
-        assert_eq!(r(0x1807 | (1 << 40) | (1 << 63)), 0x7);
-        for m in 0..(1u64 << 20) {
-            if m % 97 != 0 {
-                continue;
-            }
-            let red = largest_valid_xcr0(XfeatureMask::from_bits(m));
-            red.validate_xcr0(XfeatureMask::ALL_KNOWN.user()).unwrap();
-        }
-    }
-
-    #[test]
-    fn restorable_messages() {
-        let host = info(0x7);
-        let avx512 = XfeatureMask::from_bits(0xe7);
-        let e = restorable_on(avx512, avx512, &host).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "state uses avx512 (components 5-7); this host supports 0x7"
-        );
-        // Enabled but unused AVX-512 still blocks the guest's XCR0.
-        let e = restorable_on(avx512, XfeatureMask::from_bits(0x7), &host).unwrap_err();
-        assert!(matches!(e, Incompatibility::Xcr0Unsupported { .. }), "{e}");
-        assert!(e.to_string().contains("avx512 (components 5-7)"), "{e}");
-        restorable_on(
-            XfeatureMask::from_bits(0x7),
-            XfeatureMask::from_bits(0x3),
-            &host,
-        )
-        .unwrap();
-        let e = restorable_on(
-            XfeatureMask::from_bits(0x3),
-            XfeatureMask::from_bits(0x7),
-            &host,
-        )
-        .unwrap_err();
-        assert!(matches!(e, Incompatibility::StateOutsideXcr0 { .. }), "{e}");
-        let e = restorable_on(
-            XfeatureMask::from_bits(0x67),
-            XfeatureMask::from_bits(0x3),
-            &host,
-        )
-        .unwrap_err();
-        assert!(matches!(e, Incompatibility::InvalidXcr0 { .. }), "{e}");
-        let e = restorable_on(
-            XfeatureMask::from_bits(0x7),
-            XfeatureMask::from_bits(0x3 | 1 << 20),
-            &host,
-        )
-        .unwrap_err();
-        assert!(matches!(e, Incompatibility::UnknownBits { .. }), "{e}");
-        let e = restorable_on(
-            XfeatureMask::from_bits(0x7),
-            XfeatureMask::from_bits(0x3 | 1 << 11),
-            &host,
-        )
-        .unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "state uses supervisor cet_u (component 11); this host supports IA32_XSS 0x0"
-        );
-        let amx = XfeatureMask::from_bits(0x60003);
-        let e = restorable_on(amx, amx, &info(0x2e7)).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "state uses amx (components 17-18); this host supports 0x2e7"
-        );
-        restorable_on(amx, amx, &info(0x602e7)).unwrap();
-    }
-
-    #[test]
-    fn labels() {
-        assert_eq!(label(0), "A");
-        assert_eq!(label(25), "Z");
-        assert_eq!(label(26), "AA");
-        assert_eq!(label(27), "AB");
-    }
-}
+mod tests;

@@ -26,7 +26,7 @@ use kvm_ioctls::{VcpuFd, VmFd};
 use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 use xstate::{CpuidProfile, XsaveInfo};
 
-use super::sparse::{PagesInPlace, PAGE_SIZE};
+use super::sparse::PagesInPlace;
 use super::state::{IrqchipState, Meta, SerialRegs, Snapshot, VcpuState, IRQCHIP_SECTIONS};
 use crate::cpuid::Policy;
 use crate::devices::Devices;
@@ -37,6 +37,10 @@ use crate::vstate::smp::Irqchip;
 use crate::vstate::vcpu::{self, SAVED_MSRS};
 use crate::vstate::xfd;
 use crate::xstate_manager::{SyncPolicy, XstateManager};
+
+mod pages;
+
+use pages::data_pages;
 
 /// How a snapshot's stored pages reach its file, as the file's meta,
 /// `vmm snapshot info` and `vmm bench snapshot` show it: straight from
@@ -496,94 +500,6 @@ fn write_all_vectored(f: &mut std::fs::File, head: &[u8], slices: &[&[u8]]) -> i
     Ok(())
 }
 
-/// Pagemap entry bit: the page is present in RAM.
-const PM_PRESENT: u64 = 1 << 63;
-/// Pagemap entry bit: the page is swapped out (it holds data too).
-const PM_SWAPPED: u64 = 1 << 62;
-
-/// The byte ranges `[start, end)` of the RAM mapped at `host` (`size`
-/// bytes) that can hold anything but zeros, ascending and disjoint, found
-/// without reading the pages:
-/// - a page of the anonymous mapping that was never touched is neither
-///   present nor swapped in `/proc/self/pagemap` (the flags are readable
-///   without privileges; the frame numbers, zeroed for us, are not used);
-/// - a page mapped from a snapshot file (a restored guest's RAM, see
-///   [`crate::vstate::machine`]) holds the file's data even when it is not
-///   present: every file-backed mapping in `/proc/self/maps` that overlaps
-///   RAM counts whole.
-fn data_pages(host: usize, size: usize) -> Result<Vec<(usize, usize)>> {
-    use std::io::Read;
-    use std::os::unix::fs::FileExt;
-    let page = PAGE_SIZE;
-    let pages = size / page;
-    let mut wanted = vec![false; pages];
-    let pagemap =
-        std::fs::File::open("/proc/self/pagemap").map_err(|source| MemoryError::Residency {
-            what: "/proc/self/pagemap",
-            source,
-        })?;
-    // 64 Ki entries (512 KiB) at a time.
-    let mut buf = vec![0u8; 8 * pages.min(1 << 16)];
-    let mut p = 0;
-    while p < pages {
-        let n = (pages - p).min(1 << 16);
-        let bytes = &mut buf[..8 * n];
-        pagemap
-            .read_exact_at(bytes, ((host / page + p) * 8) as u64)
-            .map_err(|source| MemoryError::Residency {
-                what: "/proc/self/pagemap",
-                source,
-            })?;
-        for (k, e) in bytes.chunks_exact(8).enumerate() {
-            let e = u64::from_le_bytes(e.try_into().expect("8 bytes"));
-            wanted[p + k] = e & (PM_PRESENT | PM_SWAPPED) != 0;
-        }
-        p += n;
-    }
-    let mut maps = String::new();
-    std::fs::File::open("/proc/self/maps")
-        .and_then(|mut f| f.read_to_string(&mut maps))
-        .map_err(|source| MemoryError::Residency {
-            what: "/proc/self/maps",
-            source,
-        })?;
-    for (lo, hi) in file_backed(&maps) {
-        let (lo, hi) = (lo.max(host), hi.min(host + size));
-        if lo < hi {
-            wanted[(lo - host) / page..(hi - host).div_ceil(page)].fill(true);
-        }
-    }
-    let mut out: Vec<(usize, usize)> = Vec::new();
-    for (i, _) in wanted.iter().enumerate().filter(|(_, w)| **w) {
-        match out.last_mut() {
-            Some((_, end)) if *end == i * page => *end += page,
-            _ => out.push((i * page, (i + 1) * page)),
-        }
-    }
-    Ok(out)
-}
-
-/// The address ranges of the file-backed mappings in a `/proc/PID/maps`
-/// text (a non-zero inode).
-fn file_backed(maps: &str) -> impl Iterator<Item = (usize, usize)> + '_ {
-    maps.lines().filter_map(|line| {
-        let mut f = line.split_ascii_whitespace();
-        let range = f.next()?;
-        let inode = f.nth(3)?;
-        // Anonymous hugetlb RAM (`--hugepages hugetlbfs`) has an inode in
-        // the kernel's internal hugetlbfs, but no file behind it: pagemap
-        // reports its touched pages present, as for anonymous memory.
-        if inode == "0" || f.next() == Some("/anon_hugepage") {
-            return None;
-        }
-        let (lo, hi) = range.split_once('-')?;
-        Some((
-            usize::from_str_radix(lo, 16).ok()?,
-            usize::from_str_radix(hi, 16).ok()?,
-        ))
-    })
-}
-
 /// Check that a snapshot can go to `path` (see [`write::check`]): done
 /// before a run starts, so a wrong `--snapshot-file` is refused before any
 /// guest runs.
@@ -606,112 +522,4 @@ pub fn save(ctx: &SaveContext, trigger: Trigger, vm: Running<'_>) -> Result<Path
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::sparse::SparseMemory;
-    use super::*;
-    use vm_memory::Bytes;
-
-    fn encode_memory(mem: &GuestMemoryMmap) -> Result<SparseMemory> {
-        Ok(scan_memory(mem)?.to_owned_memory())
-    }
-
-    #[test]
-    fn anonymous_hugetlb_ram_is_not_file_backed() {
-        let maps = "7f0000000000-7f0004000000 rw-p 00000000 00:10 3072  /anon_hugepage (deleted)\n\
-                    7f0004000000-7f0004001000 r--p 00000000 08:01 1234  /tmp/guest.snap\n";
-        let got: Vec<_> = file_backed(maps).collect();
-        assert_eq!(got, [(0x7f00_0400_0000, 0x7f00_0400_1000)]);
-    }
-
-    #[test]
-    fn file_backed_mappings_from_maps() {
-        let maps = "\
-7f0000000000-7f0000200000 rw-p 00000000 00:00 0 \n\
-7f0000200000-7f0000203000 rw-p 00003000 fd:01 1234                       /tmp/a b.snap\n\
-7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0                          [stack]\n";
-        let got: Vec<_> = file_backed(maps).collect();
-        assert_eq!(got, vec![(0x7f00_0020_0000, 0x7f00_0020_3000)]);
-    }
-
-    /// Pages mapped from a snapshot file (a restored guest's) count even
-    /// when nothing touched them: their data is in the file.
-    #[test]
-    fn file_backed_pages_are_scanned_untouched() {
-        use std::io::Write;
-        use std::os::fd::AsRawFd;
-        let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 4 << 20)]).unwrap();
-        let mut file = tempfile::tempfile().unwrap();
-        let mut pages = vec![0u8; 2 * PAGE_SIZE];
-        pages[10] = 0xaa; // page 0 of the file: data
-        file.write_all(&pages).unwrap(); // page 1: zeros
-        let host = mem.get_host_address(GuestAddress(0)).unwrap();
-        // SAFETY: two pages at 1 MiB inside `mem`'s own mapping, which no
-        // reference points into; `mem` unmaps the whole range on drop.
-        let got = unsafe {
-            libc::mmap(
-                host.add(1 << 20).cast(),
-                2 * PAGE_SIZE,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_FIXED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        assert_ne!(got, libc::MAP_FAILED);
-        let found = data_pages(host as usize, 4 << 20).unwrap();
-        let page = (1 << 20) / PAGE_SIZE as u64;
-        assert!(
-            found
-                .iter()
-                .any(|&(s, e)| s <= 1 << 20 && (1 << 20) + 2 * PAGE_SIZE <= e),
-            "{found:x?}"
-        );
-        let sparse = encode_memory(&mem).unwrap();
-        assert_eq!(
-            sparse.runs,
-            vec![(page, 1)],
-            "the zero file page is left out"
-        );
-        assert_eq!(sparse.data[10], 0xaa);
-    }
-
-    /// Untouched pages of an anonymous mapping are skipped; written ones
-    /// (and only those) are found, and a page written with zeros is found
-    /// but then left out by the zero scan.
-    #[test]
-    fn only_touched_pages_are_scanned() {
-        let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 64 << 20)]).unwrap();
-        mem.write_slice(&[1], GuestAddress(5 * PAGE_SIZE as u64 + 7))
-            .unwrap();
-        mem.write_slice(&[0], GuestAddress(40 << 20)).unwrap();
-        mem.write_slice(&[2, 3], GuestAddress((64 << 20) - 2))
-            .unwrap();
-        let host = mem.get_host_address(GuestAddress(0)).unwrap() as usize;
-        let found = data_pages(host, 64 << 20).unwrap();
-        // Transparent huge pages may widen a touched page to 2 MiB: every
-        // range holds a touched page, and all of them are in.
-        let total: usize = found.iter().map(|(s, e)| e - s).sum();
-        assert!(total <= 3 * (2 << 20), "{found:x?}");
-        for at in [5 * PAGE_SIZE + 7, 40 << 20, (64 << 20) - 1] {
-            assert!(
-                found.iter().any(|&(s, e)| s <= at && at < e),
-                "{at:#x}: {found:x?}"
-            );
-        }
-        let sparse = encode_memory(&mem).unwrap();
-        assert_eq!(sparse.size, 64 << 20);
-        assert_eq!(
-            sparse.runs,
-            vec![(5, 1), ((64 << 20) / PAGE_SIZE as u64 - 1, 1)]
-        );
-        let mut back = vec![0u8; 64 << 20];
-        sparse
-            .apply(|a, d| {
-                back[a as usize..a as usize + d.len()].copy_from_slice(d);
-                Ok::<(), ()>(())
-            })
-            .unwrap();
-        assert_eq!(back[5 * PAGE_SIZE + 7], 1);
-        assert_eq!(&back[(64 << 20) - 2..], &[2, 3]);
-    }
-}
+mod tests;
