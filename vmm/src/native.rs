@@ -4,8 +4,8 @@
 
 pub mod image;
 pub mod interleave;
-pub mod scratch;
-pub mod worker;
+pub(crate) mod scratch;
+pub(crate) mod worker;
 
 use guest::protocol::{Report, RowKind};
 use guest::workloads::{self, AesVariant, CpuFeatures, GemmVariant, Selection};

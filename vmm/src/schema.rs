@@ -28,23 +28,23 @@ pub enum Document {
     Restore,
     /// `vmm features --json`: [`crate::features::view::FeaturesDocument`].
     Features,
-    /// `vmm features compare --json`: [`crate::features::compare::Comparison`].
+    /// `vmm features compare --json`: `crate::features::compare::Comparison`.
     FeaturesCompare,
-    /// `vmm bench exits --json`: [`crate::bench::exits::ExitBench`].
+    /// `vmm bench exits --json`: `crate::bench::exits::ExitBench`.
     BenchExits,
-    /// `vmm bench init-xstate --json`: [`crate::bench::init_xstate::InitBench`].
+    /// `vmm bench init-xstate --json`: `crate::bench::init_xstate::InitBench`.
     BenchInitXstate,
     /// `vmm snapshot info --json`: [`crate::report::snapshot_info::SnapshotInfo`].
     SnapshotInfo,
-    /// `vmm features --list-profiles --json`: [`crate::features::bundled::ProfileList`].
+    /// `vmm features --list-profiles --json`: `crate::features::bundled::ProfileList`.
     ProfileList,
-    /// `vmm features lint --json`: [`crate::features::lint::LintView`].
+    /// `vmm features lint --json`: `crate::features::lint::LintView`.
     FeaturesLint,
-    /// `vmm bench peers --json`: [`crate::bench::peers::PeersBench`].
+    /// `vmm bench peers --json`: `crate::bench::peers::PeersBench`.
     BenchPeers,
-    /// `vmm bench snapshot --json`: [`crate::bench::snapshot::SnapshotBench`].
+    /// `vmm bench snapshot --json`: `crate::bench::snapshot::SnapshotBench`.
     BenchSnapshot,
-    /// `vmm bench startup --json`: [`crate::bench::startup::StartupBench`].
+    /// `vmm bench startup --json`: `crate::bench::startup::StartupBench`.
     BenchStartup,
 }
 

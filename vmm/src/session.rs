@@ -4,7 +4,7 @@
 //! The run itself ([`crate::run`]) ends with a [`RunOutcome`], what the
 //! machine saw. The summary adds what the tools measure around it, in this
 //! order: the rows timed across a snapshot are marked
-//! ([`crate::report::spanning`]), the interleaved native repetitions become
+//! (`crate::report::spanning`), the interleaved native repetitions become
 //! ratios, rows the guest did not repeat get a native run after the guest,
 //! the openssl yardsticks follow the guest's AES rows, and the parallel
 //! rows of several vCPUs get the same set on as many host threads. `main`

@@ -28,7 +28,7 @@
 //! refusal is returned as a value ([`EditOutcome::Refused`]) for the run
 //! loop to answer to the guest and report, instead of ending the VMM.
 
-pub mod io;
+pub(crate) mod io;
 
 use kvm_ioctls::VcpuFd;
 use xstate::{Xfeature, XfeatureMask, XsaveBuf, XsaveInfo};

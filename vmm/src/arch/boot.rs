@@ -1,6 +1,6 @@
 //! PVH direct boot: load an ELF kernel with a `XEN_ELFNOTE_PHYS32_ENTRY`
 //! note and write `hvm_start_info`, memory map and command line where
-//! [`super::layout`] puts them. (The vCPU's entry state is [`super::regs`].)
+//! `super::layout` puts them. (The vCPU's entry state is `super::regs`.)
 //!
 //! PVH rather than the Linux boot protocol: the guest is our own small ELF
 //! kernel, and PVH starts it in 32-bit protected mode with nothing but a
@@ -54,7 +54,7 @@ pub enum EntryChoice {
 /// The entry the boot vCPU starts at, and its address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BootEntry {
-    /// PVH: 32-bit protected mode, paging off (see [`super::regs`]).
+    /// PVH: 32-bit protected mode, paging off (see `super::regs`).
     Pvh(u64),
     /// vmm's direct entry: long mode on the VMM's page tables.
     Direct64(u64),

@@ -1,9 +1,9 @@
 //! The x86 PC platform the guest boots on: where things sit in guest
-//! physical memory ([`layout`]), which kernel images are acceptable
+//! physical memory (`layout`), which kernel images are acceptable
 //! ([`elf`]), how a PVH kernel is loaded and told about its memory
 //! ([`boot`]), how it learns its CPUs ([`mptable`]), the register state it
-//! starts in ([`regs`]), with the page tables of the direct 64-bit entry
-//! ([`paging`]), and the host permission dynamic xfeatures (AMX tile data)
+//! starts in (`regs`), with the page tables of the direct 64-bit entry
+//! (`paging`), and the host permission dynamic xfeatures (AMX tile data)
 //! need ([`amx`]).
 //!
 //! Nothing here talks to KVM (`amx` talks to the host kernel, before KVM): these are the platform's rules, applied to
@@ -12,8 +12,8 @@
 pub mod amx;
 pub mod boot;
 pub mod elf;
-pub mod error;
-pub mod layout;
+pub(crate) mod error;
+pub(crate) mod layout;
 pub mod mptable;
-pub mod paging;
-pub mod regs;
+pub(crate) mod paging;
+pub(crate) mod regs;

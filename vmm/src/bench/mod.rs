@@ -1,31 +1,31 @@
 //! `vmm bench`: measurements that boot the guest several times and compare.
 //!
-//! - `exits` ([`exits`]): vCPU exit cost per policy against the raw limit.
-//! - `init-xstate` ([`init_xstate`]): the illumos initial-state experiment.
-//! - `peers` ([`peers`]): the same guest under `vmm`, QEMU, Cloud Hypervisor
+//! - `exits` (`exits`): vCPU exit cost per policy against the raw limit.
+//! - `init-xstate` (`init_xstate`): the illumos initial-state experiment.
+//! - `peers` (`peers`): the same guest under `vmm`, QEMU, Cloud Hypervisor
 //!   and Firecracker.
-//! - `snapshot` ([`snapshot`]): snapshot and restore time and file size as
+//! - `snapshot` (`snapshot`): snapshot and restore time and file size as
 //!   guest RAM grows.
-//! - `startup` ([`startup`]): `vmm run --workload none` against the floor, a
+//! - `startup` (`startup`): `vmm run --workload none` against the floor, a
 //!   minimal C VMM, pair by pair.
 //! - [`openssl`]: the host's `openssl speed` beside the guest's AES rows
 //!   (used by `vmm run`).
 //!
 //! Shared by both: [`stats`] (median, min..p90 spread, within-noise
-//! verdicts), [`progress`] (the stderr progress bar), `--plot` through
-//! [`crate::report::plot`], [`baseline`] and [`compare`] (saved runs and
+//! verdicts), `progress` (the stderr progress bar), `--plot` through
+//! [`crate::report::plot`], `baseline` and `compare` (saved runs and
 //! the row-by-row comparison with them, one code for both benchmarks).
 
-pub mod baseline;
+pub(crate) mod baseline;
 mod command;
-pub mod compare;
-pub mod exits;
-pub mod init_xstate;
+pub(crate) mod compare;
+pub(crate) mod exits;
+pub(crate) mod init_xstate;
 pub mod openssl;
-pub mod peers;
-pub mod progress;
-pub mod snapshot;
-pub mod startup;
+pub(crate) mod peers;
+pub(crate) mod progress;
+pub(crate) mod snapshot;
+pub(crate) mod startup;
 pub mod stats;
 
 use std::path::PathBuf;
@@ -236,7 +236,7 @@ pub struct OutputArgs {
     pub plot: Option<PathBuf>,
 }
 
-/// Baselines of `vmm bench exits` and `init-xstate` (see [`baseline`]).
+/// Baselines of `vmm bench exits` and `init-xstate` (see `baseline`).
 #[derive(Args)]
 pub struct BaselineArgs {
     /// Save this run as baseline NAME (NAME.json in the baseline directory).

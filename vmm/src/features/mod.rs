@@ -13,7 +13,7 @@
 //!   crate's layouts, is spelled out.
 //! - `--profile NAME|FILE`: the same for a recorded CPUID profile instead
 //!   of this host, no KVM and no boot needed: a profile bundled with the
-//!   binary by name ([`bundled`], `--list-profiles`) or a file in the
+//!   binary by name (`bundled`, `--list-profiles`) or a file in the
 //!   profile format ([`profile`]).
 //! - `vmm features save FILE`: record this host's profile (leaf 0xD, leaves
 //!   1 and 7, XGETBV(0), KVM's supported leaves) for collection from a fleet.
@@ -87,31 +87,31 @@
 //!
 //! Guest logs: `compare` also takes serial logs of our guest under any VMM
 //! (QEMU, Cloud Hypervisor, Firecracker, `vmm run --serial`); the guest's
-//! `VMMREC1` record line ([`guest_log`]) stands in as a host whose CPUID is
+//! `VMMREC1` record line (`guest_log`) stands in as a host whose CPUID is
 //! what that VMM exposed (`xcr0_source` `guest`). `vmm features --guest-log
 //! LOG` shows one such record as the guest column.
 //!
 //! Saved profiles: see [`profile`].
 
 //!
-//! Modules: [`inputs`] gathers the columns, [`diff`] finds the
-//! disagreements, [`view`] assembles the serialisable view and [`render`]
-//! prints it; [`compare`] compares host profiles; [`profile`] is the profile
-//! format; [`error`] the command's errors. This module holds the command
+//! Modules: [`inputs`] gathers the columns, `diff` finds the
+//! disagreements, `view` assembles the serialisable view and `render`
+//! prints it; `compare` compares host profiles; [`profile`] is the profile
+//! format; `error` the command's errors. This module holds the command
 //! line and dispatches.
 
-pub mod bundled;
-pub mod compare;
-pub mod diff;
-pub mod error;
-pub mod export;
-pub mod guest_log;
-pub mod import;
+pub(crate) mod bundled;
+pub(crate) mod compare;
+pub(crate) mod diff;
+pub(crate) mod error;
+pub(crate) mod export;
+pub(crate) mod guest_log;
+pub(crate) mod import;
 pub mod inputs;
-pub mod lint;
+pub(crate) mod lint;
 pub mod profile;
-pub mod render;
-pub mod view;
+pub(crate) mod render;
+pub(crate) mod view;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -276,7 +276,7 @@ pub struct CompareArgs {
     pub qemu: Option<PathBuf>,
 }
 
-/// Hints live with the command (not in [`error`]) because they name the
+/// Hints live with the command (not in `error`) because they name the
 /// bundled profiles, which load through the error type.
 impl FeaturesError {
     /// A suggestion for the user where one helps.

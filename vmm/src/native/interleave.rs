@@ -3,7 +3,7 @@
 //! [`PART_PORT`](guest::protocol::PART_PORT) and "repetition k done" on
 //! [`REP_PORT`](guest::protocol::REP_PORT) (see [`guest::protocol::rep`]).
 //! The vCPU thread is stopped in each of those port exits while the native
-//! repetition of the same row, held on its own thread ([`super::worker`]),
+//! repetition of the same row, held on its own thread (`super::worker`),
 //! times its next part: guest part 0, native part 0, guest part 1, ... So
 //! the two halves of each compared pair run ~2 ms apart, and a burst of
 //! noise from the other users of the machine hits one pair, not a row.
@@ -189,7 +189,7 @@ impl Interleaver {
     }
 
     /// KiB of the native rows' memory in huge pages now (see
-    /// [`ScratchInfo::huge_kib`]); `None` once the native thread is gone
+    /// `ScratchInfo::huge_kib`); `None` once the native thread is gone
     /// (its memory went with it) or without huge pages.
     pub fn scratch_huge_kib(&self) -> Option<u64> {
         self.worker.as_ref().and(self.scratch.huge_kib())

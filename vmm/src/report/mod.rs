@@ -40,30 +40,30 @@
 //! | `snapshot` | with `--snapshot-file`: `requested_after_s`, `written`, `path`, `save_ms` (stopped vCPU to file written), and `reason` when nothing was written (e.g. the guest exited before `--snapshot-after`); null otherwise |
 
 //! - [`summary`]: the serialisable model ([`RunSummary`]) built from a run.
-//! - [`views`]: the `--xfeatures` resolution and the requested snapshot, as
+//! - `views`: the `--xfeatures` resolution and the requested snapshot, as
 //!   the JSON shows them.
-//! - [`spanning`]: the row a restored run cannot time (it spans the snapshot).
-//! - [`render`]: its human table.
+//! - `spanning`: the row a restored run cannot time (it spans the snapshot).
+//! - `render`: its human table.
 //! - [`snapshot_info`]: `vmm snapshot info`: what a snapshot file holds.
-//! - [`table`]: column alignment for every text table.
-//! - [`hex`]: masks serialised as hex strings.
-//! - [`exit`]: process exit statuses.
+//! - `table`: column alignment for every text table.
+//! - `hex`: masks serialised as hex strings.
+//! - `exit`: process exit statuses.
 //! - [`plot`]: SVG bar charts for `--plot`.
-//! - [`yardstick`]: the host's `openssl speed` beside the guest's AES rows.
+//! - `yardstick`: the host's `openssl speed` beside the guest's AES rows.
 
-pub mod copy;
-pub mod exit;
-pub mod hex;
-pub mod native_view;
-pub mod parallel;
+pub(crate) mod copy;
+pub(crate) mod exit;
+pub(crate) mod hex;
+pub(crate) mod native_view;
+pub(crate) mod parallel;
 pub mod plot;
-pub mod render;
+pub(crate) mod render;
 pub mod snapshot_info;
-pub mod spanning;
+pub(crate) mod spanning;
 pub mod summary;
-pub mod table;
-pub mod views;
-pub mod yardstick;
+pub(crate) mod table;
+pub(crate) mod views;
+pub(crate) mod yardstick;
 
 pub use exit::{
     EXIT_GUEST_CRASH, EXIT_PROTOCOL_VIOLATION, EXIT_TIMEOUT, EXIT_USAGE, EXIT_VMM_ERROR,

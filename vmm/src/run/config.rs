@@ -88,7 +88,7 @@ pub struct RunConfig {
     /// (never anything else; see [`crate::output`]).
     pub snapshot_force: bool,
     /// `--vcpus`: how many vCPUs, each a host thread (see
-    /// [`crate::vstate::smp`]); 1 is the VM `vmm` always built.
+    /// `crate::vstate::smp`); 1 is the VM `vmm` always built.
     pub vcpus: u32,
     /// Which entry the kernel may be started at (`--entry`).
     pub entry: EntryChoice,

@@ -6,18 +6,18 @@
 //! tools above it: the native side of an interleaved run reaches the port
 //! bus through [`crate::devices::NativeSide`], which the caller supplies.
 //!
-//! - [`config`]: what a run is asked to do ([`RunConfig`]).
+//! - `config`: what a run is asked to do ([`RunConfig`]).
 //! - `launch`: booting a guest ([`run`]) and running a configured machine
 //!   (what restore uses too).
 //! - `prepared`: a machine ready to run (`Launch`), the boot's clock.
 //! - `runner`: the run loops and exit decoding.
 //! - `smp_run`: several vCPUs, one thread each, under one supervisor.
 //! - [`restore`]: resuming a snapshot in a new VM.
-//! - [`outcome`]: what a run produced ([`RunOutcome`], [`RunEnd`]).
+//! - `outcome`: what a run produced ([`RunOutcome`], [`RunEnd`]).
 
-pub mod config;
+pub(crate) mod config;
 pub(crate) mod launch;
-pub mod outcome;
+pub(crate) mod outcome;
 pub(crate) mod prepared;
 pub mod restore;
 pub(crate) mod runner;

@@ -21,7 +21,7 @@
 //! header and section table are checked before any section is read, then
 //! the sections (memory last) and their decoding ([`load`]); then THE
 //! validation `vmm snapshot info` also reports ([`validate`], see
-//! [`crate::snapshot::compat`]). Only then is the VM built from the [`Validated`]
+//! `crate::snapshot::compat`). Only then is the VM built from the [`Validated`]
 //! state, and handed to [`crate::vstate`] to run as a booted one would be.
 //! Should KVM still refuse a state, the error names the ioctl, the vCPU,
 //! the section and the fields that commonly cause it.

@@ -16,21 +16,22 @@
 //! - [`sparse`]: guest RAM without its all-zero pages.
 //! - [`state`]: the sections and their encodings.
 //! - [`save`]: capturing a running VM.
-//! - [`compat`]: the one validation `restore` and `info` share, against this
+//! - `compat`: the one validation `restore` and `info` share, against this
 //!   host, before any VM exists.
-//! - [`load`]: reading a file back, verified, and putting its state into a
+//! - `load`: reading a file back, verified, and putting its state into a
 //!   new VM (the resumed run is [`crate::run::restore`]).
-//! - [`verify`]: reading the state back from KVM after a restore and
+//! - `verify` (tests only): reading the state back from KVM after a restore and
 //!   comparing it, field by field, with the file.
-//! - [`error`]: what can go wrong, naming the file and the field.
+//! - `error`: what can go wrong, naming the file and the field.
 
-pub mod compat;
-pub mod error;
+pub(crate) mod compat;
+pub(crate) mod error;
 pub mod format;
-pub mod load;
+pub(crate) mod load;
 pub mod save;
 pub mod sparse;
 pub mod state;
-pub mod verify;
+#[cfg(test)]
+pub(crate) mod verify;
 
 pub use error::SnapshotError;

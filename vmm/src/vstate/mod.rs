@@ -5,16 +5,16 @@
 //! - [`vcpu`]: vCPU ioctls: CPUID, XCRs, xsave images, MSRs.
 //! - [`xfd`]: `IA32_XFD`/`IA32_XFD_ERR` saved and restored with the vCPU
 //!   where KVM has XFD (dynamic xfeatures such as AMX).
-//! - [`dump`]: register dumps for crash reports.
+//! - `dump`: register dumps for crash reports.
 //! - `stop`: why and how a running vCPU is stopped from outside.
 //! - `deadline`: one vCPU's deadlines as requests and a kicking timer,
 //!   without a watching thread.
-//! - [`smp`]: `--vcpus N`: the limits, the irqchip, how APs start.
+//! - `smp`: `--vcpus N`: the limits, the irqchip, how APs start.
 
 pub(crate) mod deadline;
-pub mod dump;
+pub(crate) mod dump;
 pub(crate) mod machine;
-pub mod smp;
+pub(crate) mod smp;
 pub(crate) mod stop;
 pub mod vcpu;
 pub mod xfd;

@@ -83,7 +83,7 @@ pub fn configure_boot_vcpu(
 }
 
 /// Give an application processor the guest CPUID (its own APIC ID, see
-/// [`super::smp::cpuid_for`]), XCR0 = reset value and the same initial
+/// `super::smp::cpuid_for`), XCR0 = reset value and the same initial
 /// xsave image as the boot vCPU. Its registers stay KVM's INIT state: the
 /// guest's SIPI decides where it starts.
 pub fn configure_ap(

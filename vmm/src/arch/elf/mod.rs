@@ -12,13 +12,13 @@
 //! | ELF64, little-endian, `ET_EXEC`, x86-64, 56-byte program headers | what the loader reads |
 //! | the program header table and every segment's file bytes lie inside the file | no read past the end |
 //! | `p_filesz <= p_memsz` | the loader copies `p_filesz` bytes into a `p_memsz` segment |
-//! | every `PT_LOAD` lies in `[1 MiB, end of RAM)` | below 1 MiB the boot structures ([`super::layout`]) would overwrite it; past RAM there is nothing to load into |
+//! | every `PT_LOAD` lies in `[1 MiB, end of RAM)` | below 1 MiB the boot structures (`super::layout`) would overwrite it; past RAM there is nothing to load into |
 //! | no two `PT_LOAD` segments overlap | the later would silently overwrite the earlier |
 //! | `e_entry >= 1 MiB` | linux-loader refuses lower entries (PVH itself starts at the note's entry) |
 //! | notes lie inside their `PT_NOTE` segment (4-byte aligned, as the loader walks them) | a `descsz` of `0xfffffff0` is refused, not skipped over |
 //! | exactly one PVH entry note (`"Xen"`, `XEN_ELFNOTE_PHYS32_ENTRY`), descriptor 4 or 8 bytes | 4 bytes is the 32-bit address; 8 is the `.quad` a 64-bit kernel emits |
 //! | the PVH entry is not 0, below 4 GiB, outside the MMIO hole, inside RAM, at or above 1 MiB and inside a `PT_LOAD` segment's file bytes | PVH starts the vCPU there in 32-bit mode |
-//! | at most one vmm 64-bit entry note (`"vmm"`, type 1), descriptor 8 bytes; its entry inside RAM, at or above 1 MiB, below [`DIRECT_MAP_END`] and inside a `PT_LOAD` segment's file bytes | optional: `vmm` starts the vCPU there in long mode on its own identity map of the first GiB (see [`super::regs`]) |
+//! | at most one vmm 64-bit entry note (`"vmm"`, type 1), descriptor 8 bytes; its entry inside RAM, at or above 1 MiB, below `DIRECT_MAP_END` and inside a `PT_LOAD` segment's file bytes | optional: `vmm` starts the vCPU there in long mode on its own identity map of the first GiB (see `super::regs`) |
 //!
 //! The image is then loaded by linux-loader (see [`super::boot`]); the plan
 //! this returns supplies the entry point and the end of the image.
@@ -69,7 +69,7 @@ pub struct ImagePlan {
     /// The PVH entry point (guest physical, below 4 GiB).
     pub entry: u64,
     /// vmm's direct 64-bit entry point, when the image declares one
-    /// (guest physical, below [`DIRECT_MAP_END`]).
+    /// (guest physical, below `DIRECT_MAP_END`).
     pub entry64: Option<u64>,
     /// Its `PT_LOAD` segments with any bytes, in program header order.
     pub segments: Vec<LoadSegment>,

@@ -26,10 +26,10 @@
 //! - [`http`]: HTTP/1.1 over a Unix socket, for the peers' APIs.
 //! - this module: which VMMs, how each is started, the runs.
 
-pub mod http;
+pub(crate) mod http;
 mod model;
 mod render;
-pub mod snapshot;
+pub(crate) mod snapshot;
 #[cfg(test)]
 mod tests;
 

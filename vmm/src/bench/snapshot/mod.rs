@@ -325,6 +325,7 @@ impl Goals {
     }
 
     /// Whether no goal was missed.
+    #[cfg(test)]
     pub fn none_missed(&self) -> bool {
         self.snapshot_goal != Goal::Missed && self.restore_goal != Goal::Missed
     }

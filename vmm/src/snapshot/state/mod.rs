@@ -21,7 +21,7 @@
 //! | `pit` | `struct kvm_pit_state2` (112 bytes), when the VM has an in-kernel PIT |
 //!
 //! `meta.vcpus` says how many vCPUs the file holds (1 when absent: files
-//! written before SMP); [`super::compat`] refuses a file whose sections
+//! written before SMP); `super::compat` refuses a file whose sections
 //! hold another number.
 //!
 //! KVM structures are stored as their Linux UAPI layout (little-endian x86-64),
