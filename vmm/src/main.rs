@@ -240,6 +240,17 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
             return Ok(EXIT_VMM_ERROR);
         }
     };
+    words.push(format!("workload={}", args.workload));
+    if let Some(c) = &args.cmdline {
+        words.push(c.clone());
+    }
+    // Words the VMM owns (`xfeatures=`), or a line the guest would cut, are
+    // usage errors, refused before KVM is asked anything.
+    let cmdline = words.join(" ");
+    if let Err(e) = run::check_cmdline_words(&cmdline) {
+        eprintln!("vmm: --cmdline: {e}");
+        return Ok(EXIT_USAGE);
+    }
     // Say how --xfeatures was understood (implied and dropped components)
     // before booting; an invalid mask stops here, before any VM exists.
     let xfeatures = Xfeatures::request(args.xfeatures.as_deref())?;
@@ -249,15 +260,6 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
             vmm::cpuid::describe_resolution(&r.spec, &r.resolution)
         );
     }
-    words.push(format!("workload={}", args.workload));
-    if let Some(c) = &args.cmdline {
-        // Words the VMM owns (`xfeatures=`) are a usage error.
-        if let Err(e) = run::check_cmdline_words(c) {
-            eprintln!("vmm: --cmdline: {e}");
-            return Ok(EXIT_USAGE);
-        }
-        words.push(c.clone());
-    }
     let config = RunConfig {
         kernel,
         mem_mib: args.mem,
@@ -266,7 +268,7 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
             InitArg::Minimal => InitMode::Minimal,
             InitArg::All => InitMode::AllOfXcr0,
         },
-        cmdline: words.join(" "),
+        cmdline,
         serial: args.session.serial(),
         timeout: args.session.timeout(),
         xstate_sync: args.xstate_sync,

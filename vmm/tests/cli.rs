@@ -60,3 +60,16 @@ fn vmm_owned_cmdline_word_is_a_usage_error() {
     assert!(err.contains("\"xfeatures=0xe7\""), "{err}");
     assert!(err.contains("--xfeatures"), "{err}");
 }
+
+/// A command line the guest would cut (its 2048 bytes, with the VMM's own
+/// words) is refused before anything runs, naming the limit: cut, it lost
+/// the VMM's `xfeatures=` word and the guest enabled state outside the
+/// policy (issue 37 §5).
+#[test]
+fn a_command_line_the_guest_would_cut_is_a_usage_error() {
+    let long = "w ".repeat(1010);
+    let out = vmm(&["run", "--workload", "none", "--cmdline", long.trim_end()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(68), "{err}");
+    assert!(err.contains("2048 bytes"), "the limit is named: {err}");
+}

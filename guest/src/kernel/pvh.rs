@@ -9,7 +9,7 @@ pub const MEMMAP_TYPE_RAM: u32 = 1;
 /// Most memory-map entries the kernel keeps.
 pub const MAX_MEMMAP: usize = 64;
 /// Longest command line the kernel keeps (longer ones are cut here).
-pub const MAX_CMDLINE: usize = 2048;
+pub const MAX_CMDLINE: usize = guest::protocol::CMDLINE_MAX;
 
 /// `struct hvm_start_info` (version 1 layout; version 0 ends at `rsdp_paddr`).
 #[repr(C)]

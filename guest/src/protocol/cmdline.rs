@@ -38,6 +38,15 @@ pub const HOSTILE_MODES: &[&str] = &[
 /// replace it and let the guest enable state the policy excludes.
 pub const VMM_OWNED_WORDS: &[&str] = &["xfeatures="];
 
+/// The longest command line a guest reads, NUL excluded: ours, and x86
+/// Linux's `COMMAND_LINE_SIZE` alike. A longer one is cut by the guest,
+/// which could cut the VMM's own words, so the VMM refuses it.
+pub const CMDLINE_MAX: usize = 2048;
+
+/// The most bytes the VMM's own words take on the command line, with the
+/// space after them: `xfeatures=0x` and up to 16 hex digits.
+pub const VMM_WORDS_MAX: usize = "xfeatures=0x".len() + 16 + 1;
+
 /// The first word of `raw` the VMM owns ([`VMM_OWNED_WORDS`]), if any.
 pub fn vmm_owned_word(raw: &str) -> Option<&str> {
     raw.split_ascii_whitespace().find(|w| {

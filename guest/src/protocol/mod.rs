@@ -69,8 +69,8 @@ pub mod rep;
 pub mod serial_record;
 
 pub use cmdline::{
-    vmm_owned_word, Cmdline, BENCH_NAMES, DEFAULT_EXIT_COUNT, FAULT_KINDS, HOSTILE_MODES,
-    VMM_OWNED_WORDS, WORKLOAD_NAMES,
+    vmm_owned_word, Cmdline, BENCH_NAMES, CMDLINE_MAX, DEFAULT_EXIT_COUNT, FAULT_KINDS,
+    HOSTILE_MODES, VMM_OWNED_WORDS, VMM_WORDS_MAX, WORKLOAD_NAMES,
 };
 pub use names::{exception_mnemonic, xsave_variants, SWITCH_STRATEGIES, XSAVE_FEATURE_NAMES};
 pub use ports::{report_exit_value, split_report_exit, REPORT_EXIT_ALIGN, REPORT_EXIT_PORT};

@@ -397,26 +397,39 @@ pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
     })
 }
 
-/// Refuse command-line words the VMM owns (`guest::protocol::VMM_OWNED_WORDS`):
-/// a caller's `xfeatures=` would replace the policy hint.
+/// Refuse a guest command line the VMM cannot pass whole: one with words
+/// the VMM owns (`guest::protocol::VMM_OWNED_WORDS`: a caller's
+/// `xfeatures=` would replace the policy hint), or one that, with the VMM's
+/// own words, would not fit the guest's `guest::protocol::CMDLINE_MAX`
+/// bytes (the guest would cut it, and with it words it needs).
 pub fn check_cmdline_words(cmdline: &str) -> Result<()> {
-    match guest::protocol::vmm_owned_word(cmdline) {
-        Some(word) => Err(Error::Argument(format!(
+    if let Some(word) = guest::protocol::vmm_owned_word(cmdline) {
+        return Err(Error::Argument(format!(
             "guest command-line word {word:?} is the VMM's own (words the VMM sets: {}); \
              use --xfeatures for the xstate policy",
             guest::protocol::VMM_OWNED_WORDS.join(" ")
-        ))),
-        None => Ok(()),
+        )));
     }
+    let room = guest::protocol::CMDLINE_MAX - guest::protocol::VMM_WORDS_MAX;
+    if cmdline.len() > room {
+        return Err(Error::Argument(format!(
+            "the guest command line is {} bytes; with the VMM's own words it must fit the \
+             guest's {} bytes, which leaves {room} for the rest",
+            cmdline.len(),
+            guest::protocol::CMDLINE_MAX
+        )));
+    }
+    Ok(())
 }
 
-/// Append `xfeatures=MASK` (see `guest::protocol`); the caller's command
-/// line has none ([`check_cmdline_words`]).
+/// Put `xfeatures=MASK` (see `guest::protocol`) first, so no text of the
+/// caller's can push it out of what the guest reads; the caller's command
+/// line has none and fits beside it ([`check_cmdline_words`]).
 fn with_xfeatures_hint(cmdline: &str, xcr0: XfeatureMask) -> String {
     let hint = format!("xfeatures={:#x}", xcr0.bits());
     if cmdline.is_empty() {
         hint
     } else {
-        format!("{cmdline} {hint}")
+        format!("{hint} {cmdline}")
     }
 }
