@@ -94,14 +94,33 @@ pub fn schema_text(doc: Document) -> String {
 }
 
 /// Write every schema into `dir` (created if missing); returns the files.
-pub fn write_all(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+/// Each is written as every file `vmm` writes
+/// ([`crate::output::write_atomic`]): a regular file of the same name is
+/// replaced, anything else there (a symlink, device, FIFO) refused, every
+/// destination checked before the first is written.
+///
+/// # Errors
+/// The directory cannot be created ([`crate::Error::Io`]), or a
+/// destination is refused or cannot be written ([`crate::Error::Output`]).
+pub fn write_all(dir: &Path) -> Result<Vec<PathBuf>, crate::Error> {
     std::fs::create_dir_all(dir)?;
-    Document::ALL
+    let files: Vec<(PathBuf, Document)> = Document::ALL
         .iter()
-        .map(|d| {
-            let path = dir.join(d.file_name());
-            std::fs::write(&path, schema_text(*d))?;
-            Ok(path)
-        })
-        .collect()
+        .map(|d| (dir.join(d.file_name()), *d))
+        .collect();
+    for (path, _) in &files {
+        crate::output::check(path, true).map_err(|source| crate::Error::Output {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    for (path, d) in &files {
+        crate::output::write_atomic(path, true, schema_text(*d).as_bytes()).map_err(|source| {
+            crate::Error::Output {
+                path: path.clone(),
+                source,
+            }
+        })?;
+    }
+    Ok(files.into_iter().map(|(p, _)| p).collect())
 }

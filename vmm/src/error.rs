@@ -101,6 +101,16 @@ pub enum Error {
         #[source]
         source: crate::output::WriteError,
     },
+    /// A file `vmm` writes (a schema, a manual page) cannot go to its path,
+    /// or could not be written; nothing at the path was changed.
+    #[error("output: cannot write {}: {source}", path.display())]
+    Output {
+        /// The file.
+        path: PathBuf,
+        /// Why: the destination, its directory, or the file system.
+        #[source]
+        source: crate::output::WriteError,
+    },
     /// Standard output did not take the result (its reader closed it, or
     /// the device is full).
     #[error("output: {0}")]
@@ -427,14 +437,16 @@ pub enum PlotError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    /// The SVG could not be written.
-    #[error("cannot write {}: {source}", path.display())]
+    /// The SVG cannot go there (a symlink, device, FIFO or directory, an
+    /// existing file without `--force`, a directory that refuses writes),
+    /// or could not be written; nothing at the path was changed.
+    #[error("--plot {}: {source}", path.display())]
     Write {
         /// The file given.
         path: PathBuf,
-        /// What the file system said.
+        /// Why.
         #[source]
-        source: std::io::Error,
+        source: crate::output::WriteError,
     },
 }
 

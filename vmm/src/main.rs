@@ -177,10 +177,10 @@ struct SessionArgs {
     /// asks for one (SNAPSHOT_PORT).
     #[arg(long, value_name = "PATH")]
     snapshot_file: Option<PathBuf>,
-    /// Let the snapshot replace a regular file already at --snapshot-file
-    /// (never a symlink, device, FIFO or directory; its permissions are
-    /// never widened).
-    #[arg(long, requires = "snapshot_file")]
+    /// Let the snapshot (and `vmm run`'s --plot) replace a regular file
+    /// already at its path (never a symlink, device, FIFO or directory; its
+    /// permissions are never widened).
+    #[arg(long)]
     force: bool,
 }
 
@@ -220,8 +220,12 @@ struct RestoreArgs {
 /// `vmm run`: the options parsed into a [`session::RunRequest`], the
 /// summary printed.
 fn run(args: RunArgs) -> Result<i32, vmm::Error> {
+    if args.session.force && args.session.snapshot_file.is_none() && args.plot.is_none() {
+        eprintln!("vmm: --force needs --snapshot-file or --plot: it lets them replace a file");
+        return Ok(EXIT_USAGE);
+    }
     if let Some(p) = &args.plot {
-        vmm::report::plot::check_target(p)?;
+        vmm::report::plot::check_target(p, args.session.force)?;
     }
     let kernel = match &args.kernel {
         Some(p) => KernelImage::from_file(p)?,
@@ -296,7 +300,8 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
         other => other?,
     };
     let json = args.session.json.then_some(Document::Run);
-    print_summary(&summary, json, args.plot.as_deref())
+    let plot = args.plot.as_deref().map(|p| (p, args.session.force));
+    print_summary(&summary, json, plot)
 }
 
 /// Print a run's (or a restored run's) summary; returns the exit status.
@@ -304,16 +309,16 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
 fn print_summary(
     summary: &RunSummary,
     json: Option<Document>,
-    plot: Option<&std::path::Path>,
+    plot: Option<(&std::path::Path, bool)>,
 ) -> Result<i32, vmm::Error> {
     let text = match json {
         Some(doc) => vmm::schema::to_json(doc, summary)? + "\n",
         None => summary.to_table(),
     };
     stdout::print(&text)?;
-    if let Some(path) = plot {
+    if let Some((path, force)) = plot {
         let charts = vmm::report::plot::run_charts(summary);
-        vmm::report::plot::write_svg(path, &charts, 1200)?;
+        vmm::report::plot::write_svg(path, &charts, 1200, force)?;
     }
     Ok(summary.process_exit)
 }
@@ -321,6 +326,10 @@ fn print_summary(
 /// `vmm restore`: snapshot errors are printed here (status 64).
 fn restore(args: RestoreArgs) -> Result<i32, vmm::Error> {
     let s = &args.session;
+    if s.force && s.snapshot_file.is_none() {
+        eprintln!("vmm: --force needs --snapshot-file: it lets the snapshot replace a file");
+        return Ok(EXIT_USAGE);
+    }
     let options = vmm::run::restore::RestoreOptions {
         serial: s.serial(),
         timeout: s.timeout(),
@@ -359,8 +368,31 @@ fn man(args: ManArgs) -> Result<i32, vmm::Error> {
     let cmd = Cli::command();
     match args.dir {
         Some(dir) => {
+            // clap_mangen names the pages; they are rendered in a private
+            // directory, then each goes to DIR as every file vmm writes.
             std::fs::create_dir_all(&dir)?;
-            clap_mangen::generate_to(cmd, &dir)?;
+            let rendered = tempfile::tempdir()?;
+            clap_mangen::generate_to(cmd, rendered.path())?;
+            let mut pages: Vec<_> = std::fs::read_dir(rendered.path())?
+                .map(|e| e.map(|e| e.path()))
+                .collect::<Result<_, _>>()?;
+            pages.sort();
+            let dest = |p: &PathBuf| dir.join(p.file_name().unwrap_or_default());
+            for page in &pages {
+                vmm::output::check(&dest(page), true).map_err(|source| vmm::Error::Output {
+                    path: dest(page),
+                    source,
+                })?;
+            }
+            for page in &pages {
+                let bytes = std::fs::read(page)?;
+                vmm::output::write_atomic(&dest(page), true, &bytes).map_err(|source| {
+                    vmm::Error::Output {
+                        path: dest(page),
+                        source,
+                    }
+                })?;
+            }
             eprintln!("vmm: manual pages written to {}", dir.display());
         }
         None => {

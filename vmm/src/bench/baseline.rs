@@ -57,8 +57,10 @@ pub fn path(dir: &Path, flag: &'static str, name: &str) -> Result<PathBuf, Basel
 }
 
 /// Write `bench`'s JSON (without its own `comparison`) to `path`,
-/// creating the directory; the file is replaced in one rename, never left
-/// half-written.
+/// creating the directory, as every file `vmm` writes
+/// ([`crate::output::write_atomic`]): the baseline of that name is replaced
+/// in one rename, never left half-written, never through a symlink or into
+/// a device or FIFO.
 pub fn save<T: Serialize>(path: &Path, bench: &T) -> Result<(), BaselineError> {
     let write_err = |p: &Path| {
         let p = p.to_path_buf();
@@ -75,13 +77,12 @@ pub fn save<T: Serialize>(path: &Path, bench: &T) -> Result<(), BaselineError> {
         o.remove("comparison");
     }
     let text = serde_json::to_string_pretty(&plain).map_err(json_err)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(write_err(dir))?;
-    std::io::Write::write_all(&mut tmp, text.as_bytes()).map_err(write_err(path))?;
-    tmp.persist(path).map_err(|e| BaselineError::Write {
-        path: path.to_path_buf(),
-        source: e.error,
-    })?;
-    Ok(())
+    crate::output::write_atomic(path, true, text.as_bytes())
+        .map(|_| ())
+        .map_err(|e| BaselineError::Write {
+            path: path.to_path_buf(),
+            source: std::io::Error::other(e),
+        })
 }
 
 /// A baseline as read back: the rows stay JSON, read by the benchmark's

@@ -37,9 +37,13 @@ fn print<T: serde::Serialize>(json: Option<Document>, value: &T, table: String) 
 }
 
 /// Write `charts` to `--plot FILE`, if given.
-fn write_plot(file: Option<&Path>, charts: impl FnOnce() -> Vec<plot::BarChart>) -> Result<()> {
+fn write_plot(
+    file: Option<&Path>,
+    force: bool,
+    charts: impl FnOnce() -> Vec<plot::BarChart>,
+) -> Result<()> {
     if let Some(path) = file {
-        plot::write_svg(path, &charts(), 1400)?;
+        plot::write_svg(path, &charts(), 1400, force)?;
     }
     Ok(())
 }
@@ -62,7 +66,7 @@ pub fn main(args: BenchArgs) -> Result<i32> {
         } => {
             // Everything that can be refused is refused before measuring.
             if let Some(p) = &out.plot {
-                plot::check_target(p)?;
+                plot::check_target(p, out.force)?;
             }
             let (save_to, against) = bl.resolve(&exits::KIND)?;
             let plan = exits_plan(count, budget, rounds, quick, policy, &xfeatures)?;
@@ -75,7 +79,7 @@ pub fn main(args: BenchArgs) -> Result<i32> {
             }
             print(out.json.then_some(Document::BenchExits), &b, b.to_table())?;
             save(save_to.as_deref(), &b)?;
-            write_plot(out.plot.as_deref(), || b.charts())?;
+            write_plot(out.plot.as_deref(), out.force, || b.charts())?;
             Ok(0)
         }
         BenchCommand::InitXstate {
@@ -189,7 +193,7 @@ fn init_xstate_main(
     guest::workloads::Selection::parse(&workload)
         .map_err(|e| Error::Argument(format!("invalid --workload {workload:?}: {e}")))?;
     if let Some(p) = &out.plot {
-        plot::check_target(p)?;
+        plot::check_target(p, out.force)?;
     }
     let (save_to, against) = bl.resolve(&init_xstate::KIND)?;
     let default_budget = if quick {
@@ -225,7 +229,7 @@ fn init_xstate_main(
         b.to_table(),
     )?;
     save(save_to.as_deref(), &b)?;
-    write_plot(out.plot.as_deref(), || b.charts())?;
+    write_plot(out.plot.as_deref(), out.force, || b.charts())?;
     Ok(0)
 }
 

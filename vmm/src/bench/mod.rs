@@ -234,6 +234,10 @@ pub struct OutputArgs {
     /// Also draw the results as an SVG bar chart into FILE.
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
+    /// Let --plot replace a regular file already at FILE (never a symlink,
+    /// device, FIFO or directory).
+    #[arg(long, requires = "plot")]
+    pub force: bool,
 }
 
 /// Baselines of `vmm bench exits` and `init-xstate` (see `baseline`).

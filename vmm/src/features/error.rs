@@ -45,14 +45,16 @@ pub enum FeaturesError {
     /// The running host's CPUID cannot be used.
     #[error("this host's CPUID: {0}")]
     Host(String),
-    /// Writing a file failed.
+    /// A file cannot go to its path (a symlink, device, FIFO or directory
+    /// there, a directory that refuses writes) or could not be written;
+    /// nothing at the path was changed.
     #[error("cannot write {}: {source}", path.display())]
-    Write {
+    Output {
         /// The file being written.
         path: PathBuf,
-        /// The I/O error.
+        /// Why.
         #[source]
-        source: std::io::Error,
+        source: crate::output::WriteError,
     },
     /// A VMM error (KVM, policy, guest boot): reported as `vmm run` reports it.
     #[error(transparent)]

@@ -432,6 +432,9 @@ fn lint_cmd(args: &LintArgs) -> Result<i32, FeaturesError> {
 }
 
 fn import_cmd(args: &ImportArgs) -> Result<i32, FeaturesError> {
+    if args.output.as_os_str() != "-" {
+        profile::check_new(&args.output, args.force)?;
+    }
     let mut p = bundled::load(&args.input)?;
     if let Some(m) = &args.microarchitecture {
         p.profile.microarchitecture = m.clone();
@@ -457,6 +460,10 @@ fn import_cmd(args: &ImportArgs) -> Result<i32, FeaturesError> {
 }
 
 fn save(args: &SaveArgs) -> Result<i32, FeaturesError> {
+    // A destination that cannot take the file is refused before the work.
+    if args.file.as_os_str() != "-" {
+        profile::check_new(&args.file, args.force)?;
+    }
     let (p, kvm_error) = profile::record_host(args.microarchitecture.as_deref())?;
     if let Some(e) = &kvm_error {
         eprintln!("vmm: warning: the profile does not record KVM's supported CPUID: {e}");

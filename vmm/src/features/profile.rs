@@ -373,31 +373,36 @@ pub fn record_host(
     ))
 }
 
-/// Writes a recorded profile to `path`; an existing file is an error
-/// unless `force`.
+/// Writes a recorded profile to `path` as every file `vmm` writes
+/// ([`crate::output::write_atomic`]): an existing regular file only with
+/// `force`, never through a symlink or into a device or FIFO, atomically.
 pub fn write_new(path: &Path, json: &str, force: bool) -> Result<(), FeaturesError> {
-    let write = |source| FeaturesError::Write {
-        path: path.to_path_buf(),
-        source,
-    };
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true);
-    if force {
-        opts.create(true).truncate(true);
-    } else {
-        opts.create_new(true);
+    check_new(path, force)?;
+    crate::output::write_atomic(path, force, json.as_bytes())
+        .map(|_| ())
+        .map_err(|e| refused(path, e))
+}
+
+/// Refuse a destination [`write_new`] would refuse, before any work.
+pub fn check_new(path: &Path, force: bool) -> Result<(), FeaturesError> {
+    crate::output::check(path, force)
+        .map(|_| ())
+        .map_err(|e| refused(path, e))
+}
+
+/// An existing file without `--force` is a usage error, as it always was;
+/// anything else the writer refused is said as it is.
+fn refused(path: &Path, e: crate::output::WriteError) -> FeaturesError {
+    match e {
+        crate::output::WriteError::Exists { .. } => FeaturesError::Usage(format!(
+            "{} exists (use --force to overwrite)",
+            path.display()
+        )),
+        other => FeaturesError::Output {
+            path: path.to_path_buf(),
+            source: other,
+        },
     }
-    let mut f = opts.open(path).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::AlreadyExists {
-            FeaturesError::Usage(format!(
-                "{} exists (use --force to overwrite)",
-                path.display()
-            ))
-        } else {
-            write(e)
-        }
-    })?;
-    std::io::Write::write_all(&mut f, json.as_bytes()).map_err(write)
 }
 
 /// A recorded CPUID dump of `xstate/tests/data`, for the crate's unit

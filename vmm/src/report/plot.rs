@@ -98,21 +98,27 @@ fn colour(i: usize) -> RGBColor {
     COLOURS[i % COLOURS.len()]
 }
 
-/// Refuse a `--plot` path whose directory does not exist, before a long
-/// measurement rather than after it.
-pub fn check_target(path: &Path) -> Result<(), PlotError> {
+/// Refuse a `--plot` path that cannot take the chart, before a long
+/// measurement rather than after it: a missing directory, a directory that
+/// refuses writes, anything there but a regular file, and a regular file
+/// unless `force` (see [`crate::output`]).
+pub fn check_target(path: &Path, force: bool) -> Result<(), PlotError> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    if dir.is_dir() {
-        Ok(())
-    } else {
-        Err(PlotError::NoDir {
+    if !dir.is_dir() {
+        return Err(PlotError::NoDir {
             path: path.to_path_buf(),
             dir,
-        })
+        });
     }
+    crate::output::check(path, force)
+        .map(|_| ())
+        .map_err(|source| PlotError::Write {
+            path: path.to_path_buf(),
+            source,
+        })
 }
 
 /// Pixel height of one chart.
@@ -128,8 +134,15 @@ pub fn render_svg(charts: &[BarChart], width: u32) -> Result<String, PlotError> 
     Ok(svg)
 }
 
-/// Draw `charts` into the SVG file `path` (replacing it).
-pub fn write_svg(path: &Path, charts: &[BarChart], width: u32) -> Result<(), PlotError> {
+/// Draw `charts` into the SVG file `path`, written as every file `vmm`
+/// writes ([`crate::output::write_atomic`]: a regular file replaced only
+/// with `force`, atomically, nothing left behind on failure).
+pub fn write_svg(
+    path: &Path,
+    charts: &[BarChart],
+    width: u32,
+    force: bool,
+) -> Result<(), PlotError> {
     if charts.iter().all(BarChart::is_empty) {
         return Err(PlotError::Empty {
             path: path.to_path_buf(),
@@ -141,10 +154,12 @@ pub fn write_svg(path: &Path, charts: &[BarChart], width: u32) -> Result<(), Plo
         path: path.to_path_buf(),
         source,
     })?;
-    std::fs::write(path, svg).map_err(|source| PlotError::Write {
-        path: path.to_path_buf(),
-        source,
-    })
+    crate::output::write_atomic(path, force, svg.as_bytes())
+        .map(|_| ())
+        .map_err(|source| PlotError::Write {
+            path: path.to_path_buf(),
+            source,
+        })
 }
 
 type DrawError = Box<dyn std::error::Error + Send + Sync>;
@@ -468,18 +483,45 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("no/such/dir/x.svg");
         assert!(matches!(
-            check_target(&missing),
+            check_target(&missing, false),
             Err(PlotError::NoDir { .. })
         ));
-        assert!(check_target(&dir.path().join("x.svg")).is_ok());
-        assert!(check_target(Path::new("x.svg")).is_ok());
+        assert!(check_target(&dir.path().join("x.svg"), false).is_ok());
+        assert!(check_target(Path::new("x.svg"), false).is_ok());
+        // An existing chart only with --force; a symlink, even dangling,
+        // or a FIFO never (it would block, or write elsewhere).
+        let old = dir.path().join("old.svg");
+        std::fs::write(&old, "<svg/>").unwrap();
+        assert!(matches!(
+            check_target(&old, false),
+            Err(PlotError::Write { .. })
+        ));
+        assert!(check_target(&old, true).is_ok());
+        let link = dir.path().join("link.svg");
+        std::os::unix::fs::symlink(dir.path().join("nowhere.svg"), &link).unwrap();
+        assert!(check_target(&link, true).is_err());
+        let fifo = dir.path().join("fifo.svg");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        assert!(check_target(&fifo, true).is_err());
+        assert!(matches!(
+            write_svg(&link, &[chart()], 800, true),
+            Err(PlotError::Write { .. })
+        ));
+        assert!(
+            !dir.path().join("nowhere.svg").exists(),
+            "nothing written through the link"
+        );
         let empty = BarChart {
             groups: vec![],
             ..chart()
         };
         let out = dir.path().join("empty.svg");
         assert!(matches!(
-            write_svg(&out, &[empty], 800),
+            write_svg(&out, &[empty], 800, false),
             Err(PlotError::Empty { .. })
         ));
         assert!(!out.exists());
