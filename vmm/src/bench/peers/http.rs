@@ -1,9 +1,10 @@
 //! A minimal HTTP/1.1 client over a Unix socket, for the peers' API
 //! servers (Cloud Hypervisor's `--api-socket`, Firecracker's `--api-sock`).
 //!
-//! One request per connection, blocking, with a deadline on every read and
-//! write: enough to pause, snapshot, restore and resume a VM, without an
-//! async runtime (the field's Unix-socket HTTP clients all bring one). The
+//! One request per connection, blocking, with one deadline for the whole
+//! exchange (every read and write gets only what is left of it, so a server
+//! that trickles its answer a byte at a time cannot stretch it): enough to
+//! pause, snapshot, restore and resume a VM, without an async runtime (the field's Unix-socket HTTP clients all bring one). The
 //! response is read up to its `Content-Length` (absent: no body, as the
 //! peers send for `204 No Content`), so a server that keeps the connection
 //! open cannot stall it.
@@ -74,12 +75,8 @@ pub fn request(
     body: Option<&str>,
     deadline: Instant,
 ) -> Result<String, HttpError> {
-    let mut s = connect(sock, deadline)?;
-    let left = deadline
-        .saturating_duration_since(Instant::now())
-        .max(Duration::from_millis(1));
-    s.set_read_timeout(Some(left))?;
-    s.set_write_timeout(Some(left))?;
+    let s = connect(sock, deadline)?;
+    let mut s = Deadlined { s: &s, deadline };
     let body = body.unwrap_or("");
     let mut req =
         format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nAccept: application/json\r\n");
@@ -96,8 +93,52 @@ pub fn request(
     }
 }
 
+/// A socket whose every read and write may take only what is left until
+/// `deadline`; past it, they fail with `TimedOut`.
+struct Deadlined<'a> {
+    s: &'a UnixStream,
+    deadline: Instant,
+}
+
+impl Deadlined<'_> {
+    /// What is left of the deadline, as the socket's timeout for the next
+    /// call (never zero, which would mean no timeout).
+    fn arm(&self, read: bool) -> std::io::Result<()> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the API server did not answer before the deadline",
+            ));
+        }
+        if read {
+            self.s.set_read_timeout(Some(left))
+        } else {
+            self.s.set_write_timeout(Some(left))
+        }
+    }
+}
+
+impl Read for Deadlined<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.arm(true)?;
+        (&mut &*self.s).read(buf)
+    }
+}
+
+impl Write for Deadlined<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.arm(false)?;
+        (&mut &*self.s).write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        (&mut &*self.s).flush()
+    }
+}
+
 /// Read one response: status line, headers, then `Content-Length` bytes.
-fn read_response(r: &mut impl Read) -> Result<(u16, String), HttpError> {
+pub(crate) fn read_response(r: &mut impl Read) -> Result<(u16, String), HttpError> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     let head_end = loop {
@@ -188,6 +229,39 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("before the end of the headers"));
+    }
+
+    /// A server that trickles its answer a byte every 100 ms cannot hold the
+    /// client past its deadline: every read gets only what is left of it
+    /// (issue 37 §6: a slowloris peer held `bench peers` over 120 s).
+    #[test]
+    fn a_trickling_server_cannot_outlast_the_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("api.sock");
+        let l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        std::thread::spawn(move || {
+            let (mut c, _) = l.accept().unwrap();
+            let mut got = vec![0u8; 4096];
+            let _ = c.read(&mut got);
+            for b in b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n"
+                .iter()
+                .cycle()
+            {
+                if c.write_all(&[*b]).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        let start = Instant::now();
+        let deadline = start + Duration::from_millis(700);
+        let e = request(&sock, "GET", "/", None, deadline).unwrap_err();
+        let took = start.elapsed();
+        assert!(took < Duration::from_secs(3), "held for {took:?}: {e}");
+        assert!(
+            e.to_string().contains("deadline") || e.to_string().contains("timed out"),
+            "{e}"
+        );
     }
 
     #[test]
