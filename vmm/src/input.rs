@@ -60,6 +60,23 @@ pub enum InputError {
         /// The caller's bound.
         max: u64,
     },
+    /// The file held more than its size said when it was opened: it is
+    /// being written, or it is a pseudo-file (`/proc`, `/sys`) whose size
+    /// says nothing of its content. Either way its bytes cannot be trusted
+    /// as one version of the file.
+    #[error(
+        "{what} {path} held more than the {len} bytes its size said when it was opened: \
+         it changed while it was read, or it is a pseudo-file (such as /proc's) with no \
+         size; copy it to a regular file first"
+    )]
+    Grew {
+        /// What the file was for.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Its size when it was opened.
+        len: u64,
+    },
     /// The first bytes are not those of this kind of file.
     #[error("{what} {path} does not start with {expected} (found {found:02x?})")]
     BadMagic {
@@ -191,7 +208,7 @@ impl InputFile {
     }
 
     /// The whole file (at most the bound it was opened with: a file that
-    /// grew since is cut there and then refused as too large).
+    /// grew since is refused: [`InputError::Grew`]).
     pub fn read_all(mut self) -> Result<Vec<u8>, InputError> {
         let mut bytes = Vec::with_capacity(self.len as usize);
         // One byte past the size seen at open tells a file that grew.
@@ -200,11 +217,10 @@ impl InputFile {
             .read_to_end(&mut bytes)
             .map_err(|source| self.read_err(source))?;
         if bytes.len() as u64 > self.len {
-            return Err(InputError::TooLarge {
+            return Err(InputError::Grew {
                 what: self.what,
                 path: self.path.clone(),
-                len: bytes.len() as u64,
-                max: self.len,
+                len: self.len,
             });
         }
         Ok(bytes)

@@ -240,3 +240,33 @@ fn profiles_with_signed_hex_or_control_characters_are_refused() {
         &["profile /dev/zero is a character device, not a regular file"],
     );
 }
+
+/// An import names the format it recognised and what is wrong with it
+/// (issue 37 §6): a Firecracker dump whose JSON does not parse (a number
+/// out of range, nesting past the parser's limit) was "a vmm profile
+/// missing `name`", and `/proc/cpuinfo` was "1 bytes; the limit is 0".
+#[test]
+fn imports_name_the_format_and_the_fault() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big.json");
+    std::fs::write(&big, r#"{"cpuid_modifiers": [{"leaf": 1e400}]}"#).unwrap();
+    let deep = dir.path().join("deep.json");
+    let nest = format!(
+        r#"{{"cpuid_modifiers": [{{"leaf": "0x1", "subleaf": "0x0", "flags": 0, "modifiers": {}{}}}]}}"#,
+        "[".repeat(300),
+        "]".repeat(300)
+    );
+    std::fs::write(&deep, nest).unwrap();
+    for (file, needle) in [(&big, "number out of range"), (&deep, "firecracker")] {
+        let out = vmm(&["features", "import", s(file), "-"]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(64), "{err}");
+        assert!(err.contains("firecracker") && err.contains(needle), "{err}");
+        assert!(!err.contains("missing field `name`"), "{err}");
+    }
+    let out = vmm(&["features", "import", "/proc/cpuinfo", "-"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(err.contains("pseudo-file"), "{err}");
+    assert!(!err.contains("the limit is 0 bytes"), "{err}");
+}

@@ -77,6 +77,12 @@ pub fn detect(text: &str) -> Option<Format> {
     }
     if start.starts_with('{') {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(start) else {
+            // JSON that does not parse (broken, a number out of range,
+            // nested past the parser's limit): named by the key only one
+            // format has, so its own parser says what is wrong with it.
+            if start.contains("\"cpuid_modifiers\"") && !start.contains("\"leaf_0xd\"") {
+                return Some(Format::Firecracker);
+            }
             return Some(Format::Profile);
         };
         let o = v.as_object()?;
