@@ -48,6 +48,61 @@ impl CpuidRegs {
     }
 }
 
+/// A CPUID output register: the one [`CpuidRegs`] field a flag or a
+/// violation names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reg {
+    /// EAX.
+    Eax,
+    /// EBX.
+    Ebx,
+    /// ECX.
+    Ecx,
+    /// EDX.
+    Edx,
+}
+
+impl Reg {
+    /// The four registers, in CPUID's output order.
+    pub const ALL: [Reg; 4] = [Reg::Eax, Reg::Ebx, Reg::Ecx, Reg::Edx];
+
+    /// The register's value in `r`.
+    pub const fn of(self, r: &CpuidRegs) -> u32 {
+        match self {
+            Reg::Eax => r.eax,
+            Reg::Ebx => r.ebx,
+            Reg::Ecx => r.ecx,
+            Reg::Edx => r.edx,
+        }
+    }
+
+    /// The register in `r`, for editing.
+    pub fn of_mut(self, r: &mut CpuidRegs) -> &mut u32 {
+        match self {
+            Reg::Eax => &mut r.eax,
+            Reg::Ebx => &mut r.ebx,
+            Reg::Ecx => &mut r.ecx,
+            Reg::Edx => &mut r.edx,
+        }
+    }
+
+    /// Upper-case name (`EAX`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Reg::Eax => "EAX",
+            Reg::Ebx => "EBX",
+            Reg::Ecx => "ECX",
+            Reg::Edx => "EDX",
+        }
+    }
+}
+
+impl core::fmt::Display for Reg {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Placement and properties of one state component.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ComponentInfo {

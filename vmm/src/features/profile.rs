@@ -21,7 +21,7 @@ use xstate::profile::{CpuidEntry, CpuidProfile};
 use xstate::{CpuidRegs, Xfeature, XfeatureMask, XsaveInfo};
 
 use super::error::FeaturesError;
-use crate::cpuid::{GatedFlag, Reg};
+use crate::cpuid::GatedFlag;
 
 /// The largest profile file read: recorded profiles are a few KiB; a
 /// bound keeps `/dev/zero`-like or huge files from being read at all.
@@ -198,14 +198,7 @@ impl HostProfile {
             (7, 1, false) => e.leaf_7_1,
             _ => None,
         }?;
-        let r = entry.regs();
-        let v = match f.reg {
-            Reg::Eax => r.eax,
-            Reg::Ebx => r.ebx,
-            Reg::Ecx => r.ecx,
-            Reg::Edx => r.edx,
-        };
-        Some(v & (1 << f.bit) != 0)
+        Some(f.reg.of(&entry.regs()) & (1 << f.bit) != 0)
     }
 }
 
