@@ -626,8 +626,24 @@ pub(crate) fn walk_compacted(
     next
 }
 
-/// Executes CPUID on the running CPU.
-#[cfg(all(feature = "native", target_arch = "x86_64"))]
+/// Executes CPUID on the running CPU: the crate's one CPUID instruction,
+/// for every caller (`no_std` too: CPUID is allowed at any privilege level).
+///
+/// An unknown leaf returns zeros or the highest basic leaf's registers, as
+/// the CPU answers it; callers check leaf 0 EAX first where that matters.
+///
+/// # Examples
+/// ```
+/// # #[cfg(target_arch = "x86_64")] {
+/// use xstate::info::cpuid;
+///
+/// let max_leaf = cpuid(0, 0).eax;
+/// assert!(max_leaf >= 1); // every x86-64 CPU has leaf 1
+/// let sse2 = cpuid(1, 0).edx & (1 << 26) != 0;
+/// assert!(sse2); // part of x86-64
+/// # }
+/// ```
+#[cfg(target_arch = "x86_64")]
 #[allow(unused_unsafe)] // `__cpuid_count` is `unsafe` on older toolchains only.
 pub fn cpuid(leaf: u32, subleaf: u32) -> CpuidRegs {
     // SAFETY: CPUID exists on every x86_64 CPU and only reads identification

@@ -279,26 +279,15 @@ pub fn host_xcr0() -> Option<XfeatureMask> {
 /// CPUID leaf 7 subleaf 1 of the running CPU, where leaf 7 reports it.
 #[cfg(target_arch = "x86_64")]
 fn host_leaf_7_1() -> Option<CpuidEntry> {
-    use core::arch::x86_64::{__cpuid, __cpuid_count};
-    // SAFETY: CPUID only reads identification registers.
-    #[allow(unused_unsafe)]
-    let max = unsafe { __cpuid(0) }.eax;
-    if max < 7 {
+    use xstate::info::cpuid;
+    if cpuid(0, 0).eax < 7 {
         return None;
     }
-    // SAFETY: as above; leaf 7 exists.
-    #[allow(unused_unsafe)]
-    let l7 = unsafe { __cpuid_count(7, 0) };
-    if l7.eax < 1 {
+    // 7.0 EAX is the highest subleaf of leaf 7.
+    if cpuid(7, 0).eax < 1 {
         return None;
     }
-    // SAFETY: as above; subleaf 1 exists (7.0 EAX is the highest subleaf).
-    #[allow(unused_unsafe)]
-    let r = unsafe { __cpuid_count(7, 1) };
-    Some(CpuidEntry::new(
-        1,
-        CpuidRegs::new(r.eax, r.ebx, r.ecx, r.edx),
-    ))
+    Some(CpuidEntry::new(1, cpuid(7, 1)))
 }
 
 #[cfg(not(target_arch = "x86_64"))]
