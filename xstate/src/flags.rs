@@ -252,26 +252,27 @@ pub const GATED_FLAGS: &[Flag] = &[
     APX_F,
 ];
 
-/// The AVX-512 flags other than AVX512F (the lint's AVX-512 rules).
-pub const AVX512_OTHERS: [Flag; 17] = [
-    AVX512DQ,
-    AVX512_IFMA,
-    AVX512PF,
-    AVX512ER,
-    AVX512CD,
-    AVX512BW,
-    AVX512VL,
-    AVX512_VBMI,
-    AVX512_VBMI2,
-    AVX512_VNNI,
-    AVX512_BITALG,
-    AVX512_VPOPCNTDQ,
-    AVX512_4VNNIW,
-    AVX512_4FMAPS,
-    AVX512_VP2INTERSECT,
-    AVX512_FP16,
-    AVX512_BF16,
-];
+/// The AVX-512 flags other than AVX512F (the lint's AVX-512 rules): the
+/// [`GATED_FLAGS`] that need the AVX-512 state, in table order.
+pub const AVX512_OTHERS: [Flag; 17] = avx512_others();
+
+/// [`AVX512_OTHERS`], picked from [`GATED_FLAGS`] at compile time.
+const fn avx512_others<const N: usize>() -> [Flag; N] {
+    let mut out = [AVX512F; N];
+    let (mut i, mut n) = (0, 0);
+    while i < GATED_FLAGS.len() {
+        let f = GATED_FLAGS[i];
+        let is_f = f.leaf == AVX512F.leaf && f.subleaf == AVX512F.subleaf && f.bit == AVX512F.bit;
+        if f.needs == AVX512_STATE && !is_f {
+            out[n] = f;
+            n += 1;
+        }
+        i += 1;
+    }
+    assert!(n == N, "AVX512_OTHERS has the wrong length");
+    out
+}
+
 /// VEX-encoded extensions that need AVX (and its state) to exist.
 pub const VEX: [Flag; 5] = [FMA, F16C, AVX2, VAES, VPCLMULQDQ];
 /// The AMX flags of leaf 7.0 (the lint's AMX rules).
@@ -280,6 +281,7 @@ pub const AMX: [Flag; 3] = [AMX_TILE, AMX_BF16, AMX_INT8];
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::vec::Vec;
 
     /// [`GATED_FLAGS`] is in leaf/subleaf/register/bit order, each bit once,
     /// each with state and a `/proc/cpuinfo` name.
@@ -297,6 +299,13 @@ mod tests {
         for f in GATED_FLAGS {
             assert!(f.needs != 0 && !f.cpuinfo.is_empty(), "{}", f.name);
         }
+        let names: Vec<&str> = AVX512_OTHERS.iter().map(|f| f.name).collect();
+        assert_eq!(
+            names.join(" "),
+            "AVX512DQ AVX512_IFMA AVX512PF AVX512ER AVX512CD AVX512BW AVX512VL AVX512_VBMI \
+             AVX512_VBMI2 AVX512_VNNI AVX512_BITALG AVX512_VPOPCNTDQ AVX512_4VNNIW \
+             AVX512_4FMAPS AVX512_VP2INTERSECT AVX512_FP16 AVX512_BF16"
+        );
         for f in AVX512_OTHERS.iter().chain(&VEX).chain(&AMX) {
             assert!(GATED_FLAGS.contains(f), "{}", f.name);
         }
