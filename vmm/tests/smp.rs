@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::process::Command;
-
 /// `--vcpus 2`: both CPUs report; CPU 1 runs the XCR0 its
 /// `xfeatures.cpu1=0x3` asks for, CPU 0 the policy (KVM's mask by default).
 #[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
@@ -272,14 +270,7 @@ fn qemu_smp2_reports_both_cpus() {
     }
     let kernel = common::guest_kernel_file();
     let log = std::env::temp_dir().join(format!("vmm-qemu-smp-{}.log", std::process::id()));
-    let out = Command::new("qemu-system-x86_64")
-        .args([
-            "-M",
-            "microvm",
-            "-enable-kvm",
-            "-cpu",
-            "host,arch-capabilities=off",
-        ])
+    let out = common::qemu_microvm("host")
         .args([
             "-smp",
             "2",

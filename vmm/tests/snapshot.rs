@@ -7,7 +7,8 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::{
-    kvm_or_skip, rows_named, snapshot_check_args, snapshot_regs_kernel, tiny_pvh_elf, vmm, vmm_json,
+    kvm_or_skip, restore_checked, rows_named, snapshot_check_args, snapshot_regs_kernel,
+    tiny_pvh_elf, vmm, vmm_json,
 };
 use vmm::snapshot::format::{Container, FORMAT_VERSION};
 use vmm::snapshot::state::Snapshot;
@@ -419,13 +420,7 @@ fn every_register_survives_snapshot_and_restore_bit_for_bit() {
     let (out, v) = vmm_json(&snapshot_check_args(path.to_str().unwrap()));
     assert!(out.status.success(), "{v:#}");
     assert_eq!(v["exit_reason"], "snapshotted", "{v:#}");
-    let (out, v) = vmm_json(&["restore", path.to_str().unwrap()]);
-    let _ = std::fs::remove_file(&path);
-    assert!(out.status.success(), "{v:#}");
-    assert_eq!(v["exit_status"], 0, "{v:#}");
-    let rows = rows_named(&v, "snapshot-check");
-    assert_eq!(rows.len(), 1, "{v:#}");
-    assert_eq!(rows[0]["check"], "pass", "{v:#}");
+    let v = restore_checked(&path);
     assert!(v["skipped"].as_array().unwrap().is_empty(), "{v:#}");
 }
 
