@@ -644,6 +644,7 @@ pub(crate) fn walk_compacted(
 /// # }
 /// ```
 #[cfg(target_arch = "x86_64")]
+#[inline]
 #[allow(unused_unsafe)] // `__cpuid_count` is `unsafe` on older toolchains only.
 pub fn cpuid(leaf: u32, subleaf: u32) -> CpuidRegs {
     // SAFETY: CPUID exists on every x86_64 CPU and only reads identification

@@ -14,10 +14,9 @@ fn host_aes() -> Vec<Aes128> {
 
 /// Raw CPUID words of this CPU, for building feature sets with another XCR0.
 fn host_cpuid() -> (u32, u32, u32, u32) {
-    use core::arch::x86_64::{__cpuid, __cpuid_count};
-    #[allow(unused_unsafe)]
-    // SAFETY: CPUID leaves 1 and 7 exist on every CPU this test runs on.
-    let (l1, l7) = unsafe { (__cpuid(1), __cpuid_count(7, 0)) };
+    use xstate::info::cpuid;
+    // CPUID leaves 1 and 7 exist on every CPU this test runs on.
+    let (l1, l7) = (cpuid(1, 0), cpuid(7, 0));
     (l1.ecx, l1.edx, l7.ebx, l7.ecx)
 }
 
