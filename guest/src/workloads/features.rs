@@ -79,6 +79,18 @@ pub struct CpuFeatures {
 }
 
 impl CpuFeatures {
+    /// [`CpuFeatures::from_cpuid`] of the CPUID words and XCR0 a report
+    /// recorded (the guest kernel fills them in at boot).
+    pub fn from_report(report: &crate::protocol::Report) -> Self {
+        Self::from_cpuid(
+            report.cpuid1_ecx,
+            report.cpuid1_edx,
+            report.cpuid7_ebx,
+            report.cpuid7_ecx,
+            report.xcr0,
+        )
+    }
+
     /// From raw CPUID words and the XCR0 the OS enabled: a feature is usable
     /// only when CPUID reports it AND XCR0 enables its state (AVX needs XCR0
     /// bits 1|2; AVX-512 needs 5|6|7 as well).

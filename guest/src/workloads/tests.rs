@@ -6,7 +6,7 @@ use super::runner::{run_sizes, Sizes};
 use super::std::{string::String, vec, vec::Vec};
 use super::*;
 use crate::protocol::{field_str, Report, WorkUnit};
-use crate::workloads::test_support::host_variants;
+use crate::workloads::test_support::{host_variants, skip_reason};
 
 fn host_aes() -> Vec<Aes128> {
     host_variants(&AesVariant::ALL, Aes128::new)
@@ -156,14 +156,6 @@ fn run_tiny(sel: &str, feat: &CpuFeatures, scratch: &mut [u8]) -> (bool, Report)
 
 fn names(r: &crate::protocol::ResultRecord) -> (String, String) {
     (field_str(&r.name).into(), field_str(&r.variant).into())
-}
-
-fn skip_reason(report: &Report, name: &str, variant: &str) -> Option<String> {
-    report
-        .skipped()
-        .iter()
-        .find(|s| field_str(&s.name) == name && field_str(&s.variant) == variant)
-        .map(|s| field_str(&s.reason).into())
 }
 
 #[test]
