@@ -99,6 +99,17 @@ pub fn restore_checked(path: &std::path::Path) -> serde_json::Value {
     v
 }
 
+/// The snapshot at `path` still holds `before` (a restore must not modify
+/// it); then it is removed.
+pub fn assert_unchanged_then_remove(path: &std::path::Path, before: &[u8]) {
+    assert_eq!(
+        std::fs::read(path).unwrap(),
+        before,
+        "restore must not modify the snapshot"
+    );
+    let _ = std::fs::remove_file(path);
+}
+
 /// How many entries of `dir` end in `.json` (no recursion).
 pub fn json_files_in(dir: &std::path::Path) -> usize {
     std::fs::read_dir(dir)
