@@ -513,12 +513,7 @@ fn two_vcpu_snapshot_restores_in_a_new_process() {
     assert_eq!(info["restorable_here"], true, "{info}");
     let vcpus = info["vcpus"].as_array().unwrap();
     assert_eq!(vcpus.len(), 2, "{info}");
-    let names: Vec<&str> = info["sections"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["name"].as_str().unwrap())
-        .collect();
+    let names = common::section_names(&info);
     for want in ["vcpu0.lapic", "vcpu1.regs", "vcpu1.xstate", "vcpu1.lapic"] {
         assert!(names.contains(&want), "section {want} missing: {names:?}");
     }

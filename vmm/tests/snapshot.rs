@@ -97,12 +97,7 @@ fn mid_run_snapshot_restores_in_a_new_process() {
             <= vcpu["xstate_standard_bytes"].as_u64().unwrap(),
         "{vcpu}"
     );
-    let names: Vec<&str> = info["sections"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["name"].as_str().unwrap())
-        .collect();
+    let names = common::section_names(&info);
     for want in [
         "meta",
         "memory",

@@ -110,6 +110,17 @@ pub fn assert_unchanged_then_remove(path: &std::path::Path, before: &[u8]) {
     let _ = std::fs::remove_file(path);
 }
 
+/// The section names of `vmm snapshot info --json` output `info`, in file
+/// order.
+pub fn section_names(info: &serde_json::Value) -> Vec<&str> {
+    info["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect()
+}
+
 /// How many entries of `dir` end in `.json` (no recursion).
 pub fn json_files_in(dir: &std::path::Path) -> usize {
     std::fs::read_dir(dir)
