@@ -257,13 +257,7 @@ fn run_workloads(report: &mut Report, cmdline: &Cmdline, out: &mut Console) -> b
             return false;
         }
     };
-    let feat = CpuFeatures::from_cpuid(
-        report.cpuid1_ecx,
-        report.cpuid1_edx,
-        report.cpuid7_ebx,
-        report.cpuid7_ecx,
-        report.xcr0,
-    );
+    let feat = CpuFeatures::from_report(report);
     let need = workloads::scratch_bytes(&sel);
     let Some(scratch) = arena::alloc_bytes(need) else {
         let _ = writeln!(

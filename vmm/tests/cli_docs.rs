@@ -164,16 +164,7 @@ fn list_profiles_names_cpu_xcr0_and_source() {
     let list = v["profiles"].as_array().unwrap();
     // Every file in profiles/ is listed; the first ones are the copies of
     // the xstate crate's test data, in this order.
-    let files = std::fs::read_dir(root().join("profiles"))
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .path()
-                .extension()
-                .is_some_and(|x| x == "json")
-        })
-        .count();
+    let files = common::json_files_in(&root().join("profiles"));
     assert_eq!(list.len(), files);
     for (row, (name, cpu, xcr0, xss, data)) in list.iter().zip(BUNDLED) {
         assert_eq!(row["name"], *name);

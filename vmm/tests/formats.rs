@@ -88,18 +88,26 @@ fn cleared(t: &Template) -> std::collections::BTreeMap<(u32, u32, String), u32> 
     m
 }
 
-#[test]
-fn firecracker_template_clears_exactly_the_removed_state_and_its_flags() {
-    // Skylake-SP (AVX-512, MPX, PKRU) with Alder Lake (no AVX-512, no MPX):
-    // the baseline is x87, SSE, AVX, PKRU.
-    let out = vmm(&[
+/// `vmm features compare skylake-sp alder-lake --export FORMAT`, then
+/// `extra`.
+fn skylake_sp_vs_alder_lake<'a>(format: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
         "features",
         "compare",
         "skylake-sp",
         "alder-lake",
         "--export",
-        "firecracker",
-    ]);
+        format,
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+#[test]
+fn firecracker_template_clears_exactly_the_removed_state_and_its_flags() {
+    // Skylake-SP (AVX-512, MPX, PKRU) with Alder Lake (no AVX-512, no MPX):
+    // the baseline is x87, SSE, AVX, PKRU.
+    let out = vmm(&skylake_sp_vs_alder_lake("firecracker", &[]));
     assert!(out.status.success(), "{}", common::stderr(&out));
     let t: Template = serde_json::from_str(&stdout(&out)).unwrap();
     assert!(t.msr_modifiers.is_empty());
@@ -136,14 +144,7 @@ fn firecracker_template_clears_exactly_the_removed_state_and_its_flags() {
 #[test]
 fn qemu_and_xfeatures_exports_name_the_same_baseline() {
     let run = |f: &str| {
-        let out = vmm(&[
-            "features",
-            "compare",
-            "skylake-sp",
-            "alder-lake",
-            "--export",
-            f,
-        ]);
+        let out = vmm(&skylake_sp_vs_alder_lake(f, &[]));
         assert!(out.status.success(), "{}", common::stderr(&out));
         stdout(&out)
     };
@@ -153,15 +154,7 @@ fn qemu_and_xfeatures_exports_name_the_same_baseline() {
     );
     assert_eq!(run("xfeatures"), "x87,sse,avx,pkru\n");
     // --export and --json are one or the other.
-    let out = vmm(&[
-        "features",
-        "compare",
-        "skylake-sp",
-        "alder-lake",
-        "--export",
-        "qemu",
-        "--json",
-    ]);
+    let out = vmm(&skylake_sp_vs_alder_lake("qemu", &["--json"]));
     // Usage errors exit 68 (clap's 2 is remapped by vmm).
     assert_eq!(out.status.code(), Some(68));
 }

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{kvm_or_skip, rows_named, snapshot_check_args, stderr, vmm, vmm_json};
+use common::{kvm_or_skip, restore_checked, snapshot_check_args, stderr, vmm, vmm_json};
 
 /// `(HugePages_Total, HugePages_Free, Hugepagesize kB)` now.
 fn pool() -> Option<(u64, u64, u64)> {
@@ -107,6 +107,20 @@ fn hugetlbfs_refuses_an_odd_size() {
     );
 }
 
+/// `vmm run` of no workload on `mib` MiB of guest RAM in hugetlbfs pages.
+fn hugetlbfs_run(mib: &str) -> [&str; 8] {
+    [
+        "run",
+        "--workload",
+        "none",
+        "--no-native",
+        "--hugepages",
+        "hugetlbfs",
+        "--mem",
+        mib,
+    ]
+}
+
 /// The success path when the pool has room for 64 MiB, else the named
 /// error for 64 MiB; the error path again for a size the pool cannot hold
 /// whenever one fits `--mem`'s range.
@@ -125,16 +139,7 @@ fn hugetlbfs_runs_or_names_the_pages_it_needs() {
         return;
     }
     let short = |mib: u64| {
-        let out = vmm(&[
-            "run",
-            "--workload",
-            "none",
-            "--no-native",
-            "--hugepages",
-            "hugetlbfs",
-            "--mem",
-            &mib.to_string(),
-        ]);
+        let out = vmm(&hugetlbfs_run(&mib.to_string()));
         let e = stderr(&out);
         assert_eq!(out.status.code(), Some(64), "{e}");
         // The pool is read again by vmm: its free count may have moved,
@@ -151,16 +156,7 @@ fn hugetlbfs_runs_or_names_the_pages_it_needs() {
     };
     if free >= 32 {
         eprintln!("hugetlbfs_runs_or_names_the_pages_it_needs: {free} huge pages free: running on hugetlbfs");
-        let (out, v) = vmm_json(&[
-            "run",
-            "--workload",
-            "none",
-            "--no-native",
-            "--hugepages",
-            "hugetlbfs",
-            "--mem",
-            "64",
-        ]);
+        let (out, v) = vmm_json(&hugetlbfs_run("64"));
         assert!(out.status.success(), "{}", stderr(&out));
         let h = &v["hugepages"];
         assert_eq!(h["backing"], "hugetlbfs", "{h}");
@@ -178,13 +174,7 @@ fn hugetlbfs_runs_or_names_the_pages_it_needs() {
         assert!(out.status.success(), "{v:#}");
         assert_eq!(v["exit_reason"], "snapshotted", "{v:#}");
         assert_eq!(v["hugepages"]["backing"], "hugetlbfs", "{v:#}");
-        let (out, v) = vmm_json(&["restore", path.to_str().unwrap()]);
-        let _ = std::fs::remove_file(&path);
-        assert!(out.status.success(), "{v:#}");
-        assert_eq!(v["exit_status"], 0, "{v:#}");
-        let rows = rows_named(&v, "snapshot-check");
-        assert_eq!(rows.len(), 1, "{v:#}");
-        assert_eq!(rows[0]["check"], "pass", "{v:#}");
+        restore_checked(&path);
     } else {
         eprintln!("hugetlbfs_runs_or_names_the_pages_it_needs: only {free} huge pages free: the short-pool error for 64 MiB (success path not run)");
         short(64);

@@ -3,9 +3,7 @@
 
 mod common;
 
-use std::process::Command;
-
-use common::{guest_kernel_file, kvm_or_skip, qemu_or_skip, vmm};
+use common::{guest_kernel_file, kvm_or_skip, qemu_microvm, qemu_or_skip, vmm};
 
 /// The xstate lines of a guest serial report: what must not depend on the
 /// VMM (command line, arena placement and timing lines are left out).
@@ -33,14 +31,7 @@ fn guest_boots_under_qemu_microvm_with_the_same_report() {
         return;
     }
     let kernel = guest_kernel_file();
-    let out = Command::new("qemu-system-x86_64")
-        .args([
-            "-M",
-            "microvm",
-            "-enable-kvm",
-            "-cpu",
-            "host,arch-capabilities=off",
-        ])
+    let out = qemu_microvm("host")
         .args([
             "-m",
             "64",

@@ -756,16 +756,7 @@ fn docs_list_what_the_binary_has() {
     let (out, v) = common::vmm_json(&["features", "--list-profiles"]);
     assert!(out.status.success(), "{out:?}");
     let list = v["profiles"].as_array().unwrap();
-    let files = std::fs::read_dir(root().join("profiles"))
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .path()
-                .extension()
-                .is_some_and(|x| x == "json")
-        })
-        .count();
+    let files = common::json_files_in(&root().join("profiles"));
     assert_eq!(list.len(), files);
     for p in list {
         let row = format!(

@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::process::Command;
-
 /// `--vcpus 2`: both CPUs report; CPU 1 runs the XCR0 its
 /// `xfeatures.cpu1=0x3` asks for, CPU 0 the policy (KVM's mask by default).
 #[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
@@ -272,14 +270,7 @@ fn qemu_smp2_reports_both_cpus() {
     }
     let kernel = common::guest_kernel_file();
     let log = std::env::temp_dir().join(format!("vmm-qemu-smp-{}.log", std::process::id()));
-    let out = Command::new("qemu-system-x86_64")
-        .args([
-            "-M",
-            "microvm",
-            "-enable-kvm",
-            "-cpu",
-            "host,arch-capabilities=off",
-        ])
+    let out = common::qemu_microvm("host")
         .args([
             "-smp",
             "2",
@@ -522,12 +513,7 @@ fn two_vcpu_snapshot_restores_in_a_new_process() {
     assert_eq!(info["restorable_here"], true, "{info}");
     let vcpus = info["vcpus"].as_array().unwrap();
     assert_eq!(vcpus.len(), 2, "{info}");
-    let names: Vec<&str> = info["sections"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["name"].as_str().unwrap())
-        .collect();
+    let names = common::section_names(&info);
     for want in ["vcpu0.lapic", "vcpu1.regs", "vcpu1.xstate", "vcpu1.lapic"] {
         assert!(names.contains(&want), "section {want} missing: {names:?}");
     }
@@ -574,12 +560,7 @@ fn two_vcpu_snapshot_restores_in_a_new_process() {
     assert_eq!(vcpus.len(), 2);
     assert_eq!(common::hex(&vcpus[0]["final_xcr0"]), policy);
     assert_eq!(common::hex(&vcpus[1]["final_xcr0"]), 0x3);
-    assert_eq!(
-        std::fs::read(&snap).unwrap(),
-        before,
-        "restore must not modify the snapshot"
-    );
-    let _ = std::fs::remove_file(snap);
+    common::assert_unchanged_then_remove(&snap, &before);
 }
 
 /// The guest asks for the snapshot itself (`bench=snapshot-check` on the

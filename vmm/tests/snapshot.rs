@@ -7,7 +7,8 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::{
-    kvm_or_skip, rows_named, snapshot_check_args, snapshot_regs_kernel, tiny_pvh_elf, vmm, vmm_json,
+    kvm_or_skip, restore_checked, rows_named, snapshot_check_args, snapshot_regs_kernel,
+    tiny_pvh_elf, vmm, vmm_json,
 };
 use vmm::snapshot::format::{Container, FORMAT_VERSION};
 use vmm::snapshot::state::Snapshot;
@@ -96,12 +97,7 @@ fn mid_run_snapshot_restores_in_a_new_process() {
             <= vcpu["xstate_standard_bytes"].as_u64().unwrap(),
         "{vcpu}"
     );
-    let names: Vec<&str> = info["sections"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["name"].as_str().unwrap())
-        .collect();
+    let names = common::section_names(&info);
     for want in [
         "meta",
         "memory",
@@ -139,12 +135,7 @@ fn mid_run_snapshot_restores_in_a_new_process() {
     for r in results {
         assert_eq!(r["check"], "pass", "{r}");
     }
-    assert_eq!(
-        std::fs::read(&snap).unwrap(),
-        before,
-        "restore must not modify the snapshot"
-    );
-    let _ = std::fs::remove_file(snap);
+    common::assert_unchanged_then_remove(&snap, &before);
 }
 
 #[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
@@ -419,13 +410,7 @@ fn every_register_survives_snapshot_and_restore_bit_for_bit() {
     let (out, v) = vmm_json(&snapshot_check_args(path.to_str().unwrap()));
     assert!(out.status.success(), "{v:#}");
     assert_eq!(v["exit_reason"], "snapshotted", "{v:#}");
-    let (out, v) = vmm_json(&["restore", path.to_str().unwrap()]);
-    let _ = std::fs::remove_file(&path);
-    assert!(out.status.success(), "{v:#}");
-    assert_eq!(v["exit_status"], 0, "{v:#}");
-    let rows = rows_named(&v, "snapshot-check");
-    assert_eq!(rows.len(), 1, "{v:#}");
-    assert_eq!(rows[0]["check"], "pass", "{v:#}");
+    let v = restore_checked(&path);
     assert!(v["skipped"].as_array().unwrap().is_empty(), "{v:#}");
 }
 

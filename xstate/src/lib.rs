@@ -96,6 +96,9 @@
 //!   bits it reads ([`info::leaf_d1_eax`], [`info::leaf_d_ecx`]). Built by a
 //!   pure function over the raw subleaves, from the host (`native`), KVM's
 //!   CPUID table (`kvm`) or a recorded dump (`profile`, `serde`).
+//! - [`flags`]: the CPUID feature flags extended state gates, named once
+//!   (leaf, subleaf, [`info::Reg`], bit, SDM and `/proc/cpuinfo` names, the
+//!   components each needs: [`flags::GATED_FLAGS`]).
 //! - [`layout`]: standard and compacted [`Layout`]s of any mask.
 //! - [`lint`]: consistency of a CPUID table's extended-state enumeration
 //!   across leaves 1, 7, 0xD, 0x14, 0x19, 0x1D/0x1E and the XCR0 in force
@@ -155,6 +158,7 @@ pub mod compat;
 pub mod convert;
 pub mod dynamic;
 pub mod feature;
+pub mod flags;
 pub mod info;
 pub mod init;
 #[cfg(feature = "kvm")]

@@ -68,11 +68,8 @@ impl Env {
     /// The host CPU's view (tests): CPUID leaf 0xD and XGETBV(0).
     #[cfg(test)]
     pub fn host() -> Env {
-        let info = XsaveInfo::from_leaf_0xd(|sub| {
-            let r = core::arch::x86_64::__cpuid_count(0xd, sub);
-            xstate::CpuidRegs::new(r.eax, r.ebx, r.ecx, r.edx)
-        })
-        .expect("host CPUID leaf 0xD");
+        let info = XsaveInfo::from_leaf_0xd(|sub| xstate::info::cpuid(0xd, sub))
+            .expect("host CPUID leaf 0xD");
         let (lo, hi): (u32, u32);
         // SAFETY: every x86-64 Linux host the tests run on enables XSAVE
         // (OSXSAVE); XGETBV(0) only reads XCR0.

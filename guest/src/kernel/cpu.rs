@@ -157,8 +157,7 @@ mod cache {
 
 /// CPUID executed directly at CPL3 (see [`cpuid`] for how it can differ).
 pub fn cpuid_cpl3(leaf: u32, subleaf: u32) -> Regs {
-    // CPUID exists on every x86-64 CPU and has no side effects.
-    let r = core::arch::x86_64::__cpuid_count(leaf, subleaf);
+    let r = xstate::info::cpuid(leaf, subleaf);
     Regs {
         eax: r.eax,
         ebx: r.ebx,

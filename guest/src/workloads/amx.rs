@@ -246,15 +246,13 @@ pub unsafe fn tdpbssd_tiles(o: &Operands, bt: &PackedB, times: u32) -> Product {
 
 /// CPUID.(EAX=7,ECX=0):EDX of the running CPU.
 #[cfg(target_arch = "x86_64")]
-#[allow(unused_unsafe)] // `__cpuid_count` is `unsafe` on older toolchains only.
 pub fn cpuid7_edx() -> u32 {
-    // SAFETY: CPUID exists on every x86_64 CPU; leaf 0 says whether leaf 7 does.
-    let max = unsafe { core::arch::x86_64::__cpuid_count(0, 0) }.eax;
-    if max < 7 {
+    use xstate::info::cpuid;
+    // Leaf 0 says whether leaf 7 exists.
+    if cpuid(0, 0).eax < 7 {
         return 0;
     }
-    // SAFETY: as above; leaf 7 exists.
-    unsafe { core::arch::x86_64::__cpuid_count(7, 0) }.edx
+    cpuid(7, 0).edx
 }
 
 #[cfg(test)]

@@ -79,6 +79,18 @@ pub struct CpuFeatures {
 }
 
 impl CpuFeatures {
+    /// [`CpuFeatures::from_cpuid`] of the CPUID words and XCR0 a report
+    /// recorded (the guest kernel fills them in at boot).
+    pub fn from_report(report: &crate::protocol::Report) -> Self {
+        Self::from_cpuid(
+            report.cpuid1_ecx,
+            report.cpuid1_edx,
+            report.cpuid7_ebx,
+            report.cpuid7_ecx,
+            report.xcr0,
+        )
+    }
+
     /// From raw CPUID words and the XCR0 the OS enabled: a feature is usable
     /// only when CPUID reports it AND XCR0 enables its state (AVX needs XCR0
     /// bits 1|2; AVX-512 needs 5|6|7 as well).
@@ -126,16 +138,11 @@ impl CpuFeatures {
     /// CR4.OSXSAVE, which CPUID.1:ECX.OSXSAVE reflects), so the guest's CPL3
     /// tasks and the VMM's native run can both call this.
     pub fn detect() -> Self {
-        use core::arch::x86_64::{__cpuid, __cpuid_count};
-        // SAFETY: CPUID exists on every x86-64 CPU; leaf 7 is read only when
-        // leaf 0 says it exists. (Safe functions in newer Rust: hence the
-        // allow.)
-        #[allow(unused_unsafe)]
-        let (l1, max_leaf) = unsafe { (__cpuid(1), __cpuid(0).eax) };
+        use xstate::info::cpuid;
+        // Leaf 7 is read only when leaf 0 says it exists.
+        let (l1, max_leaf) = (cpuid(1, 0), cpuid(0, 0).eax);
         let (b7, c7) = if max_leaf >= 7 {
-            // SAFETY: as above.
-            #[allow(unused_unsafe)]
-            let l7 = unsafe { __cpuid_count(7, 0) };
+            let l7 = cpuid(7, 0);
             (l7.ebx, l7.ecx)
         } else {
             (0, 0)

@@ -6,7 +6,7 @@ use super::runner::{run_sizes, Sizes};
 use super::std::{string::String, vec, vec::Vec};
 use super::*;
 use crate::protocol::{field_str, Report, WorkUnit};
-use crate::workloads::test_support::host_variants;
+use crate::workloads::test_support::{host_variants, skip_reason};
 
 fn host_aes() -> Vec<Aes128> {
     host_variants(&AesVariant::ALL, Aes128::new)
@@ -14,10 +14,9 @@ fn host_aes() -> Vec<Aes128> {
 
 /// Raw CPUID words of this CPU, for building feature sets with another XCR0.
 fn host_cpuid() -> (u32, u32, u32, u32) {
-    use core::arch::x86_64::{__cpuid, __cpuid_count};
-    #[allow(unused_unsafe)]
-    // SAFETY: CPUID leaves 1 and 7 exist on every CPU this test runs on.
-    let (l1, l7) = unsafe { (__cpuid(1), __cpuid_count(7, 0)) };
+    use xstate::info::cpuid;
+    // CPUID leaves 1 and 7 exist on every CPU this test runs on.
+    let (l1, l7) = (cpuid(1, 0), cpuid(7, 0));
     (l1.ecx, l1.edx, l7.ebx, l7.ecx)
 }
 
@@ -157,14 +156,6 @@ fn run_tiny(sel: &str, feat: &CpuFeatures, scratch: &mut [u8]) -> (bool, Report)
 
 fn names(r: &crate::protocol::ResultRecord) -> (String, String) {
     (field_str(&r.name).into(), field_str(&r.variant).into())
-}
-
-fn skip_reason(report: &Report, name: &str, variant: &str) -> Option<String> {
-    report
-        .skipped()
-        .iter()
-        .find(|s| field_str(&s.name) == name && field_str(&s.variant) == variant)
-        .map(|s| field_str(&s.reason).into())
 }
 
 #[test]

@@ -122,6 +122,20 @@ fn write_gdt(mem: &GuestMemoryMmap, sregs: &mut kvm_sregs, gdt: &[u64]) -> Resul
     Ok(())
 }
 
+/// Load flat segments and an empty IDT: CS `code`; DS, ES, FS, GS and SS
+/// `data`; TR `tss`. Both entry states use it.
+fn load_segments(sregs: &mut kvm_sregs, code: kvm_segment, data: kvm_segment, tss: kvm_segment) {
+    sregs.idt.base = 0;
+    sregs.idt.limit = 0;
+    sregs.cs = code;
+    sregs.ds = data;
+    sregs.es = data;
+    sregs.fs = data;
+    sregs.gs = data;
+    sregs.ss = data;
+    sregs.tr = tss;
+}
+
 /// Put the vCPU in the direct 64-bit entry state (see the module docs) at
 /// `entry64`, and write the matching boot GDT and identity page tables.
 /// The TSC slot at [`BOOT_TSC_ADDR`] is zeroed, so a non-zero value after
@@ -159,15 +173,7 @@ pub fn setup_vcpu_regs_direct(
             what: "the boot TSC slot",
             source,
         })?;
-    sregs.idt.base = 0;
-    sregs.idt.limit = 0;
-    sregs.cs = code;
-    sregs.ds = data;
-    sregs.es = data;
-    sregs.fs = data;
-    sregs.gs = data;
-    sregs.ss = data;
-    sregs.tr = tss;
+    load_segments(sregs, code, data, tss);
     sregs.cr0 = CR0_LONG;
     sregs.cr4 = CR4_LONG;
     sregs.efer = EFER_LONG;
@@ -204,15 +210,7 @@ pub fn setup_vcpu_regs(
     // self-consistent in case it reloads a selector first.
     let gdt: [u64; 5] = [0, 0, descriptor(&code), descriptor(&data), descriptor(&tss)];
     write_gdt(mem, sregs, &gdt)?;
-    sregs.idt.base = 0;
-    sregs.idt.limit = 0;
-    sregs.cs = code;
-    sregs.ds = data;
-    sregs.es = data;
-    sregs.fs = data;
-    sregs.gs = data;
-    sregs.ss = data;
-    sregs.tr = tss;
+    load_segments(sregs, code, data, tss);
     sregs.cr0 = CR0_PE_ET;
     sregs.cr3 = 0;
     sregs.cr4 = 0;

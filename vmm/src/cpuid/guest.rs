@@ -67,7 +67,7 @@ pub fn guest_cpuid(
             let r = reg_mut(e, f.reg);
             if *r & (1 << f.bit) != 0 {
                 *r &= !(1 << f.bit);
-                hidden_flags.push(f.name);
+                hidden_flags.push(f.cpuinfo);
             }
         }
     }
@@ -191,7 +191,7 @@ pub fn verify(policy: &GuestCpuid, effective: &CpuId) -> CpuidCheck {
     let exposed_despite_policy: Vec<&'static str> = GATED_FLAGS
         .iter()
         .filter(|f| f.needs & !policy.xcr0.bits() != 0 && flag_set(effective, f))
-        .map(|f| f.name)
+        .map(|f| f.cpuinfo)
         .collect();
     CpuidCheck {
         effective_xcr0,

@@ -3,18 +3,7 @@
 
 use kvm_bindings::{kvm_cpuid_entry2, CpuId, KVM_CPUID_FLAG_SIGNIFCANT_INDEX};
 
-/// A CPUID output register.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reg {
-    /// EAX.
-    Eax,
-    /// EBX.
-    Ebx,
-    /// ECX.
-    Ecx,
-    /// EDX.
-    Edx,
-}
+pub use xstate::info::Reg;
 
 /// Find the entry for `leaf`/`subleaf`; an entry whose subleaf does not
 /// matter (no `KVM_CPUID_FLAG_SIGNIFCANT_INDEX`) answers every subleaf.

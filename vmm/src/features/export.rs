@@ -109,7 +109,7 @@ pub fn qemu_cpu(c: &Comparison, known: Option<&BTreeSet<String>>) -> (String, Ve
     let mut s = String::from("host");
     let mut unknown = Vec::new();
     for f in removed_flags(c.baseline_xcr0) {
-        if let Some(q) = qemu_name(f.name).filter(|_| offered_anywhere(c, f.name)) {
+        if let Some(q) = qemu_name(f.cpuinfo).filter(|_| offered_anywhere(c, f.cpuinfo)) {
             if known.is_some_and(|k| !k.contains(q)) {
                 unknown.push(q);
                 continue;
@@ -233,12 +233,13 @@ pub fn firecracker_template(c: &Comparison) -> FirecrackerTemplate {
         let flags: Vec<&GatedFlag> = removed_flags(c.baseline_xcr0)
             .filter(|f| f.leaf == leaf && f.subleaf == subleaf)
             .collect();
-        if flags.is_empty() || (subleaf == 1 && !flags.iter().any(|f| offered_anywhere(c, f.name)))
+        if flags.is_empty()
+            || (subleaf == 1 && !flags.iter().any(|f| offered_anywhere(c, f.cpuinfo)))
         {
             continue;
         }
         let mut regs = Vec::new();
-        for r in [Reg::Eax, Reg::Ebx, Reg::Ecx, Reg::Edx] {
+        for r in Reg::ALL {
             let clear = flags
                 .iter()
                 .filter(|f| f.reg == r)
@@ -299,7 +300,12 @@ mod tests {
     #[test]
     fn every_gated_flag_has_a_qemu_name_but_ospke() {
         for f in GATED_FLAGS {
-            assert_eq!(qemu_name(f.name).is_none(), f.name == "ospke", "{}", f.name);
+            assert_eq!(
+                qemu_name(f.cpuinfo).is_none(),
+                f.cpuinfo == "ospke",
+                "{}",
+                f.cpuinfo
+            );
         }
     }
 

@@ -254,12 +254,12 @@ mod tests {
         assert_eq!(p.cpu.standard_size(p.cpu.supported_xcr0()).unwrap(), 832);
         let avx2 = crate::cpuid::GATED_FLAGS
             .iter()
-            .find(|f| f.name == "avx2")
+            .find(|f| f.cpuinfo == "avx2")
             .unwrap();
         assert_eq!(p.flag(avx2), Some(true));
         let avx512f = crate::cpuid::GATED_FLAGS
             .iter()
-            .find(|f| f.name == "avx512f")
+            .find(|f| f.cpuinfo == "avx512f")
             .unwrap();
         assert_eq!(p.flag(avx512f), Some(false));
         let seen = g.seen();

@@ -21,7 +21,7 @@ use xstate::profile::{CpuidEntry, CpuidProfile};
 use xstate::{CpuidRegs, Xfeature, XfeatureMask, XsaveInfo};
 
 use super::error::FeaturesError;
-use crate::cpuid::{GatedFlag, Reg};
+use crate::cpuid::GatedFlag;
 
 /// The largest profile file read: recorded profiles are a few KiB; a
 /// bound keeps `/dev/zero`-like or huge files from being read at all.
@@ -198,14 +198,7 @@ impl HostProfile {
             (7, 1, false) => e.leaf_7_1,
             _ => None,
         }?;
-        let r = entry.regs();
-        let v = match f.reg {
-            Reg::Eax => r.eax,
-            Reg::Ebx => r.ebx,
-            Reg::Ecx => r.ecx,
-            Reg::Edx => r.edx,
-        };
-        Some(v & (1 << f.bit) != 0)
+        Some(f.reg.of(&entry.regs()) & (1 << f.bit) != 0)
     }
 }
 
@@ -286,26 +279,15 @@ pub fn host_xcr0() -> Option<XfeatureMask> {
 /// CPUID leaf 7 subleaf 1 of the running CPU, where leaf 7 reports it.
 #[cfg(target_arch = "x86_64")]
 fn host_leaf_7_1() -> Option<CpuidEntry> {
-    use core::arch::x86_64::{__cpuid, __cpuid_count};
-    // SAFETY: CPUID only reads identification registers.
-    #[allow(unused_unsafe)]
-    let max = unsafe { __cpuid(0) }.eax;
-    if max < 7 {
+    use xstate::info::cpuid;
+    if cpuid(0, 0).eax < 7 {
         return None;
     }
-    // SAFETY: as above; leaf 7 exists.
-    #[allow(unused_unsafe)]
-    let l7 = unsafe { __cpuid_count(7, 0) };
-    if l7.eax < 1 {
+    // 7.0 EAX is the highest subleaf of leaf 7.
+    if cpuid(7, 0).eax < 1 {
         return None;
     }
-    // SAFETY: as above; subleaf 1 exists (7.0 EAX is the highest subleaf).
-    #[allow(unused_unsafe)]
-    let r = unsafe { __cpuid_count(7, 1) };
-    Some(CpuidEntry::new(
-        1,
-        CpuidRegs::new(r.eax, r.ebx, r.ecx, r.edx),
-    ))
+    Some(CpuidEntry::new(1, cpuid(7, 1)))
 }
 
 #[cfg(not(target_arch = "x86_64"))]

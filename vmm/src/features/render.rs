@@ -182,10 +182,10 @@ impl FeaturesView {
                 "{}   (its CPUID 0xD.0 ECX, 0xD.1 EBX)",
                 t.cells(&[
                     "guest CPUID".to_string(),
-                    format!("{:#x}", g.xcr0_supported),
-                    format!("{:#x}", g.xss_supported),
-                    g.standard_size_max.to_string(),
-                    g.compacted_size.to_string(),
+                    format!("{:#x}", g.supported.xcr0_supported),
+                    format!("{:#x}", g.supported.xss_supported),
+                    g.sizes.standard_size_max.to_string(),
+                    g.sizes.compacted_size.to_string(),
                 ])
             );
             // The guest's IA32_XSS is not readable at CPL3: its column stays
@@ -198,7 +198,7 @@ impl FeaturesView {
                     "guest enabled".to_string(),
                     format!("{:#x}", g.xcr0),
                     "-".to_string(),
-                    g.standard_size_enabled.to_string(),
+                    g.sizes.standard_size_enabled.to_string(),
                 ])
             );
             let _ = writeln!(

@@ -9,6 +9,7 @@ use xstate::{Format, Xfeature, XfeatureMask, XsaveInfo};
 use super::diff;
 use super::inputs::{GuestState, Inputs};
 use crate::report::hex;
+use crate::report::{GuestSupported, GuestXsaveSizes};
 
 /// Masks and sizes of one column.
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
@@ -81,14 +82,9 @@ pub struct PolicyColumn {
 /// The guest column: what the booted guest reported.
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct GuestColumn {
-    /// Its CPUID 0xD.0 EDX:EAX.
-    #[serde(serialize_with = "hex::mask")]
-    #[schemars(with = "crate::schema::Hex")]
-    pub xcr0_supported: XfeatureMask,
-    /// Its CPUID 0xD.1 EDX:ECX.
-    #[serde(serialize_with = "hex::mask")]
-    #[schemars(with = "crate::schema::Hex")]
-    pub xss_supported: XfeatureMask,
+    /// Its CPUID 0xD.0 EDX:EAX and 0xD.1 EDX:ECX.
+    #[serde(flatten)]
+    pub supported: GuestSupported,
     /// The XCR0 it set.
     #[serde(serialize_with = "hex::mask")]
     #[schemars(with = "crate::schema::Hex")]
@@ -97,18 +93,10 @@ pub struct GuestColumn {
     #[serde(serialize_with = "hex::opt_mask")]
     #[schemars(with = "Option<crate::schema::Hex>")]
     pub xinuse: Option<XfeatureMask>,
-    /// Its CPUID 0xD.0 ECX.
-    pub standard_size_max: u32,
-    /// Its CPUID 0xD.0 EBX.
-    pub standard_size_enabled: u32,
-    /// Its CPUID 0xD.1 EBX.
-    pub compacted_size: u32,
-    /// Standard size of its XCR0 by the guest's xstate crate.
-    pub computed_standard_size: u32,
-    /// Compacted size of its XCR0 by the guest's xstate crate.
-    pub computed_compacted_size: u32,
-    /// XSAVE instructions its CPUID 0xD.1 EAX advertises.
-    pub xsave_variants: Vec<&'static str>,
+    /// Its CPUID 0xD.0 ECX, 0xD.0 EBX, 0xD.1 EBX, the sizes its xstate
+    /// crate computed, and the XSAVE instructions its 0xD.1 EAX advertises.
+    #[serde(flatten)]
+    pub sizes: GuestXsaveSizes,
     /// Whether KVM kept the policy's CPUID table (null when unknown).
     pub kvm_cpuid_honored: Option<bool>,
 }
@@ -292,16 +280,20 @@ fn guest_column(state: &GuestState, notes: &mut Vec<String>) -> (Option<GuestCol
                 notes.push(n.clone());
             }
             Some(GuestColumn {
-                xcr0_supported: g.xcr0_supported,
-                xss_supported: g.xss_supported,
+                supported: GuestSupported {
+                    xcr0_supported: g.xcr0_supported,
+                    xss_supported: g.xss_supported,
+                },
                 xcr0: g.xcr0,
                 xinuse: g.xinuse,
-                standard_size_max: g.size_max,
-                standard_size_enabled: g.size_enabled,
-                compacted_size: g.size_compacted,
-                computed_standard_size: g.computed_standard_size,
-                computed_compacted_size: g.computed_compacted_size,
-                xsave_variants: guest::protocol::xsave_variants(g.xsave_features).collect(),
+                sizes: GuestXsaveSizes {
+                    standard_size_max: g.size_max,
+                    standard_size_enabled: g.size_enabled,
+                    compacted_size: g.size_compacted,
+                    computed_standard_size: g.computed_standard_size,
+                    computed_compacted_size: g.computed_compacted_size,
+                    xsave_variants: guest::protocol::xsave_variants(g.xsave_features).collect(),
+                },
                 kvm_cpuid_honored: g.kvm_cpuid_honored,
             })
         }

@@ -71,7 +71,7 @@ pub use exit::{
 pub use native_view::{HugePagesView, NativeScratchView, NativeView, RatioSpread};
 pub use parallel::ParallelRow;
 pub use summary::{
-    result_rows, ComponentRow, CrashView, FaultView, GuestCpuidView, ResultRow, RunSummary,
-    SkipRow, SmpView, SwitchFigure, Timing, VcpuRow,
+    result_rows, ComponentRow, CrashView, FaultView, GuestCpuidView, GuestSupported,
+    GuestXsaveSizes, ResultRow, RunSummary, SkipRow, SmpView, SwitchFigure, Timing, VcpuRow,
 };
 pub use views::{ResolutionView, SnapshotView};

@@ -304,13 +304,17 @@ impl RunSummary {
             let _ = writeln!(
                 s,
                 "  CPUID 0xD sizes   max {} B, enabled {} B, compacted {} B (xstate crate: {} / {} B)",
-                c.standard_size_max,
-                c.standard_size_enabled,
-                c.compacted_size,
-                c.computed_standard_size,
-                c.computed_compacted_size
+                c.sizes.standard_size_max,
+                c.sizes.standard_size_enabled,
+                c.sizes.compacted_size,
+                c.sizes.computed_standard_size,
+                c.sizes.computed_compacted_size
             );
-            let _ = writeln!(s, "  XSAVE variants    {}", c.xsave_variants.join(" "));
+            let _ = writeln!(
+                s,
+                "  XSAVE variants    {}",
+                c.sizes.xsave_variants.join(" ")
+            );
             if let Some(st) = &self.switch_strategy {
                 let figures: Vec<String> = self
                     .switch_cycles

@@ -85,6 +85,56 @@ pub fn snapshot_check_args(path: &str) -> [&str; 7] {
     ]
 }
 
+/// `vmm restore PATH` of a snapshot [`snapshot_check_args`] wrote, the
+/// file removed after: it must exit 0 with its one `snapshot-check` row
+/// passing. Returns the `--json` output.
+pub fn restore_checked(path: &std::path::Path) -> serde_json::Value {
+    let (out, v) = vmm_json(&["restore", path.to_str().unwrap()]);
+    let _ = std::fs::remove_file(path);
+    assert!(out.status.success(), "{v:#}");
+    assert_eq!(v["exit_status"], 0, "{v:#}");
+    let rows = rows_named(&v, "snapshot-check");
+    assert_eq!(rows.len(), 1, "{v:#}");
+    assert_eq!(rows[0]["check"], "pass", "{v:#}");
+    v
+}
+
+/// The snapshot at `path` still holds `before` (a restore must not modify
+/// it); then it is removed.
+pub fn assert_unchanged_then_remove(path: &std::path::Path, before: &[u8]) {
+    assert_eq!(
+        std::fs::read(path).unwrap(),
+        before,
+        "restore must not modify the snapshot"
+    );
+    let _ = std::fs::remove_file(path);
+}
+
+/// The section names of `vmm snapshot info --json` output `info`, in file
+/// order.
+pub fn section_names(info: &serde_json::Value) -> Vec<&str> {
+    info["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect()
+}
+
+/// How many entries of `dir` end in `.json` (no recursion).
+pub fn json_files_in(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "json")
+        })
+        .count()
+}
+
 /// The rows of `--json` output `v` whose workload is `name`.
 pub fn rows_named<'a>(v: &'a serde_json::Value, name: &str) -> Vec<&'a serde_json::Value> {
     v["results"]
@@ -275,6 +325,16 @@ pub fn tool_or_skip(test: &str, program: &str, package: &str) -> bool {
     ok
 }
 
+/// `qemu-system-x86_64 -M microvm -enable-kvm -cpu CPU,arch-capabilities=off`
+/// (the nested KVM here refuses QEMU's IA32_ARCH_CAPABILITIES value, which
+/// is not xstate): the start of every QEMU command line of the tests.
+pub fn qemu_microvm(cpu: &str) -> Command {
+    let mut c = Command::new("qemu-system-x86_64");
+    c.args(["-M", "microvm", "-enable-kvm", "-cpu"])
+        .arg(format!("{cpu},arch-capabilities=off"));
+    c
+}
+
 /// Boot `kernel` under QEMU microvm with `-cpu CPU,arch-capabilities=off`
 /// (the nested KVM here refuses QEMU's IA32_ARCH_CAPABILITIES value, which
 /// is not xstate), the guest words `append`, and its serial console written
@@ -285,9 +345,7 @@ pub fn qemu_microvm_to_log(
     kernel: &std::path::Path,
     log: &std::path::Path,
 ) -> Output {
-    Command::new("qemu-system-x86_64")
-        .args(["-M", "microvm", "-enable-kvm", "-cpu"])
-        .arg(format!("{cpu},arch-capabilities=off"))
+    qemu_microvm(cpu)
         .args(["-m", "64", "-display", "none", "-no-reboot", "-nodefaults"])
         .arg("-serial")
         .arg(format!("file:{}", log.display()))

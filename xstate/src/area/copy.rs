@@ -32,20 +32,16 @@ static LEVEL: AtomicU8 = AtomicU8::new(0);
 /// CR4.OSXSAVE).
 #[cfg(target_arch = "x86_64")]
 fn detect() -> u8 {
-    use core::arch::x86_64::{__cpuid, __cpuid_count};
-    #[allow(unused_unsafe)] // Safe functions on newer toolchains.
-    // SAFETY: CPUID exists on every x86-64 CPU; leaf 7 is read only when
-    // leaf 0 says it exists.
-    let (l1, max) = unsafe { (__cpuid(1), __cpuid(0).eax) };
+    use crate::info::cpuid;
+    // Leaf 7 is read only when leaf 0 says it exists.
+    let (l1, max) = (cpuid(1, 0), cpuid(0, 0).eax);
     const OSXSAVE: u32 = 1 << 27;
     const AVX: u32 = 1 << 28;
     if l1.ecx & OSXSAVE == 0 || l1.ecx & AVX == 0 || max < 7 {
         return SSE2;
     }
     let xcr0 = xgetbv0();
-    #[allow(unused_unsafe)]
-    // SAFETY: as above, leaf 7 exists.
-    let b7 = unsafe { __cpuid_count(7, 0).ebx };
+    let b7 = cpuid(7, 0).ebx;
     if xcr0 & 0xe6 == 0xe6 && b7 & (1 << 16) != 0 {
         AVX512
     } else if xcr0 & 0x6 == 0x6 && b7 & (1 << 5) != 0 {

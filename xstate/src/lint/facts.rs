@@ -4,7 +4,7 @@ use crate::feature::Xfeature;
 use crate::info::{CpuidRegs, InfoError, XsaveInfo};
 use crate::mask::XfeatureMask;
 
-use super::view::{flag, Context, CpuidView, Flag, Reg};
+use super::view::{Context, CpuidView, Flag, Reg};
 use super::violation::{Detail, RuleId, Sink, Skip, Violation};
 
 /// What the rules read: the view, the context and leaf 0xD parsed once.
@@ -100,12 +100,12 @@ pub(super) fn xss_bit(i: u32, rule: RuleId, message: &'static str, detail: Detai
         (Reg::Edx, i - 32)
     };
     let subject = Xfeature::from_index(i).map_or("state component", |f| f.short_name());
-    at(flag(0xd, 1, reg, bit, subject), rule, message, detail)
+    at(Flag::at(0xd, 1, reg, bit, subject), rule, message, detail)
 }
 
 /// 0xD.1 EAX feature bit `bit` named `name`.
 pub(super) const fn d1_flag(bit: u32, name: &'static str) -> Flag {
-    flag(0xd, 1, Reg::Eax, bit, name)
+    Flag::at(0xd, 1, Reg::Eax, bit, name)
 }
 
 pub(super) const XSAVEOPT: Flag = d1_flag(0, "XSAVEOPT");

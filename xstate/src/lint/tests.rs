@@ -22,12 +22,7 @@ impl Cpu {
     }
     fn edit(&mut self, leaf: u32, subleaf: u32, reg: Reg, f: impl FnOnce(u32) -> u32) {
         let mut r = self.get(leaf, subleaf);
-        let v = match reg {
-            Reg::Eax => &mut r.eax,
-            Reg::Ebx => &mut r.ebx,
-            Reg::Ecx => &mut r.ecx,
-            Reg::Edx => &mut r.edx,
-        };
+        let v = reg.of_mut(&mut r);
         *v = f(*v);
         self.set(leaf, subleaf, r);
     }

@@ -2,51 +2,10 @@
 //! [`Context`] it cannot say itself, and the register bits ([`Flag`]) the
 //! rules read.
 
-use core::fmt;
-
+pub use crate::flags::Flag;
 use crate::info::CpuidRegs;
+pub use crate::info::Reg;
 use crate::mask::XfeatureMask;
-
-/// A CPUID output register.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Reg {
-    /// EAX.
-    Eax,
-    /// EBX.
-    Ebx,
-    /// ECX.
-    Ecx,
-    /// EDX.
-    Edx,
-}
-
-impl Reg {
-    /// The register's value in `r`.
-    pub const fn of(self, r: &CpuidRegs) -> u32 {
-        match self {
-            Reg::Eax => r.eax,
-            Reg::Ebx => r.ebx,
-            Reg::Ecx => r.ecx,
-            Reg::Edx => r.edx,
-        }
-    }
-
-    /// Upper-case name (`EAX`).
-    pub const fn name(self) -> &'static str {
-        match self {
-            Reg::Eax => "EAX",
-            Reg::Ebx => "EBX",
-            Reg::Ecx => "ECX",
-            Reg::Edx => "EDX",
-        }
-    }
-}
-
-impl fmt::Display for Reg {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// A source of CPUID leaves.
 ///
@@ -108,29 +67,4 @@ impl Context {
         xss: None,
         supported_table: false,
     };
-}
-
-/// A feature flag: where it is and its name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Flag {
-    /// Leaf.
-    pub leaf: u32,
-    /// Subleaf.
-    pub subleaf: u32,
-    /// Register.
-    pub reg: Reg,
-    /// Bit.
-    pub bit: u32,
-    /// Name as the SDM writes it.
-    pub name: &'static str,
-}
-
-pub(super) const fn flag(leaf: u32, subleaf: u32, reg: Reg, bit: u32, name: &'static str) -> Flag {
-    Flag {
-        leaf,
-        subleaf,
-        reg,
-        bit,
-        name,
-    }
 }

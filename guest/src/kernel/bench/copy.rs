@@ -48,13 +48,7 @@ pub(super) fn copy_rows(
     out: &mut Console,
 ) -> bool {
     let t0 = cpu::rdtsc();
-    let feat = CpuFeatures::from_cpuid(
-        report.cpuid1_ecx,
-        report.cpuid1_edx,
-        report.cpuid7_ebx,
-        report.cpuid7_ecx,
-        report.xcr0,
-    );
+    let feat = CpuFeatures::from_report(report);
     let mut table = guest::protocol::CopyReport::EMPTY;
     if let Some(env) = env {
         match arena::alloc_bytes(copy::borrow_scratch_bytes(env)) {

@@ -357,13 +357,7 @@ fn ctxsw_rows(report: &mut Report, env: Option<&Env>, quiet: bool, out: &mut Con
 
 /// The workloads' view of a CPU from its own report.
 pub fn features(report: &Report) -> CpuFeatures {
-    CpuFeatures::from_cpuid(
-        report.cpuid1_ecx,
-        report.cpuid1_edx,
-        report.cpuid7_ebx,
-        report.cpuid7_ecx,
-        report.xcr0,
-    )
+    CpuFeatures::from_report(report)
 }
 
 /// `bench=parallel` on the BSP: the set alone (rows `…/solo`), then on

@@ -65,9 +65,8 @@ impl<'a> Borrow<'a> {
             let _ = write!(r, "{} state not usable: XCR0 {x:#x}", live.name());
             return Err(r);
         }
-        // SAFETY: CPUID leaf 0xD exists whenever XSAVE is enabled (XCR0 != 0).
-        #[allow(unused_unsafe)]
-        let size = unsafe { core::arch::x86_64::__cpuid_count(0xd, 0).ebx } as usize;
+        // CPUID leaf 0xD exists whenever XSAVE is enabled (XCR0 != 0).
+        let size = xstate::info::cpuid(0xd, 0).ebx as usize;
         if size > area.len() || area.as_ptr().align_offset(64) != 0 {
             let _ = write!(
                 r,

@@ -78,6 +78,18 @@ pub struct TooLong {
     pub len: u64,
 }
 
+impl TooLong {
+    /// `Err` when `data` is longer than [`MAX_LEN`].
+    fn check(data: &[u8]) -> Result<(), TooLong> {
+        if data.len() as u64 > MAX_LEN {
+            return Err(TooLong {
+                len: data.len() as u64,
+            });
+        }
+        Ok(())
+    }
+}
+
 impl core::fmt::Display for TooLong {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(f, "{} bytes is over GCM's limit of {MAX_LEN}", self.len)
@@ -167,11 +179,7 @@ impl Gcm128 {
         aad: &[u8],
         data: &mut [u8],
     ) -> Result<[u8; 16], TooLong> {
-        if data.len() as u64 > MAX_LEN {
-            return Err(TooLong {
-                len: data.len() as u64,
-            });
-        }
+        TooLong::check(data)?;
         let j = j0(iv);
         let mut tag = [0u8; 16];
         let mut ctr = j;
@@ -205,11 +213,7 @@ pub fn soft_encrypt(
     aad: &[u8],
     data: &mut [u8],
 ) -> Result<[u8; 16], TooLong> {
-    if data.len() as u64 > MAX_LEN {
-        return Err(TooLong {
-            len: data.len() as u64,
-        });
-    }
+    TooLong::check(data)?;
     let j = j0(iv);
     let mut ctr = (u128::from_be_bytes(j) + 1).to_be_bytes();
     soft::ctr_xor(&key.rk, &mut ctr, data);

@@ -10,25 +10,14 @@ use core::fmt::Write;
 use super::{soft, Aes128, RoundKeys};
 use crate::workloads::text::Reason;
 
-/// Decode 32 hex digits at compile time.
-const fn hex16(s: &str) -> [u8; 16] {
+/// Decode hex digits at compile time (`N` bytes, no separators): the
+/// known answers of this module and of [`super::kat_modes`].
+pub(super) const fn hex<const N: usize>(s: &str) -> [u8; N] {
     let b = s.as_bytes();
-    assert!(b.len() == 32);
-    let mut out = [0u8; 16];
+    assert!(b.len() == 2 * N);
+    let mut out = [0u8; N];
     let mut i = 0;
-    while i < 32 {
-        out[i / 2] = (out[i / 2] << 4) | nibble(b[i]);
-        i += 1;
-    }
-    out
-}
-
-const fn hex64(s: &str) -> [u8; 64] {
-    let b = s.as_bytes();
-    assert!(b.len() == 128);
-    let mut out = [0u8; 64];
-    let mut i = 0;
-    while i < 128 {
+    while i < 2 * N {
         out[i / 2] = (out[i / 2] << 4) | nibble(b[i]);
         i += 1;
     }
@@ -44,11 +33,11 @@ const fn nibble(c: u8) -> u8 {
 }
 
 /// The key of FIPS-197 Appendix A.1/B and every SP 800-38A AES-128 example.
-pub const KEY_2B7E: [u8; 16] = hex16("2b7e151628aed2a6abf7158809cf4f3c");
+pub const KEY_2B7E: [u8; 16] = hex("2b7e151628aed2a6abf7158809cf4f3c");
 /// FIPS-197 A.1: w[4..8], the first round key after the cipher key.
-pub const A1_ROUND_KEY_1: [u8; 16] = hex16("a0fafe1788542cb123a339392a6c7605");
+pub const A1_ROUND_KEY_1: [u8; 16] = hex("a0fafe1788542cb123a339392a6c7605");
 /// FIPS-197 A.1: w[40..44], the last round key.
-pub const A1_ROUND_KEY_10: [u8; 16] = hex16("d014f9a8c9ee2589e13f0cc8b6630ca6");
+pub const A1_ROUND_KEY_10: [u8; 16] = hex("d014f9a8c9ee2589e13f0cc8b6630ca6");
 
 /// A single-block known answer.
 pub struct BlockVector {
@@ -66,34 +55,34 @@ pub struct BlockVector {
 pub const BLOCK_VECTORS: [BlockVector; 2] = [
     BlockVector {
         name: "FIPS-197 C.1",
-        key: hex16("000102030405060708090a0b0c0d0e0f"),
-        plaintext: hex16("00112233445566778899aabbccddeeff"),
-        ciphertext: hex16("69c4e0d86a7b0430d8cdb78070b4c55a"),
+        key: hex("000102030405060708090a0b0c0d0e0f"),
+        plaintext: hex("00112233445566778899aabbccddeeff"),
+        ciphertext: hex("69c4e0d86a7b0430d8cdb78070b4c55a"),
     },
     BlockVector {
         name: "FIPS-197 B",
         key: KEY_2B7E,
-        plaintext: hex16("3243f6a8885a308d313198a2e0370734"),
-        ciphertext: hex16("3925841d02dc09fbdc118597196a0b32"),
+        plaintext: hex("3243f6a8885a308d313198a2e0370734"),
+        ciphertext: hex("3925841d02dc09fbdc118597196a0b32"),
     },
 ];
 
 /// SP 800-38A Appendix F: the four plaintext blocks every mode example uses.
-pub const SP800_38A_PLAINTEXT: [u8; 64] = hex64(
+pub const SP800_38A_PLAINTEXT: [u8; 64] = hex(
     "6bc1bee22e409f96e93d7e117393172aae2d8a571e03ac9c9eb76fac45af8e51\
      30c81c46a35ce411e5fbc1191a0a52eff69f2445df4f9b17ad2b417be66c3710",
 );
 /// SP 800-38A F.2.1 CBC-AES128.Encrypt: initialization vector.
-pub const CBC_IV: [u8; 16] = hex16("000102030405060708090a0b0c0d0e0f");
+pub const CBC_IV: [u8; 16] = hex("000102030405060708090a0b0c0d0e0f");
 /// SP 800-38A F.2.1 CBC-AES128.Encrypt: ciphertext.
-pub const CBC_F21_CIPHERTEXT: [u8; 64] = hex64(
+pub const CBC_F21_CIPHERTEXT: [u8; 64] = hex(
     "7649abac8119b246cee98e9b12e9197d5086cb9b507219ee95db113a917678b2\
      73bed6b8e3c1743b7116e69e222295163ff1caa1681fac09120eca307586e1a7",
 );
 /// SP 800-38A F.5.1 CTR-AES128.Encrypt: initial counter block.
-pub const CTR_INITIAL_COUNTER: [u8; 16] = hex16("f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff");
+pub const CTR_INITIAL_COUNTER: [u8; 16] = hex("f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff");
 /// SP 800-38A F.5.1 CTR-AES128.Encrypt: ciphertext.
-pub const CTR_F51_CIPHERTEXT: [u8; 64] = hex64(
+pub const CTR_F51_CIPHERTEXT: [u8; 64] = hex(
     "874d6191b620e3261bef6864990db6ce9806f66b7970fdff8617187bb9fffdff\
      5ae4df3edbd5d35e5b4f09020db03eab1e031dda2fbe03d1792170a0f3009cee",
 );
@@ -104,7 +93,7 @@ const BULK_CBC: usize = 16 * 67;
 /// partial block.
 const BULK_CTR: usize = 16 * 91 + 5;
 /// Bulk CTR starting counter: the low 64 bits carry within the message.
-const BULK_CTR_COUNTER: [u8; 16] = hex16("0123456789abcdeffffffffffffffff3");
+const BULK_CTR_COUNTER: [u8; 16] = hex("0123456789abcdeffffffffffffffff3");
 
 /// What [`crate::workloads::Selection::corrupt_aes_key`] does to a key schedule:
 /// flip one bit of round key 5.

@@ -9,30 +9,10 @@
 use core::fmt::Write;
 
 use super::gcm::{self, Gcm128, GcmKey};
+use super::kat::hex;
 use super::xts::{self, Xts256, XtsKeys};
 use super::{kat, soft};
 use crate::workloads::text::Reason;
-
-/// Decode hex digits at compile time (`N` bytes, no separators).
-const fn hex<const N: usize>(s: &str) -> [u8; N] {
-    let b = s.as_bytes();
-    assert!(b.len() == 2 * N);
-    let mut out = [0u8; N];
-    let mut i = 0;
-    while i < 2 * N {
-        out[i / 2] = (out[i / 2] << 4) | nibble(b[i]);
-        i += 1;
-    }
-    out
-}
-
-const fn nibble(c: u8) -> u8 {
-    match c {
-        b'0'..=b'9' => c - b'0',
-        b'a'..=b'f' => c - b'a' + 10,
-        _ => panic!("bad hex digit"),
-    }
-}
 
 /// IEEE 1619-2007 Annex B vectors 10-14: Key1 || Key2 (the digits of e,
 /// then of pi).

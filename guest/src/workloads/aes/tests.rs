@@ -202,7 +202,8 @@ mod suite {
     use crate::workloads::features::CpuFeatures;
     use crate::workloads::runner::{run_sizes, Sizes};
     use crate::workloads::selection::Selection;
-    use crate::workloads::std::{string::String, vec};
+    use crate::workloads::std::vec;
+    use crate::workloads::test_support::skip_reason;
 
     const SIZES: Sizes<'static> = Sizes {
         cbc: &[],
@@ -219,14 +220,6 @@ mod suite {
         let f = CpuFeatures::detect();
         let ok = run_sizes(&sel, &SIZES, &f, 100, &mut scratch, &mut report);
         (ok, report)
-    }
-
-    fn skip(report: &Report, name: &str, variant: &str) -> Option<String> {
-        report
-            .skipped()
-            .iter()
-            .find(|s| field_str(&s.name) == name && field_str(&s.variant) == variant)
-            .map(|s| field_str(&s.reason).into())
     }
 
     #[test]
@@ -262,14 +255,14 @@ mod suite {
             }
             // 100 bytes is not a whole number of blocks: skipped, with why.
             if ok {
-                let why = skip(&report, "aes-256-xts", v.name()).unwrap();
+                let why = skip_reason(&report, "aes-256-xts", v.name()).unwrap();
                 assert!(why.contains("message size 100 unsupported"), "{why}");
                 let zmm = std::format!("{} +xsave/zmm", v.name());
                 assert_eq!(count("aes-256-xts", &zmm, 512), f.avx512f as usize);
                 let xmm = std::format!("{} +xsave/xmm", v.name());
                 assert_eq!(count("aes-256-xts", &xmm, 512), 1);
             } else {
-                assert!(skip(&report, "aes-256-xts", v.name()).is_some());
+                assert!(skip_reason(&report, "aes-256-xts", v.name()).is_some());
             }
         }
         for v in GcmVariant::ALL {
@@ -292,7 +285,7 @@ mod suite {
         let f = CpuFeatures::detect();
         if f.aesni && f.pclmul {
             assert_eq!(
-                skip(&report, "aes-256-xts", "aesni").unwrap(),
+                skip_reason(&report, "aes-256-xts", "aesni").unwrap(),
                 "KAT failed: IEEE 1619 vector 10 (corrupt-aes-key)"
             );
         }

@@ -113,16 +113,7 @@ fn cbc_rows(
             // Whole blocks by construction: cannot fail.
             let _ = aes.cbc_encrypt(rk, &mut iv, msg);
         });
-        ctx.result(
-            CBC,
-            v.name(),
-            size,
-            reps * size as u64,
-            cycles,
-            WorkUnit::Bytes,
-            true,
-            0.0,
-        );
+        ctx.bytes_result(CBC, v.name(), size, reps, cycles);
     }
 }
 
@@ -154,15 +145,6 @@ fn ctr_rows(
         let (reps, cycles) = ctx.measure(key(RowKind::AesCtr, size), fixed, size as u64, 0, |_| {
             aes.ctr_xor(rk, &mut ctr, msg)
         });
-        ctx.result(
-            CTR,
-            v.name(),
-            size,
-            reps * size as u64,
-            cycles,
-            WorkUnit::Bytes,
-            true,
-            0.0,
-        );
+        ctx.bytes_result(CTR, v.name(), size, reps, cycles);
     }
 }

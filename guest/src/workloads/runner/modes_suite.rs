@@ -462,14 +462,5 @@ fn soft_row(ctx: &mut Ctx, key: RowKey, ok: bool, buf: &mut [u8], enc: &mut dyn 
     // The portable code is ~100x slower: a smaller fixed amount of work.
     let fixed = AES_FIXED_BYTES[ctx.full] / 64 / (size as u64 + 64);
     let (reps, cycles) = ctx.measure(key, fixed.max(1), size as u64, 0, |_| enc(msg));
-    ctx.result(
-        name,
-        SOFT,
-        size,
-        reps * size as u64,
-        cycles,
-        WorkUnit::Bytes,
-        true,
-        0.0,
-    );
+    ctx.bytes_result(name, SOFT, size, reps, cycles);
 }

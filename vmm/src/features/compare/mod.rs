@@ -527,12 +527,12 @@ fn gated_flags(
             if !yes.is_empty() && !no.is_empty() {
                 differences.push(format!(
                     "CPUID flag {} only on {} (missing on {})",
-                    f.name,
+                    f.cpuinfo,
                     yes.join(", "),
                     no.join(", ")
                 ));
                 flag_differences.push(FlagDifference {
-                    flag: f.name,
+                    flag: f.cpuinfo,
                     present_on: yes,
                     missing_on: no,
                 });
@@ -544,7 +544,7 @@ fn gated_flags(
         GATED_FLAGS
             .iter()
             .map(|f| FlagAcross {
-                flag: f.name,
+                flag: f.cpuinfo,
                 present: hosts.iter().map(|h| h.flag(f)).collect(),
             })
             .collect()

@@ -9,8 +9,8 @@ use xstate::info::leaf_d1_eax;
 use xstate::{InitMode, Xfeature, XfeatureMask};
 
 use super::{
-    ComponentRow, CrashView, FaultView, GuestCpuidView, ResultRow, RunSummary, SkipRow, SmpView,
-    SwitchFigure, Timing, VcpuRow,
+    ComponentRow, CrashView, FaultView, GuestCpuidView, GuestSupported, GuestXsaveSizes, ResultRow,
+    RunSummary, SkipRow, SmpView, SwitchFigure, Timing, VcpuRow,
 };
 use crate::report::exit::{EXIT_GUEST_CRASH, EXIT_PROTOCOL_VIOLATION, EXIT_TIMEOUT};
 use crate::report::parallel::Measured;
@@ -281,14 +281,18 @@ fn run_end(end: &RunEnd) -> (Option<u32>, &'static str, String, i32, Option<Cras
 fn guest_cpuid_view(r: &Report) -> GuestCpuidView {
     let xcr0 = XfeatureMask::from_bits(r.xcr0);
     GuestCpuidView {
-        xcr0_supported: XfeatureMask::from_bits(r.cpuid_xcr0_supported),
-        xss_supported: XfeatureMask::from_bits(r.cpuid_xss_supported),
-        standard_size_max: r.cpuid_size_max,
-        standard_size_enabled: r.cpuid_size_enabled,
-        compacted_size: r.cpuid_size_compacted,
-        computed_standard_size: r.computed_standard_size,
-        computed_compacted_size: r.computed_compacted_size,
-        xsave_variants: guest::protocol::xsave_variants(r.cpuid_xsave_features).collect(),
+        supported: GuestSupported {
+            xcr0_supported: XfeatureMask::from_bits(r.cpuid_xcr0_supported),
+            xss_supported: XfeatureMask::from_bits(r.cpuid_xss_supported),
+        },
+        sizes: GuestXsaveSizes {
+            standard_size_max: r.cpuid_size_max,
+            standard_size_enabled: r.cpuid_size_enabled,
+            compacted_size: r.cpuid_size_compacted,
+            computed_standard_size: r.computed_standard_size,
+            computed_compacted_size: r.computed_compacted_size,
+            xsave_variants: guest::protocol::xsave_variants(r.cpuid_xsave_features).collect(),
+        },
         components: Xfeature::ALL
             .iter()
             .filter(|f| r.cpuid_xcr0_supported & f.bit() != 0 || f.index() < 2)

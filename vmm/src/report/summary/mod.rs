@@ -143,6 +143,21 @@ pub struct ComponentRow {
 /// The guest's view of leaf 0xD, as it reported it.
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct GuestCpuidView {
+    /// The masks leaf 0xD offered.
+    #[serde(flatten)]
+    pub supported: GuestSupported,
+    /// The sizes and XSAVE instructions leaf 0xD enumerated.
+    #[serde(flatten)]
+    pub sizes: GuestXsaveSizes,
+    /// x87, SSE and every advertised component.
+    pub components: Vec<ComponentRow>,
+}
+
+/// The state components leaf 0xD offered the guest, as it reported them:
+/// one definition for the run summary ([`GuestCpuidView`]) and the guest
+/// column of `vmm features`.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct GuestSupported {
     /// CPUID 0xD.0 EDX:EAX.
     #[serde(serialize_with = "hex::mask")]
     #[schemars(with = "crate::schema::Hex")]
@@ -151,6 +166,14 @@ pub struct GuestCpuidView {
     #[serde(serialize_with = "hex::mask")]
     #[schemars(with = "crate::schema::Hex")]
     pub xss_supported: XfeatureMask,
+}
+
+/// The XSAVE area sizes leaf 0xD gave the guest and the ones its xstate
+/// crate computed, and the XSAVE instructions it advertised, as the guest
+/// reported them: one definition for the run summary ([`GuestCpuidView`])
+/// and the guest column of `vmm features`.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct GuestXsaveSizes {
     /// CPUID 0xD.0 ECX.
     pub standard_size_max: u32,
     /// CPUID 0xD.0 EBX.
@@ -163,8 +186,6 @@ pub struct GuestCpuidView {
     pub computed_compacted_size: u32,
     /// XSAVE instructions CPUID 0xD.1 EAX advertises.
     pub xsave_variants: Vec<&'static str>,
-    /// x87, SSE and every advertised component.
-    pub components: Vec<ComponentRow>,
 }
 
 /// The CPU exception that ended the guest's run.
