@@ -19,7 +19,8 @@
 //!    features`), [`bench`](mod@bench) (`vmm bench`), [`native`] (the
 //!    guest's workloads on the host), [`session`] (`vmm run` and `vmm
 //!    restore` to a finished summary), [`catalog`] (each `--json`
-//!    document's type and JSON Schema).
+//!    document's type and JSON Schema), `fuzzing` (hidden: the fuzz
+//!    targets' entry points into parsers the API does not expose).
 
 pub mod arch;
 pub mod bench;
@@ -28,6 +29,8 @@ pub mod cpuid;
 pub mod devices;
 pub mod error;
 pub mod features;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod input;
 pub mod kvm;
 pub mod native;

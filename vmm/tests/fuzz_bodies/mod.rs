@@ -39,6 +39,8 @@ pub const TARGETS: &[Target] = &[
     ("guest_cmdline", guest_cmdline),
     ("xsave_buffer", xsave_buffer),
     ("firmware_tables", firmware_tables),
+    ("http_response", http_response),
+    ("import_formats", import_formats),
 ];
 
 /// A whole snapshot file: header, section table, checksums
@@ -509,4 +511,24 @@ fn check_snapshot(decoded: Result<Snapshot, vmm::snapshot::format::FormatError>)
     let again = Snapshot::from_container(&c).expect("an encoded snapshot decodes");
     assert_eq!(again.to_container(), c);
     assert_eq!(Container::parse(&c.to_bytes()), Ok(c));
+}
+
+/// A peer's API server's answer (`vmm bench peers`' HTTP/1.1 response
+/// reader): refused or read, never a panic, and a body never longer than
+/// the response.
+pub fn http_response(data: &[u8]) {
+    if let Ok((_, body)) = vmm::fuzzing::http_response(data) {
+        assert!(body.len() <= data.len().max(1) * 3, "a body from nowhere");
+    }
+}
+
+/// `vmm features import`: format detection, then the `cpuid -r`,
+/// InstLatx64, Firecracker or profile parser, then the profile checks.
+pub fn import_formats(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Err(e) = vmm::fuzzing::import(text) {
+        assert!(!e.is_empty());
+    }
 }
