@@ -100,16 +100,30 @@ struct Deadlined<'a> {
     deadline: Instant,
 }
 
+/// The error of a call the deadline cut short.
+fn past_deadline() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "the API server did not answer before the deadline",
+    )
+}
+
+/// A socket timeout (Linux reports `SO_RCVTIMEO`/`SO_SNDTIMEO` expiry as
+/// `EAGAIN`) said as the deadline it is.
+fn named(e: std::io::Error) -> std::io::Error {
+    match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => past_deadline(),
+        _ => e,
+    }
+}
+
 impl Deadlined<'_> {
     /// What is left of the deadline, as the socket's timeout for the next
     /// call (never zero, which would mean no timeout).
     fn arm(&self, read: bool) -> std::io::Result<()> {
         let left = self.deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "the API server did not answer before the deadline",
-            ));
+            return Err(past_deadline());
         }
         if read {
             self.s.set_read_timeout(Some(left))
@@ -122,14 +136,14 @@ impl Deadlined<'_> {
 impl Read for Deadlined<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         self.arm(true)?;
-        (&mut &*self.s).read(buf)
+        (&mut &*self.s).read(buf).map_err(named)
     }
 }
 
 impl Write for Deadlined<'_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.arm(false)?;
-        (&mut &*self.s).write(buf)
+        (&mut &*self.s).write(buf).map_err(named)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
