@@ -140,15 +140,7 @@ pub fn run(
     activations: u64,
     scratch: &mut [u8],
 ) -> Result<Measurement, RunError> {
-    if !strategy.supported(&env.info) {
-        return Err(RunError::Unsupported(strategy));
-    }
-    if !env.xcr0.contains(Xfeature::Sse) {
-        return Err(RunError::NoSse);
-    }
-    if profile == Profile::Avx && !env.has_avx() {
-        return Err(RunError::NoAvx);
-    }
+    check_run(env, strategy, profile)?;
     let need = scratch_bytes(env);
     if scratch.len() < need {
         return Err(RunError::Scratch {
@@ -162,8 +154,6 @@ pub fn run(
         need,
         have: need - 1,
     })?;
-    let stacks = &mut rest[..CONTEXTS * STACK_LEN + 16];
-    let stacks_base = (stacks.as_mut_ptr() as usize).next_multiple_of(16);
 
     for area in areas.chunks_exact_mut(area_len).skip(1) {
         init_image(&env.info, env.xcr0, start, area).map_err(|_| RunError::Image)?;
@@ -181,16 +171,89 @@ pub fn run(
         },
         ctx: [Ctx { rsp: 0, area: 0 }; CONTEXTS],
     };
-    let body = body_fn(profile);
     let run_addr = core::ptr::addr_of_mut!(run) as u64;
-    let ctx_addr = |i: usize| run_addr + (offset_of!(Run, ctx) + i * 16) as u64;
+    start_contexts(&mut run, run_addr, rest, body_fn(profile), area_addr);
+
+    let cycles: u64;
+    // SAFETY: the strategy's instructions exist (checked above) and XCR0
+    // as the guest set it is a subset of the XCR0 the hardware applies
+    // (equal on hardware KVM, the host's superset on kvm_pvm). Every area is
+    // 64-byte aligned and holds both formats of XCR0; the task areas hold
+    // valid initial images for XCR0, and the main area is written by the
+    // first save before the last switch restores from it. The contexts run
+    // only the assembly bodies above on their own stacks inside `rest`
+    // (laid out by `start_contexts`), touch only `run` (alive on this frame
+    // throughout) and end by switching back here, which restores this
+    // context's registers and extended state (including MXCSR and the x87
+    // control word) exactly. RBX, RBP and R12-R15 are restored by the
+    // switch; everything else is clobbered.
+    unsafe {
+        asm!(
+            rdtsc_fenced_asm!(),
+            "mov r12, rax",
+            "call r9",
+            rdtsc_fenced_asm!(),
+            "sub rax, r12",
+            in("rdi") run_addr + RUN_MAIN as u64,
+            in("rsi") ctx_addr(run_addr, 0),
+            in("r8") env.xcr0.bits(),
+            in("r9") run.switch,
+            out("r12") _,
+            lateout("rax") cycles,
+            clobber_abi("C"),
+        );
+    }
+    // The contexts wrote `run` through raw pointers; make sure the compiler
+    // does not reuse values it read before.
+    core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
+
+    let (bytes_per_save, state_ok) =
+        check_areas(env, strategy, profile, areas, area_len, activations);
+    Ok(Measurement {
+        switches: activations + 1,
+        cycles,
+        bytes_per_save,
+        state_ok,
+    })
+}
+
+/// Whether `env` can run `strategy` with `profile` at all: the errors a
+/// run reports before it touches its scratch buffer, kept apart from the
+/// setup of [`run`].
+fn check_run(env: &Env, strategy: Strategy, profile: Profile) -> Result<(), RunError> {
+    if !strategy.supported(&env.info) {
+        return Err(RunError::Unsupported(strategy));
+    }
+    if !env.xcr0.contains(Xfeature::Sse) {
+        return Err(RunError::NoSse);
+    }
+    if profile == Profile::Avx && !env.has_avx() {
+        return Err(RunError::NoAvx);
+    }
+    Ok(())
+}
+
+/// Gives every context of `run` (at `run_addr`) a stack in the first
+/// `CONTEXTS * STACK_LEN + 16` bytes of `rest` that holds the frame a
+/// switch routine leaves, returning into `body`, and its area
+/// (`area_addr(i + 1)` for context `i`). The setup before the timed
+/// switches, apart from [`run`] so that it reads as the run itself.
+fn start_contexts(
+    run: &mut Run,
+    run_addr: u64,
+    rest: &mut [u8],
+    body: u64,
+    area_addr: impl Fn(usize) -> u64,
+) {
+    let stacks = &mut rest[..CONTEXTS * STACK_LEN + 16];
+    let stacks_base = (stacks.as_mut_ptr() as usize).next_multiple_of(16);
     for i in 0..CONTEXTS {
         let top = stacks_base + (i + 1) * STACK_LEN;
         // The frame a switch routine leaves: R15, R14, R13, R12, RBP, RBX,
         // return address (then one word so the body starts as if called).
         let frame = [
-            ctx_addr((i + 1) % CONTEXTS),
-            ctx_addr(i),
+            ctx_addr(run_addr, (i + 1) % CONTEXTS),
+            ctx_addr(run_addr, i),
             i as u64,
             run_addr,
             0,
@@ -208,39 +271,27 @@ pub fn run(
             area: area_addr(i + 1),
         };
     }
+}
 
-    let cycles: u64;
-    // SAFETY: the strategy's instructions exist (checked above) and XCR0
-    // as the guest set it is a subset of the XCR0 the hardware applies
-    // (equal on hardware KVM, the host's superset on kvm_pvm). Every area is
-    // 64-byte aligned and holds both formats of XCR0; the task areas hold
-    // valid initial images for XCR0, and the main area is written by the
-    // first save before the last switch restores from it. The contexts run
-    // only the assembly bodies above on their own stacks inside `stacks`,
-    // touch only `run` (alive on this frame throughout) and end by switching
-    // back here, which restores this context's registers and extended state
-    // (including MXCSR and the x87 control word) exactly. RBX, RBP and
-    // R12-R15 are restored by the switch; everything else is clobbered.
-    unsafe {
-        asm!(
-            rdtsc_fenced_asm!(),
-            "mov r12, rax",
-            "call r9",
-            rdtsc_fenced_asm!(),
-            "sub rax, r12",
-            in("rdi") run_addr + RUN_MAIN as u64,
-            in("rsi") ctx_addr(0),
-            in("r8") env.xcr0.bits(),
-            in("r9") run.switch,
-            out("r12") _,
-            lateout("rax") cycles,
-            clobber_abi("C"),
-        );
-    }
-    // The contexts wrote `run` through raw pointers; make sure the compiler
-    // does not reuse values it read before.
-    core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
+/// The address of context `i`'s [`Ctx`] in the [`Run`] at `run_addr`:
+/// named once because the frames [`start_contexts`] builds and the first
+/// switch of [`run`] both need it.
+fn ctx_addr(run_addr: u64, i: usize) -> u64 {
+    run_addr + (offset_of!(Run, ctx) + i * 16) as u64
+}
 
+/// The largest [`bytes_per_save`] over the contexts' areas (the
+/// `area_len`-byte pieces of `areas` after the main one) and whether every context saved exactly its
+/// own turns of `activations`: the bookkeeping after the timed switches,
+/// apart from [`run`].
+fn check_areas(
+    env: &Env,
+    strategy: Strategy,
+    profile: Profile,
+    areas: &[u8],
+    area_len: usize,
+    activations: u64,
+) -> (u32, bool) {
     let mut bytes = 0;
     let mut state_ok = true;
     for i in 0..CONTEXTS {
@@ -250,12 +301,7 @@ pub fn run(
             activations / CONTEXTS as u64 + u64::from((i as u64) < activations % CONTEXTS as u64);
         state_ok &= saved_counter_ok(&env.info, env.xcr0, area, profile, turns as u32);
     }
-    Ok(Measurement {
-        switches: activations + 1,
-        cycles,
-        bytes_per_save: bytes,
-        state_ok,
-    })
+    (bytes, state_ok)
 }
 
 /// Whether the context saved in `area` holds `turns` in every dword lane

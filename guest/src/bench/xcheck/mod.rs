@@ -227,69 +227,259 @@ pub unsafe fn run_on(
     scratch: &mut [u8],
     cpu: u32,
 ) -> Result<Outcome, CheckError> {
-    let mask = fill_mask(env.xcr0);
-    let need = scratch_bytes(env);
-    if scratch.len() < need {
-        return Err(CheckError::Scratch {
-            need,
-            have: scratch.len(),
-        });
-    }
-    let len = env
-        .info
-        .standard_size(mask)
-        .map_err(|_| CheckError::Image)? as usize;
-    let piece = len.next_multiple_of(64);
-    let (bufs, _) = carve(scratch, 5 * piece).ok_or(CheckError::Image)?;
-    bufs.fill(0);
-    let (image, rest) = bufs.split_at_mut(piece);
-    let (init, rest) = rest.split_at_mut(piece);
-    let (before, rest) = rest.split_at_mut(piece);
-    let (after, expected) = rest.split_at_mut(piece);
-    build_image_for(&env.info, mask, image, cpu).ok_or(CheckError::Image)?;
-    init_image(&env.info, mask, InitMode::Minimal, init).map_err(|_| CheckError::Image)?;
-    expected.copy_from_slice(image);
-    let edit = match exit {
-        CheckExit::Edit(r) => {
-            apply_edit(expected, r);
-            r
-        }
-        _ => 0,
-    };
+    let areas = Areas::carve(env, exit, scratch, cpu)?;
     let mut p = Params {
-        image: image.as_ptr() as u64,
-        before: before.as_mut_ptr() as u64,
-        after: after.as_mut_ptr() as u64,
-        init: init.as_ptr() as u64,
-        rfbm: mask.bits(),
+        image: areas.image.as_ptr() as u64,
+        before: areas.before.as_mut_ptr() as u64,
+        after: areas.after.as_mut_ptr() as u64,
+        init: areas.init.as_ptr() as u64,
+        rfbm: areas.mask.bits(),
         count: count.max(1),
         kind: exit.code(),
-        edit,
+        edit: areas.edit,
         saved_sp: 0,
         sp_pattern: 0,
         flags_before: 0,
         regs_after: [0; 17],
     };
+    // SAFETY: the caller grants ports/MMIO and the XCR0 components. The
+    // areas `p` points at are those `Areas::carve` laid out: 64-byte
+    // aligned, each the standard size of `areas.mask` rounded up to 64
+    // bytes, borrowed exclusively by `areas`; `image` and `init` hold
+    // valid standard-format images (`build_image_for`, `init_image`),
+    // `init` the initial state. `p.count` is at least 1.
+    let cycles = unsafe { check_block(&mut p) };
+    core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
+    Ok(areas.outcome(env, exit, &p, cycles))
+}
+
+/// The five 64-byte aligned areas of one check, carved from the scratch
+/// buffer. A type of its own so that the bookkeeping before and after the
+/// timed [`check_block`] stays out of [`run_on`], which then only lays out
+/// the block's parameters and runs it.
+struct Areas<'a> {
+    /// The components checked.
+    mask: XfeatureMask,
+    /// The pattern image the block loads.
+    image: &'a [u8],
+    /// The initial image the block loads last.
+    init: &'a [u8],
+    /// Where the block saves right after loading the pattern.
+    before: &'a mut [u8],
+    /// Where the block saves after the exits.
+    after: &'a mut [u8],
+    /// What `after` must hold: the pattern, with the edit applied.
+    expected: &'a [u8],
+    /// The XMM register [`CheckExit::Edit`] asks the VMM to set, else 0.
+    edit: u32,
+}
+
+impl<'a> Areas<'a> {
+    /// Checks that `scratch` is large enough and carves and fills the
+    /// areas: `image` with CPU `cpu`'s pattern, `init` with the initial
+    /// state, `expected` with what the "after" save must find.
+    fn carve(
+        env: &Env,
+        exit: CheckExit,
+        scratch: &'a mut [u8],
+        cpu: u32,
+    ) -> Result<Self, CheckError> {
+        let mask = fill_mask(env.xcr0);
+        let need = scratch_bytes(env);
+        if scratch.len() < need {
+            return Err(CheckError::Scratch {
+                need,
+                have: scratch.len(),
+            });
+        }
+        let len = env
+            .info
+            .standard_size(mask)
+            .map_err(|_| CheckError::Image)? as usize;
+        let piece = len.next_multiple_of(64);
+        let (bufs, _) = carve(scratch, 5 * piece).ok_or(CheckError::Image)?;
+        bufs.fill(0);
+        let (image, rest) = bufs.split_at_mut(piece);
+        let (init, rest) = rest.split_at_mut(piece);
+        let (before, rest) = rest.split_at_mut(piece);
+        let (after, expected) = rest.split_at_mut(piece);
+        build_image_for(&env.info, mask, image, cpu).ok_or(CheckError::Image)?;
+        init_image(&env.info, mask, InitMode::Minimal, init).map_err(|_| CheckError::Image)?;
+        expected.copy_from_slice(image);
+        let edit = match exit {
+            CheckExit::Edit(r) => {
+                apply_edit(expected, r);
+                r
+            }
+            _ => 0,
+        };
+        Ok(Areas {
+            mask,
+            image,
+            init,
+            before,
+            after,
+            expected,
+            edit,
+        })
+    }
+
+    /// What the block's two saves (and, for a snapshot, its general
+    /// registers in `p`) show, with the `cycles` it timed.
+    fn outcome(&self, env: &Env, exit: CheckExit, p: &Params, cycles: u64) -> Outcome {
+        let (mask, image, after) = (self.mask, self.image, &*self.after);
+        let load = compare(&env.info, mask, image, self.before);
+        let after_m = compare(&env.info, mask, self.expected, after);
+        let edit_ignored = match exit {
+            CheckExit::Edit(r) => {
+                let at = offsets::XMM0 + 16 * (r as usize & 15);
+                after_m.is_some() && after[at..at + 16] == image[at..at + 16]
+            }
+            _ => false,
+        };
+        let gpr = match exit {
+            CheckExit::Snapshot => snapshot_gpr_mismatch(p),
+            _ => None,
+        };
+        Outcome {
+            mask,
+            load,
+            after: after_m,
+            edit_ignored,
+            cycles,
+            gpr,
+        }
+    }
+}
+
+/// The snapshot path of [`check_block`], as an `asm!` template piece
+/// (Intel syntax): a piece of its own so that the block, which must stay
+/// one `asm!` (no compiled code between its two saves), reads in parts.
+///
+/// It fills all 16 general registers with distinct 64-bit patterns and
+/// RFLAGS with [`RFLAGS_PATTERN`] right before its `out`, and reads them
+/// right after it, before anything else runs. RSP cannot be restored from
+/// memory without a register, so its pattern is S - P13 (S: the stack
+/// pointer, P13: R13's pattern); after the `out`, `lea rsp, [rsp + r13]`
+/// (which changes no flag) gives S back if both survived, and the stack
+/// then holds everything else.
+///
+/// Register contract of the including block:
+/// - on entry (local label `25`) R12 points at the [`Params`] and R10
+///   holds the start TSC;
+/// - the block must give the named operands `saved_sp`, `sp_pattern`,
+///   `flags_before` and `regs` (offsets into [`Params`]), `flags_pat`
+///   ([`RFLAGS_PATTERN`]) and `p0`-`p5`, `p7`-`p15` ([`gpr_pattern`]);
+/// - every callee-saved register, RFLAGS and R10 are saved on the stack
+///   first and restored before the text leaves by `jmp 29f`; RAX, RCX,
+///   RDX, RSI, RDI, R8, R9 and R11 are clobbered.
+macro_rules! snapshot_path_asm {
+    () => {
+        concat!(
+            "25:\n",
+            "push rbx\n",
+            "push rbp\n",
+            "push r12\n",
+            "push r13\n",
+            "push r14\n",
+            "push r15\n",
+            "push r10\n",
+            "pushfq\n",
+            "mov [r12 + {saved_sp}], rsp\n",
+            "mov rax, rsp\n",
+            "mov rcx, {p13}\n",
+            "sub rax, rcx\n",
+            "mov [r12 + {sp_pattern}], rax\n",
+            "push {flags_pat}\n",
+            "popfq\n",
+            // From here to the end of the read-back, no instruction changes
+            // a flag until RFLAGS is saved again.
+            "pushfq\n",
+            "pop qword ptr [r12 + {flags_before}]\n",
+            "mov rax, {p0}\n",
+            "mov rbx, {p1}\n",
+            "mov rcx, {p2}\n",
+            "mov rdx, {p3}\n",
+            "mov rsi, {p4}\n",
+            "mov rdi, {p5}\n",
+            "mov rbp, {p7}\n",
+            "mov r8, {p8}\n",
+            "mov r9, {p9}\n",
+            "mov r10, {p10}\n",
+            "mov r11, {p11}\n",
+            "mov r13, {p13}\n",
+            "mov r14, {p14}\n",
+            "mov r15, {p15}\n",
+            "mov rsp, [r12 + {sp_pattern}]\n",
+            "mov r12, {p12}\n",
+            "out dx, eax\n",
+            "lea rsp, [rsp + r13]\n",
+            "pushfq\n",
+            "push r12\n",
+            // [rsp]: R12, [rsp + 8]: RFLAGS, [rsp + 16]: the original
+            // RFLAGS, then R10, R15, R14, R13, R12 (the Params pointer).
+            "mov r12, [rsp + 56]\n",
+            "mov [r12 + {regs} + 0], rax\n",
+            "mov [r12 + {regs} + 8], rbx\n",
+            "mov [r12 + {regs} + 16], rcx\n",
+            "mov [r12 + {regs} + 24], rdx\n",
+            "mov [r12 + {regs} + 32], rsi\n",
+            "mov [r12 + {regs} + 40], rdi\n",
+            "mov rax, rsp\n",
+            "add rax, 16\n",
+            "sub rax, r13\n",
+            "mov [r12 + {regs} + 48], rax\n",
+            "mov [r12 + {regs} + 56], rbp\n",
+            "mov [r12 + {regs} + 64], r8\n",
+            "mov [r12 + {regs} + 72], r9\n",
+            "mov [r12 + {regs} + 80], r10\n",
+            "mov [r12 + {regs} + 88], r11\n",
+            "mov [r12 + {regs} + 104], r13\n",
+            "mov [r12 + {regs} + 112], r14\n",
+            "mov [r12 + {regs} + 120], r15\n",
+            "pop rax\n",
+            "mov [r12 + {regs} + 96], rax\n",
+            "pop rax\n",
+            "mov [r12 + {regs} + 128], rax\n",
+            "popfq\n",
+            "pop r10\n",
+            "pop r15\n",
+            "pop r14\n",
+            "pop r13\n",
+            "pop r12\n",
+            "pop rbp\n",
+            "pop rbx\n",
+            "jmp 29f\n",
+        )
+    };
+}
+
+/// The measured assembly block of one check, on the [`Params`] at `p`;
+/// returns the TSC cycles between the two saves. A function of its own
+/// (always inlined into [`run_on`], so the code is the same as when it
+/// was written there) so that the block's contract is stated once, apart
+/// from the bookkeeping around it.
+///
+/// # Safety
+/// - Ports/MMIO as [`run`] needs them for `p.kind`, and XCR0 as the
+///   hardware applies it includes the components of `p.rfbm`.
+/// - `p.image`, `p.before`, `p.after` and `p.init` point at 64-byte
+///   aligned areas of the standard size of `p.rfbm`, which nothing else
+///   accesses during the call; `p.image` and `p.init` hold valid
+///   standard-format images (reserved header bytes zero, MXCSR within
+///   every CPU's MXCSR_MASK), `p.init` the initial state; `p.count` >= 1.
+#[inline(always)]
+unsafe fn check_block(p: &mut Params) -> u64 {
     let cycles: u64;
-    // SAFETY: the caller grants ports/MMIO and the XCR0 components. Every
-    // area is 64-byte aligned and `len` (the standard size of `mask`)
-    // long; the images are valid standard-format images (reserved header
-    // bytes zero, MXCSR within every CPU's MXCSR_MASK). Between the pattern
-    // XRSTOR and the final XRSTOR of the initial image only this block's
-    // integer instructions run, and the block ends with the architectural
-    // initial state (empty x87 stack, default FCW/MXCSR, zeroed vector
-    // registers) for `mask`; every vector register is declared clobbered.
-    // RBX (CPUID) is kept in R9; R12 is only read except on the snapshot
-    // path, which saves every callee-saved register, RFLAGS and R10 on the
-    // stack first and restores them before leaving.
-    //
-    // The snapshot path fills all 16 general registers with distinct
-    // 64-bit patterns and RFLAGS with RFLAGS_PATTERN right before its
-    // `out`, and reads them right after it, before anything else runs. RSP
-    // cannot be restored from memory without a register, so its pattern
-    // is S - P13 (S: the stack pointer, P13: R13's pattern); after the
-    // `out`, `lea rsp, [rsp + r13]` (which changes no flag) gives S back
-    // if both survived, and the stack then holds everything else.
+    // SAFETY: the caller grants ports/MMIO, the XCR0 components and the
+    // areas (see the contract above). Between the pattern XRSTOR and the
+    // final XRSTOR of the initial image only this block's integer
+    // instructions run, and the block ends with the architectural initial
+    // state (empty x87 stack, default FCW/MXCSR, zeroed vector registers)
+    // for `p.rfbm`; every vector register is declared clobbered. RBX (CPUID)
+    // is kept in R9; R12 is only read except on the snapshot path, which
+    // saves every callee-saved register, RFLAGS and R10 on the stack first
+    // and restores them before leaving (see `snapshot_path_asm`).
     unsafe {
         asm!(
             "mov rax, [r12 + {rfbm}]",
@@ -315,80 +505,7 @@ pub unsafe fn run_on(
             "je 29f",
             exit_loops_asm!(),
             "jmp 29f",
-            "25:",
-            "push rbx",
-            "push rbp",
-            "push r12",
-            "push r13",
-            "push r14",
-            "push r15",
-            "push r10",
-            "pushfq",
-            "mov [r12 + {saved_sp}], rsp",
-            "mov rax, rsp",
-            "mov rcx, {p13}",
-            "sub rax, rcx",
-            "mov [r12 + {sp_pattern}], rax",
-            "push {flags_pat}",
-            "popfq",
-            // From here to the end of the read-back, no instruction changes
-            // a flag until RFLAGS is saved again.
-            "pushfq",
-            "pop qword ptr [r12 + {flags_before}]",
-            "mov rax, {p0}",
-            "mov rbx, {p1}",
-            "mov rcx, {p2}",
-            "mov rdx, {p3}",
-            "mov rsi, {p4}",
-            "mov rdi, {p5}",
-            "mov rbp, {p7}",
-            "mov r8, {p8}",
-            "mov r9, {p9}",
-            "mov r10, {p10}",
-            "mov r11, {p11}",
-            "mov r13, {p13}",
-            "mov r14, {p14}",
-            "mov r15, {p15}",
-            "mov rsp, [r12 + {sp_pattern}]",
-            "mov r12, {p12}",
-            "out dx, eax",
-            "lea rsp, [rsp + r13]",
-            "pushfq",
-            "push r12",
-            // [rsp]: R12, [rsp + 8]: RFLAGS, [rsp + 16]: the original
-            // RFLAGS, then R10, R15, R14, R13, R12 (the Params pointer).
-            "mov r12, [rsp + 56]",
-            "mov [r12 + {regs} + 0], rax",
-            "mov [r12 + {regs} + 8], rbx",
-            "mov [r12 + {regs} + 16], rcx",
-            "mov [r12 + {regs} + 24], rdx",
-            "mov [r12 + {regs} + 32], rsi",
-            "mov [r12 + {regs} + 40], rdi",
-            "mov rax, rsp",
-            "add rax, 16",
-            "sub rax, r13",
-            "mov [r12 + {regs} + 48], rax",
-            "mov [r12 + {regs} + 56], rbp",
-            "mov [r12 + {regs} + 64], r8",
-            "mov [r12 + {regs} + 72], r9",
-            "mov [r12 + {regs} + 80], r10",
-            "mov [r12 + {regs} + 88], r11",
-            "mov [r12 + {regs} + 104], r13",
-            "mov [r12 + {regs} + 112], r14",
-            "mov [r12 + {regs} + 120], r15",
-            "pop rax",
-            "mov [r12 + {regs} + 96], rax",
-            "pop rax",
-            "mov [r12 + {regs} + 128], rax",
-            "popfq",
-            "pop r10",
-            "pop r15",
-            "pop r14",
-            "pop r13",
-            "pop r12",
-            "pop rbp",
-            "pop rbx",
-            "jmp 29f",
+            snapshot_path_asm!(),
             "23:",
             "mov eax, [r12 + {edit}]",
             "mov edx, {edit_port}",
@@ -436,33 +553,12 @@ pub unsafe fn run_on(
             p13 = const gpr_pattern(13),
             p14 = const gpr_pattern(14),
             p15 = const gpr_pattern(15),
-            in("r12") &raw mut p,
+            in("r12") p as *mut Params,
             lateout("rax") cycles,
             clobber_abi("C"),
         );
     }
-    core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
-    let load = compare(&env.info, mask, image, before);
-    let after_m = compare(&env.info, mask, expected, after);
-    let edit_ignored = match exit {
-        CheckExit::Edit(r) => {
-            let at = offsets::XMM0 + 16 * (r as usize & 15);
-            after_m.is_some() && after[at..at + 16] == image[at..at + 16]
-        }
-        _ => false,
-    };
-    let gpr = match exit {
-        CheckExit::Snapshot => snapshot_gpr_mismatch(&p),
-        _ => None,
-    };
-    Ok(Outcome {
-        mask,
-        load,
-        after: after_m,
-        edit_ignored,
-        cycles,
-        gpr,
-    })
+    cycles
 }
 
 /// The first general register (or RFLAGS) whose value after the restore

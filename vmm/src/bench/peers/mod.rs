@@ -322,6 +322,54 @@ pub fn run(
     skipped: Vec<Skipped>,
     mut each: impl FnMut(),
 ) -> Result<PeersBench, PeerError> {
+    let (dir, kernel) = scratch_kernel()?;
+    let words = plan.guest_words();
+    let mut accs: Vec<Acc> = targets.iter().map(|_| Acc::default()).collect();
+    for _ in 0..plan.runs {
+        for (t, acc) in targets.iter().zip(accs.iter_mut()) {
+            let log = dir.path().join(format!("{}.serial.log", t.vmm.name()));
+            let (args, to_stdout) = command(t, &kernel, &words, &log, dir.path(), plan.timeout)?;
+            acc.command = std::iter::once(t.binary.display().to_string())
+                .chain(args.iter().map(|a| a.to_string_lossy().into_owned()))
+                .collect();
+            match run_once(t, &args, to_stdout, &log, plan.timeout) {
+                Ok((elapsed, status, record)) => {
+                    acc.record_run(elapsed, status, record);
+                    // A VMM that boots the guest gets a snapshot cycle too.
+                    let cycle =
+                        snapshot::cycle(t.vmm, &t.binary, &kernel, dir.path(), plan.timeout);
+                    acc.record_snapshot(cycle);
+                }
+                Err(e) => {
+                    if acc.error.is_none() {
+                        acc.error = Some(e.to_string());
+                    }
+                }
+            }
+            each();
+        }
+    }
+    let ours = accs.first().and_then(|a| a.last.as_deref());
+    let ours_khz = ours.map(|r| r.tsc_khz).filter(|&k| k > 0);
+    let ours_masks = ours.map(GuestMasks::of);
+    let vmms = targets
+        .iter()
+        .zip(accs)
+        .map(|(t, acc)| acc.into_row(t, ours_khz, ours_masks.as_ref()))
+        .collect();
+    Ok(PeersBench {
+        guest_words: words,
+        runs: plan.runs,
+        mem_mib: MEM_MIB,
+        vmms,
+        skipped,
+    })
+}
+
+/// A private temporary directory holding the embedded guest as
+/// `guest.elf`, and that file's path: every VMM boots the same file, and
+/// the directory also takes the serial logs and the peers' scratch files.
+fn scratch_kernel() -> Result<(tempfile::TempDir, PathBuf), PeerError> {
     let dir = tempfile::Builder::new()
         .prefix("vmm-bench-peers-")
         .tempdir()
@@ -334,137 +382,123 @@ pub fn run(
         path: kernel.clone(),
         source,
     })?;
-    let words = plan.guest_words();
-    struct Acc {
-        command: Vec<String>,
-        times: Vec<f64>,
-        status: Option<String>,
-        rows: BTreeMap<(String, String), (u64, Vec<f64>)>,
-        order: Vec<(String, String)>,
-        last: Option<Box<Report>>,
-        error: Option<String>,
-        snapshot_ms: Vec<f64>,
-        restore_ms: Vec<f64>,
-        snapshot_error: Option<String>,
+    Ok((dir, kernel))
+}
+
+/// What the runs of one VMM gathered so far: [`run`] fills one per
+/// target while it interleaves the runs, and [`Acc::into_row`] turns it
+/// into the VMM's [`PeerRow`] at the end.
+#[derive(Default)]
+struct Acc {
+    /// The command line of the last run.
+    command: Vec<String>,
+    /// Start to exit of each successful run, milliseconds.
+    times: Vec<f64>,
+    /// The exit status of the last successful run.
+    status: Option<String>,
+    /// Cycles per exit of each exit row, per run, with the row's exits.
+    rows: BTreeMap<(String, String), (u64, Vec<f64>)>,
+    /// The exit rows in the order the guest first reported them.
+    order: Vec<(String, String)>,
+    /// The guest's report of the last successful run.
+    last: Option<Box<Report>>,
+    /// The first run's error.
+    error: Option<String>,
+    /// Snapshot times of the successful cycles, milliseconds.
+    snapshot_ms: Vec<f64>,
+    /// Restore times of the successful cycles, milliseconds.
+    restore_ms: Vec<f64>,
+    /// The first snapshot cycle's error.
+    snapshot_error: Option<String>,
+}
+
+impl Acc {
+    /// Adds a successful run: its time, status and exit rows; its report
+    /// becomes the last one.
+    fn record_run(&mut self, elapsed: Duration, status: ExitStatus, record: GuestRecord) {
+        self.times.push(elapsed.as_secs_f64() * 1e3);
+        self.status = Some(status.to_string());
+        for (key, (exits, cpe)) in exit_rows_of(&record.report) {
+            let e = self.rows.entry(key.clone()).or_insert_with(|| {
+                self.order.push(key);
+                (exits, Vec::new())
+            });
+            e.1.push(cpe);
+        }
+        self.last = Some(record.report);
     }
-    let mut accs: Vec<Acc> = targets
-        .iter()
-        .map(|_| Acc {
-            command: Vec::new(),
-            times: Vec::new(),
-            status: None,
-            rows: BTreeMap::new(),
-            order: Vec::new(),
-            last: None,
-            error: None,
-            snapshot_ms: Vec::new(),
-            restore_ms: Vec::new(),
-            snapshot_error: None,
-        })
-        .collect();
-    for _ in 0..plan.runs {
-        for (t, acc) in targets.iter().zip(accs.iter_mut()) {
-            let log = dir.path().join(format!("{}.serial.log", t.vmm.name()));
-            let (args, to_stdout) = command(t, &kernel, &words, &log, dir.path(), plan.timeout)?;
-            acc.command = std::iter::once(t.binary.display().to_string())
-                .chain(args.iter().map(|a| a.to_string_lossy().into_owned()))
-                .collect();
-            match run_once(t, &args, to_stdout, &log, plan.timeout) {
-                Ok((elapsed, status, record)) => {
-                    acc.times.push(elapsed.as_secs_f64() * 1e3);
-                    acc.status = Some(status.to_string());
-                    for (key, (exits, cpe)) in exit_rows_of(&record.report) {
-                        let e = acc.rows.entry(key.clone()).or_insert_with(|| {
-                            acc.order.push(key);
-                            (exits, Vec::new())
-                        });
-                        e.1.push(cpe);
-                    }
-                    acc.last = Some(record.report);
-                    // A VMM that boots the guest gets a snapshot cycle too.
-                    match snapshot::cycle(t.vmm, &t.binary, &kernel, dir.path(), plan.timeout) {
-                        None => {}
-                        Some(Ok(c)) => {
-                            acc.snapshot_ms.push(c.snapshot_ms);
-                            acc.restore_ms.push(c.restore_ms);
-                        }
-                        Some(Err(e)) if acc.snapshot_error.is_none() => {
-                            acc.snapshot_error = Some(e.to_string());
-                        }
-                        Some(Err(_)) => {}
-                    }
-                }
-                Err(e) => {
-                    if acc.error.is_none() {
-                        acc.error = Some(e.to_string());
-                    }
-                }
+
+    /// Adds the outcome of a snapshot cycle ([`snapshot::cycle`]; `None`:
+    /// the VMM has none): its times, or its error if it is the first.
+    fn record_snapshot(&mut self, cycle: Option<Result<snapshot::Cycle, snapshot::CycleError>>) {
+        match cycle {
+            None => {}
+            Some(Ok(c)) => {
+                self.snapshot_ms.push(c.snapshot_ms);
+                self.restore_ms.push(c.restore_ms);
             }
-            each();
+            Some(Err(e)) if self.snapshot_error.is_none() => {
+                self.snapshot_error = Some(e.to_string());
+            }
+            Some(Err(_)) => {}
         }
     }
-    let ours_khz = accs
-        .first()
-        .and_then(|a| a.last.as_ref())
-        .map(|r| r.tsc_khz)
-        .filter(|&k| k > 0);
-    let ours_masks = accs
-        .first()
-        .and_then(|a| a.last.as_ref())
-        .map(|r| GuestMasks::of(r));
-    let vmms = targets
-        .iter()
-        .zip(accs)
-        .map(|(t, acc)| {
-            let guest_tsc_khz = acc.last.as_ref().map_or(0, |r| r.tsc_khz);
-            let tsc_khz = Some(guest_tsc_khz).filter(|&k| k > 0).or(ours_khz);
-            let exit_rows = acc
-                .order
-                .iter()
-                .filter_map(|key| {
-                    let (exits, samples) = acc.rows.get(key)?;
-                    let cycles_per_exit = Spread::of(samples)?;
-                    Some(ExitRow {
-                        name: key.0.clone(),
-                        variant: key.1.clone(),
-                        exits: *exits,
-                        cycles_per_exit,
-                        ns_per_exit: tsc_khz.map(|k| cycles_per_exit.median * 1e6 / k as f64),
-                    })
+
+    /// The row of target `t`; `ours_khz` and `ours_masks` are `vmm`'s (the
+    /// first target's) TSC frequency and masks, which stand in for a
+    /// missing frequency and which the masks are compared with.
+    fn into_row(
+        self,
+        t: &Target,
+        ours_khz: Option<u64>,
+        ours_masks: Option<&GuestMasks>,
+    ) -> PeerRow {
+        let guest_tsc_khz = self.last.as_ref().map_or(0, |r| r.tsc_khz);
+        let tsc_khz = Some(guest_tsc_khz).filter(|&k| k > 0).or(ours_khz);
+        let exit_rows = self.exit_rows(tsc_khz);
+        let masks = self.last.as_ref().map(|r| GuestMasks::of(r));
+        let differs_from_vmm = match (&masks, ours_masks) {
+            (Some(m), Some(o)) => m.differences(o),
+            _ => Vec::new(),
+        };
+        PeerRow {
+            vmm: t.vmm,
+            binary: t.binary.display().to_string(),
+            command: self.command,
+            start_to_exit: Spread::of(&self.times),
+            start_to_exit_ms: self.times,
+            exit_status: self.status,
+            guest_tsc_khz,
+            tsc_khz,
+            exit_rows,
+            masks,
+            differs_from_vmm,
+            snapshot: snapshot::method(t.vmm).into(),
+            snapshot_time: Spread::of(&self.snapshot_ms),
+            restore_time: Spread::of(&self.restore_ms),
+            snapshot_ms: self.snapshot_ms,
+            restore_ms: self.restore_ms,
+            snapshot_error: self.snapshot_error,
+            error: self.error,
+        }
+    }
+
+    /// The exit rows in the guest's order, cycles per exit as median and
+    /// spread over the runs, nanoseconds from `tsc_khz` when known.
+    fn exit_rows(&self, tsc_khz: Option<u64>) -> Vec<ExitRow> {
+        self.order
+            .iter()
+            .filter_map(|key| {
+                let (exits, samples) = self.rows.get(key)?;
+                let cycles_per_exit = Spread::of(samples)?;
+                Some(ExitRow {
+                    name: key.0.clone(),
+                    variant: key.1.clone(),
+                    exits: *exits,
+                    cycles_per_exit,
+                    ns_per_exit: tsc_khz.map(|k| cycles_per_exit.median * 1e6 / k as f64),
                 })
-                .collect();
-            let masks = acc.last.as_ref().map(|r| GuestMasks::of(r));
-            let differs_from_vmm = match (&masks, &ours_masks) {
-                (Some(m), Some(o)) => m.differences(o),
-                _ => Vec::new(),
-            };
-            PeerRow {
-                vmm: t.vmm,
-                binary: t.binary.display().to_string(),
-                command: acc.command,
-                start_to_exit: Spread::of(&acc.times),
-                start_to_exit_ms: acc.times,
-                exit_status: acc.status,
-                guest_tsc_khz,
-                tsc_khz,
-                exit_rows,
-                masks,
-                differs_from_vmm,
-                snapshot: snapshot::method(t.vmm).into(),
-                snapshot_time: Spread::of(&acc.snapshot_ms),
-                restore_time: Spread::of(&acc.restore_ms),
-                snapshot_ms: acc.snapshot_ms,
-                restore_ms: acc.restore_ms,
-                snapshot_error: acc.snapshot_error,
-                error: acc.error,
-            }
-        })
-        .collect();
-    Ok(PeersBench {
-        guest_words: words,
-        runs: plan.runs,
-        mem_mib: MEM_MIB,
-        vmms,
-        skipped,
-    })
+            })
+            .collect()
+    }
 }
