@@ -206,8 +206,13 @@ impl Resumed {
 /// run natively for guest/native ratios (`None`: `--no-native`).
 fn finish(outcome: &RunOutcome, workload: Option<Selection>, extras: Extras) -> Result<RunSummary> {
     let mut summary = RunSummary::new(outcome);
+    // A write that failed was said when it failed ("...; the guest was
+    // resumed"): the warning is for a snapshot that was never attempted.
+    let said = !outcome.snapshot_errors.is_empty();
     if let Some(reason) = extras.snapshot.as_ref().and_then(|s| s.reason.as_ref()) {
-        eprintln!("vmm: warning: {reason}");
+        if !said {
+            eprintln!("vmm: warning: {reason}");
+        }
     }
     summary.xfeatures_resolution = extras.resolution;
     summary.snapshot = extras.snapshot;

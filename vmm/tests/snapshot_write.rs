@@ -435,6 +435,16 @@ fn a_failed_timed_write_resumes_the_guest_to_completion() {
     assert!(errors[0].contains("File too large"), "{errors:?}");
     assert!(!snap.exists());
     assert!(temporaries(dir.path()).is_empty());
+    // What happened is said once, and the report names it (issue 37 §6:
+    // it also said the guest exited "before --snapshot-after").
+    let err = text(&out.stderr);
+    assert_eq!(err.matches("the guest was resumed").count(), 1, "{err}");
+    assert!(!err.contains("before --snapshot-after"), "{err}");
+    let reason = v["snapshot"]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("could not be written") && reason.contains("File too large"),
+        "{v:#}"
+    );
 }
 
 /// A small tmpfs mounted for the test (root only); unmounted on drop.

@@ -84,6 +84,14 @@ impl SnapshotView {
                 RunEnd::Snapshotted(_) => "stopped",
                 RunEnd::ProtocolViolation(_) => "broke the protocol",
             };
+            if let Some(first) = outcome.snapshot_errors.first() {
+                // The write failed and the guest went on: that is what
+                // happened, said once on stderr when it did.
+                return format!(
+                    "the snapshot could not be written ({first}); the guest was resumed and \
+                     {how} after {ran:.1} s"
+                );
+            }
             match after {
                 Some(a) => format!(
                     "the guest {how} after {ran:.1} s, before --snapshot-after {a}: \
