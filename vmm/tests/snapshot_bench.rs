@@ -106,3 +106,28 @@ fn the_default_moment_is_inside_the_workload() {
         "{r}"
     );
 }
+
+/// Every figure of the table names its unit: the process start line gave
+/// `1.3 (1.3..1.3)` with none (issue 38 §5).
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
+#[test]
+fn the_table_names_the_process_start_unit() {
+    if !kvm_or_skip("the_table_names_the_process_start_unit") {
+        return;
+    }
+    let mut cmd = Command::new(vmm_bin());
+    cmd.args([
+        "bench", "snapshot", "--quiet", "--mem", "64", "--runs", "1", "--after", "0.5",
+    ]);
+    for v in PEER_VARS {
+        cmd.env_remove(v);
+    }
+    let out = cmd.output().expect("run vmm");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("process start of vmm"))
+        .unwrap_or_else(|| panic!("no process start line:\n{text}"));
+    assert!(line.starts_with("process start of vmm, ms "), "{line}");
+}

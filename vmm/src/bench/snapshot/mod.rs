@@ -352,7 +352,7 @@ impl SnapshotBench {
         };
         let mut s = format!(
             "snapshot of `workload={}` after {:.2} s{auto}, then restored to its end; median (min..p90) of {} run(s)\n\
-             process start of vmm (spawn to exit of `vmm --version`): {}\n\
+             process start of vmm, ms (spawn to exit of `vmm --version`): {}\n\
              stored pages written by: {} (no copy in user space; \
              the choice is measured by `cargo bench --bench snapshot_copy`)\n\
              write floor: as many bytes as the file, from memory, by the same atomic write \
