@@ -20,7 +20,7 @@ use super::stats::{Spread, Verdict};
 use crate::devices::SerialSink;
 use crate::error::{Error, Result};
 use crate::report::hex;
-use crate::report::plot::{short, Bar, BarChart, BarGroup};
+use crate::report::plot::{Bar, BarChart, BarGroup};
 use crate::report::table::{or_dash, Columns};
 use crate::report::{ResultRow, RunSummary};
 use crate::run::{self, RunConfig};
@@ -348,9 +348,18 @@ impl InitBench {
                 "note",
             ],
         );
-        let f = |v: Option<f64>| or_dash(v.map(|v| format!("{v:.2}")));
-        let range =
-            |v: Option<Spread>| or_dash(v.map(|v| format!("{}..{}", short(v.min), short(v.p90))));
+        // A median and its min..p90 at the same precision, so the median
+        // never reads outside its own range after rounding.
+        let f = |v: Option<f64>| or_dash(v.map(|v| same_precision(v, v)));
+        let range = |v: Option<Spread>| {
+            or_dash(v.map(|v| {
+                format!(
+                    "{}..{}",
+                    same_precision(v.min, v.median),
+                    same_precision(v.p90, v.median)
+                )
+            }))
+        };
         for r in &self.rows {
             t.push(
                 &mut s,
@@ -436,5 +445,40 @@ impl InitBench {
             tick_name: None,
             hline: Some((1.0, "no effect = 1.0".into())),
         }]
+    }
+}
+
+/// `v` with as many decimals as figures of `scale`'s size carry here: none
+/// from 1000, one from 10, two below (1462, 97.3, 4.25).
+fn same_precision(v: f64, scale: f64) -> String {
+    let a = scale.abs();
+    let decimals = if a >= 1000.0 {
+        0
+    } else if a >= 10.0 {
+        1
+    } else {
+        2
+    };
+    format!("{v:.decimals$}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `1462.29  1.5k..1.5k` read as a median outside its range (issue 38
+    /// §5): all three now share the median's precision.
+    #[test]
+    fn a_median_and_its_range_share_one_precision() {
+        assert_eq!(same_precision(1462.29, 1462.29), "1462");
+        let range = format!(
+            "{}..{}",
+            same_precision(1455.4, 1462.29),
+            same_precision(1470.6, 1462.29)
+        );
+        assert_eq!(range, "1455..1471");
+        assert_eq!(same_precision(97.34, 97.34), "97.3");
+        assert_eq!(same_precision(4.251, 4.251), "4.25");
+        assert_eq!(same_precision(12.0, 4.251), "12.00");
     }
 }
