@@ -103,7 +103,12 @@ struct RunArgs {
     #[arg(long, value_name = "PATH")]
     kernel: Option<PathBuf>,
     /// Guest RAM in MiB.
-    #[arg(long, value_name = "MiB", default_value_t = 64)]
+    #[arg(
+        long,
+        value_name = "MiB",
+        default_value_t = 64,
+        allow_negative_numbers = true
+    )]
     mem: u64,
     /// xfeatures the guest may enable: `0x7`, `x87,sse,avx`, `avx512`,
     /// `host,-avx`, `-avx` (= host minus avx), `all`. Names imply their
@@ -129,7 +134,12 @@ struct RunArgs {
     cmdline: Option<String>,
     /// vCPUs, each a host thread; more than one adds an in-kernel irqchip
     /// and the guest starts the others with INIT-SIPI-SIPI.
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        allow_negative_numbers = true
+    )]
     vcpus: u32,
     /// Also show the guest's own serial report (on stderr with --json).
     #[arg(long)]
@@ -469,7 +479,18 @@ fn vmm_main() -> libc::c_int {
     let cli = match parse() {
         Ok(cli) => cli,
         Err(e) if e.use_stderr() => {
-            let _ = e.print();
+            // Every error of vmm's starts `vmm: `, clap's too.
+            let text = e.render().to_string();
+            let mut text = match text.strip_prefix("error:") {
+                Some(rest) => format!("vmm:{rest}"),
+                None => text,
+            };
+            if e.kind() == clap::error::ErrorKind::InvalidSubcommand {
+                if let Some(tip) = subcommand_tip() {
+                    text = text.replacen("\n\n", &format!("\n\n  tip: {tip}\n\n"), 1);
+                }
+            }
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), text.as_bytes());
             return EXIT_USAGE;
         }
         // --help, --version: their text is the result (styled by clap on
@@ -499,6 +520,45 @@ fn vmm_main() -> libc::c_int {
         Ok(code) => code.clamp(0, 255),
         Err(e) => closed_or_error(e),
     }
+}
+
+/// "did you mean `run`?" for a mistyped subcommand (`vmm rnu`): the one
+/// subcommand within two edits (a swap of neighbours counting one), if any.
+fn subcommand_tip() -> Option<String> {
+    let typed = std::env::args().nth(1)?;
+    let near: Vec<String> = Cli::command()
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .filter(|name| edits(&typed, name) <= 2)
+        .collect();
+    match near.as_slice() {
+        [one] => Some(format!("did you mean '{one}'?")),
+        _ => None,
+    }
+}
+
+/// Edit distance with adjacent transpositions (optimal string alignment).
+fn edits(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            d[i][j] = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d[i][j] = d[i][j].min(d[i - 2][j - 2] + 1);
+            }
+        }
+    }
+    d[a.len()][b.len()]
 }
 
 /// The status of a command that failed with `e`: a reader that closed
@@ -541,5 +601,13 @@ mod tests {
         let cmd = Cli::command();
         cmd.clone().debug_assert();
         walk(&cmd, "vmm");
+    }
+
+    #[test]
+    fn a_swap_of_neighbours_is_one_edit() {
+        assert_eq!(edits("rnu", "run"), 1);
+        assert_eq!(edits("bnech", "bench"), 1);
+        assert_eq!(edits("features", "features"), 0);
+        assert_eq!(edits("xyz", "run"), 3);
     }
 }

@@ -38,11 +38,13 @@ fn unknown_option_is_a_usage_error() {
         let out = vmm(args);
         assert_eq!(out.status.code(), Some(68), "vmm {args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
-        // clap's own message: an error, or the usage for a missing command.
+        // clap's own message, said as every vmm error is (`vmm: `), or the
+        // usage for a missing command.
         assert!(
-            err.starts_with("error:") || err.contains("Usage: vmm"),
+            err.starts_with("vmm: ") || err.contains("Usage: vmm"),
             "vmm {args:?}: {err}"
         );
+        assert!(!err.starts_with("error:"), "vmm {args:?}: {err}");
     }
     for args in [["--help"], ["--version"]] {
         let out = vmm(&args);
@@ -72,4 +74,30 @@ fn a_command_line_the_guest_would_cut_is_a_usage_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(68), "{err}");
     assert!(err.contains("2048 bytes"), "the limit is named: {err}");
+}
+
+/// A negative number is a bad value, said as one, not an unknown option
+/// (`--mem -5` was "unexpected argument '-5'", issue 38 §5).
+#[test]
+fn a_negative_number_is_an_invalid_value() {
+    for args in [["run", "--mem", "-5"], ["run", "--vcpus", "-1"]] {
+        let out = vmm(&args);
+        assert_eq!(out.status.code(), Some(68), "vmm {args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.starts_with("vmm: invalid value"), "vmm {args:?}: {err}");
+    }
+}
+
+/// A mistyped subcommand gets the one it was near (`vmm rnu` suggested
+/// nothing, issue 38 §5).
+#[test]
+fn a_mistyped_subcommand_gets_a_tip() {
+    let out = vmm(&["rnu"]);
+    assert_eq!(out.status.code(), Some(68));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("vmm: unrecognized subcommand 'rnu'"),
+        "{err}"
+    );
+    assert!(err.contains("did you mean 'run'?"), "{err}");
 }
