@@ -584,3 +584,43 @@ fn a_restored_guest_snapshots_again() {
     let _ = std::fs::remove_file(first);
     let _ = std::fs::remove_file(second);
 }
+
+/// A restored guest's rows were not repeated on the port, so their native
+/// side runs once, after the guest: the table says so instead of printing
+/// the ratio like an interleaved one (issue 38 §5).
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
+#[test]
+fn a_restored_runs_native_ratios_say_they_were_timed_once() {
+    if !kvm_or_skip("a_restored_runs_native_ratios_say_they_were_timed_once") {
+        return;
+    }
+    let snap = snap_path("once");
+    let s = snap.to_str().unwrap();
+    let (out, v) = vmm_json(&[
+        "run",
+        "--workload",
+        "gemm,quick",
+        "--no-native",
+        "--snapshot-after",
+        "0.05",
+        "--snapshot-file",
+        s,
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    if v["exit_reason"] != "snapshotted" {
+        // The guest was done before the deadline: nothing to restore.
+        let _ = std::fs::remove_file(&snap);
+        eprintln!("SKIPPED a_restored_runs_native_ratios_say_they_were_timed_once: no snapshot");
+        return;
+    }
+    let out = vmm(&["restore", s, "--timeout", "120"]);
+    let _ = std::fs::remove_file(&snap);
+    let table = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{table}\n{}", text(&out.stderr));
+    let dgemm = table
+        .lines()
+        .find(|l| l.trim_start().starts_with("dgemm"))
+        .unwrap_or_else(|| panic!("no dgemm row:\n{table}"));
+    assert!(dgemm.contains(" once"), "{dgemm}");
+    assert!(table.contains("once: the host's side ran once"), "{table}");
+}

@@ -179,7 +179,8 @@ impl RunSummary {
                                 sp.max,
                                 if sp.noisy { " ~" } else { "" }
                             ),
-                            None => format!("{x:.3}"),
+                            // Timed once, after the guest: no spread to give.
+                            None => format!("{x:.3} once"),
                         })),
                         per_op_cell(r),
                     ],
@@ -193,6 +194,17 @@ impl RunSummary {
                 let _ = writeln!(
                     s,
                     "  native = guest throughput / the same code on the host, same run"
+                );
+            }
+            if self
+                .results
+                .iter()
+                .any(|r| r.native_ratio.is_some() && r.native_spread.is_none())
+            {
+                let _ = writeln!(
+                    s,
+                    "  once: the host's side ran once, after the guest (not interleaved \
+                     repetitions): no spread, a slow spell of either side is not seen"
                 );
             }
             self.native_note(s);
