@@ -65,6 +65,9 @@ pub struct MethodCrossover {
     /// Cold data: the size from which on it beats every cached method
     /// (for the non-temporal methods: where non-temporal pays).
     pub beats_cached_cold_from: Option<u64>,
+    /// Cold data: every stretch of grid sizes where it beats every cached
+    /// method, as `beats_movsb_hot_runs` (it may win in the middle only).
+    pub beats_cached_cold_runs: Vec<(u64, u64)>,
 }
 
 /// Where borrowing the vector registers pays.
@@ -77,6 +80,10 @@ pub struct BorrowCrossover {
     pub pays_hot_from: Option<u64>,
     /// Cold data: as `pays_hot_from`.
     pub pays_cold_from: Option<u64>,
+    /// Hot data: every stretch of grid sizes where borrowing pays.
+    pub pays_hot_runs: Vec<(u64, u64)>,
+    /// Cold data: as `pays_hot_runs`.
+    pub pays_cold_runs: Vec<(u64, u64)>,
 }
 
 /// The guest's `memcpy`/`memset` size policy after the run.
@@ -189,6 +196,7 @@ impl CopyView {
                     beats_movsb_hot_runs: x.beats_movsb_hot[m as usize].runs().collect(),
                     beats_movsb_cold_runs: x.beats_movsb_cold[m as usize].runs().collect(),
                     beats_cached_cold_from: x.beats_cached_cold[m as usize],
+                    beats_cached_cold_runs: x.beats_cached_cold_sizes[m as usize].runs().collect(),
                 })
                 .collect(),
             borrow_pays: Live::ALL
@@ -197,6 +205,8 @@ impl CopyView {
                     live: l.name(),
                     pays_hot_from: x.borrow_pays_hot[l as usize],
                     pays_cold_from: x.borrow_pays_cold[l as usize],
+                    pays_hot_runs: x.borrow_pays_hot_sizes[l as usize].runs().collect(),
+                    pays_cold_runs: x.borrow_pays_cold_sizes[l as usize].runs().collect(),
                 })
                 .collect(),
             policy: PolicyView {
@@ -263,6 +273,9 @@ impl CopyView {
     /// Where each method beats `rep movsb` and the cached copies, and where
     /// borrowing the vector registers pays, as size ranges.
     fn render_crossovers(&self, s: &mut String) {
+        // Where it holds, every stretch of sizes; "never" only when it holds
+        // at none (a "from" threshold said "never" where a method won in
+        // the middle and lost at the end).
         let spans = |runs: &[(u64, u64)]| {
             if runs.is_empty() {
                 return "never".to_string();
@@ -276,7 +289,6 @@ impl CopyView {
             });
             each.collect::<Vec<_>>().join(" and ")
         };
-        let from = |r: Option<u64>| r.map_or("never".to_string(), |a| format!("from {}", bytes(a)));
         for c in &self.crossovers {
             if c.method == Method::RepMovsb.name() {
                 continue;
@@ -287,7 +299,7 @@ impl CopyView {
                 c.method,
                 spans(&c.beats_movsb_hot_runs),
                 spans(&c.beats_movsb_cold_runs),
-                from(c.beats_cached_cold_from)
+                spans(&c.beats_cached_cold_runs)
             );
         }
         for b in &self.borrow_pays {
@@ -295,8 +307,8 @@ impl CopyView {
                 s,
                 "  borrowing with {} live pays hot {}, cold {}",
                 b.live,
-                from(b.pays_hot_from),
-                from(b.pays_cold_from)
+                spans(&b.pays_hot_runs),
+                spans(&b.pays_cold_runs)
             );
         }
     }
@@ -410,6 +422,32 @@ mod tests {
             "{s}"
         );
         assert!(CopyView::new(&CopyReport::EMPTY, 1).is_none());
+    }
+
+    /// A non-temporal copy that beats the cached ones in the middle of the
+    /// grid and loses at its end was said to beat them "never" (issue 38
+    /// §5): it is shown by the stretch where it wins.
+    #[test]
+    fn beating_cached_copies_in_the_middle_is_shown_as_its_stretch() {
+        let mut t = CopyReport::EMPTY;
+        t.valid = 1;
+        t.methods = 1 << Method::RepMovsb as u32 | 1 << Method::NtSse2 as u32;
+        for i in 0..COPY_SIZES {
+            t.cold[Method::RepMovsb as usize][i] = 100.0;
+            // Wins from 16 KiB (index 5) to 1 MiB (index 8), loses after.
+            let wins = (5..=8).contains(&i);
+            t.cold[Method::NtSse2 as usize][i] = if wins { 90.0 } else { 110.0 };
+        }
+        t.memcpy_rep_min = u64::MAX;
+        t.memcpy_nt_min = u64::MAX;
+        t.memset_rep_min = u64::MAX;
+        let v = CopyView::new(&t, 0).unwrap();
+        let nt = v.crossovers.iter().find(|c| c.method == "nt-sse2").unwrap();
+        assert_eq!(nt.beats_cached_cold_from, None, "not to the end");
+        assert_eq!(nt.beats_cached_cold_runs, vec![(16 << 10, 1 << 20)]);
+        let mut s = String::new();
+        v.render(&mut s);
+        assert!(s.contains("beats cached copies cold 16K..1M"), "{s}");
     }
 
     /// A method that wins at both ends of the grid and loses between is

@@ -76,12 +76,20 @@ pub struct Crossovers {
     /// Per method, cold data: from which size on it beats every cached
     /// (temporal) method measured; meaningful for the non-temporal ones.
     pub beats_cached_cold: [Option<u64>; COPY_METHODS],
+    /// Per method, cold data: every size at which it beats every cached
+    /// method measured (it may win in the middle and lose at the end, where
+    /// [`Crossovers::beats_cached_cold`] says `None`).
+    pub beats_cached_cold_sizes: [SizeSet; COPY_METHODS],
     /// Per live state ([`Live::ALL`]), hot data: from which size on the best
     /// vector method plus one XSAVE+XRSTOR pair beats the best string
     /// instruction (`rep movsb`/`rep movsq`).
     pub borrow_pays_hot: [Option<u64>; COPY_LIVE_STATES],
     /// Per live state, cold data: as [`Crossovers::borrow_pays_hot`].
     pub borrow_pays_cold: [Option<u64>; COPY_LIVE_STATES],
+    /// Per live state, hot data: every size at which borrowing pays.
+    pub borrow_pays_hot_sizes: [SizeSet; COPY_LIVE_STATES],
+    /// Per live state, cold data: every size at which borrowing pays.
+    pub borrow_pays_cold_sizes: [SizeSet; COPY_LIVE_STATES],
 }
 
 /// A measured cell (0.0 = not measured).
@@ -139,8 +147,11 @@ pub fn crossovers(r: &CopyReport) -> Crossovers {
         beats_movsb_hot: [SizeSet::EMPTY; COPY_METHODS],
         beats_movsb_cold: [SizeSet::EMPTY; COPY_METHODS],
         beats_cached_cold: [None; COPY_METHODS],
+        beats_cached_cold_sizes: [SizeSet::EMPTY; COPY_METHODS],
         borrow_pays_hot: [None; COPY_LIVE_STATES],
         borrow_pays_cold: [None; COPY_LIVE_STATES],
+        borrow_pays_hot_sizes: [SizeSet::EMPTY; COPY_LIVE_STATES],
+        borrow_pays_cold_sizes: [SizeSet::EMPTY; COPY_LIVE_STATES],
     };
     for m in Method::ALL {
         let k = m as usize;
@@ -148,25 +159,28 @@ pub fn crossovers(r: &CopyReport) -> Crossovers {
             out.beats_movsb_hot[k] = beats(&r.hot, k);
             out.beats_movsb_cold[k] = beats(&r.cold, k);
         }
-        out.beats_cached_cold[k] = from_on(|i| {
+        let beats_cached = |i: usize| {
             let c = cell(r.cold[k][i])?;
             let other = best(&r.cold, i, |o| !o.is_nt() && o != m)?;
             Some(c < other)
-        });
+        };
+        out.beats_cached_cold[k] = from_on(beats_cached);
+        out.beats_cached_cold_sizes[k] = SizeSet::of(beats_cached);
     }
     for live in Live::ALL {
         let Some(price) = borrow_price(r, live) else {
             continue;
         };
-        let pays = |cells: &[[f64; COPY_SIZES]; COPY_METHODS]| {
-            from_on(|i| {
-                let vector = best(cells, i, Method::is_vector)?;
-                let string = best(cells, i, |m| !m.is_vector())?;
-                Some(vector + price < string)
-            })
+        let pays_at = |cells: &[[f64; COPY_SIZES]; COPY_METHODS], i: usize| {
+            let vector = best(cells, i, Method::is_vector)?;
+            let string = best(cells, i, |m| !m.is_vector())?;
+            Some(vector + price < string)
         };
-        out.borrow_pays_hot[live as usize] = pays(&r.hot);
-        out.borrow_pays_cold[live as usize] = pays(&r.cold);
+        let l = live as usize;
+        out.borrow_pays_hot[l] = from_on(|i| pays_at(&r.hot, i));
+        out.borrow_pays_cold[l] = from_on(|i| pays_at(&r.cold, i));
+        out.borrow_pays_hot_sizes[l] = SizeSet::of(|i| pays_at(&r.hot, i));
+        out.borrow_pays_cold_sizes[l] = SizeSet::of(|i| pays_at(&r.cold, i));
     }
     out
 }
