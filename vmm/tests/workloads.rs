@@ -186,4 +186,8 @@ fn copy_bench_fills_its_table_and_sets_the_memcpy_policy() {
         .find(|r| r["name"] == "memcpy-policy")
         .unwrap_or_else(|| panic!("no memcpy-policy row: {v:#}"));
     assert_eq!(policy_row["check"], "pass", "{policy_row}");
+    // Bytes checked, untimed (issue 38 §5: they were "events" and "0
+    // cycles" per op).
+    assert_eq!(policy_row["size_unit"], "bytes", "{policy_row}");
+    assert_eq!(policy_row["cycles"], 0, "{policy_row}");
 }

@@ -425,9 +425,10 @@ fn size_cell(r: &ResultRow) -> String {
 
 /// What one operation costs, where that means something: ns per 16-byte
 /// AES block, TSC cycles per flop, TSC cycles per event (plus bytes per
-/// save for context switches); empty for invalid rows.
+/// save for context switches); empty for invalid and untimed rows.
 fn per_op_cell(r: &ResultRow) -> String {
-    if r.invalid.is_some() {
+    // Invalid rows, and checks the guest did not time (zero cycles).
+    if r.invalid.is_some() || r.cycles == 0 {
         return String::new();
     }
     match r.size_unit {
