@@ -104,23 +104,11 @@ pub fn schema_text(doc: Document) -> String {
 /// destination is refused or cannot be written ([`crate::Error::Output`]).
 pub fn write_all(dir: &Path) -> Result<Vec<PathBuf>, crate::Error> {
     std::fs::create_dir_all(dir)?;
-    let files: Vec<(PathBuf, Document)> = Document::ALL
+    let files: Vec<(PathBuf, Vec<u8>)> = Document::ALL
         .iter()
-        .map(|d| (dir.join(d.file_name()), *d))
+        .map(|d| (dir.join(d.file_name()), schema_text(*d).into_bytes()))
         .collect();
-    for (path, _) in &files {
-        crate::output::check(path, true).map_err(|source| crate::Error::Output {
-            path: path.clone(),
-            source,
-        })?;
-    }
-    for (path, d) in &files {
-        crate::output::write_atomic(path, true, schema_text(*d).as_bytes()).map_err(|source| {
-            crate::Error::Output {
-                path: path.clone(),
-                source,
-            }
-        })?;
-    }
+    crate::output::write_set(&files)
+        .map_err(|(path, source)| crate::Error::Output { path, source })?;
     Ok(files.into_iter().map(|(p, _)| p).collect())
 }

@@ -387,22 +387,17 @@ fn man(args: ManArgs) -> Result<i32, vmm::Error> {
                 .map(|e| e.map(|e| e.path()))
                 .collect::<Result<_, _>>()?;
             pages.sort();
-            let dest = |p: &PathBuf| dir.join(p.file_name().unwrap_or_default());
-            for page in &pages {
-                vmm::output::check(&dest(page), true).map_err(|source| vmm::Error::Output {
-                    path: dest(page),
-                    source,
-                })?;
-            }
-            for page in &pages {
-                let bytes = std::fs::read(page)?;
-                vmm::output::write_atomic(&dest(page), true, &bytes).map_err(|source| {
-                    vmm::Error::Output {
-                        path: dest(page),
-                        source,
-                    }
-                })?;
-            }
+            let files = pages
+                .iter()
+                .map(|p| {
+                    Ok((
+                        dir.join(p.file_name().unwrap_or_default()),
+                        std::fs::read(p)?,
+                    ))
+                })
+                .collect::<Result<Vec<_>, std::io::Error>>()?;
+            vmm::output::write_set(&files)
+                .map_err(|(path, source)| vmm::Error::Output { path, source })?;
             eprintln!("vmm: manual pages written to {}", dir.display());
         }
         None => {

@@ -25,6 +25,24 @@ pub fn write_atomic(path: &Path, force: bool, bytes: &[u8]) -> Result<Written, W
     })
 }
 
+/// Write a set of files that belong together (the schemas of `vmm schema
+/// DIR`, the pages of `vmm man --dir`), replacing regular files of the same
+/// names: every destination is checked before the first is written, so a
+/// refused one leaves the others as they were.
+///
+/// # Errors
+/// The first destination refused, or the first write that failed, with its
+/// path.
+pub fn write_set(files: &[(PathBuf, Vec<u8>)]) -> Result<(), (PathBuf, WriteError)> {
+    for (path, _) in files {
+        check(path, true).map_err(|e| (path.clone(), e))?;
+    }
+    for (path, bytes) in files {
+        write_atomic(path, true, bytes).map_err(|e| (path.clone(), e))?;
+    }
+    Ok(())
+}
+
 /// Write a file of `size` bytes that `fill` writes into the (private,
 /// still unnamed to readers) temporary file, then move it into place.
 /// `fill` may take as long as it likes: a SIGINT or SIGTERM meanwhile

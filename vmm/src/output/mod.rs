@@ -50,7 +50,7 @@ pub mod stdout;
 mod sys;
 mod temp;
 
-pub use atomic::{write_atomic, write_with, Written};
+pub use atomic::{write_atomic, write_set, write_with, Written};
 pub use destination::{available_space, check, check_space, Destination, Existing};
 pub use error::WriteError;
 pub use signals::install_signal_cleanup;
