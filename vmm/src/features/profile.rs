@@ -359,7 +359,8 @@ pub fn record_host(
 /// ([`crate::output::write_atomic`]): an existing regular file only with
 /// `force`, never through a symlink or into a device or FIFO, atomically.
 pub fn write_new(path: &Path, json: &str, force: bool) -> Result<(), FeaturesError> {
-    check_new(path, force)?;
+    // write_atomic checks the destination itself (check_new is for callers
+    // that refuse before their work).
     crate::output::write_atomic(path, force, json.as_bytes())
         .map(|_| ())
         .map_err(|e| refused(path, e))
