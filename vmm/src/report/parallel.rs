@@ -64,6 +64,64 @@ pub struct ParallelRow {
     pub native_ratio: Option<f64>,
     /// Per vCPU: its throughput over the native thread of the same index.
     pub per_vcpu_native_ratio: Vec<Option<f64>>,
+    /// Why the row's figures cannot all be true of one quiet machine
+    /// (empty when nothing says so): each phase is timed once, so a
+    /// neighbour's load that slows one phase and not the other shows as
+    /// impossible scaling or a guest faster than its host. `scaling`,
+    /// `efficiency` and `native_ratio` of a row with a reason are noise,
+    /// not findings.
+    pub noise: Vec<String>,
+}
+
+/// Scaling may exceed the vCPU count by this factor (timer granularity,
+/// turbo) before it is called impossible.
+pub const SCALING_SLACK: f64 = 1.10;
+
+/// A guest may beat the same code on the host by this factor (measurement
+/// spread of a quiet host) before one side is called slowed.
+pub const NATIVE_SLACK: f64 = 1.15;
+
+/// vCPUs running the same code at once may differ by this factor before
+/// they are said not to have run together.
+pub const PER_VCPU_SPREAD: f64 = 1.5;
+
+/// The reasons `row`'s figures are noise: what no quiet machine can give.
+pub fn noise(row: &ParallelRow) -> Vec<String> {
+    let mut why = Vec::new();
+    if let Some(s) = row
+        .scaling
+        .filter(|s| row.vcpus > 0 && *s > f64::from(row.vcpus) * SCALING_SLACK)
+    {
+        why.push(format!(
+            "scaling {s:.2}x on {} vCPUs is more than they can give: vCPU 0 alone was slowed",
+            row.vcpus
+        ));
+    }
+    if let Some(r) = row.native_ratio.filter(|r| *r > NATIVE_SLACK) {
+        why.push(format!(
+            "the guest beat {} host threads running the same code ({r:.2}x): the native run was slowed",
+            row.native_per_thread.len()
+        ));
+    }
+    let per: Vec<f64> = row
+        .per_vcpu
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|v| *v > 0.0)
+        .collect();
+    if per.len() > 1 {
+        let (lo, hi) = per
+            .iter()
+            .fold((f64::MAX, 0.0f64), |(l, h), v| (l.min(*v), h.max(*v)));
+        if hi / lo > PER_VCPU_SPREAD {
+            why.push(format!(
+                "the vCPUs differ {:.2}x on the same code: they did not all run at once",
+                hi / lo
+            ));
+        }
+    }
+    why
 }
 
 /// Pair the phases up: one row per variant vCPU 0 measured alone.
@@ -114,7 +172,12 @@ pub fn parallel_rows(per_vcpu: &[Vec<Measured>]) -> Vec<ParallelRow> {
                 native_aggregate: None,
                 native_ratio: None,
                 per_vcpu_native_ratio: Vec::new(),
+                noise: Vec::new(),
             }
+        })
+        .map(|mut row| {
+            row.noise = noise(&row);
+            row
         })
         .collect()
 }
@@ -139,6 +202,7 @@ pub fn attach_native(rows: &mut [ParallelRow], solo: &[Measured], threads: &[Vec
             .enumerate()
             .map(|(i, g)| ratio(*g, p.native_per_thread.get(i).copied().flatten()))
             .collect();
+        p.noise = noise(p);
     }
 }
 
@@ -198,5 +262,46 @@ mod tests {
         assert_eq!(p.native_aggregate, Some(2000.0));
         assert_eq!(p.native_ratio, Some(0.96));
         assert_eq!(p.per_vcpu_native_ratio, vec![Some(0.95), Some(0.97)]);
+        assert!(p.noise.is_empty(), "{:?}", p.noise);
+    }
+
+    /// Issue 38 §5: a run printed scaling 3.61x on 2 vCPUs and a guest
+    /// 2.02x faster than the host with `pass` and no flag.
+    #[test]
+    fn figures_no_quiet_machine_gives_are_flagged_as_noise() {
+        let v0 = vec![
+            row("dgemm", "avx2/solo", 10.0),
+            row("dgemm", "avx2/smp", 18.0),
+        ];
+        let v1 = vec![row("dgemm", "avx2/smp", 18.1)];
+        let mut rows = parallel_rows(&[v0, v1]);
+        let p = &rows[0];
+        assert_eq!(p.noise.len(), 1, "{:?}", p.noise);
+        assert!(
+            p.noise[0].contains("scaling 3.61x on 2 vCPUs"),
+            "{:?}",
+            p.noise
+        );
+        let solo = vec![row("dgemm", "avx2", 10.0)];
+        let threads = vec![
+            vec![row("dgemm", "avx2", 9.0)],
+            vec![row("dgemm", "avx2", 8.9)],
+        ];
+        attach_native(&mut rows, &solo, &threads);
+        let p = &rows[0];
+        assert_eq!(p.noise.len(), 2, "{:?}", p.noise);
+        assert!(p.noise[1].contains("beat 2 host threads"), "{:?}", p.noise);
+        // vCPUs that did not run together.
+        let v0 = vec![
+            row("dgemm", "avx2/solo", 10.0),
+            row("dgemm", "avx2/smp", 4.0),
+        ];
+        let v1 = vec![row("dgemm", "avx2/smp", 9.0)];
+        let p = &parallel_rows(&[v0, v1])[0];
+        assert!(
+            p.noise.iter().any(|w| w.contains("differ 2.25x")),
+            "{:?}",
+            p.noise
+        );
     }
 }

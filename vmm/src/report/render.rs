@@ -461,11 +461,21 @@ fn parallel_table(rows: &[super::ParallelRow]) -> String {
     let fig = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
     let r2 = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
     let mut s = String::from("parallel (bench=parallel): vCPU 0 alone, then every vCPU at once\n");
+    let mut flagged = false;
     s.push_str(&cols.line(&[
         "workload", "variant", "size", "unit", "1 vCPU", "N vCPUs", "scaling", "eff.", "N native",
         "ratio", "check",
     ]));
     for r in rows {
+        // A row with noise shows its ratios with `~`: not findings.
+        let noisy = |v: String| {
+            if r.noise.is_empty() || v == "-" {
+                v
+            } else {
+                format!("~{v}")
+            }
+        };
+        flagged |= !r.noise.is_empty();
         s.push_str(&cols.line(&[
             r.name.clone(),
             r.variant.clone(),
@@ -473,10 +483,10 @@ fn parallel_table(rows: &[super::ParallelRow]) -> String {
             r.unit.to_string(),
             fig(r.one_vcpu),
             fig(r.aggregate),
-            r2(r.scaling),
-            r2(r.efficiency),
+            noisy(r2(r.scaling)),
+            noisy(r2(r.efficiency)),
             fig(r.native_aggregate),
-            r2(r.native_ratio),
+            noisy(r2(r.native_ratio)),
             r.check.to_string(),
         ]));
         let per: Vec<String> = r
@@ -498,6 +508,15 @@ fn parallel_table(rows: &[super::ParallelRow]) -> String {
             })
             .collect();
         let _ = writeln!(s, "    {}", per.join(", "));
+        for why in &r.noise {
+            let _ = writeln!(s, "    noise: {why}");
+        }
+    }
+    if flagged {
+        s.push_str(
+            "  ~ each phase is timed once: a host busy in one phase and not the other \
+             gives figures no quiet machine can; rerun on a quiet host\n",
+        );
     }
     s
 }
