@@ -68,9 +68,14 @@ pub enum Error {
     /// The host refused a dynamic xfeature (AMX tile data) the policy asks for.
     #[error("dynamic xfeature: {0}")]
     DynamicXfeature(#[from] crate::arch::amx::PermissionError),
-    /// A command-line value other than the xstate policy was refused.
+    /// A command-line value other than the xstate policy was refused for
+    /// what it is, whatever the host: a usage error (see [`Error::is_usage`]).
     #[error("invalid argument: {0}")]
     Argument(String),
+    /// This host (its kernel, its KVM, its resources) cannot do what a
+    /// valid command asked.
+    #[error("{0}")]
+    Host(String),
     /// Guest memory could not be set up or accessed.
     #[error("guest memory: {0}")]
     Memory(#[from] MemoryError),
@@ -84,7 +89,7 @@ pub enum Error {
     #[error(transparent)]
     Vcpu(#[from] VcpuError),
     /// `--vcpus` was refused (0, above KVM's or the guest's limit): a usage
-    /// error, so `vmm run` ends with `EXIT_USAGE`.
+    /// error, since any count above a KVM's limit is above the guest's.
     #[error("invalid argument: {0}")]
     VcpuCount(#[from] VcpuCountError),
     /// The guest's run did not end the way the operation needs (a crash, a
@@ -547,6 +552,8 @@ impl PolicyError {
         }
     }
 }
+
+mod usage;
 
 #[cfg(test)]
 mod tests;

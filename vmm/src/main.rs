@@ -247,13 +247,8 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
     }
     // Refuse a bad list before booting anything, naming the option (not as
     // an xstate policy or a generic argument error).
-    let workload = match Selection::parse(&args.workload) {
-        Ok(sel) => sel,
-        Err(e) => {
-            eprintln!("vmm: invalid --workload {:?}: {e}", args.workload);
-            return Ok(EXIT_VMM_ERROR);
-        }
-    };
+    let workload = Selection::parse(&args.workload)
+        .map_err(|e| vmm::Error::Argument(format!("--workload {:?}: {e}", args.workload)))?;
     words.push(format!("workload={}", args.workload));
     if let Some(c) = &args.cmdline {
         words.push(c.clone());
@@ -302,13 +297,7 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
             reps: args.native_reps,
         }),
     };
-    let summary = match session::run(request) {
-        Err(e @ vmm::error::Error::VcpuCount(_)) => {
-            eprintln!("vmm: {e}");
-            return Ok(EXIT_USAGE);
-        }
-        other => other?,
-    };
+    let summary = session::run(request)?;
     let json = args.session.json.then_some(Document::Run);
     let plot = args.plot.as_deref().map(|p| (p, args.session.force));
     print_summary(&summary, json, plot)
@@ -564,7 +553,11 @@ fn closed_or_error(e: vmm::Error) -> libc::c_int {
         return EXIT_CLOSED_PIPE;
     }
     vmm::error::eprint(&e, e.hint());
-    EXIT_VMM_ERROR
+    if e.is_usage() {
+        EXIT_USAGE
+    } else {
+        EXIT_VMM_ERROR
+    }
 }
 
 #[cfg(test)]

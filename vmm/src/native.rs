@@ -35,7 +35,7 @@ pub fn run_native(
         sel.amx = false;
     }
     let (mut scratch, info) = Scratch::new(workloads::scratch_bytes(&sel), backing)
-        .map_err(|e| Error::Argument(format!("mapping the native rows' memory failed: {e}")))?;
+        .map_err(|e| Error::Host(format!("mapping the native rows' memory failed: {e}")))?;
     let mut report = Box::new(Report::new());
     if !sel.is_empty() {
         workloads::run(

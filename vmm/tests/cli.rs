@@ -20,9 +20,61 @@ fn help_lists_the_subcommands() {
 #[test]
 fn bad_workload_list_is_refused_before_boot() {
     let out = vmm(&["run", "--workload", "aes,bogus"]);
-    assert_eq!(out.status.code(), Some(64));
+    assert_eq!(out.status.code(), Some(68));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--workload"), "{err}");
+}
+
+/// One rule for 68 against 64 (docs/cli.md, "Exit statuses"): a command
+/// line refused for what it says is a usage error on every host, whether
+/// clap or the VMM refuses it. These need no KVM: each is refused first.
+#[test]
+fn a_value_refused_for_what_it_says_is_a_usage_error() {
+    let cases: &[&[&str]] = &[
+        &["run", "--workload", "foo"],
+        &["run", "--vcpus", "0"],
+        &["run", "--native-reps", "0"],
+        &["run", "--mem", "-5"],
+        &["run", "--cmdline", "xfeatures=0x3"],
+        &["run", "--force"],
+        &["bench", "snapshot", "--workload", "foo"],
+        &["features", "compare", "zen3-milan", "--xstate-bv", "zz"],
+        &[
+            "features",
+            "--profile",
+            "sapphire-rapids",
+            "--xfeatures",
+            "avx512,-avx",
+            "--no-boot",
+        ],
+        &[
+            "features",
+            "--profile",
+            "sapphire-rapids",
+            "--xfeatures",
+            "0x5",
+            "--no-boot",
+        ],
+    ];
+    for args in cases {
+        let out = vmm(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(68), "vmm {args:?}: {err}");
+        assert!(err.starts_with("vmm: "), "vmm {args:?}: {err}");
+    }
+}
+
+/// The other side of the rule: a valid command line this host or a named
+/// file cannot serve is the VMM's failure, 64.
+#[test]
+fn a_valid_line_the_host_cannot_serve_is_the_vmms_failure() {
+    let out = vmm(&["run", "--kernel", "/nonexistent/vmlinux"]);
+    assert_eq!(
+        out.status.code(),
+        Some(64),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Usage errors have their own status, 68 (`EXIT_USAGE`), not clap's 2,
@@ -100,4 +152,29 @@ fn a_mistyped_subcommand_gets_a_tip() {
         "{err}"
     );
     assert!(err.contains("did you mean 'run'?"), "{err}");
+}
+
+/// The rule where the VMM refuses the value only once it knows the host
+/// (the policy is resolved against KVM's table): a broken XCR0 rule or an
+/// out-of-range size is still 68, a component no CPU defines (bit 20)
+/// still 64.
+#[test]
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
+fn the_rule_holds_where_the_host_is_consulted() {
+    let usage: &[&[&str]] = &[
+        &["run", "--mem", "0"],
+        &["run", "--vcpus", "9"],
+        &["run", "--xfeatures", "0x5"],
+        &["run", "--xfeatures", "0x20000"],
+        &["bench", "exits", "--xfeatures", "0x5"],
+    ];
+    for args in usage {
+        let out = vmm(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(68), "vmm {args:?}: {err}");
+    }
+    let out = vmm(&["run", "--xfeatures", "0x100003"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(err.contains("not supported"), "{err}");
 }

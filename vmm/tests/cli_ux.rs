@@ -70,7 +70,7 @@ fn readme_xfeatures_examples_resolve() {
     }
     // Contradictions are refused by name, before any VM exists.
     let out = vmm(&["run", "--xfeatures", "avx512,-avx"]);
-    assert_eq!(out.status.code(), Some(64));
+    assert_eq!(out.status.code(), Some(68));
     assert!(
         stderr(&out).contains("`avx512` needs avx, which `-avx` removes"),
         "{}",
@@ -85,9 +85,9 @@ fn readme_xfeatures_examples_resolve() {
 fn bad_workload_names_the_option() {
     let out = vmm(&["run", "--workload", "nosuch"]);
     let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert_eq!(out.status.code(), Some(68), "{err}");
     assert!(
-        err.starts_with("vmm: invalid --workload \"nosuch\": unknown workload"),
+        err.starts_with("vmm: invalid argument: --workload \"nosuch\": unknown workload"),
         "{err}"
     );
     for w in guest::workloads::Selection::WORDS {

@@ -342,7 +342,7 @@ fn amx_state_restores_only_on_sapphire_rapids() {
     let why = v["restore"]["hosts"][0]["reason"].as_str().unwrap();
     assert!(why.contains("no known state component"), "{why}");
     let out = vmm(&["features", "compare", &data(SPR), "--xstate-bv", "bogus"]);
-    assert_eq!(out.status.code(), Some(64));
+    assert_eq!(out.status.code(), Some(68));
     assert!(
         stderr(&out).contains("--xstate-bv \"bogus\""),
         "{}",
@@ -537,7 +537,7 @@ fn host_view_without_boot() {
     // Invalid policies are refused as `vmm run` refuses them.
     for bad in ["0x2", "bogus", "avx,-sse", "0x20007"] {
         let out = vmm(&["features", "--no-boot", "--xfeatures", bad]);
-        assert_eq!(out.status.code(), Some(64), "--xfeatures {bad}");
+        assert_eq!(out.status.code(), Some(68), "--xfeatures {bad}");
         assert!(
             stderr(&out).contains("invalid xstate policy"),
             "{}",

@@ -163,14 +163,16 @@ impl XfeatureMask {
     /// - [`Xcr0Error::SupervisorBits`]: bits of supervisor components
     ///   (PT, PASID, CET, HDC, UINTR, LBR, HWP), which belong in IA32_XSS;
     /// - [`Xcr0Error::ReservedBit63`]: bit 63 is set;
-    /// - [`Xcr0Error::Unsupported`]: bits outside `supported`;
     /// - [`Xcr0Error::AvxWithoutSse`]: AVX (bit 2) without SSE (bit 1);
     /// - [`Xcr0Error::Avx512Partial`]: some but not all of opmask,
     ///   ZMM_Hi256 and Hi16_ZMM (bits 5-7);
     /// - [`Xcr0Error::Avx512WithoutAvx`]: all of bits 5-7 without AVX;
     /// - [`Xcr0Error::MpxPartial`]: one of BNDREGS and BNDCSR (bits 3-4);
     /// - [`Xcr0Error::AmxPartial`]: one of XTILECFG and XTILEDATA
-    ///   (bits 17-18).
+    ///   (bits 17-18);
+    /// - [`Xcr0Error::Unsupported`]: bits outside `supported`, checked last
+    ///   so that a mask no CPU accepts is refused for that rule, not for
+    ///   what this CPU lacks.
     ///
     /// # Examples
     /// ```
@@ -183,6 +185,11 @@ impl XfeatureMask {
     ///     check(0x27),
     ///     Err(Xcr0Error::Avx512Partial(XfeatureMask::from_bits(0x20)))
     /// );
+    /// // Half of AMX breaks a rule on every CPU, this one's lack of AMX aside.
+    /// assert_eq!(
+    ///     check(0x20007),
+    ///     Err(Xcr0Error::AmxPartial(XfeatureMask::from_bits(0x20000)))
+    /// );
     /// ```
     pub fn validate_xcr0(self, supported: XfeatureMask) -> Result<(), Xcr0Error> {
         if !self.contains(Xfeature::X87) {
@@ -194,10 +201,6 @@ impl XfeatureMask {
         }
         if self.bits() & XCR0_RESERVED_BIT63 != 0 {
             return Err(Xcr0Error::ReservedBit63);
-        }
-        let unsupported = self - supported;
-        if !unsupported.is_empty() {
-            return Err(Xcr0Error::Unsupported(unsupported));
         }
         if self.contains(Xfeature::Avx) && !self.contains(Xfeature::Sse) {
             return Err(Xcr0Error::AvxWithoutSse);
@@ -217,6 +220,12 @@ impl XfeatureMask {
         if !amx.is_empty() && amx != Self::AMX {
             return Err(Xcr0Error::AmxPartial(amx));
         }
+        // Last: a mask no CPU takes is refused for that, whatever this one
+        // supports (the usage-error rule of `vmm` rests on it).
+        let unsupported = self - supported;
+        if !unsupported.is_empty() {
+            return Err(Xcr0Error::Unsupported(unsupported));
+        }
         Ok(())
     }
 }
@@ -230,8 +239,6 @@ pub enum Xcr0Error {
     SupervisorBits(XfeatureMask),
     /// Bit 63 is reserved.
     ReservedBit63,
-    /// Components the CPU (or the given supported set) does not support.
-    Unsupported(XfeatureMask),
     /// AVX (bit 2) requires SSE (bit 1).
     AvxWithoutSse,
     /// Opmask, ZMM_Hi256 and Hi16_ZMM (bits 5-7) must be all set or all clear;
@@ -243,6 +250,8 @@ pub enum Xcr0Error {
     MpxPartial(XfeatureMask),
     /// XTILECFG and XTILEDATA (bits 17-18) must be enabled together.
     AmxPartial(XfeatureMask),
+    /// Components the CPU (or the given supported set) does not support.
+    Unsupported(XfeatureMask),
 }
 
 impl fmt::Display for Xcr0Error {

@@ -191,7 +191,7 @@ fn init_xstate_main(
     };
     let workload = workload.unwrap_or_else(|| default_workload.to_string());
     guest::workloads::Selection::parse(&workload)
-        .map_err(|e| Error::Argument(format!("invalid --workload {workload:?}: {e}")))?;
+        .map_err(|e| Error::Argument(format!("--workload {workload:?}: {e}")))?;
     if let Some(p) = &out.plot {
         plot::check_target(p, out.force)?;
     }
@@ -282,9 +282,7 @@ fn snapshot_main(
     quiet: bool,
 ) -> Result<i32> {
     if let Err(e) = guest::workloads::Selection::parse(&workload) {
-        return Err(Error::Argument(format!(
-            "invalid --workload {workload:?}: {e}"
-        )));
+        return Err(Error::Argument(format!("--workload {workload:?}: {e}")));
     }
     let dir = tempfile::Builder::new()
         .prefix("vmm-bench-snapshot-")

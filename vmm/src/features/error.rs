@@ -42,6 +42,9 @@ pub enum FeaturesError {
     /// A command-line value is invalid.
     #[error("{0}")]
     Usage(String),
+    /// A program the command runs (`--qemu`) failed or said nothing usable.
+    #[error("{0}")]
+    Tool(String),
     /// The running host's CPUID cannot be used.
     #[error("this host's CPUID: {0}")]
     Host(String),

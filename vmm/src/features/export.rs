@@ -136,11 +136,11 @@ pub fn query_qemu(qemu: &Path) -> Result<BTreeSet<String>, FeaturesError> {
         .args(["-cpu", "help"])
         .output()
         .map_err(|e| {
-            FeaturesError::Usage(format!("--qemu {}: cannot run it: {e}", qemu.display()))
+            FeaturesError::Tool(format!("--qemu {}: cannot run it: {e}", qemu.display()))
         })?;
     let known = qemu_known_flags(&String::from_utf8_lossy(&out.stdout));
     if !out.status.success() || known.is_empty() {
-        return Err(FeaturesError::Usage(format!(
+        return Err(FeaturesError::Tool(format!(
             "--qemu {}: `-cpu help` listed no recognised CPUID flags ({})",
             qemu.display(),
             out.status

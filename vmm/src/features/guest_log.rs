@@ -196,7 +196,7 @@ pub fn inputs(
     let host = g.to_profile()?;
     let what = "the guest's CPUID";
     let r = crate::cpuid::resolve_xfeatures(xfeatures, host.cpu.supported_xcr0(), what)
-        .map_err(|e| FeaturesError::Usage(format!("invalid xstate policy: {e}")))?;
+        .map_err(|e| FeaturesError::Vmm(e.into()))?;
     if let Some(spec) = xfeatures {
         eprintln!("{}", crate::cpuid::describe_resolution(spec, &r));
     }

@@ -24,9 +24,11 @@
 //!   ([`xstate::restorable_on`]).
 //!
 //! Exit status: 0 when the report was produced (disagreements and
-//! unrestorable hosts are findings, not failures); 64
-//! ([`EXIT_VMM_ERROR`]) for errors: bad options, unreadable or malformed
-//! profiles, KVM failures, or a guest boot that produced no report.
+//! unrestorable hosts are findings, not failures); 68 ([`EXIT_USAGE`])
+//! for a bad option value (a malformed or architecturally invalid mask),
+//! whatever the host; 64 ([`EXIT_VMM_ERROR`]) for the other errors:
+//! unreadable or malformed profiles, an existing file without `--force`,
+//! KVM failures, or a guest boot that produced no report.
 //! `compare --check` exits 1 when the `--xstate-bv` state cannot be restored
 //! on every host, for scripts.
 //!
@@ -119,7 +121,7 @@ use std::time::Duration;
 use clap::Subcommand;
 use xstate::XfeatureMask;
 
-use crate::report::EXIT_VMM_ERROR;
+use crate::report::{EXIT_USAGE, EXIT_VMM_ERROR};
 use crate::schema::Document;
 pub use error::FeaturesError;
 pub use inputs::{GuestSeen, GuestState, Inputs, Request};
@@ -296,6 +298,16 @@ impl FeaturesError {
             _ => None,
         }
     }
+
+    /// Whether the command line alone is at fault, whatever the host (the
+    /// rule of [`crate::Error::is_usage`]).
+    pub fn is_usage(&self) -> bool {
+        match self {
+            FeaturesError::Usage(_) => true,
+            FeaturesError::Vmm(e) => e.is_usage(),
+            _ => false,
+        }
+    }
 }
 
 /// `vmm features`: prints errors other than VMM errors itself (as `vmm: ...`)
@@ -306,7 +318,11 @@ pub fn main(args: FeaturesArgs) -> crate::Result<i32> {
         Err(FeaturesError::Vmm(e)) => Err(e),
         Err(e) => {
             crate::error::eprint(&e, e.hint());
-            Ok(EXIT_VMM_ERROR)
+            Ok(if e.is_usage() {
+                EXIT_USAGE
+            } else {
+                EXIT_VMM_ERROR
+            })
         }
     }
 }

@@ -373,18 +373,13 @@ pub fn check_new(path: &Path, force: bool) -> Result<(), FeaturesError> {
         .map_err(|e| refused(path, e))
 }
 
-/// An existing file without `--force` is a usage error, as it always was;
-/// anything else the writer refused is said as it is.
+/// What the writer refused, said as it is: an existing file without
+/// `--force` too, as every other writer of `vmm` says it (the command line
+/// is fine; the file system holds something in the way).
 fn refused(path: &Path, e: crate::output::WriteError) -> FeaturesError {
-    match e {
-        crate::output::WriteError::Exists { .. } => FeaturesError::Usage(format!(
-            "{} exists (use --force to overwrite)",
-            path.display()
-        )),
-        other => FeaturesError::Output {
-            path: path.to_path_buf(),
-            source: other,
-        },
+    FeaturesError::Output {
+        path: path.to_path_buf(),
+        source: e,
     }
 }
 

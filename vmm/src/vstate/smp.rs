@@ -257,7 +257,7 @@ pub fn hold_for_sipi(ap: &VcpuFd, index: u32) -> Result<ApStart> {
     if again.mp_state == KVM_MP_STATE_UNINITIALIZED {
         Ok(ApStart::InitSipi)
     } else {
-        Err(Error::Argument(format!(
+        Err(Error::Host(format!(
             "vCPU {index}: this KVM does not hold an application processor in \
              wait-for-SIPI (MP state {} after KVM_SET_MP_STATE UNINITIALIZED); \
              run with --vcpus 1",

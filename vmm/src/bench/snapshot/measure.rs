@@ -206,7 +206,7 @@ fn row(
 /// snapshot takes, then removed.
 pub(super) fn write_floor(dir: &Path, len: u64) -> Result<f64> {
     let len = usize::try_from(len)
-        .map_err(|_| Error::Argument(format!("a {len}-byte file does not fit in memory")))?;
+        .map_err(|_| Error::Host(format!("a {len}-byte file does not fit in memory")))?;
     let bytes = vec![0xa5u8; len];
     let path = dir.join("bench-write-floor.bin");
     let t = Instant::now();
@@ -227,7 +227,7 @@ fn process_start(vmm: &Path) -> Result<f64> {
         .status()?;
     let took = t.elapsed().as_secs_f64() * 1e3;
     if !st.success() {
-        return Err(Error::Argument(format!(
+        return Err(Error::Host(format!(
             "{} --version failed ({st})",
             vmm.display()
         )));
@@ -253,7 +253,7 @@ fn auto_after(plan: &Plan) -> Result<Duration> {
     let outcome = run::run(guest(plan, mib))?;
     match outcome.end {
         RunEnd::Exited(0) => Ok(outcome.run_time),
-        end => Err(Error::Argument(format!(
+        end => Err(Error::Guest(format!(
             "the timing boot for --after (workload={}, {mib} MiB) did not end with status 0 ({end:?}); give --after SECONDS",
             plan.workload
         ))),

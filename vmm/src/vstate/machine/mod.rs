@@ -92,7 +92,7 @@ impl Machine {
         irqchip: Irqchip,
     ) -> Result<(Self, Vec<VcpuFd>)> {
         if vcpus > 1 && !irqchip.has_lapics() {
-            return Err(Error::Argument(format!(
+            return Err(Error::Host(format!(
                 "{vcpus} vCPUs need in-kernel LAPICs to start; the VM was to have no irqchip"
             )));
         }
