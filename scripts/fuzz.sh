@@ -6,14 +6,25 @@
 # fuzz/regressions/<target>/ once fixed: see fuzz/README.md).
 #
 # Needs the nightly toolchain and cargo-fuzz. New inputs libFuzzer finds go
-# to fuzz/target/fuzz-work/<target>/ (not committed); the committed seeds in
-# fuzz/corpus/<target>/ are only read.
+# to fuzz/target/fuzz-work/<target>/ (not committed). After each run the
+# script asks libFuzzer (-merge=1) which of them add coverage to the
+# committed corpus fuzz/corpus/<target>/ and prints that count ("new"):
+# without --keep they are only counted (CI: a clean clone cannot commit),
+# with --keep they are merged into fuzz/corpus/<target>/, to be committed
+# (`cargo test` then replays them, vmm/tests/fuzz_replay.rs).
+#
+# Usage: scripts/fuzz.sh [--keep] [SECONDS per target]
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 
+keep=0
+if [ "${1:-}" = --keep ]; then
+    keep=1
+    shift
+fi
 secs=${1:-60}
 case "$secs" in
-    ''|*[!0-9]*) echo "usage: scripts/fuzz.sh [SECONDS per target]" >&2; exit 64 ;;
+    ''|*[!0-9]*) echo "usage: scripts/fuzz.sh [--keep] [SECONDS per target]" >&2; exit 68 ;;
 esac
 
 cargo +nightly fuzz build -O
@@ -22,7 +33,8 @@ mapfile -t targets < <(cargo +nightly fuzz list)
 logs=target/fuzz-logs
 mkdir -p "$logs"
 crashed=0
-printf '%-20s %12s %8s %8s  %s\n' target executions exec/s crashes artifact
+grew=0
+printf '%-20s %12s %8s %8s %5s  %s\n' target executions exec/s crashes new artifact
 for t in "${targets[@]}"; do
     work=target/fuzz-work/$t
     mkdir -p "$work" "corpus/$t" "artifacts/$t"
@@ -55,6 +67,31 @@ for t in "${targets[@]}"; do
         crashed=1
         [ -n "$artifact" ] || artifact="(exit $rc, no artifact: see fuzz/$log)"
     fi
-    printf '%-20s %12s %8s %8s  %s\n' "$t" "${execs:-?}" "${rate:-?}" "$crashes" "$artifact"
+    new=-
+    if [ "$crashes" = 0 ]; then
+        # Merge what this run found into the corpus (--keep) or into a
+        # scratch copy of it, counting the inputs that add coverage.
+        into=corpus/$t
+        if [ "$keep" = 0 ]; then
+            into=target/fuzz-merge/$t
+            rm -rf "$into"
+            mkdir -p "$into"
+            cp -r "corpus/$t/." "$into/"
+        fi
+        before=$(find "$into" -type f | wc -l)
+        if cargo +nightly fuzz run -O "$t" "$into" "$work" -- -merge=1 \
+            -timeout=10 -rss_limit_mb=2048 >"$logs/$t.merge.log" 2>&1; then
+            new=$(( $(find "$into" -type f | wc -l) - before ))
+            [ "$new" -eq 0 ] || grew=$((grew + 1))
+        fi
+    fi
+    printf '%-20s %12s %8s %8s %5s  %s\n' "$t" "${execs:-?}" "${rate:-?}" "$crashes" "$new" "$artifact"
 done
+if [ "$grew" -gt 0 ]; then
+    if [ "$keep" = 1 ]; then
+        echo "$grew target(s) grew: commit fuzz/corpus/ (cargo test replays it)"
+    else
+        echo "$grew target(s) found inputs that add coverage: scripts/fuzz.sh --keep SECONDS merges them into fuzz/corpus/ to commit"
+    fi
+fi
 exit "$crashed"
