@@ -156,8 +156,9 @@ mod tests {
     use super::*;
     use crate::info::CpuidRegs;
 
-    /// Leaf 0xD of a bundled profile (`profiles/*.json`), read with
-    /// serde_json alone so the test needs no crate feature.
+    /// Leaf 0xD of a recorded CPU (`tests/data/*.json`, inside the crate
+    /// so that its packaged copy tests itself), read with serde_json alone
+    /// so the test needs no crate feature.
     fn profile_info(json: &str) -> XsaveInfo {
         let v: serde_json::Value = serde_json::from_str(json).expect("profile JSON");
         let hex = |e: &serde_json::Value, r: &str| {
@@ -173,15 +174,15 @@ mod tests {
     }
 
     fn spr() -> XsaveInfo {
-        profile_info(include_str!("../../profiles/sapphire-rapids.json"))
+        profile_info(include_str!("../tests/data/intel-sapphire-rapids.json"))
     }
 
     fn gnr() -> XsaveInfo {
-        profile_info(include_str!("../../profiles/granite-rapids.json"))
+        profile_info(include_str!("../tests/data/intel-granite-rapids.json"))
     }
 
     fn zen4() -> XsaveInfo {
-        profile_info(include_str!("../../profiles/zen4-genoa.json"))
+        profile_info(include_str!("../tests/data/amd-zen4-genoa.json"))
     }
 
     #[test]
