@@ -55,9 +55,7 @@ pub fn run_native(
 /// ([`attach_interleaved`]) keep their median.
 pub fn attach_ratios(guest: &mut [ResultRow], native: &[ResultRow]) {
     for g in guest.iter_mut().filter(|g| g.native_spread.is_none()) {
-        let n = native
-            .iter()
-            .find(|n| n.name == g.name && n.variant == g.variant && n.size == g.size);
+        let n = native.iter().find(|n| n.id() == g.id());
         g.native_ratio = match (g.throughput(), n.and_then(ResultRow::throughput)) {
             (Some(gv), Some(nv)) if nv > 0.0 => Some(gv / nv),
             _ => None,

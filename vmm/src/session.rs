@@ -230,10 +230,10 @@ fn finish(outcome: &RunOutcome, workload: Option<Selection>, extras: Extras) -> 
         .map(|h| native::hugepages_view(h, carried));
     // Rows the guest did not repeat on the port (another kernel, a restored
     // run): the native side runs once, after the guest.
-    let unpaired = summary.results.iter().any(|r| {
-        r.native_spread.is_none()
-            && (r.name.starts_with("aes") || r.name == "dgemm" || r.name == "linpack")
-    });
+    let unpaired = summary
+        .results
+        .iter()
+        .any(|r| r.native_spread.is_none() && r.is_workload());
     if let Some(sel) = workload.filter(|_| unpaired) {
         let backing = outcome.hugepages.as_ref().map(|h| h.backing);
         let (native, scratch) = native::run_native(sel, summary.tsc_khz, backing)?;

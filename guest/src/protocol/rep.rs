@@ -70,6 +70,18 @@ pub enum RowKind {
 }
 
 impl RowKind {
+    /// Every kind, in their numbering's order.
+    pub const ALL: [RowKind; 8] = [
+        RowKind::AesCbc,
+        RowKind::AesCtr,
+        RowKind::Dgemm,
+        RowKind::Linpack,
+        RowKind::Xts,
+        RowKind::Gcm,
+        RowKind::XtsBorrow,
+        RowKind::GcmBorrow,
+    ];
+
     /// The row name in reports.
     pub const fn name(self) -> &'static str {
         match self {
@@ -242,6 +254,14 @@ pub fn digest_f64(values: &[f64]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn all_kinds_are_listed_in_their_numbering() {
+        for (i, k) in RowKind::ALL.iter().enumerate() {
+            assert_eq!(RowKind::from_u8(i as u8 + 1), Some(*k));
+        }
+        assert_eq!(RowKind::from_u8(RowKind::ALL.len() as u8 + 1), None);
+    }
 
     #[test]
     fn keys_round_trip() {

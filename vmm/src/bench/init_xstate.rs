@@ -259,7 +259,7 @@ pub fn run(
             .filter_map(|s| {
                 s.results
                     .iter()
-                    .find(|a| a.name == m.name && a.variant == m.variant && a.size == m.size)
+                    .find(|a| a.id() == m.id())
                     .and_then(ResultRow::throughput)
             })
             .collect()

@@ -72,6 +72,6 @@ pub use native_view::{HugePagesView, NativeScratchView, NativeView, RatioSpread}
 pub use parallel::ParallelRow;
 pub use summary::{
     result_rows, ComponentRow, CrashView, FaultView, GuestCpuidView, GuestSupported,
-    GuestXsaveSizes, ResultRow, RunSummary, SkipRow, SmpView, SwitchFigure, Timing, VcpuRow,
+    GuestXsaveSizes, ResultRow, RowId, RunSummary, SkipRow, SmpView, SwitchFigure, Timing, VcpuRow,
 };
 pub use views::{ResolutionView, SnapshotView};

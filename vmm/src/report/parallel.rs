@@ -10,6 +10,8 @@
 use guest::bench::parallel::{split_variant, SMP_SUFFIX, SOLO_SUFFIX};
 use serde::Serialize;
 
+use super::RowId;
+
 /// What pairing needs of one result row (the run's rows are converted
 /// with `From<&ResultRow>` in `summary`).
 #[derive(Clone, Debug, PartialEq)]
@@ -26,6 +28,27 @@ pub struct Measured {
     pub unit: &'static str,
     /// Whether its self-check held.
     pub pass: bool,
+}
+
+impl Measured {
+    /// The row's identity ([`RowId`]), with `variant` as reported.
+    pub fn id(&self) -> RowId<'_> {
+        RowId {
+            name: &self.name,
+            variant: &self.variant,
+            size: self.size,
+        }
+    }
+
+    /// The identity with `base` (the variant without its phase suffix) as
+    /// the variant: what the solo and the SMP phase of one variant share.
+    fn in_phase<'a>(&'a self, base: &'a str) -> RowId<'a> {
+        RowId {
+            name: &self.name,
+            variant: base,
+            size: self.size,
+        }
+    }
 }
 
 /// One workload variant measured alone and on every vCPU at once.
@@ -140,9 +163,9 @@ pub fn parallel_rows(per_vcpu: &[Vec<Measured>]) -> Vec<ParallelRow> {
                 .iter()
                 .map(|rows| {
                     rows.iter().find(|r| {
-                        r.name == solo.name
-                            && r.size == solo.size
-                            && split_variant(&r.variant) == Some((base, SMP_SUFFIX))
+                        split_variant(&r.variant).is_some_and(|(b, phase)| {
+                            phase == SMP_SUFFIX && r.in_phase(b) == solo.in_phase(base)
+                        })
                     })
                 })
                 .collect();
@@ -187,8 +210,13 @@ pub fn parallel_rows(per_vcpu: &[Vec<Measured>]) -> Vec<ParallelRow> {
 /// variant and size.
 pub fn attach_native(rows: &mut [ParallelRow], solo: &[Measured], threads: &[Vec<Measured>]) {
     let find = |rows: &[Measured], p: &ParallelRow| {
+        let want = RowId {
+            name: &p.name,
+            variant: &p.variant,
+            size: p.size,
+        };
         rows.iter()
-            .find(|r| r.name == p.name && r.variant == p.variant && r.size == p.size)
+            .find(|r| r.id() == want)
             .and_then(|r| r.throughput)
     };
     for p in rows.iter_mut() {

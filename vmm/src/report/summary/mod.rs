@@ -68,7 +68,39 @@ pub struct ResultRow {
     pub invalid: Option<String>,
 }
 
+/// What makes two result rows the same measurement: the workload, its
+/// variant and its size. The guest's rows, the native side's, every
+/// round's of a benchmark and every vCPU's are joined by it, and only by
+/// it (never by comparing names field by field at each join).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RowId<'a> {
+    /// Workload name (`aes-128-ctr`, `dgemm`).
+    pub name: &'a str,
+    /// Implementation variant (`vaes`, `avx2`).
+    pub variant: &'a str,
+    /// Problem size.
+    pub size: u64,
+}
+
 impl ResultRow {
+    /// The row's identity across sides, rounds and vCPUs.
+    pub fn id(&self) -> RowId<'_> {
+        RowId {
+            name: &self.name,
+            variant: &self.variant,
+            size: self.size,
+        }
+    }
+
+    /// Whether the row is one of the guest's timed workloads (AES, DGEMM,
+    /// Linpack: `guest::protocol::RowKind`), which the host also times,
+    /// rather than a benchmark row (exits, switches, copies).
+    pub fn is_workload(&self) -> bool {
+        guest::protocol::RowKind::ALL
+            .iter()
+            .any(|k| k.name() == self.name)
+    }
+
     /// TSC cycles per unit of work (per exit, per switch, per byte...).
     pub fn cycles_per_op(&self) -> f64 {
         self.cycles as f64 / self.work.max(1) as f64
