@@ -82,9 +82,9 @@ pub use ports::{
 };
 pub use record::{
     field_str, fixed_str, ComponentReport, CopyReport, FaultRecord, Report, ReportError,
-    ResultRecord, SkipRecord, WorkUnit, COPY_LIVE_STATES, COPY_METHODS, COPY_SAVE_INSNS,
-    COPY_SIZES, MAX_RESULTS, MAX_SKIPPED, NAME_LEN, REASON_LEN, REPORT_COMPONENTS, REPORT_MAGIC,
-    REPORT_VERSION,
+    ResultRecord, SkipRecord, WorkUnit, AUX_XINUSE, COPY_LIVE_STATES, COPY_METHODS,
+    COPY_SAVE_INSNS, COPY_SIZES, MAX_RESULTS, MAX_SKIPPED, NAME_LEN, REASON_LEN, REPORT_COMPONENTS,
+    REPORT_MAGIC, REPORT_VERSION,
 };
 pub use rep::{
     digest_f64, NativeRowArgs, NativeRowOut, OnPart, PartRecord, RepRecord, RowKey, RowKind,

@@ -114,8 +114,9 @@ pub fn main(args: BenchArgs) -> Result<i32> {
 
 /// The `exits` sweep's plan: the masks (each `--xfeatures` given the AMX
 /// permission it needs and checked against KVM's table; else the
-/// defaults, only the widest with `--quick`), the policies, the rows'
-/// exit count or time budget, and the rounds.
+/// defaults, the user state KVM offers and the host enables, climbing one
+/// register file at a time, only the widest with `--quick`), the
+/// policies, the rows' exit count or time budget, and the rounds.
 fn exits_plan(
     count: Option<u64>,
     budget: Option<f64>,
@@ -124,8 +125,12 @@ fn exits_plan(
     policy: Vec<SyncPolicy>,
     xfeatures: &[String],
 ) -> Result<exits::Plan> {
-    // An --xfeatures naming AMX needs the guest permission before
-    // KVM's table is read (see crate::arch::amx).
+    // AMX needs the guest permission before KVM's table is read (see
+    // crate::arch::amx): for each --xfeatures naming it, or by default
+    // for whatever the host has, so that KVM offers the tiles.
+    if xfeatures.is_empty() {
+        crate::arch::amx::permit_guest(None)?;
+    }
     for spec in xfeatures {
         crate::arch::amx::permit_guest(Some(spec))?;
     }
@@ -136,14 +141,14 @@ fn exits_plan(
             .map(|s| crate::cpuid::validate_policy(Some(s), &host.xstate, &host.supported_cpuid))
             .collect::<Result<Vec<_>>>()?
     } else {
-        let all = exits::default_masks(host.xstate.supported_xcr0());
+        let offered = exits::offered_xcr0(
+            host.xstate.supported_xcr0(),
+            xstate::native::host_xcr0().ok(),
+        );
         if quick {
-            all.into_iter()
-                .max_by_key(|m| m.bits())
-                .into_iter()
-                .collect()
+            exits::quick_masks(offered)
         } else {
-            all
+            exits::default_masks(offered)
         }
     };
     let policies = if policy.is_empty() {
@@ -155,6 +160,7 @@ fn exits_plan(
     } else {
         policy
     };
+    let (info, image_bytes) = (host.xstate.info, host.xsave2_size as u64);
     drop(host);
     let default_budget = if quick {
         exits::QUICK_BUDGET_S
@@ -168,6 +174,8 @@ fn exits_plan(
         },
         rounds: rounds.unwrap_or(exits::DEFAULT_ROUNDS),
         masks,
+        info,
+        image_bytes,
         policies,
         timeout: BOOT_TIMEOUT,
     })

@@ -59,8 +59,9 @@ fn parse_budget(s: &str) -> std::result::Result<f64, String> {
 /// The measurements of `vmm bench`.
 #[derive(Subcommand)]
 pub enum BenchCommand {
-    /// vCPU exit cost per exit kind, guest mode, XCR0, upper-YMM state and
-    /// xstate sync policy, against a raw KVM_RUN loop measured in the same run.
+    /// vCPU exit cost per exit kind, guest mode, XCR0, live vector state
+    /// (clean, ymm, zmm, tiles) and xstate sync policy, against a raw
+    /// KVM_RUN loop measured in the same run.
     ///
     /// Each row is the median of --rounds interleaved rounds with its
     /// min..p90 spread; rows whose difference from the raw loop is inside
@@ -78,15 +79,17 @@ pub enum BenchCommand {
         /// [default: 3].
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=MAX_ROUNDS as i64))]
         rounds: Option<u32>,
-        /// A short run (well under 30 s): the full XCR0 only (unless
-        /// --xfeatures), a 12 s budget, 3 rounds.
+        /// A short run (well under 30 s): the full XCR0 only (the user
+        /// state KVM offers and the host enables; unless --xfeatures), a
+        /// 12 s budget, 3 rounds.
         #[arg(long)]
         quick: bool,
         /// Policies to measure (default: all).
         #[arg(long, value_enum, value_delimiter = ',')]
         policy: Vec<SyncPolicy>,
         /// Guest XCR0 values, `;`-separated, each as for `vmm run`
-        /// (default: x87,sse and x87,sse,avx).
+        /// (default: x87,sse, then +avx, +AVX-512, +AMX tiles, each where
+        /// KVM offers it and the host has it, then the full XCR0).
         #[arg(
             long,
             value_name = "MASKS",

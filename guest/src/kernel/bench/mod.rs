@@ -9,7 +9,7 @@
 //!
 //! | name | variants | size, work | cycles | aux |
 //! |------|----------|------------|--------|-----|
-//! | `exit-pio`, `exit-mmio`, `exit-cpuid` | `cpl3-clean`, `cpl3-dirty`, `cpl0` | exits | TSC cycles of the loop | 0 |
+//! | `exit-pio`, `exit-mmio`, `exit-cpuid` | `cpl3-clean`, `cpl3-ymm`, `cpl3-zmm`, `cpl3-tiles` (the widths XCR0 has), `cpl0` | exits | TSC cycles of the loop | XINUSE before the first exit \| [`AUX_XINUSE`] (0: unknown) |
 //! | `xstate-check` | `pio`, `mmio`, `cpuid`, `edit` | exits (1 for `edit`) | between the saves | 0 |
 //! | `snapshot-check` | `snapshot` | 1 | between the saves (a snapshot and restore in between; all 16 GPRs and RFLAGS checked too) | 0 |
 //! | `ctxsw` | `STRATEGY-sse`, `STRATEGY-avx`, each also `-initall` | contexts, switches | all switches (fastest of 3 trials) | bytes per save |
@@ -36,7 +36,8 @@ use super::serial::Console;
 use super::shared::{self, Work};
 use super::{arena, cpu, syscall};
 use guest::protocol::{
-    fixed_str, Cmdline, Report, BENCH_MMIO_ADDR, BENCH_NAMES, BENCH_PIO_PORT, MARK_END, MARK_PORT,
+    fixed_str, Cmdline, Report, AUX_XINUSE, BENCH_MMIO_ADDR, BENCH_NAMES, BENCH_PIO_PORT, MARK_END,
+    MARK_PORT,
 };
 
 mod copy;
@@ -166,62 +167,77 @@ pub fn run(report: &mut Report, cmdline: &Cmdline, env: Option<&Env>, out: &mut 
     ok
 }
 
+/// The `exit-*` rows: per exit kind, one CPL3 row per width XCR0 has
+/// (`cpl3-clean`, `-ymm`, `-zmm`, `-tiles`), then `cpl0`. Each row's aux
+/// figure is XINUSE right before its first exit, or'ed with
+/// [`AUX_XINUSE`] (0 where the CPU cannot say).
 fn exit_rows(report: &mut Report, env: Option<&Env>, count: u64, quiet: bool, out: &mut Console) {
-    let has_avx = env.is_some_and(Env::has_avx);
-    let has_avx512 = env.is_some_and(Env::has_avx512);
+    let xcr0 = env.map_or(XfeatureMask::EMPTY, |e| e.xcr0);
+    let read_xinuse = env.is_some_and(|e| e.info.has_xgetbv1());
+    let mut tile_store = tile_store(report, xcr0);
+    let setup = |upper| exits::Setup {
+        upper,
+        xcr0,
+        read_xinuse,
+    };
     for kind in ExitKind::ALL {
-        for variant in ["cpl3-clean", "cpl3-dirty", "cpl0"] {
+        for upper in exits::Upper::ALL.map(Some).into_iter().chain([None]) {
+            if upper.is_some_and(|u| !u.available(xcr0)) {
+                continue;
+            }
+            let variant = upper.map_or("cpl0", exits::Upper::variant);
             let index = report.result_count;
             // Warm-up outside the markers (the first exits of a kind pay
             // for the VMM's and KVM's cold paths).
             let warm = (count / 16).clamp(1, 64);
-            if variant == "cpl0" {
-                let _ = cpl0_loop(kind, warm, None);
+            if upper.is_none() {
+                let _ = cpl0_loop(kind, warm, None, false);
             } else {
+                let clean = setup(exits::Upper::Clean);
                 // SAFETY: as for the rows below.
-                let _ = unsafe { exits::timed_loop(kind, exits::clean_upper(has_avx), warm, None) };
+                let _ = unsafe { exits::timed_loop(kind, &clean, warm, None, None) };
             }
-            let cycles = match variant {
-                "cpl3-clean" => {
-                    // SAFETY: the TSS I/O bitmap grants every port at CPL3,
-                    // BENCH_MMIO_ADDR is identity-mapped (below 4 GiB) and
-                    // unbacked; `clean_upper` uses AVX only if XCR0 has it.
-                    unsafe {
-                        exits::timed_loop(kind, exits::clean_upper(has_avx), count, Some(index))
-                    }
+            let result = match upper {
+                Some(exits::Upper::Tiles) if tile_store.is_none() => {
+                    skip(report, kind.row_name(), variant, TILES_UNAVAILABLE);
+                    continue;
                 }
-                "cpl3-dirty" => {
-                    let Some(upper) = exits::dirty_upper(has_avx, has_avx512) else {
-                        let xcr0 = report.xcr0;
-                        skip_fmt(
-                            report,
-                            kind.row_name(),
-                            variant,
-                            format_args!("needs AVX: XCR0 {xcr0:#x} has no upper vector state"),
-                        );
-                        continue;
+                // SAFETY: the TSS I/O bitmap grants every port at CPL3,
+                // BENCH_MMIO_ADDR is identity-mapped (below 4 GiB) and
+                // unbacked; the width is one XCR0 enables (`available`),
+                // tiles only where CPUID has AMX-TILE (`tile_store`), the
+                // kernel never arms XFD, XGETBV1 is checked.
+                Some(u) => unsafe {
+                    let store = if u == exits::Upper::Tiles {
+                        tile_store.as_deref_mut()
+                    } else {
+                        None
                     };
-                    // SAFETY: as above; `upper` uses only what XCR0 enables.
-                    unsafe { exits::timed_loop(kind, upper, count, Some(index)) }
-                }
-                _ => cpl0_loop(kind, count, Some(index)),
+                    exits::timed_loop(kind, &setup(u), count, Some(index), store)
+                },
+                None => cpl0_loop(kind, count, Some(index), read_xinuse),
             };
-            let rec = record(kind.row_name(), variant, count, count, cycles, true);
-            report.push_result(rec);
+            let check = result.tiles_ok != Some(false);
+            let aux = result.xinuse.map_or(0, |x| x | AUX_XINUSE);
+            report.push_result_aux(
+                record(kind.row_name(), variant, count, count, result.cycles, check),
+                aux,
+            );
+            if !check {
+                skip_fmt(
+                    report,
+                    kind.row_name(),
+                    variant,
+                    format_args!("TMM0-7 lost their pattern over {count} exits"),
+                );
+            }
             if !quiet {
                 let _ = writeln!(
                     out,
-                    "guest: bench {} [{}{}]: {} exits, {} cycles/exit ({}){}",
+                    "guest: bench {} [{variant}]: {count} exits, {} cycles/exit ({}){}",
                     kind.row_name(),
-                    variant,
-                    if variant == "cpl3-dirty" && has_avx512 {
-                        ", zmm"
-                    } else {
-                        ""
-                    },
-                    count,
-                    cycles / count,
-                    Duration(cycles / count, report.tsc_khz),
+                    result.cycles / count,
+                    Duration(result.cycles / count, report.tsc_khz),
                     if kind == ExitKind::Cpuid && variant != "cpl0" {
                         " (CPUID at CPL3 may run without an exit: kvm_pvm)"
                     } else {
@@ -234,10 +250,36 @@ fn exit_rows(report: &mut Report, env: Option<&Env>, count: u64, quiet: bool, ou
     }
 }
 
+/// Why a `cpl3-tiles` row did not run although XCR0 has the tiles.
+const TILES_UNAVAILABLE: &str = "no AMX-TILE in CPUID 7.0:EDX, or no arena memory for the check";
+
+/// The 8 KiB the `tiles` rows store TMM0-7 into, where XCR0 has the tiles
+/// and CPUID AMX-TILE.
+fn tile_store(
+    report: &Report,
+    xcr0: XfeatureMask,
+) -> Option<&'static mut [u8; exits::TILE_STORE_BYTES]> {
+    if !exits::Upper::Tiles.available(xcr0)
+        || guest::workloads::amx::availability(guest::workloads::amx::cpuid7_edx(), report.xcr0)
+            .is_err()
+    {
+        return None;
+    }
+    let bytes = arena::alloc_bytes(exits::TILE_STORE_BYTES)?;
+    bytes.get_mut(..exits::TILE_STORE_BYTES)?.try_into().ok()
+}
+
 /// A `cpl0` row: markers from CPL3 around the system call, timed at CPL3
 /// (the one system-call round trip is included; it is a few emulated
 /// instructions against `count` exits).
-fn cpl0_loop(kind: ExitKind, count: u64, mark: Option<u32>) -> u64 {
+fn cpl0_loop(
+    kind: ExitKind,
+    count: u64,
+    mark: Option<u32>,
+    read_xinuse: bool,
+) -> exits::LoopResult {
+    // SAFETY: the caller checked XGETBV1.
+    let xinuse = read_xinuse.then(|| unsafe { exits::xinuse() });
     if let Some(index) = mark {
         syscall::outl(MARK_PORT, index & !MARK_END);
     }
@@ -253,7 +295,11 @@ fn cpl0_loop(kind: ExitKind, count: u64, mark: Option<u32>) -> u64 {
     if let Some(index) = mark {
         syscall::outl(MARK_PORT, MARK_END | index);
     }
-    cycles
+    exits::LoopResult {
+        cycles,
+        xinuse,
+        tiles_ok: None,
+    }
 }
 
 fn ctxsw_rows(report: &mut Report, env: Option<&Env>, quiet: bool, out: &mut Console) -> bool {

@@ -13,6 +13,11 @@ pub const REPORT_MAGIC: u64 = u64::from_le_bytes(*b"VMMGUEST");
 /// Bumped on every incompatible change of [`Report`].
 pub const REPORT_VERSION: u32 = 4;
 
+/// Set in an `exit-*` row's [`Report::result_aux`] when the rest is the
+/// XINUSE the guest read (XGETBV with ECX = 1) right before the row's
+/// first exit; the figure is 0 where the CPU cannot say.
+pub const AUX_XINUSE: u64 = 1 << 63;
+
 /// Number of XSAVE state components described in a report (0..=19).
 pub const REPORT_COMPONENTS: usize = 20;
 /// The most CPUs the guest kernel brings up: its per-CPU stacks, TSSes and
@@ -189,7 +194,8 @@ pub struct Report {
 
     /// A second figure per result, same index as [`Report::results`]; 0
     /// when the row has none. `ctxsw` rows: bytes written per save (see
-    /// `guest::bench::ctxsw::bytes_per_save`).
+    /// `guest::bench::ctxsw::bytes_per_save`); `exit-*` rows: XINUSE right
+    /// before the first exit, or'ed with [`AUX_XINUSE`].
     pub result_aux: [u64; MAX_RESULTS],
     /// The user-level context-switch strategy the guest chose at boot by
     /// measurement (one of [`SWITCH_STRATEGIES`](crate::protocol::SWITCH_STRATEGIES)), NUL-padded; empty when

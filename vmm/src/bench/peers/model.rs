@@ -131,7 +131,7 @@ pub enum PeerError {
 pub struct ExitRow {
     /// The guest's row name (`exit-pio`, `exit-mmio`, `exit-cpuid`).
     pub name: String,
-    /// Its variant (`cpl3-clean`, `cpl3-dirty`, `cpl0`).
+    /// Its variant (`cpl3-clean`, `cpl3-ymm`, `cpl3-zmm`, `cpl3-tiles`, `cpl0`).
     pub variant: String,
     /// Exits the guest timed per run.
     pub exits: u64,

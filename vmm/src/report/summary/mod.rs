@@ -20,7 +20,7 @@ pub use build::result_rows;
 pub struct ResultRow {
     /// Workload name (`aes-128-cbc`, `linpack`, `ctxsw`, `exit-pio`, ...).
     pub name: String,
-    /// Implementation variant (`aesni`, `avx2`, `cpl3-dirty`, ...).
+    /// Implementation variant (`aesni`, `avx2`, `cpl3-zmm`, ...).
     pub variant: String,
     /// Problem size the guest chose, in [`ResultRow::size_unit`]s.
     pub size: u64,
