@@ -235,6 +235,26 @@ fn mp_config(mem: &impl PhysRead, p: &[u8; 16]) -> Option<u32> {
     (cpus > 0).then_some(cpus)
 }
 
+/// E820 type of usable RAM in a memory map.
+pub const E820_RAM: u32 = 1;
+
+/// The first address past 32-bit physical memory.
+const FOUR_GIB: u64 = 1 << 32;
+
+/// Usable RAM in a memory map of (address, size, E820 type) entries, in
+/// all and the part of it above 4 GiB (which a kernel that maps only the
+/// first 4 GiB, as ours, sees but does not use). Overflowing entries are
+/// cut at the top of the address space.
+pub fn ram_bytes(map: impl IntoIterator<Item = (u64, u64, u32)>) -> (u64, u64) {
+    map.into_iter()
+        .filter(|&(_, _, kind)| kind == E820_RAM)
+        .fold((0u64, 0u64), |(all, high), (addr, size, _)| {
+            let end = addr.saturating_add(size);
+            let above = end.saturating_sub(addr.max(FOUR_GIB));
+            (all.saturating_add(end - addr), high.saturating_add(above))
+        })
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;
@@ -371,5 +391,23 @@ mod tests {
         ram.0[0x9_fc10 + 50] ^= 0x80;
         assert_eq!(mptable_cpus(&ram), None, "table checksum");
         assert_eq!(mptable_cpus(&Ram(std::vec![0u8; 0x10_0000])), None);
+    }
+
+    /// A 16 GiB guest's map as vmm writes it: the low RAM around the
+    /// legacy hole, 13 GiB from 4 GiB; reserved entries do not count, an
+    /// entry across 4 GiB counts its upper part as high.
+    #[test]
+    fn ram_in_the_memory_map() {
+        const G: u64 = 1 << 30;
+        let map = [
+            (0, 0x9_fc00, E820_RAM),
+            (0x9_fc00, 0x6_0400, 2),
+            (0x10_0000, 3 * G - 0x10_0000, E820_RAM),
+            (4 * G, 13 * G, E820_RAM),
+        ];
+        assert_eq!(ram_bytes(map), (16 * G - 0x6_0400, 13 * G));
+        assert_eq!(ram_bytes([(3 * G, 2 * G, E820_RAM)]), (2 * G, G));
+        assert_eq!(ram_bytes([(u64::MAX - 5, 10, E820_RAM)]), (5, 5));
+        assert_eq!(ram_bytes([]), (0, 0));
     }
 }

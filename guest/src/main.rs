@@ -151,10 +151,15 @@ fn announce_boot_and_arena(info: &BootInfo, cmdline: &Cmdline, out: &mut Console
     }
     match arena::init(info.memmap()) {
         Some((start, end)) if !cmdline.quiet => {
+            let (ram, high) =
+                guest::firmware::ram_bytes(info.memmap().iter().map(|e| (e.addr, e.size, e.kind)));
             let _ = writeln!(
                 out,
-                "guest: arena {start:#x}..{end:#x} ({} MiB)",
-                (end - start) >> 20
+                "guest: arena {start:#x}..{end:#x} ({} MiB) of {} MiB of RAM, {} MiB of it \
+                 above 4 GiB (not mapped: nothing here needs it)",
+                (end - start) >> 20,
+                ram >> 20,
+                high >> 20
             );
         }
         Some(_) => {}

@@ -102,7 +102,8 @@ struct RunArgs {
     /// A PVH ELF kernel to boot instead of the embedded guest.
     #[arg(long, value_name = "PATH")]
     kernel: Option<PathBuf>,
-    /// Guest RAM in MiB.
+    /// Guest RAM in MiB, 4 to 1047552: up to 3 GiB below the 32-bit hole,
+    /// the rest from 4 GiB; the host backs only what the guest touches.
     #[arg(
         long,
         value_name = "MiB",

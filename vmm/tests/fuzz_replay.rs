@@ -192,6 +192,7 @@ fn write_seed_corpus() {
             .filter(|s| s.name != name)
             .cloned()
             .collect(),
+        ..Container::new()
     };
     write(
         "snapshot_sections",

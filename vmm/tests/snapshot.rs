@@ -494,9 +494,10 @@ fn memory_pages_are_mapped_and_refused_by_name_when_damaged() {
     let _ = std::fs::remove_file(snap);
 }
 
-/// A guest with 32 times the RAM writes a snapshot about as small (only
-/// pages that can hold data are scanned and stored), and it restores with
-/// its checks passing.
+/// A guest with 32 and 256 times the RAM writes a snapshot about as
+/// small (only pages that can hold data are scanned and stored), and it
+/// restores with its checks passing; the 16 GiB one has RAM above 4 GiB,
+/// which its file's memory map says.
 #[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn large_guest_snapshot_stays_small_and_restores() {
@@ -504,7 +505,7 @@ fn large_guest_snapshot_stays_small_and_restores() {
         return;
     }
     let mut sizes = Vec::new();
-    for mib in ["64", "2048"] {
+    for mib in ["64", "2048", "16384"] {
         let path = snap_path(&format!("large-{mib}"));
         let mut args = snapshot_check_args(path.to_str().unwrap()).to_vec();
         args.extend(["--mem", mib, "--no-native"]);
@@ -513,6 +514,18 @@ fn large_guest_snapshot_stays_small_and_restores() {
         assert_eq!(v["exit_reason"], "snapshotted", "{v:#}");
         let (_, info) = vmm_json(&["snapshot", "info", path.to_str().unwrap()]);
         assert_eq!(info["mem_mib"].as_u64().unwrap().to_string(), mib);
+        let regions: Vec<(u64, u64)> = info["memory_regions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["addr"].as_u64().unwrap(), r["bytes"].as_u64().unwrap()))
+            .collect();
+        let bytes = mib.parse::<u64>().unwrap() << 20;
+        let want = match bytes.checked_sub(3 << 30) {
+            Some(high) => vec![(0, 3 << 30), (4 << 30, high)],
+            None => vec![(0, bytes)],
+        };
+        assert_eq!(regions, want, "{info:#}");
         let len = std::fs::metadata(&path).unwrap().len();
         sizes.push((len, info["memory_pages_stored"].as_u64().unwrap()));
         let (out, v) = vmm_json(&["restore", path.to_str().unwrap(), "--no-native"]);
@@ -522,11 +535,68 @@ fn large_guest_snapshot_stays_small_and_restores() {
         assert_eq!(rows.len(), 1, "{v:#}");
         assert_eq!(rows[0]["check"], "pass", "{v:#}");
     }
-    let ((small, small_pages), (large, large_pages)) = (sizes[0], sizes[1]);
+    let (small, small_pages) = sizes[0];
+    for (large, large_pages) in &sizes[1..] {
+        assert!(
+            *large <= small + (1 << 20) && *large_pages <= small_pages + 256,
+            "{large} bytes ({large_pages} pages); 64 MiB: {small} bytes ({small_pages} pages)"
+        );
+    }
+}
+
+/// A 16 GiB guest boots with the rest of its RAM above 4 GiB and says so
+/// on its console: the memory map it read has 13 GiB there (our guest
+/// maps and uses only the first 4 GiB; its arena is far below).
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
+#[test]
+fn a_16_gib_guest_sees_its_ram_above_4_gib() {
+    if !kvm_or_skip("a_16_gib_guest_sees_its_ram_above_4_gib") {
+        return;
+    }
+    let out = vmm(&[
+        "run",
+        "--mem",
+        "16384",
+        "--workload",
+        "none",
+        "--no-native",
+        "--serial",
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     assert!(
-        large <= small + (1 << 20) && large_pages <= small_pages + 256,
-        "2048 MiB: {large} bytes ({large_pages} pages); 64 MiB: {small} bytes ({small_pages} pages)"
+        stdout.contains("of 16383 MiB of RAM, 13312 MiB of it above 4 GiB"),
+        "{stdout}"
     );
+}
+
+/// A format 2 file (written before `memory.regions`: RAM one region from
+/// address 0) still restores, its checks passing, and `vmm snapshot info`
+/// shows its version and the region it implies.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
+#[test]
+fn a_format_2_snapshot_still_restores() {
+    if !kvm_or_skip("a_format_2_snapshot_still_restores") {
+        return;
+    }
+    let path = snap_path("format-2");
+    let mut args = snapshot_check_args(path.to_str().unwrap()).to_vec();
+    args.push("--no-native");
+    let (out, v) = vmm_json(&args);
+    assert!(out.status.success(), "{v:#}");
+    let mut c = Container::parse(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(c.version, FORMAT_VERSION);
+    c.sections.retain(|s| s.name != "memory.regions");
+    c.version = 2;
+    std::fs::write(&path, c.to_bytes()).unwrap();
+    let (_, info) = vmm_json(&["snapshot", "info", path.to_str().unwrap()]);
+    assert_eq!(info["format_version"], 2, "{info:#}");
+    assert_eq!(
+        info["memory_regions"],
+        serde_json::json!([{ "addr": 0, "bytes": 64 << 20 }]),
+        "{info:#}"
+    );
+    restore_checked(&path);
 }
 
 /// A restored guest snapshotted again: its RAM is then mostly pages mapped

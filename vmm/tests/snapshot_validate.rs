@@ -16,6 +16,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::{kvm_or_skip, snapshot_check_args, vmm};
+use vmm::arch::layout::RamRegion;
 use vmm::snapshot::format::{read_table, reseal, Container};
 use vmm::snapshot::state::Snapshot;
 use xstate::XsaveBuf;
@@ -137,8 +138,26 @@ fn every_state_rule_gives_one_answer_naming_the_field() {
         ),
         (
             "mem-bound",
-            |s| s.meta.mem_mib = 4096,
-            "meta.mem_mib: 4096 MiB is outside this vmm's guest RAM range 4..=3072 MiB",
+            |s| s.meta.mem_mib = 1047553,
+            "meta.mem_mib: 1047553 MiB is outside this vmm's guest RAM range 4..=1047552 MiB",
+        ),
+        (
+            // Well-formed regions, but not where this vmm puts 64 MiB.
+            "regions-elsewhere",
+            |s| {
+                s.memory.regions = vec![
+                    RamRegion {
+                        addr: 0,
+                        len: 32 << 20,
+                    },
+                    RamRegion {
+                        addr: 4 << 30,
+                        len: 32 << 20,
+                    },
+                ]
+            },
+            "memory.regions: RAM at 0x0+0x2000000, 0x100000000+0x2000000, but this vmm lays \
+             64 MiB out at 0x0+0x4000000",
         ),
         (
             "mem-mismatch",
@@ -365,6 +384,33 @@ fn every_structural_rule_gives_one_answer() {
             "bytes of page data for",
         ),
         (
+            "regions-count",
+            |b| {
+                let mut c = Container::parse(b).unwrap();
+                c.get_mut("memory.regions").unwrap()[0] = 17;
+                *b = c.to_bytes();
+            },
+            "section \"memory.regions\": 17 regions, expected at most 16",
+        ),
+        (
+            "regions-missing",
+            |b| {
+                let mut c = Container::parse(b).unwrap();
+                c.sections.retain(|s| s.name != "memory.regions");
+                *b = c.to_bytes();
+            },
+            "section \"memory.regions\" is missing",
+        ),
+        (
+            "regions-in-format-2",
+            |b| {
+                let mut c = Container::parse(b).unwrap();
+                c.version = 2;
+                *b = c.to_bytes();
+            },
+            "section \"memory.regions\" in a format 2 file",
+        ),
+        (
             "section-count",
             |b| {
                 b[16..20].copy_from_slice(&u32::MAX.to_le_bytes());
@@ -394,17 +440,19 @@ fn unreadable_inputs_are_refused_before_reading() {
         .expect("mkfifo runs");
     assert!(made.success());
     let sparse = dir.join("sparse");
+    let huge = vmm::run::restore::MAX_SNAPSHOT_BYTES + 1;
     std::fs::File::create(&sparse)
         .unwrap()
-        .set_len(4 << 30)
+        .set_len(huge)
         .unwrap();
+    let huge_needle = format!("is {huge} bytes; the limit is");
     for (path, needle) in [
         (
             Path::new("/dev/zero"),
             "is a character device, not a regular file",
         ),
         (fifo.as_path(), "is a FIFO, not a regular file"),
-        (sparse.as_path(), "is 4294967296 bytes; the limit is"),
+        (sparse.as_path(), huge_needle.as_str()),
     ] {
         let ps = path.to_str().unwrap();
         for args in [vec!["snapshot", "info", ps], vec!["restore", ps]] {

@@ -18,8 +18,9 @@ use guest::protocol::{
 };
 use xstate::Xfeature;
 
-/// A report address past any guest RAM `vmm` gives (its maximum is far
-/// below 3 GiB): every handover is refused as "not in guest RAM".
+/// A report address in the 32-bit hole below 4 GiB, which is never guest
+/// RAM `vmm` gives (RAM past 3 GiB continues at 4 GiB): every handover is
+/// refused as "not in guest RAM".
 const BAD_REPORT_ADDR: u32 = 0xffff_f000;
 
 /// The register an `edit-xmm` request names.

@@ -5,7 +5,7 @@
 /// `hvm_start_info.magic`.
 pub const HVM_START_MAGIC: u32 = 0x336e_c578;
 /// E820 type of usable RAM in the PVH memory map.
-pub const MEMMAP_TYPE_RAM: u32 = 1;
+pub const MEMMAP_TYPE_RAM: u32 = guest::firmware::E820_RAM;
 /// Most memory-map entries the kernel keeps.
 pub const MAX_MEMMAP: usize = 64;
 /// Longest command line the kernel keeps (longer ones are cut here).

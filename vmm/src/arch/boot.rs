@@ -13,11 +13,11 @@ use linux_loader::configurator::{BootConfigurator, BootParams};
 use linux_loader::loader::elf::start_info::{hvm_memmap_table_entry, hvm_start_info};
 use linux_loader::loader::elf::Elf;
 use linux_loader::loader::KernelLoader;
-use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 
 use super::elf::{check_image, ImagePlan};
 use super::layout::{
-    CMDLINE_ADDR, CMDLINE_MAX, EBDA_START, HIGHMEM_START, MEMMAP_ADDR, START_INFO_ADDR,
+    RamRegion, CMDLINE_ADDR, CMDLINE_MAX, EBDA_START, HIGHMEM_START, MEMMAP_ADDR, START_INFO_ADDR,
 };
 use crate::arch::error::{BootError, MemoryError};
 
@@ -130,27 +130,14 @@ pub fn write_boot_info(mem: &GuestMemoryMmap, cmdline: &str) -> Result<(), Memor
             source,
         })?;
 
-    let ram_end = mem.last_addr().0 + 1;
-    let memmap = [
-        hvm_memmap_table_entry {
-            addr: 0,
-            size: EBDA_START,
-            type_: E820_RAM,
-            reserved: 0,
-        },
-        hvm_memmap_table_entry {
-            addr: EBDA_START,
-            size: HIGHMEM_START - EBDA_START,
-            type_: E820_RESERVED,
-            reserved: 0,
-        },
-        hvm_memmap_table_entry {
-            addr: HIGHMEM_START,
-            size: ram_end - HIGHMEM_START,
-            type_: E820_RAM,
-            reserved: 0,
-        },
-    ];
+    let regions: Vec<RamRegion> = mem
+        .iter()
+        .map(|r| RamRegion {
+            addr: r.start_addr().0,
+            len: r.len(),
+        })
+        .collect();
+    let memmap = memmap(&regions);
     let start_info = hvm_start_info {
         magic: XEN_HVM_START_MAGIC,
         version: 1,
@@ -164,4 +151,81 @@ pub fn write_boot_info(mem: &GuestMemoryMmap, cmdline: &str) -> Result<(), Memor
     PvhBootConfigurator::write_bootparams::<GuestMemoryMmap>(&params, mem)
         .map_err(MemoryError::BootParams)?;
     Ok(())
+}
+
+/// The PVH memory map (E820 types) of guest RAM laid out in `regions`
+/// (ascending, the first from address 0): the low region with the legacy
+/// VGA/BIOS hole below 1 MiB reserved, then every other region as RAM (the
+/// 32-bit hole between them is left out, so the guest sees no RAM there).
+fn memmap(regions: &[RamRegion]) -> Vec<hvm_memmap_table_entry> {
+    let entry = |addr, size, type_| hvm_memmap_table_entry {
+        addr,
+        size,
+        type_,
+        reserved: 0,
+    };
+    let mut map = Vec::with_capacity(regions.len() + 2);
+    for r in regions {
+        if r.addr == 0 {
+            map.push(entry(0, EBDA_START, E820_RAM));
+            map.push(entry(EBDA_START, HIGHMEM_START - EBDA_START, E820_RESERVED));
+            map.push(entry(HIGHMEM_START, r.len - HIGHMEM_START, E820_RAM));
+        } else {
+            map.push(entry(r.addr, r.len, E820_RAM));
+        }
+    }
+    map
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::layout::ram_regions;
+
+    /// The map the guest reads for 64 MiB, 3 GiB, 4 GiB and 16 GiB: the
+    /// low RAM around the legacy hole, nothing between 3 and 4 GiB, the
+    /// rest of RAM from 4 GiB; its RAM adds up to `--mem` less the legacy
+    /// hole.
+    #[test]
+    fn memory_map_for_each_size() {
+        const G: u64 = 1 << 30;
+        let low = |end: u64| {
+            [
+                (0, EBDA_START, E820_RAM),
+                (EBDA_START, HIGHMEM_START - EBDA_START, E820_RESERVED),
+                (HIGHMEM_START, end - HIGHMEM_START, E820_RAM),
+            ]
+        };
+        for (bytes, high) in [
+            (64 << 20, None),
+            (3 * G, None),
+            (4 * G, Some(G)),
+            (16 * G, Some(13 * G)),
+        ] {
+            let got: Vec<(u64, u64, u32)> = memmap(&ram_regions(bytes))
+                .iter()
+                .map(|e| (e.addr, e.size, e.type_))
+                .collect();
+            let mut want = low(bytes.min(3 * G)).to_vec();
+            want.extend(high.map(|h| (4 * G, h, E820_RAM)));
+            assert_eq!(got, want, "{bytes:#x}");
+            let ram: u64 = got.iter().filter(|e| e.2 == E820_RAM).map(|e| e.1).sum();
+            assert_eq!(ram, bytes - (HIGHMEM_START - EBDA_START));
+        }
+    }
+
+    /// What the guest finds in its RAM: the map written for a 16 GiB
+    /// guest, read back from guest memory.
+    #[test]
+    fn a_16_gib_guest_gets_its_high_ram_in_the_map() {
+        let mem = crate::vstate::machine::allocate_ram(16 << 10).unwrap();
+        write_boot_info(&mem, "quiet").unwrap();
+        let n: u32 = mem.read_obj(GuestAddress(START_INFO_ADDR + 0x30)).unwrap();
+        assert_eq!(n, 4);
+        let last = MEMMAP_ADDR + 3 * 24;
+        let addr: u64 = mem.read_obj(GuestAddress(last)).unwrap();
+        let size: u64 = mem.read_obj(GuestAddress(last + 8)).unwrap();
+        let type_: u32 = mem.read_obj(GuestAddress(last + 16)).unwrap();
+        assert_eq!((addr, size, type_), (4 << 30, 13 << 30, E820_RAM));
+    }
 }

@@ -54,9 +54,10 @@ pub enum MemoryError {
     #[error("building the MP table: {0}")]
     MpTable(#[source] MpTableError),
     /// A snapshot's pages could not be written back.
-    #[error("writing {len} bytes at {addr:#x}: {source}")]
+    #[error("writing {len} bytes at RAM offset {addr:#x}: {source}")]
     Restore {
-        /// Guest physical address of the run of pages.
+        /// RAM offset of the run of pages (its guest address below the
+        /// 32-bit hole; see `arch::layout::ram_pieces`).
         addr: u64,
         /// Its length.
         len: usize,
@@ -75,9 +76,27 @@ pub enum MemoryError {
         #[source]
         source: vm_memory::GuestMemoryError,
     },
-    /// Snapshots assume the one-region layout of `arch::layout`.
-    #[error("snapshots support one RAM region from address 0")]
+    /// Guest RAM is not laid out as the memory map says
+    /// (`arch::layout::ram_regions`), or a run of a snapshot's pages lies
+    /// outside it or off a page boundary.
+    #[error(
+        "guest RAM does not match the memory map, or a run of snapshot pages lies outside it \
+         or off a page boundary"
+    )]
     Layout,
+    /// `--mem` puts RAM past the physical addresses the guest's CPU has.
+    #[error(
+        "--mem {mib} MiB puts guest RAM up to {end:#x}, past the {bits}-bit physical addresses \
+         this KVM gives a guest (CPUID 0x8000_0008)"
+    )]
+    BeyondPhysBits {
+        /// The size asked for.
+        mib: u64,
+        /// Where that RAM ends (guest physical).
+        end: u64,
+        /// The guest's physical address width.
+        bits: u32,
+    },
     /// The snapshot file is shorter than the pages a restore maps from it:
     /// it changed after it was checked.
     #[error("the snapshot file is {len} bytes now, but its stored pages end at byte {need}: it was truncated after it was checked")]

@@ -1,6 +1,12 @@
-//! The guest physical memory map: one RAM region from address 0, and the
-//! fixed addresses the boot protocol uses inside it. Constants only: RAM
-//! itself is created by `vstate::machine`.
+//! The guest physical memory map: RAM from address 0 up to the 32-bit
+//! hole, the rest of it from 4 GiB ([`ram_regions`]), and the fixed
+//! addresses the boot protocol uses in the low region. RAM itself is
+//! created by `vstate::machine`.
+//!
+//! As on a PC (and in Firecracker's and Cloud Hypervisor's maps), the top
+//! of the 32-bit space is never RAM: the guest's MMIO, ports' tables and
+//! KVM's TSS live there, so a guest of more than [`LOW_RAM_END`] bytes gets
+//! the rest of its RAM above 4 GiB ([`HIGH_RAM_START`]).
 //!
 //! ```text
 //! 0x0000_0500  boot GDT (PVH asks for flat 32-bit segments; the direct
@@ -11,9 +17,11 @@
 //! 0x0000_9000  the direct entry's page tables: PML4, PDPT, PD (3 pages)
 //! 0x0002_0000  kernel command line (NUL-terminated, < 4 KiB)
 //! 0x0010_0000  kernel image (ELF PT_LOAD segments, at their physical addresses)
-//! mem_size     end of RAM (at most 3 GiB: the 3-4 GiB hole stays unbacked
-//!              so guest MMIO there exits to the VMM)
+//! mem_size     end of the low region: all of RAM up to 3 GiB (LOW_RAM_END);
+//!              the 3-4 GiB hole stays unbacked so guest MMIO there exits
+//!              to the VMM
 //! 0xfffb_d000  three pages for KVM's VMX real-mode TSS (KVM_TSS_ADDR)
+//! 0x1_0000_0000  the high region: RAM past 3 GiB, when --mem is larger
 //! ```
 
 /// The x86 base page: the unit of guest RAM mappings and of the snapshot's
@@ -24,10 +32,10 @@ pub const PAGE_SIZE: usize = 4096;
 pub const BOOT_GDT_ADDR: u64 = 0x500;
 /// Where a guest started at its direct 64-bit entry writes the TSC of its
 /// first instruction (the VMM passes this address in RSI; see
-/// [`super::regs`]). Zero until the guest writes it.
+/// `arch::regs`). Zero until the guest writes it.
 pub const BOOT_TSC_ADDR: u64 = 0x5000;
 /// The direct entry's identity map: PML4 here, then PDPT and PD in the
-/// next two pages (see [`super::paging`]).
+/// next two pages (see `arch::paging`).
 pub const BOOT_PAGE_TABLES_ADDR: u64 = 0x9000;
 /// How much the direct entry's identity map covers: the first GiB (one PD
 /// of 2 MiB pages), enough for the boot structures and any kernel image
@@ -47,8 +55,75 @@ pub const HIGHMEM_START: u64 = 0x10_0000;
 pub const EBDA_START: u64 = 0x9_fc00;
 /// Smallest guest that holds the boot structures and a kernel.
 pub const MIN_MEM_MIB: u64 = 4;
-/// RAM ends below the 32-bit MMIO hole.
-pub const MAX_MEM_MIB: u64 = 3 * 1024;
+/// Where the low RAM region ends at most: the 32-bit MMIO hole starts here.
+pub const LOW_RAM_END: u64 = 3 << 30;
+/// Where RAM past [`LOW_RAM_END`] continues: above the 32-bit space.
+pub const HIGH_RAM_START: u64 = 1 << 32;
+/// Largest guest RAM: RAM then ends ([`ram_end`]) at 1 TiB, 40 physical
+/// address bits. Guest RAM is mapped `MAP_NORESERVE`, so the host backs
+/// only the pages the guest touches and 64 GiB of it fits a 24 GiB host;
+/// the other limits are the host's, each refused with an error naming
+/// the size: the guest CPU's physical address width (KVM's CPUID leaf
+/// 0x8000_0008, checked before the VM is built), the `mmap` and KVM's
+/// memory slot.
+pub const MAX_MEM_MIB: u64 = ((1 << 40) - (HIGH_RAM_START - LOW_RAM_END)) >> 20;
+
+/// One region of guest RAM: its guest physical address and length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RamRegion {
+    /// Guest physical address of its first byte (page-aligned).
+    pub addr: u64,
+    /// Its length in bytes (whole pages).
+    pub len: u64,
+}
+
+impl RamRegion {
+    /// The first guest address past it.
+    pub const fn end(&self) -> u64 {
+        self.addr + self.len
+    }
+}
+
+/// The RAM regions of a guest with `bytes` of RAM, ascending: `[0,
+/// bytes)` up to [`LOW_RAM_END`], the rest from [`HIGH_RAM_START`]. RAM
+/// offsets (a snapshot's page index counts them) run through the regions
+/// in this order.
+///
+/// # Examples
+///
+/// ```
+/// use vmm::arch::layout::{ram_regions, RamRegion};
+/// assert_eq!(ram_regions(64 << 20), [RamRegion { addr: 0, len: 64 << 20 }]);
+/// assert_eq!(
+///     ram_regions(16 << 30),
+///     [
+///         RamRegion { addr: 0, len: 3 << 30 },
+///         RamRegion { addr: 4 << 30, len: 13 << 30 },
+///     ]
+/// );
+/// ```
+pub fn ram_regions(bytes: u64) -> Vec<RamRegion> {
+    let low = RamRegion {
+        addr: 0,
+        len: bytes.min(LOW_RAM_END),
+    };
+    match bytes.checked_sub(LOW_RAM_END).filter(|&h| h > 0) {
+        Some(high) => vec![
+            low,
+            RamRegion {
+                addr: HIGH_RAM_START,
+                len: high,
+            },
+        ],
+        None => vec![low],
+    }
+}
+
+/// The first guest physical address past the RAM of a guest with `bytes`
+/// of RAM.
+pub fn ram_end(bytes: u64) -> u64 {
+    ram_regions(bytes).last().map_or(0, RamRegion::end)
+}
 /// The three pages `KVM_SET_TSS_ADDR` reserves for Intel VMX's real-mode
 /// emulation (a TSS and the identity-map page after it). They must lie below
 /// 4 GiB and outside RAM and any MMIO a guest uses: just under the BIOS ROM
@@ -56,3 +131,95 @@ pub const MAX_MEM_MIB: u64 = 3 * 1024;
 /// VMMs conventionally put them, inside our unbacked MMIO hole. Other
 /// vendors ignore the address.
 pub const KVM_TSS_ADDR: u64 = 0xfffb_d000;
+
+/// The pieces of guest memory that `len` bytes of RAM from RAM offset
+/// `offset` occupy in `regions` (ascending, as [`ram_regions`] gives
+/// them), as (guest address, length): one piece, or more when the range
+/// crosses from one region into the next. `None` when the range reaches
+/// past the end of RAM.
+///
+/// # Examples
+///
+/// ```
+/// use vmm::arch::layout::{ram_pieces, ram_regions};
+/// let regions = ram_regions(4 << 30);
+/// assert_eq!(
+///     ram_pieces(&regions, (3 << 30) - 4096, 8192),
+///     Some(vec![((3 << 30) - 4096, 4096), (4 << 30, 4096)])
+/// );
+/// assert_eq!(ram_pieces(&regions, 4 << 30, 1), None);
+/// ```
+pub fn ram_pieces(regions: &[RamRegion], offset: u64, len: u64) -> Option<Vec<(u64, u64)>> {
+    let end = offset.checked_add(len)?;
+    let mut pieces = Vec::new();
+    let mut base = 0u64;
+    for r in regions {
+        let (lo, hi) = (offset.max(base), end.min(base + r.len));
+        if lo < hi {
+            pieces.push((r.addr + (lo - base), hi - lo));
+        }
+        base += r.len;
+    }
+    (end <= base).then_some(pieces)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The map for 64 MiB, 3 GiB (the most the low region holds), 4, 16
+    /// and 64 GiB: low RAM up to the hole, the rest from 4 GiB, nothing in
+    /// 3-4 GiB, nothing over KVM's TSS, and the lengths add up to the RAM.
+    #[test]
+    fn ram_regions_keep_the_32_bit_hole() {
+        let low = |len| RamRegion { addr: 0, len };
+        let high = |len| RamRegion {
+            addr: HIGH_RAM_START,
+            len,
+        };
+        const G: u64 = 1 << 30;
+        for (bytes, want) in [
+            (64 << 20, vec![low(64 << 20)]),
+            (3 * G, vec![low(3 * G)]),
+            (4 * G, vec![low(3 * G), high(G)]),
+            (16 * G, vec![low(3 * G), high(13 * G)]),
+            (64 * G, vec![low(3 * G), high(61 * G)]),
+        ] {
+            let got = ram_regions(bytes);
+            assert_eq!(got, want, "{bytes:#x}");
+            assert_eq!(got.iter().map(|r| r.len).sum::<u64>(), bytes);
+            for r in &got {
+                assert!(r.end() <= LOW_RAM_END || r.addr >= HIGH_RAM_START, "{r:?}");
+                assert!(!(r.addr..r.end()).contains(&KVM_TSS_ADDR), "{r:?}");
+            }
+            assert_eq!(ram_end(bytes), got.last().unwrap().end());
+        }
+        assert_eq!(ram_end(MAX_MEM_MIB << 20), 1 << 40);
+    }
+
+    /// RAM offsets map into the regions in order; a range across the
+    /// hole is split at it, one past the end is refused.
+    #[test]
+    fn ram_offsets_map_across_the_hole() {
+        let one = ram_regions(64 << 20);
+        assert_eq!(ram_pieces(&one, 4096, 8192), Some(vec![(4096, 8192)]));
+        assert_eq!(
+            ram_pieces(&one, (64 << 20) - 4096, 4096),
+            Some(vec![((64 << 20) - 4096, 4096)])
+        );
+        assert_eq!(ram_pieces(&one, (64 << 20) - 4096, 8192), None);
+        assert_eq!(ram_pieces(&one, u64::MAX, 2), None);
+        let two = ram_regions(16 << 30);
+        assert_eq!(ram_pieces(&two, 5 << 30, 4096), Some(vec![(6 << 30, 4096)]));
+        assert_eq!(
+            ram_pieces(&two, LOW_RAM_END - 4096, 3 * 4096),
+            Some(vec![(LOW_RAM_END - 4096, 4096), (HIGH_RAM_START, 2 * 4096)])
+        );
+        assert_eq!(
+            ram_pieces(&two, (16 << 30) - 4096, 4096),
+            Some(vec![((17 << 30) - 4096, 4096)])
+        );
+        assert_eq!(ram_pieces(&two, 16 << 30, 4096), None);
+        assert_eq!(ram_pieces(&two, 0, 0), Some(vec![]));
+    }
+}

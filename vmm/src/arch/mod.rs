@@ -13,7 +13,7 @@ pub mod amx;
 pub mod boot;
 pub mod elf;
 pub(crate) mod error;
-pub(crate) mod layout;
+pub mod layout;
 pub mod mptable;
 pub(crate) mod paging;
 pub(crate) mod regs;

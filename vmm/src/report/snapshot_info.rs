@@ -13,7 +13,7 @@ use crate::kvm::HostKvm;
 use crate::report::hex;
 use crate::report::table::Columns;
 use crate::snapshot::error::SnapshotError;
-use crate::snapshot::format::{self, SectionInfo};
+use crate::snapshot::format::SectionInfo;
 use crate::snapshot::load as restore;
 use crate::vstate::vcpu::MSR_IA32_XSS;
 
@@ -24,7 +24,7 @@ pub struct SnapshotInfo {
     pub file: String,
     /// Its size.
     pub file_bytes: u64,
-    /// The container format version.
+    /// The file's container format version.
     pub format_version: u32,
     /// The section table.
     pub sections: Vec<SectionInfo>,
@@ -38,6 +38,9 @@ pub struct SnapshotInfo {
     pub mem_mib: u64,
     /// Guest RAM in pages.
     pub memory_pages: u64,
+    /// Where guest RAM lies (the file's `memory.regions`; one region from
+    /// address 0 for a format 2 file).
+    pub memory_regions: Vec<MemoryRegionInfo>,
     /// Non-zero pages stored; the rest were all-zero and left out.
     pub memory_pages_stored: u64,
     /// How the stored pages were written (empty for a file from before
@@ -73,6 +76,15 @@ pub struct SnapshotInfo {
     pub restorable_here: Option<bool>,
     /// Why not, when not.
     pub restore_refusal: Option<String>,
+}
+
+/// One region of guest RAM in `vmm snapshot info`.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct MemoryRegionInfo {
+    /// Its guest physical address.
+    pub addr: u64,
+    /// Its length in bytes.
+    pub bytes: u64,
 }
 
 /// One vCPU of `vmm snapshot info`.
@@ -139,6 +151,7 @@ fn reg(v: u64) -> String {
 pub fn info(path: &Path) -> Result<SnapshotInfo, SnapshotError> {
     let (sections, file_bytes, container) = restore::read_container(path)?;
     let snap = restore::decode(path, &container)?;
+    let container_version = container.version;
     // Sizes are shown from the source's leaf 0xD when it is consistent;
     // when it is not, the validation below says so.
     let source = snap.meta.source_info().ok();
@@ -192,13 +205,22 @@ pub fn info(path: &Path) -> Result<SnapshotInfo, SnapshotError> {
     Ok(SnapshotInfo {
         file: path.display().to_string(),
         file_bytes,
-        format_version: format::FORMAT_VERSION,
+        format_version: container_version,
         sections,
         trigger: m.trigger.clone(),
         created_unix_s: m.created_unix_s,
         vmm_version: m.vmm_version.clone(),
         mem_mib: m.mem_mib,
         memory_pages: snap.memory.size / crate::arch::layout::PAGE_SIZE as u64,
+        memory_regions: snap
+            .memory
+            .ram_regions()
+            .iter()
+            .map(|r| MemoryRegionInfo {
+                addr: r.addr,
+                bytes: r.len,
+            })
+            .collect(),
         memory_pages_stored: snap.memory.stored_pages(),
         memory_write: m.memory_write.clone(),
         cmdline: m.cmdline.clone(),
@@ -251,6 +273,12 @@ impl SnapshotInfo {
             self.memory_pages,
             self.memory_pages - self.memory_pages_stored
         );
+        let regions: Vec<String> = self
+            .memory_regions
+            .iter()
+            .map(|r| format!("{} MiB at {:#x}", r.bytes >> 20, r.addr))
+            .collect();
+        let _ = writeln!(s, "memory map    {}", regions.join(", "));
         if !self.memory_write.is_empty() {
             let _ = writeln!(s, "memory write  {}", self.memory_write);
         }

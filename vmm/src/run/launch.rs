@@ -139,11 +139,12 @@ fn check_request(config: &RunConfig) -> Result<crate::arch::elf::ImagePlan> {
     Ok(plan)
 }
 
-/// `--hugepages`: advise THP on guest RAM, or note hugetlbfs RAM's range.
-fn advise(ram: &GuestMemoryMmap, backing: RamBacking) -> std::result::Result<(u64, u64), String> {
+/// `--hugepages`: advise THP on guest RAM (hugetlbfs RAM is huge pages
+/// already).
+fn advise(ram: &GuestMemoryMmap, backing: RamBacking) -> std::result::Result<(), String> {
     match backing {
         RamBacking::Thp => crate::vstate::machine::advise_hugepages(ram).map_err(|e| e.to_string()),
-        RamBacking::Hugetlbfs => Ok(ram_range(ram)),
+        RamBacking::Hugetlbfs => Ok(()),
     }
 }
 
@@ -190,9 +191,11 @@ fn build_and_load(
         Xfeatures::Kvm => {
             let (host, built, loaded) = HostKvm::open_overlapping(build, load)?;
             let xcr0 = validate_policy(None, &host.xstate, &host.supported_cpuid)?;
+            check_phys_bits(&host, config.mem_mib)?;
             Ok((host, built, loaded, xcr0))
         }
         Xfeatures::Resolved(r) => {
+            check_phys_bits(&r.host, config.mem_mib)?;
             let built = build(&r.host.kvm)?;
             let loaded = load()?;
             Ok((r.host, built, loaded, r.resolution.result))
@@ -252,37 +255,34 @@ fn configure_aps(
     Ok(ap_start)
 }
 
-/// What `--hugepages` did to guest RAM, read at the run's end.
+/// What `--hugepages` did to guest RAM, read at the run's end: the huge
+/// pages of every region's mapping, added.
 fn hugepages_record(
     ram: &GuestMemoryMmap,
     backing: RamBacking,
-    advised: std::result::Result<(u64, u64), String>,
+    advised: std::result::Result<(), String>,
     mem_mib: u64,
 ) -> super::outcome::HugePages {
-    let (host, len) = advised.as_ref().copied().unwrap_or_else(|_| ram_range(ram));
+    use crate::vstate::machine::{anon_huge_kib, host_ranges, hugetlb_kib};
+    let ranges = host_ranges(ram);
+    let added = |kib: fn(u64, u64) -> std::io::Result<u64>| {
+        ranges
+            .iter()
+            .map(|&(host, len)| kib(host, len))
+            .sum::<std::io::Result<u64>>()
+            .ok()
+    };
     super::outcome::HugePages {
         backing,
-        advised: advised.map(|_| ()),
+        advised,
         ram_kib: mem_mib << 10,
-        anon_huge_kib: crate::vstate::machine::anon_huge_kib(host, len).ok(),
+        anon_huge_kib: added(anon_huge_kib),
         hugetlb_kib: (backing == RamBacking::Hugetlbfs)
-            .then(|| crate::vstate::machine::hugetlb_kib(host, len).ok())
+            .then(|| added(hugetlb_kib))
             .flatten(),
         // The native side's: the tool that started it reads it.
         native: None,
     }
-}
-
-/// The host address and length of guest RAM's (single) mapping.
-fn ram_range(mem: &vm_memory::GuestMemoryMmap) -> (u64, u64) {
-    use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
-    mem.iter()
-        .next()
-        .and_then(|r| {
-            let host = mem.get_host_address(r.start_addr()).ok()?;
-            Some((host as u64, r.len()))
-        })
-        .unwrap_or((0, 0))
 }
 
 /// `--mem` in bytes, refused when outside what the memory map allows.
@@ -291,6 +291,35 @@ fn ram_bytes(mem_mib: u64) -> Result<u64> {
         return Err(MemoryError::SizeOutOfRange(mem_mib).into());
     }
     Ok(mem_mib << 20)
+}
+
+/// Refuse `mem_mib` MiB of RAM when its end (RAM past 3 GiB lies above
+/// 4 GiB) is past the physical addresses this KVM gives a guest: the
+/// guest could not address it.
+pub(crate) fn check_phys_bits(host: &HostKvm, mem_mib: u64) -> Result<()> {
+    fits_phys_bits(host.supported_cpuid.as_slice(), mem_mib).map_err(Into::into)
+}
+
+/// [`check_phys_bits`] on a CPUID table: leaf 0x8000_0008, EAX bits 7:0
+/// (no such leaf, or an implausible width: no check).
+fn fits_phys_bits(
+    cpuid: &[kvm_bindings::kvm_cpuid_entry2],
+    mem_mib: u64,
+) -> std::result::Result<(), MemoryError> {
+    let bits = cpuid
+        .iter()
+        .find(|e| e.function == 0x8000_0008 && e.index == 0)
+        .map(|e| e.eax & 0xff)
+        .filter(|&b| (32..64).contains(&b));
+    let end = crate::arch::layout::ram_end(mem_mib << 20);
+    match bits {
+        Some(bits) if end > 1 << bits => Err(MemoryError::BeyondPhysBits {
+            mib: mem_mib,
+            end,
+            bits,
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// A time-triggered snapshot needs somewhere to go: refused before any VM
@@ -431,5 +460,35 @@ fn with_xfeatures_hint(cmdline: &str, xcr0: XfeatureMask) -> String {
         hint
     } else {
         format!("{hint} {cmdline}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// RAM whose end passes the guest's physical address width is refused
+    /// naming both; RAM up to it, or a table without the leaf, is not.
+    #[test]
+    fn ram_past_the_physical_address_width_is_refused() {
+        let leaf = |bits: u32| kvm_bindings::kvm_cpuid_entry2 {
+            function: 0x8000_0008,
+            eax: 0x3000 | bits,
+            ..Default::default()
+        };
+        // 36 bits: 64 GiB of addresses; 61 GiB of RAM ends at 62 GiB.
+        assert!(fits_phys_bits(&[leaf(36)], 61 << 10).is_ok());
+        assert!(fits_phys_bits(&[leaf(36)], 63 << 10).is_ok());
+        let e = fits_phys_bits(&[leaf(36)], 64 << 10)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--mem 65536 MiB puts guest RAM up to 0x1040000000")
+                && e.contains("past the 36-bit physical addresses"),
+            "{e}"
+        );
+        assert!(fits_phys_bits(&[leaf(48)], crate::arch::layout::MAX_MEM_MIB).is_ok());
+        assert!(fits_phys_bits(&[], crate::arch::layout::MAX_MEM_MIB).is_ok());
+        assert!(fits_phys_bits(&[leaf(0)], 64 << 10).is_ok());
     }
 }

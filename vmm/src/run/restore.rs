@@ -54,7 +54,6 @@ use crate::snapshot::load::{load_irqchip, load_vcpu, restored_devices};
 use crate::snapshot::save::SaveContext;
 use crate::snapshot::state::Snapshot;
 use crate::vstate::machine::{Ap, Machine, RamImage};
-use vm_memory::{Bytes, GuestAddress};
 
 use crate::xstate_manager::{SyncPolicy, XstateManager};
 
@@ -229,6 +228,7 @@ fn build_machine(
     file: Option<&File>,
 ) -> Result<(Machine, Vec<kvm_ioctls::VcpuFd>)> {
     let mem_mib = snap.meta.mem_mib;
+    crate::run::launch::check_phys_bits(host, mem_mib)?;
     let vcpus = snap.vcpus.len() as u32;
     let (machine, ap_fds) = match (&snap.memory.in_file, file) {
         (Some(pages), Some(file)) => {
@@ -243,16 +243,8 @@ fn build_machine(
         (Some(_), None) => return Err(MemoryError::Layout.into()),
         (None, _) => Machine::create_smp(&host.kvm, mem_mib, vcpus, irqchip)?,
     };
-    snap.memory.apply(|addr, data| {
-        machine
-            .mem
-            .write_slice(data, GuestAddress(addr))
-            .map_err(|source| MemoryError::Restore {
-                addr,
-                len: data.len(),
-                source,
-            })
-    })?;
+    snap.memory
+        .apply(|offset, data| crate::vstate::machine::write_ram(&machine.mem, offset, data))?;
     Ok((machine, ap_fds))
 }
 

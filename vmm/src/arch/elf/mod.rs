@@ -12,7 +12,7 @@
 //! | ELF64, little-endian, `ET_EXEC`, x86-64, 56-byte program headers | what the loader reads |
 //! | the program header table and every segment's file bytes lie inside the file | no read past the end |
 //! | `p_filesz <= p_memsz` | the loader copies `p_filesz` bytes into a `p_memsz` segment |
-//! | every `PT_LOAD` lies in `[1 MiB, end of RAM)` | below 1 MiB the boot structures (`super::layout`) would overwrite it; past RAM there is nothing to load into |
+//! | every `PT_LOAD` lies in `[1 MiB, end of RAM below the 32-bit hole)` | below 1 MiB the boot structures (`super::layout`) would overwrite it; past RAM there is nothing to load into |
 //! | no two `PT_LOAD` segments overlap | the later would silently overwrite the earlier |
 //! | `e_entry >= 1 MiB` | linux-loader refuses lower entries (PVH itself starts at the note's entry) |
 //! | notes lie inside their `PT_NOTE` segment (4-byte aligned, as the loader walks them) | a `descsz` of `0xfffffff0` is refused, not skipped over |
@@ -29,7 +29,7 @@ mod notes;
 
 pub use error::ImageError;
 
-use super::layout::{DIRECT_MAP_END, HIGHMEM_START, MAX_MEM_MIB};
+use super::layout::{DIRECT_MAP_END, HIGHMEM_START, LOW_RAM_END};
 use format::{
     span, u16_at, u32_at, u64_at, Phdr, EHDR_SIZE, ELFCLASS64, ELFDATA2LSB, EM_X86_64, ET_EXEC,
     PHDR_SIZE, PT_LOAD, PT_NOTE,
@@ -43,8 +43,9 @@ pub const MAX_KERNEL_BYTES: u64 = 64 << 20;
 
 /// The ELF magic, `\x7fELF`.
 pub const ELF_MAGIC: &[u8; 4] = b"\x7fELF";
-/// Where guest RAM can never reach: the 32-bit MMIO hole starts here.
-const MMIO_HOLE_START: u64 = MAX_MEM_MIB << 20;
+/// Where RAM below 4 GiB ends: the 32-bit MMIO hole starts here (RAM past
+/// it continues at 4 GiB, where no kernel loads).
+const MMIO_HOLE_START: u64 = LOW_RAM_END;
 /// The top of the 32-bit address space.
 const FOUR_GIB: u64 = 1 << 32;
 
@@ -78,10 +79,13 @@ pub struct ImagePlan {
 }
 
 /// Check a PVH ELF kernel image against the rules of this module (see the
-/// table there) for a guest with `ram_bytes` of RAM from address 0, and say
-/// what to load and where to start. Pure: no KVM, no guest memory, no
-/// allocation beyond the plan; never panics on any input.
+/// table there) for a guest with `ram_bytes` of RAM, and say what to load
+/// and where to start. The image must load into the RAM from address 0,
+/// below the 32-bit hole (the rest of a large guest's RAM is above 4 GiB).
+/// Pure: no KVM, no guest memory, no allocation beyond the plan; never
+/// panics on any input.
 pub fn check_image(bytes: &[u8], ram_bytes: u64) -> Result<ImagePlan, ImageError> {
+    let ram_bytes = ram_bytes.min(LOW_RAM_END);
     let len = bytes.len();
     let (phoff, phnum) = check_header(bytes)?;
     let mut segments = Vec::new();

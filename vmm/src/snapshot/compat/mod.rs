@@ -28,9 +28,10 @@ use xstate::{restorable_on, InitMode, Xfeature, XfeatureMask, XsaveBuf, XsaveInf
 
 use super::error::SnapshotError;
 use super::state::{Snapshot, VcpuState};
-use crate::arch::layout::{MAX_MEM_MIB, MIN_MEM_MIB};
+use crate::arch::layout::{ram_regions, RamRegion, MAX_MEM_MIB, MIN_MEM_MIB};
 use crate::cpuid::{resolve_policy, GuestCpuid, Policy};
 use crate::kvm::HostKvm;
+use crate::snapshot::sparse::REGIONS_SECTION;
 use crate::vstate::smp::Irqchip;
 use crate::vstate::vcpu::MSR_IA32_XSS;
 use crate::xstate_manager::SyncPolicy;
@@ -269,6 +270,27 @@ fn check_meta(path: &Path, snap: &Snapshot) -> Result<(InitMode, SyncPolicy), Sn
             format!(
                 "holds {} bytes of RAM, meta.mem_mib says {} MiB",
                 snap.memory.size, m.mem_mib
+            ),
+        ));
+    }
+    // Restore lays RAM out by this vmm's map; the guest was told the
+    // file's.
+    let (file_map, map) = (snap.memory.ram_regions(), ram_regions(mem_bytes));
+    if file_map != map {
+        let show = |r: &[RamRegion]| {
+            r.iter()
+                .map(|r| format!("{:#x}+{:#x}", r.addr, r.len))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        return Err(invalid(
+            path,
+            REGIONS_SECTION,
+            format!(
+                "RAM at {}, but this vmm lays {} MiB out at {}",
+                show(&file_map),
+                m.mem_mib,
+                show(&map)
             ),
         ));
     }

@@ -2,8 +2,8 @@
 //! checksums of a file edited in memory recomputed.
 
 use super::{
-    align_up, le_u32, Container, ENTRY_SIZE, FORMAT_VERSION, HEADER_SIZE, MAGIC,
-    MEMORY_SECTION_ALIGN, PAGES_SECTION, SECTION_ALIGN,
+    align_up, le_u32, Container, ENTRY_SIZE, HEADER_SIZE, MAGIC, MEMORY_SECTION_ALIGN,
+    PAGES_SECTION, SECTION_ALIGN,
 };
 
 /// A last section whose bytes the caller writes itself, after the
@@ -77,7 +77,7 @@ impl Container {
         let table_crc = crc32fast::hash(&out[table_off..table_off + ENTRY_SIZE * entries.len()]);
         let h = &mut out[..HEADER_SIZE];
         h[0..8].copy_from_slice(&MAGIC);
-        h[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        h[8..12].copy_from_slice(&self.version.to_le_bytes());
         h[12..16].copy_from_slice(&(HEADER_SIZE as u32).to_le_bytes());
         h[16..20].copy_from_slice(&(entries.len() as u32).to_le_bytes());
         h[20..24].copy_from_slice(&(ENTRY_SIZE as u32).to_le_bytes());

@@ -35,9 +35,12 @@
 //! Versions: 1 stored the page index and the pages in one `memory`
 //! section, so a restore had to read and checksum every stored page before
 //! the guest ran. 2 splits them (`memory`, `memory.pages`): the index is
-//! read and checked eagerly, the pages are mapped. This vmm refuses a
-//! version-1 file by its version (take the snapshot again with this vmm).
-//!
+//! read and checked eagerly, the pages are mapped. 3 adds `memory.regions`
+//! (where guest RAM lies: a guest of more than 3 GiB has RAM above 4 GiB);
+//! a version-2 file is read as one region from address 0, as it was
+//! written. This vmm refuses a version-1 file by its version (take the
+//! snapshot again with this vmm), and an older vmm refuses a version-3
+//! file by its version.
 //!
 //! The `memory` section's own encoding is [`super::sparse`].
 
@@ -51,8 +54,10 @@ pub use read::ReadError;
 
 /// First bytes of every snapshot.
 const MAGIC: [u8; 8] = *b"VMMSNAP\0";
-/// The format this VMM writes and reads.
-pub const FORMAT_VERSION: u32 = 2;
+/// The format this VMM writes.
+pub const FORMAT_VERSION: u32 = 3;
+/// The oldest format this VMM reads (up to [`FORMAT_VERSION`]).
+pub const OLDEST_FORMAT_VERSION: u32 = 2;
 /// Size of the file header.
 const HEADER_SIZE: usize = 64;
 /// Size of one section table entry.
@@ -90,7 +95,9 @@ pub enum FormatError {
         found: Vec<u8>,
     },
     /// A snapshot of another format version.
-    #[error("format version {found}; this vmm reads version {FORMAT_VERSION} only")]
+    #[error(
+        "format version {found}; this vmm reads versions {OLDEST_FORMAT_VERSION} to {FORMAT_VERSION}"
+    )]
     Version {
         /// The version in the header.
         found: u32,
@@ -133,10 +140,22 @@ pub struct SectionInfo {
 }
 
 /// A parsed, checksum-verified container.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Container {
     /// The sections, in file order.
     pub sections: Vec<Section>,
+    /// The format version of the file it was read from, and the one its
+    /// bytes are written with ([`FORMAT_VERSION`] for a new container).
+    pub version: u32,
+}
+
+impl Default for Container {
+    fn default() -> Self {
+        Self {
+            sections: Vec::new(),
+            version: FORMAT_VERSION,
+        }
+    }
 }
 
 /// The little-endian u32 at `at` (in bounds: callers check lengths first).

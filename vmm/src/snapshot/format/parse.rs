@@ -3,7 +3,7 @@
 
 use super::{
     le_u32, le_u64, Container, FormatError, Section, SectionInfo, ENTRY_SIZE, FORMAT_VERSION,
-    HEADER_SIZE, MAGIC, MAX_SECTIONS, MEMORY_SECTION_ALIGN, NAME_LEN,
+    HEADER_SIZE, MAGIC, MAX_SECTIONS, MEMORY_SECTION_ALIGN, NAME_LEN, OLDEST_FORMAT_VERSION,
 };
 
 impl Container {
@@ -22,7 +22,10 @@ impl Container {
         for gap in gaps(&header, &entries) {
             check_padding(gap.start, &bytes[gap.start as usize..gap.end as usize])?;
         }
-        Ok(Self { sections })
+        Ok(Self {
+            sections,
+            version: header.version,
+        })
     }
 }
 
@@ -57,6 +60,8 @@ pub(super) fn check_padding(at: u64, pad: &[u8]) -> Result<(), FormatError> {
 /// The file header's fields, checked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
+    /// The format version (checked: one this vmm reads).
+    pub version: u32,
     /// Entries in the section table.
     pub count: u32,
     /// Where the table starts.
@@ -101,7 +106,7 @@ pub fn parse_header(head: &[u8], file_len: u64) -> Result<Header, FormatError> {
         });
     }
     let version = le_u32(head, 8);
-    if version != FORMAT_VERSION {
+    if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
         return Err(FormatError::Version { found: version });
     }
     if head.len() < HEADER_SIZE || file_len < HEADER_SIZE as u64 {
@@ -153,6 +158,7 @@ pub fn parse_header(head: &[u8], file_len: u64) -> Result<Header, FormatError> {
         )));
     }
     let header = Header {
+        version,
         count,
         table_offset,
         total,

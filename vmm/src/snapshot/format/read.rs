@@ -56,6 +56,7 @@ impl Container {
             entries,
             Self {
                 sections: sections.into_iter().map(|(_, s)| s).collect(),
+                version: header.version,
             },
         ))
     }

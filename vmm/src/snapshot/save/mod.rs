@@ -40,7 +40,7 @@ use crate::xstate_manager::{SyncPolicy, XstateManager};
 
 mod pages;
 
-use pages::data_pages;
+use pages::DataPages;
 
 /// How a snapshot's stored pages reach its file, as the file's meta,
 /// `vmm snapshot info` and `vmm bench snapshot` show it: straight from
@@ -415,39 +415,39 @@ pub fn save_smp(ctx: &SaveContext, trigger: Trigger, vm: PausedSmp<'_>) -> Resul
     Ok(ctx.path.clone())
 }
 
-/// Guest RAM's stored pages, found in place. RAM is one region from
-/// address 0 (see [`crate::arch::layout`]). Only the pages that can hold
-/// data are scanned for zeros ([`data_pages`]): the cost follows the memory
-/// the guest touched, not its size. They are scanned where they are, in
-/// guest memory, and the kept ones are neither copied nor moved: the file
-/// is written from them ([`write_in_place`]).
+/// Guest RAM's stored pages, found in place, region by region (see
+/// [`crate::arch::layout`]), counted in RAM offsets. Only the pages that
+/// can hold data are scanned for zeros ([`DataPages`]): the cost follows
+/// the memory the guest touched, not its size. They are scanned where they
+/// are, in guest memory, and the kept ones are neither copied nor moved:
+/// the file is written from them ([`write_in_place`]).
 fn scan_memory(mem: &GuestMemoryMmap) -> Result<PagesInPlace<'_>> {
-    let ram = guest_ram(mem)?;
+    let finder = DataPages::open()?;
     let mut pages = PagesInPlace::new();
-    for (start, end) in data_pages(ram.as_ptr() as usize, ram.len())? {
-        pages.scan_at(start as u64, &ram[start..end]);
+    let mut offset = 0u64;
+    for region in mem.iter() {
+        let ram = region_bytes(mem, region.start_addr(), region.len())?;
+        for (start, end) in finder.in_range(ram.as_ptr() as usize, ram.len())? {
+            pages.scan_at(offset + start as u64, &ram[start..end]);
+        }
+        offset += region.len();
     }
-    pages.pad_to(ram.len() as u64);
+    pages.pad_to(offset);
+    pages.memory.regions = crate::vstate::machine::regions_of(mem);
     Ok(pages)
 }
 
-/// Guest RAM as one byte slice, for the time of a snapshot.
-fn guest_ram(mem: &GuestMemoryMmap) -> Result<&[u8]> {
-    let mut regions = mem.iter();
-    let (Some(region), None) = (regions.next(), regions.next()) else {
-        return Err(MemoryError::Layout.into());
-    };
-    if region.start_addr().0 != 0 {
-        return Err(MemoryError::Layout.into());
-    }
-    let size = region.len() as usize;
+/// One region of guest RAM (`len` bytes at `addr`) as a byte slice, for
+/// the time of a snapshot.
+fn region_bytes(mem: &GuestMemoryMmap, addr: GuestAddress, len: u64) -> Result<&[u8]> {
+    let size = usize::try_from(len).map_err(|_| MemoryError::Layout)?;
     // vm-memory checks that the whole range lies in the region's mapping.
     let slice = mem
-        .get_slice(GuestAddress(0), size)
+        .get_slice(addr, size)
         .map_err(MemoryError::HostMapping)?;
     let ptr = slice.ptr_guard().as_ptr();
-    // SAFETY: `ptr` is the start of the region's mapping, `size` bytes
-    // long (checked by `get_slice`), readable (guest RAM is mapped read and
+    // SAFETY: `ptr` is the start of `size` bytes of one region's mapping
+    // (checked by `get_slice`), readable (guest RAM is mapped read and
     // write), and mapped as long as `mem` is, which the returned borrow
     // cannot outlive. Nothing writes it while the slice lives: a snapshot
     // is taken with every vCPU out of `KVM_RUN` (this thread's, or every

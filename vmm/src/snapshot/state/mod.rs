@@ -5,6 +5,7 @@
 //! | `meta` | JSON ([`Meta`]): how the VM was built (RAM, command line with `xfeatures=`, xstate policy, init mode), the source KVM's leaf 0xD and XCR0/IA32_XSS, TSC rate, device state (the 8250 UART), what interrupt hardware exists (`none`, or `kvm` with several vCPUs), how many vCPUs, why and when the snapshot was taken |
 //! | `memory` | guest RAM's page index: which pages are stored, all-zero pages left out ([`super::sparse::SparseMemory`]) |
 //! | `memory.pages` | the stored pages, page-aligned in the file (restore maps them) |
+//! | `memory.regions` | where guest RAM lies: (guest address, length) per region, the page index's RAM offsets running through them in order ([`super::sparse::regions_from`]); format 3, absent from format 2 files (one region from address 0) |
 //! | `serial` | what the guest printed before the snapshot |
 //! | `vcpuN.cpuid` | the CPUID table the vCPU was given: `kvm_cpuid_entry2` (40 bytes each) |
 //! | `vcpuN.regs` | `struct kvm_regs` (144 bytes) |
@@ -35,7 +36,7 @@ use serde::{Deserialize, Serialize};
 use xstate::{CpuidEntry, CpuidProfile, XfeatureMask, XsaveBuf, XsaveInfo};
 
 use super::format::{Container, External, FormatError, SectionInfo, PAGES_SECTION};
-use super::sparse::SparseMemory;
+use super::sparse::{regions_bytes, regions_from, SparseMemory, REGIONS_SECTION};
 use crate::vstate::xfd::XfdMsrs;
 
 mod codec;
@@ -265,6 +266,7 @@ pub const GLOBAL_SECTIONS: &[&str] = &[
     "meta",
     "memory",
     PAGES_SECTION,
+    REGIONS_SECTION,
     "serial",
     "irqchip.pic_master",
     "irqchip.pic_slave",
@@ -311,6 +313,32 @@ pub fn check_section_names<'a>(
         }
     }
     Ok(())
+}
+
+/// The `memory` index, its pages (read, or left in the file at
+/// `pages_in_file`) and, from format 3, `memory.regions`.
+fn decode_memory(
+    c: &Container,
+    pages_in_file: Option<&SectionInfo>,
+) -> Result<SparseMemory, FormatError> {
+    let index = required(c, "memory")?;
+    let mut memory = match pages_in_file {
+        Some(p) => SparseMemory::from_index_in_file(index, p)?,
+        None => SparseMemory::from_sections(index, required(c, PAGES_SECTION)?)?,
+    };
+    // Format 2 files have none: one region from address 0.
+    match (c.get(REGIONS_SECTION), c.version >= 3) {
+        (Some(b), true) => memory.regions = regions_from(b, memory.size)?,
+        (None, false) => {}
+        (None, true) => required(c, REGIONS_SECTION).map(drop)?,
+        (Some(_), false) => {
+            return Err(FormatError::Malformed(format!(
+                "section \"{REGIONS_SECTION}\" in a format {} file (it came with format 3)",
+                c.version
+            )))
+        }
+    }
+    Ok(memory)
 }
 
 fn required<'a>(c: &'a Container, name: &str) -> Result<&'a [u8], FormatError> {
@@ -420,6 +448,7 @@ impl Snapshot {
         }
         c.push("serial", self.serial_output.clone());
         c.push("memory", self.memory.index_bytes());
+        c.push(REGIONS_SECTION, regions_bytes(&self.memory.ram_regions()));
         c
     }
 
@@ -450,11 +479,7 @@ impl Snapshot {
         check_section_names(c.sections.iter().map(|s| s.name.as_str()))?;
         let meta: Meta = serde_json::from_slice(required(c, "meta")?)
             .map_err(|e| FormatError::Malformed(format!("section \"meta\": {e}")))?;
-        let index = required(c, "memory")?;
-        let memory = match pages_in_file {
-            Some(p) => SparseMemory::from_index_in_file(index, p)?,
-            None => SparseMemory::from_sections(index, required(c, PAGES_SECTION)?)?,
-        };
+        let memory = decode_memory(c, pages_in_file)?;
         let mut vcpus = Vec::new();
         for id in 0u32.. {
             let n = |s: &str| format!("vcpu{id}.{s}");

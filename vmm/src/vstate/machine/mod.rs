@@ -2,26 +2,28 @@
 //! `--vcpus N`, its application processors. What booting and restoring
 //! share before they differ in what they put into it.
 //!
-//! Guest RAM is one anonymous private mapping (vm-memory's, which unmaps
-//! it when the machine is dropped). A restore maps the snapshot's stored
-//! page runs over parts of it from the snapshot file
-//! ([`Machine::create_smp_from_image`]): `mmap(MAP_PRIVATE | MAP_FIXED)` of the
-//! file, so a page is read from the file (page cache) only when the guest
-//! or the VMM first touches it, and a write copies it, never reaching the
-//! file. Start-up then costs one `mmap` per run, not one copy per byte.
-
-use std::fs::File;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
+//! Guest RAM is one anonymous private mapping per region of the memory
+//! map ([`crate::arch::layout::ram_regions`]: below the 32-bit hole, and
+//! from 4 GiB for the rest; vm-memory's mappings, unmapped when the
+//! machine is dropped). A restore maps the snapshot's stored page runs
+//! over parts of it from the snapshot file
+//! ([`Machine::create_smp_from_image`], see [`image`]).
 
 use kvm_bindings::kvm_userspace_memory_region;
 use kvm_ioctls::{Kvm, VcpuFd, VmFd};
-use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
+use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 
 use super::smp::Irqchip;
+use crate::arch::layout::ram_regions;
 use crate::arch::layout::{KVM_TSS_ADDR, MAX_MEM_MIB, MIN_MEM_MIB};
 use crate::error::{Error, MemoryError, Result};
 use crate::xstate_manager::XstateManager;
+
+mod image;
+mod ram;
+
+pub use image::RamImage;
+pub use ram::{host_ranges, regions_of, write_ram};
 
 /// An application processor (vCPU 1..N) and its own xstate manager.
 pub struct Ap {
@@ -31,29 +33,13 @@ pub struct Ap {
     pub xstate: XstateManager,
 }
 
-/// Most runs of a snapshot that are mapped one `mmap` each: every mapping
-/// is a VMA (and splits the anonymous one around it), and a process has at
-/// most `vm.max_map_count` (65530 by default). Past this, the smallest runs
-/// are read into RAM instead; a guest's touched memory is normally a few
-/// hundred runs.
-pub const MAX_MAPPED_RUNS: usize = 8192;
-
-/// A snapshot's stored pages as a restore maps them into guest RAM.
-pub struct RamImage<'a> {
-    /// The snapshot file, open for reading.
-    pub file: &'a File,
-    /// Each run of pages: (guest address, offset in `file`, length in
-    /// bytes), page-aligned, inside RAM, not overlapping.
-    pub runs: Vec<(u64, u64, u64)>,
-}
-
 /// A VM with guest RAM and its boot vCPU.
 pub struct Machine {
     /// Kept open for as long as the vCPU runs.
     pub vm: VmFd,
     /// vCPU 0.
     pub vcpu: VcpuFd,
-    /// Guest RAM, one region from address 0.
+    /// Guest RAM, the regions of [`ram_regions`].
     pub mem: GuestMemoryMmap,
     /// vCPUs 1.. (empty with one vCPU, and after a restore).
     pub aps: Vec<Ap>,
@@ -62,7 +48,7 @@ pub struct Machine {
 }
 
 impl Machine {
-    /// Create the VM, its RAM (`mem_mib`, slot 0 from address 0) and vCPU 0.
+    /// Create the VM, its RAM (`mem_mib`, one slot per region) and vCPU 0.
     #[cfg(test)]
     pub fn create(kvm: &Kvm, mem_mib: u64) -> Result<Self> {
         Ok(Self::create_smp(kvm, mem_mib, 1, Irqchip::Absent)?.0)
@@ -136,8 +122,7 @@ impl Machine {
         irqchip: Irqchip,
         image: &RamImage<'_>,
     ) -> Result<(Self, Vec<VcpuFd>)> {
-        let mem = allocate_ram(mem_mib)?;
-        map_image(&mem, image)?;
+        let mem = allocate_ram_from_image(mem_mib, image)?;
         Self::create_smp_on(kvm, mem, vcpus, irqchip)
     }
 }
@@ -235,7 +220,6 @@ pub fn allocate_ram_backed(mib: u64, backing: Option<RamBacking>) -> Result<Gues
 /// `mib` MiB of guest RAM in 2 MiB hugetlb pages, checked against the
 /// pool first so the error says how many pages to reserve.
 fn allocate_hugetlb(mib: u64) -> Result<GuestMemoryMmap> {
-    use vm_memory::mmap::{MmapRegionBuilder, MmapRegionError};
     use vm_memory::GuestRegionMmap;
     if !(MIN_MEM_MIB..=MAX_MEM_MIB).contains(&mib) {
         return Err(MemoryError::SizeOutOfRange(mib).into());
@@ -247,7 +231,24 @@ fn allocate_hugetlb(mib: u64) -> Result<GuestMemoryMmap> {
     if let Some(p) = pool {
         p.check(mib)?;
     }
-    let region = MmapRegionBuilder::new((mib << 20) as usize)
+    let mut regions = Vec::new();
+    for r in ram_regions(mib << 20) {
+        let region = hugetlb_region(mib, r.len, pool)?;
+        regions
+            .push(GuestRegionMmap::new(region, GuestAddress(r.addr)).ok_or(MemoryError::Layout)?);
+    }
+    GuestMemoryMmap::from_regions(regions).map_err(|_| MemoryError::Layout.into())
+}
+
+/// One region of `len` bytes of a `mib` MiB hugetlb guest (`pool`: the
+/// pool as read before, for the error).
+fn hugetlb_region(
+    mib: u64,
+    len: u64,
+    pool: Option<HugetlbPool>,
+) -> Result<vm_memory::mmap::MmapRegion<()>> {
+    use vm_memory::mmap::{MmapRegionBuilder, MmapRegionError};
+    let region = MmapRegionBuilder::new(len as usize)
         .with_mmap_prot(libc::PROT_READ | libc::PROT_WRITE)
         .with_mmap_flags(
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB | libc::MAP_HUGE_2MB,
@@ -274,8 +275,7 @@ fn allocate_hugetlb(mib: u64) -> Result<GuestMemoryMmap> {
                 source: std::io::Error::other(other),
             },
         })?;
-    let region = GuestRegionMmap::new(region, GuestAddress(0)).ok_or(MemoryError::Layout)?;
-    GuestMemoryMmap::from_regions(vec![region]).map_err(|_| MemoryError::Layout.into())
+    Ok(region)
 }
 
 /// KiB of hugetlb pages (`Private_Hugetlb` + `Shared_Hugetlb` in
@@ -289,14 +289,27 @@ pub fn hugetlb_kib(start: u64, len: u64) -> std::io::Result<u64> {
     )
 }
 
-/// Allocate `mib` MiB of guest RAM (anonymous, private, not yet touched).
+/// Allocate `mib` MiB of guest RAM (anonymous, private, not yet touched;
+/// `MAP_NORESERVE`, so the host backs only the pages the guest touches),
+/// one mapping per region of [`ram_regions`].
 pub fn allocate_ram(mib: u64) -> Result<GuestMemoryMmap> {
     if !(MIN_MEM_MIB..=MAX_MEM_MIB).contains(&mib) {
         return Err(MemoryError::SizeOutOfRange(mib).into());
     }
-    let size = (mib << 20) as usize;
-    GuestMemoryMmap::from_ranges(&[(GuestAddress(0), size)])
+    let ranges: Vec<_> = ram_regions(mib << 20)
+        .iter()
+        .map(|r| (GuestAddress(r.addr), r.len as usize))
+        .collect();
+    GuestMemoryMmap::from_ranges(&ranges)
         .map_err(|source| MemoryError::Allocate { mib, source }.into())
+}
+
+/// [`allocate_ram`] with `image`'s runs mapped into it (see [`image`]):
+/// a restored guest's RAM before KVM knows it.
+pub fn allocate_ram_from_image(mib: u64, image: &RamImage<'_>) -> Result<GuestMemoryMmap> {
+    let mem = allocate_ram(mib)?;
+    image::map_image(&mem, image)?;
+    Ok(mem)
 }
 
 /// Register guest RAM with KVM, one slot per region.
@@ -321,102 +334,10 @@ fn register_ram(vm: &VmFd, mem: &GuestMemoryMmap) -> Result<()> {
     Ok(())
 }
 
-/// Map `image`'s runs over the fresh RAM `mem` (the largest
-/// [`MAX_MAPPED_RUNS`] of them; the rest are read).
-fn map_image(mem: &GuestMemoryMmap, image: &RamImage<'_>) -> Result<()> {
-    let mut regions = mem.iter();
-    let (Some(region), None) = (regions.next(), regions.next()) else {
-        return Err(MemoryError::Layout.into());
-    };
-    if region.start_addr().0 != 0 {
-        return Err(MemoryError::Layout.into());
-    }
-    let ram_len = region.len();
-    let page = crate::arch::layout::PAGE_SIZE as u64;
-    let need = image.runs.iter().map(|&(_, off, len)| off + len).max();
-    let len = image
-        .file
-        .metadata()
-        .map_err(|source| MemoryError::MapImage {
-            addr: 0,
-            len: 0,
-            offset: 0,
-            source,
-        })?
-        .len();
-    if let Some(need) = need.filter(|&n| n > len) {
-        return Err(MemoryError::ImageShrank { len, need }.into());
-    }
-    for &(addr, offset, len) in &image.runs {
-        let aligned = [addr, offset, len].iter().all(|v| v.is_multiple_of(page));
-        if !aligned || addr.checked_add(len).is_none_or(|end| end > ram_len) {
-            return Err(MemoryError::Layout.into());
-        }
-    }
-    let base = mem
-        .get_host_address(GuestAddress(0))
-        .map_err(MemoryError::HostMapping)?;
-    // The longest runs are mapped; past MAX_MAPPED_RUNS, the rest are read.
-    let mut by_len: Vec<usize> = (0..image.runs.len()).collect();
-    by_len.sort_by_key(|&i| std::cmp::Reverse(image.runs[i].2));
-    let (mapped, read) = by_len.split_at(by_len.len().min(MAX_MAPPED_RUNS));
-    for &i in mapped {
-        let (addr, offset, len) = image.runs[i];
-        let map_err = |source| MemoryError::MapImage {
-            addr,
-            len,
-            offset,
-            source,
-        };
-        // SAFETY: `base + addr .. + len` lies inside the anonymous mapping
-        // `mem` owns (checked above against the region's length), page-
-        // aligned; the RAM is fresh and not yet registered with KVM, so no
-        // reference to those pages exists. MAP_FIXED replaces them with a
-        // private mapping of the file, which `mem`'s munmap of the whole
-        // range removes on drop with the rest. The file descriptor is
-        // valid for the call; the mapping keeps its own reference.
-        let got = unsafe {
-            libc::mmap(
-                base.add(addr as usize).cast(),
-                len as usize,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_FIXED | libc::MAP_NORESERVE,
-                image.file.as_raw_fd(),
-                offset as libc::off_t,
-            )
-        };
-        if got == libc::MAP_FAILED {
-            return Err(map_err(std::io::Error::last_os_error()).into());
-        }
-        debug_assert_eq!(got.cast::<u8>(), base.wrapping_add(addr as usize));
-    }
-    for &i in read {
-        let (addr, offset, len) = image.runs[i];
-        let mut buf = vec![0u8; len as usize];
-        image
-            .file
-            .read_exact_at(&mut buf, offset)
-            .map_err(|source| MemoryError::MapImage {
-                addr,
-                len,
-                offset,
-                source,
-            })?;
-        mem.write_slice(&buf, GuestAddress(addr))
-            .map_err(|source| MemoryError::Restore {
-                addr,
-                len: buf.len(),
-                source,
-            })?;
-    }
-    Ok(())
-}
-
 /// `--hugepages`: ask for transparent huge pages on guest RAM
-/// (`MADV_HUGEPAGE` on its anonymous mapping), before the guest touches
-/// it. Returns the host range advised.
-pub fn advise_hugepages(mem: &GuestMemoryMmap) -> std::io::Result<(u64, u64)> {
-    let mut range = (0, 0);
+/// (`MADV_HUGEPAGE` on its anonymous mappings), before the guest touches
+/// it.
+pub fn advise_hugepages(mem: &GuestMemoryMmap) -> std::io::Result<()> {
     for region in mem.iter() {
         let host = mem
             .get_host_address(region.start_addr())
@@ -424,9 +345,8 @@ pub fn advise_hugepages(mem: &GuestMemoryMmap) -> std::io::Result<(u64, u64)> {
         let len = region.len() as usize;
         // SAFETY: a live anonymous mapping owned by `mem`.
         unsafe { madvise_hugepage(host, len)? };
-        range = (host as u64, len as u64);
     }
-    Ok(range)
+    Ok(())
 }
 
 /// `MADV_HUGEPAGE` on `len` bytes at `addr`: ask for transparent huge

@@ -2,6 +2,7 @@
 //! with `mincore`.
 
 use super::*;
+use vm_memory::Bytes;
 
 /// Which of the `pages` 4 KiB pages from `addr` are resident (`mincore`).
 fn resident(mem: &GuestMemoryMmap, addr: u64, pages: usize) -> Vec<bool> {

@@ -12,6 +12,11 @@
 //!          ...  the pages of every run, in run order
 //! ```
 //!
+//! Pages are counted in RAM offsets: the RAM's regions back to back, in
+//! address order. Below the 32-bit hole a RAM offset is the guest address;
+//! the `memory.regions` section ([`regions_from`]) says where the rest lies
+//! (from 4 GiB, for a guest of more than 3 GiB).
+//!
 //! Because `memory.pages` starts on a page boundary and holds whole pages,
 //! run `k` lies at a page-aligned file offset (the section's offset plus
 //! the pages of the runs before it): restore maps every run into guest RAM
@@ -25,12 +30,19 @@
 use std::fmt;
 
 use super::format::{le_u32, le_u64, FormatError, SectionInfo};
+use crate::arch::layout::RamRegion;
+
+mod in_place;
+mod regions;
+
+pub use in_place::PagesInPlace;
+pub use regions::{regions_bytes, regions_from, MAX_REGIONS, REGIONS_SECTION};
 
 /// Guest page size of the sparse memory encoding: the platform's.
 pub use crate::arch::layout::PAGE_SIZE;
 
 /// Guest memory with the all-zero pages left out.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, Eq)]
 pub struct SparseMemory {
     /// Size of the guest's RAM in bytes.
     pub size: u64,
@@ -44,6 +56,23 @@ pub struct SparseMemory {
     /// whose length was checked against the runs. `None` when `data` holds
     /// them.
     pub in_file: Option<SectionInfo>,
+    /// Where the RAM offsets the runs count lie in guest physical memory
+    /// (the `memory.regions` section), ascending, their lengths adding up
+    /// to `size`. Empty: one region from address 0, as in a format 2
+    /// file or memory encoded block by block ([`Self::ram_regions`]).
+    pub regions: Vec<RamRegion>,
+}
+
+/// Equal memories hold the same pages at the same places: regions given
+/// or implied ([`SparseMemory::ram_regions`]) compare alike.
+impl PartialEq for SparseMemory {
+    fn eq(&self, other: &Self) -> bool {
+        self.size == other.size
+            && self.runs == other.runs
+            && self.data == other.data
+            && self.in_file == other.in_file
+            && self.ram_regions() == other.ram_regions()
+    }
 }
 
 impl fmt::Debug for SparseMemory {
@@ -64,8 +93,8 @@ impl SparseMemory {
         self.runs.iter().map(|&(_, n)| n).sum()
     }
 
-    /// Encode RAM from address 0 in one piece. The length must be a
-    /// multiple of the page size.
+    /// Encode RAM in one piece (one region from address 0). The length
+    /// must be a multiple of the page size.
     pub fn encode(ram: &[u8]) -> Self {
         let mut s = Self::empty();
         s.append(ram);
@@ -79,6 +108,23 @@ impl SparseMemory {
             runs: Vec::new(),
             data: Vec::new(),
             in_file: None,
+            regions: Vec::new(),
+        }
+    }
+
+    /// The regions of guest RAM the runs' offsets run through: [`regions`]
+    /// as given, or one region from address 0 when none are (none for no
+    /// RAM).
+    ///
+    /// [`regions`]: Self::regions
+    pub fn ram_regions(&self) -> Vec<RamRegion> {
+        if self.regions.is_empty() && self.size > 0 {
+            vec![RamRegion {
+                addr: 0,
+                len: self.size,
+            }]
+        } else {
+            self.regions.clone()
         }
     }
 
@@ -249,13 +295,16 @@ impl SparseMemory {
                 runs,
                 data: Vec::new(),
                 in_file: None,
+                regions: Vec::new(),
             },
             data_off,
         ))
     }
 
-    /// Each run as (guest address, offset of its pages in `memory.pages`,
-    /// length in bytes), in order.
+    /// Each run as (RAM offset, offset of its pages in `memory.pages`,
+    /// length in bytes), in order. The RAM offset is the guest address
+    /// below the 32-bit hole; [`crate::arch::layout::ram_pieces`] places
+    /// it in [`Self::ram_regions`].
     pub fn placed_runs(&self) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
         let page = PAGE_SIZE as u64;
         self.runs.iter().scan(0u64, move |at, &(first, n)| {
@@ -265,7 +314,7 @@ impl SparseMemory {
         })
     }
 
-    /// Hand every run of stored pages to `write` (guest address, bytes),
+    /// Hand every run of stored pages to `write` (RAM offset, bytes),
     /// e.g. to write them into RAM that is zero elsewhere. Only pages that
     /// were read ([`data`](Self::data)) are handed over: pages left in the
     /// file ([`in_file`](Self::in_file)) are mapped by a restore instead.
@@ -280,233 +329,14 @@ impl SparseMemory {
     }
 }
 
-/// Guest RAM's stored pages found in place: the index of a
-/// [`SparseMemory`] (size and runs, `data` left empty) and the pages
-/// themselves as slices of guest memory, with their length and CRC32, so
-/// a snapshot writes them straight from guest memory to its file. Each
-/// page is scanned for zeros and, if kept, hashed while it is in the
-/// cache; nothing is copied.
-pub struct PagesInPlace<'a> {
-    /// The index; its `data` stays empty (the pages are [`Self::slices`]).
-    pub memory: SparseMemory,
-    /// The stored pages in run order: their concatenation is what the
-    /// `memory.pages` section holds. Adjacent kept pages share a slice.
-    pub slices: Vec<&'a [u8]>,
-    crc: crc32fast::Hasher,
-    len: u64,
-}
-
-impl<'a> PagesInPlace<'a> {
-    /// Nothing scanned yet.
-    pub fn new() -> Self {
-        Self {
-            memory: SparseMemory::empty(),
-            slices: Vec::new(),
-            crc: crc32fast::Hasher::new(),
-            len: 0,
-        }
-    }
-
-    /// Scan `block`, guest RAM at page-aligned `addr` (at or after the end
-    /// of what was scanned so far; the RAM in between is zero): its
-    /// non-zero pages are kept, by reference. As
-    /// [`SparseMemory::append_at`], without the copy. `block` is whole
-    /// pages (guest RAM always is).
-    pub fn scan_at(&mut self, addr: u64, block: &'a [u8]) {
-        debug_assert!(addr >= self.memory.size && addr.is_multiple_of(PAGE_SIZE as u64));
-        debug_assert!(block.len().is_multiple_of(PAGE_SIZE));
-        let m = &mut self.memory;
-        m.size = m.size.max(addr);
-        let base = m.size / PAGE_SIZE as u64;
-        // The kept pages of `block` not yet in `slices`: [from, to).
-        let mut pending: Option<(usize, usize)> = None;
-        for (i, page) in block.chunks(PAGE_SIZE).enumerate() {
-            if is_zero(page) {
-                continue;
-            }
-            self.crc.update(page);
-            let at = i * PAGE_SIZE;
-            let p = base + i as u64;
-            match m.runs.last_mut() {
-                Some((first, n)) if *first + *n == p => *n += 1,
-                _ => m.runs.push((p, 1)),
-            }
-            pending = match pending {
-                Some((from, to)) if to == at => Some((from, at + page.len())),
-                Some((from, to)) => {
-                    self.slices.push(&block[from..to]);
-                    Some((at, at + page.len()))
-                }
-                None => Some((at, at + page.len())),
-            };
-            self.len += page.len() as u64;
-        }
-        if let Some((from, to)) = pending {
-            self.slices.push(&block[from..to]);
-        }
-        m.size += block.len() as u64;
-    }
-
-    /// Extend the RAM to `size` bytes with zero pages.
-    pub fn pad_to(&mut self, size: u64) {
-        self.memory.pad_to(size);
-    }
-
-    /// Bytes of the stored pages (the `memory.pages` section's length).
-    pub fn len(&self) -> u64 {
-        self.len
-    }
-
-    /// Whether no page is stored.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// CRC32 of the stored pages (the `memory.pages` section's).
-    pub fn crc(&self) -> u32 {
-        self.crc.clone().finalize()
-    }
-
-    /// The owned form: the pages copied into `data` (for a snapshot kept in
-    /// memory rather than written).
-    pub fn to_owned_memory(&self) -> SparseMemory {
-        let mut m = self.memory.clone();
-        m.data = Vec::with_capacity(self.len as usize);
-        for s in &self.slices {
-            m.data.extend_from_slice(s);
-        }
-        m
-    }
-}
-
-impl Default for PagesInPlace<'_> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 /// The hot loop of a memory snapshot. Each 64-byte block is OR-folded
 /// without an early exit, which the compiler turns into vector ORs; the
 /// early exit is per block.
-fn is_zero(page: &[u8]) -> bool {
+pub(super) fn is_zero(page: &[u8]) -> bool {
     let mut blocks = page.chunks_exact(64);
     blocks.all(|b| b.iter().fold(0u8, |acc, &x| acc | x) == 0)
         && blocks.remainder().iter().all(|&x| x == 0)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Scanning in place keeps the same runs, the same bytes (by
-    /// reference, adjacent pages in one slice), and the CRC and length of
-    /// the bytes the copying encoder stores, blocks with gaps included.
-    #[test]
-    fn pages_in_place_match_the_copied_encoding() {
-        let mut ram = vec![0u8; 64 * PAGE_SIZE];
-        for (p, at) in [
-            (0, 0),
-            (1, 4095),
-            (2, 17),
-            (9, 100),
-            (10, 0),
-            (40, 5),
-            (63, 4095),
-        ] {
-            ram[p * PAGE_SIZE + at] = (p as u8) | 0x80;
-        }
-        // Blocks as the pagemap gives them: page 63 and pages 30..50 are
-        // scanned; the rest of 30..50 is zero.
-        let blocks = [(0, 12), (30, 50), (63, 64)];
-        let mut copied = SparseMemory::empty();
-        let mut in_place = PagesInPlace::new();
-        for (a, b) in blocks {
-            let block = &ram[a * PAGE_SIZE..b * PAGE_SIZE];
-            copied.append_at((a * PAGE_SIZE) as u64, block);
-            in_place.scan_at((a * PAGE_SIZE) as u64, block);
-        }
-        copied.pad_to(ram.len() as u64);
-        in_place.pad_to(ram.len() as u64);
-        assert_eq!(in_place.memory.runs, vec![(0, 3), (9, 2), (40, 1), (63, 1)]);
-        assert_eq!(in_place.memory.runs, copied.runs);
-        assert_eq!(in_place.memory.size, copied.size);
-        assert!(in_place.memory.data.is_empty());
-        assert_eq!(in_place.slices.len(), 4);
-        assert_eq!(in_place.len(), copied.data.len() as u64);
-        assert_eq!(in_place.crc(), crc32fast::hash(&copied.data));
-        // The slices point into `ram`: nothing was copied.
-        assert_eq!(in_place.slices[0].as_ptr(), ram.as_ptr());
-        assert!(in_place.to_owned_memory() == copied);
-        assert!(!in_place.is_empty());
-        assert!(PagesInPlace::new().is_empty());
-    }
-
-    #[test]
-    fn sparse_memory_skips_zero_pages() {
-        let mut ram = vec![0u8; 64 * PAGE_SIZE];
-        ram[0] = 1; // page 0
-        ram[5 * PAGE_SIZE + 100] = 2; // pages 5..=6
-        ram[6 * PAGE_SIZE + 4095] = 3;
-        ram[63 * PAGE_SIZE] = 4; // last page
-        let s = SparseMemory::encode(&ram);
-        assert_eq!(s.runs, vec![(0, 1), (5, 2), (63, 1)]);
-        assert_eq!(s.stored_pages(), 4);
-        let bytes = s.to_bytes();
-        assert_eq!(bytes.len(), 16 + 3 * 16 + 4 * PAGE_SIZE);
-        let back = SparseMemory::from_bytes(&bytes).unwrap();
-        assert_eq!(back, s);
-        let mut out = vec![0u8; ram.len()];
-        back.apply(|addr, data| {
-            out[addr as usize..addr as usize + data.len()].copy_from_slice(data);
-            Ok::<(), std::convert::Infallible>(())
-        })
-        .unwrap();
-        assert_eq!(out, ram);
-    }
-
-    #[test]
-    fn sparse_memory_rejects_bad_runs() {
-        let mut ram = vec![0u8; 8 * PAGE_SIZE];
-        ram[PAGE_SIZE] = 1;
-        ram[3 * PAGE_SIZE] = 1;
-        let good = SparseMemory::encode(&ram).to_bytes();
-        // Run 1 starting inside run 0 (overlap).
-        let mut b = good.clone();
-        b[32..40].copy_from_slice(&1u64.to_le_bytes());
-        assert!(SparseMemory::from_bytes(&b).is_err());
-        // A run past the end of memory.
-        let mut b = good.clone();
-        b[32..40].copy_from_slice(&8u64.to_le_bytes());
-        assert!(SparseMemory::from_bytes(&b).is_err());
-        // Missing page data.
-        assert!(SparseMemory::from_bytes(&good[..good.len() - 1]).is_err());
-        // Wrong page size.
-        let mut b = good;
-        b[8..12].copy_from_slice(&8192u32.to_le_bytes());
-        assert!(SparseMemory::from_bytes(&b).is_err());
-    }
-
-    #[test]
-    fn appending_blocks_equals_encoding_at_once() {
-        let mut ram = vec![0u8; 16 * PAGE_SIZE];
-        for (i, at) in [
-            0,
-            4 * PAGE_SIZE - 1,
-            4 * PAGE_SIZE,
-            9 * PAGE_SIZE + 63,
-            16 * PAGE_SIZE - 1,
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            ram[at] = i as u8 + 1;
-        }
-        let whole = SparseMemory::encode(&ram);
-        let mut parts = SparseMemory::empty();
-        for block in ram.chunks(3 * PAGE_SIZE) {
-            parts.append(block);
-        }
-        assert_eq!(parts, whole);
-        assert_eq!(whole.runs, vec![(0, 1), (3, 2), (9, 1), (15, 1)]);
-    }
-}
+mod tests;
