@@ -17,6 +17,8 @@ const SPR: &str = "intel-sapphire-rapids.json";
 const ICL: &str = "intel-ice-lake-client.json";
 const MILAN: &str = "amd-zen3-milan.json";
 const ZEN3_GUEST: &str = "amd-zen3-kvm-guest.json";
+const GNR: &str = "intel-granite-rapids.json";
+const GENOA: &str = "amd-zen4-genoa.json";
 
 /// A component: (id, size, standard offset, compacted offset in XCR0,
 /// compacted offset in XCR0|XSS).
@@ -33,7 +35,7 @@ struct Expect {
     components: &'static [ComponentExpect],
 }
 
-const EXPECT: [Expect; 4] = [
+const EXPECT: [Expect; 6] = [
     Expect {
         file: SPR,
         xcr0: 0x602e7,
@@ -107,6 +109,54 @@ const EXPECT: [Expect; 4] = [
             (2, 256, Some(576), Some(576), 576),
             (11, 16, None, None, 832),
             (12, 24, None, None, 848),
+        ],
+    },
+    // Sapphire Rapids' layout, plus HWP (bit 16) in IA32_XSS.
+    Expect {
+        file: GNR,
+        xcr0: 0x602e7,
+        xss: 0x1dd00,
+        standard: 11008,
+        compacted: 10752,
+        compacted_xss: 11776,
+        components: &[
+            (0, 160, Some(0), Some(0), 0),
+            (1, 256, Some(160), Some(160), 160),
+            (2, 256, Some(576), Some(576), 576),
+            (5, 64, Some(1088), Some(832), 832),
+            (6, 512, Some(1152), Some(896), 896),
+            (7, 1024, Some(1664), Some(1408), 1408),
+            (8, 128, None, None, 2432),
+            (9, 8, Some(2688), Some(2432), 2560),
+            (10, 8, None, None, 2568),
+            (11, 16, None, None, 2576),
+            (12, 24, None, None, 2592),
+            (14, 48, None, None, 2616),
+            (15, 808, None, None, 2664),
+            (16, 8, None, None, 3472),
+            (17, 64, Some(2752), Some(2496), 3520),
+            (18, 8192, Some(2816), Some(2560), 3584),
+        ],
+    },
+    // AMD packs AVX-512 right after AVX (no MPX hole): standard and
+    // compacted offsets agree, PKRU at 2432.
+    Expect {
+        file: GENOA,
+        xcr0: 0x2e7,
+        xss: 0x1800,
+        standard: 2440,
+        compacted: 2440,
+        compacted_xss: 2480,
+        components: &[
+            (0, 160, Some(0), Some(0), 0),
+            (1, 256, Some(160), Some(160), 160),
+            (2, 256, Some(576), Some(576), 576),
+            (5, 64, Some(832), Some(832), 832),
+            (6, 512, Some(896), Some(896), 896),
+            (7, 1024, Some(1408), Some(1408), 1408),
+            (9, 8, Some(2432), Some(2432), 2432),
+            (11, 16, None, None, 2440),
+            (12, 24, None, None, 2456),
         ],
     },
 ];
