@@ -121,8 +121,8 @@ impl Machine {
 /// Why two: `vmm run` creates the VM and its vCPUs while another thread
 /// reads KVM's CPUID table (`HostKvm::open_overlapping`), and registers RAM
 /// only once that thread is done: `KVM_SET_USER_MEMORY_REGION` waits for an
-/// SRCU grace period, and that wait took a median 0.7 ms instead of
-/// 0.07 ms while the other thread was in `KVM_GET_SUPPORTED_CPUID`
+/// SRCU grace period, and that wait took a median 0.71 ms instead of
+/// 0.08 ms while the other thread was in `KVM_GET_SUPPORTED_CPUID`
 /// (`perf trace`, 20 runs each, kvm_pvm). KVM needs no RAM to create a
 /// vCPU.
 pub struct VmWithVcpus {
