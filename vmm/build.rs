@@ -9,7 +9,8 @@
 //! cargo from waiting on the lock of the outer one.
 
 use std::env;
-use std::path::PathBuf;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn main() {
@@ -20,7 +21,18 @@ fn main() {
     let target_dir = out_dir.join("guest-target");
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
 
-    static_unwinder(&out_dir);
+    println!("cargo:rerun-if-env-changed=CC");
+    let cc = env::var_os("CC").unwrap_or_else(|| "cc".into());
+    if env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux")
+        && env::var("CARGO_CFG_TARGET_ENV").as_deref() == Ok("gnu")
+    {
+        static_unwinder(&out_dir, &cc);
+        static_pie(&out_dir, &cc);
+    } else {
+        println!("cargo::rustc-check-cfg=cfg(dynamic_vmm)");
+        println!("cargo:rustc-cfg=dynamic_vmm");
+        println!("cargo:rustc-env=VMM_LINK=dynamic: not linux-gnu");
+    }
     test_environment();
 
     // A prebuilt guest (e.g. one under development) can stand in for the
@@ -81,48 +93,156 @@ fn main() {
     println!("cargo:rustc-env=VMM_GUEST_KERNEL={}", kernel.display());
 }
 
-/// Link GCC's unwinder into `vmm` statically (`libgcc_eh.a`) instead of
-/// loading `libgcc_s.so.1` at every start.
+/// Link GCC's unwinder into everything this package links statically
+/// (`libgcc_eh.a`) instead of loading `libgcc_s.so.1` at every start.
 ///
-/// Why: `vmm run` is measured from process start, and here loading one
-/// more shared library (open, map, relocate, and the page faults that
-/// follow, each a trap to a nested hypervisor) costs ~0.1 ms of a ~3 ms
-/// run. Rust's standard library asks for `-lgcc_s` unless the whole binary
-/// is static (`crt-static`, which the host target cannot apply to one
-/// binary only); a linker script named `libgcc_s.so` in a directory
+/// Why: `vmm run` is measured from process start, and loading one more
+/// shared library (open, map, relocate, and the page faults that follow,
+/// each a trap to a nested hypervisor) cost ~0.1 ms of a ~3 ms run. Rust's
+/// standard library asks for `-lgcc_s` unless the whole build is
+/// `crt-static`; a linker script named `libgcc_s.so` in a directory
 /// searched first answers that request with the static archive the C
 /// compiler reports, the way `gcc -static-libgcc` links C programs. The
-/// unwinder is the same code (panics and `catch_unwind` work as before);
-/// libc and libm stay shared. Without the archive (another C toolchain)
-/// nothing changes.
-fn static_unwinder(out_dir: &std::path::Path) {
-    println!("cargo:rerun-if-env-changed=CC");
-    if env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux")
-        || env::var("CARGO_CFG_TARGET_ENV").as_deref() != Ok("gnu")
-    {
-        return;
-    }
-    let cc = env::var_os("CC").unwrap_or_else(|| "cc".into());
-    let Ok(out) = Command::new(&cc)
-        .arg("-print-file-name=libgcc_eh.a")
-        .output()
-    else {
+/// unwinder is the same code (panics and `catch_unwind` work as before).
+/// This covers the tests and benchmarks too, which stay dynamic
+/// executables (the benchmarks load OpenBLAS with `dlopen`); the `vmm`
+/// binary itself goes further ([`static_pie`]). Without the archive
+/// (another C toolchain) nothing changes.
+fn static_unwinder(out_dir: &Path, cc: &OsStr) {
+    let Some(archive) = cc_file(cc, "libgcc_eh.a") else {
         return;
     };
-    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    // `-print-file-name` echoes the bare name when it finds nothing.
-    if !out.status.success() || !path.is_absolute() || !path.is_file() {
-        return;
-    }
     let dir = out_dir.join("static-unwinder");
-    let script = format!("INPUT({})\n", path.display());
-    if std::fs::create_dir_all(&dir)
-        .and_then(|()| std::fs::write(dir.join("libgcc_s.so"), script))
-        .is_err()
-    {
-        return;
+    if write_scripts(&dir, &[("gcc_s", archive)]).is_ok() {
+        println!("cargo:rustc-link-search=native={}", dir.display());
     }
-    println!("cargo:rustc-link-search=native={}", dir.display());
+}
+
+/// The libraries rustc names for the standard library and the `libc`
+/// crate on linux-gnu (`-lgcc_s` is the unwinder, [`static_unwinder`]).
+const LIBC_LIBS: [&str; 6] = ["c", "m", "pthread", "dl", "rt", "util"];
+
+/// Link the `vmm` binary (and only it) as a static PIE: no dynamic loader,
+/// no shared libraries, and still loaded at a random address (ASLR), with
+/// its relocation-read-only segment (RELRO) and non-executable stack.
+///
+/// Why: a dynamically linked `vmm` starts by mapping and relocating
+/// `libc.so.6` and `libm.so.6` and resolving every symbol it imports
+/// (BIND_NOW), a few hundred microseconds under a nested hypervisor where
+/// each page fault and system call traps: the largest part of the gap to
+/// the floor before `vmm run` reaches its own code (`vmm bench startup`;
+/// the figures are in docs/measurements.md). A static PIE relocates itself
+/// (glibc's `_dl_relocate_static_pie`) and keeps ASLR; a static non-PIE
+/// would save only those relocations' page faults, measured as noise.
+///
+/// How: `crt-static` cannot be set for one binary of a package through
+/// `cargo build` or `cargo install` (it is a `RUSTFLAGS` setting, which
+/// would also apply to build scripts, proc-macros and the benchmarks). The
+/// link of the binary alone gets `-static-pie`, and a directory, searched
+/// by the binary's link alone, in which linker scripts named `libc.so`,
+/// `libm.so`, ... stand for the C library's static archives: the link
+/// rustc asks for with `-lc -lm ...` becomes the one `crt-static` would
+/// give. glibc's static library warns about NSS and `dlopen`: `vmm` uses
+/// neither (no user or host lookups; `HOME` is read from the
+/// environment).
+///
+/// The C compiler is asked first, by linking an empty program with
+/// `-static-pie`: where it cannot (no `libc.a`, as on Fedora without
+/// `glibc-static`, or a compiler without `-static-pie`), `vmm` is linked
+/// dynamically and the build says why. `VMM_LINK=dynamic` asks for the
+/// dynamic link (for tools that need a dynamic loader, e.g. `LD_PRELOAD`).
+/// The test `vmm/tests/startup.rs` checks the binary's ELF headers.
+fn static_pie(out_dir: &Path, cc: &OsStr) {
+    println!("cargo::rustc-check-cfg=cfg(dynamic_vmm)");
+    println!("cargo:rerun-if-env-changed=VMM_LINK");
+    let dynamic = |why: &str| {
+        println!("cargo:rustc-cfg=dynamic_vmm");
+        println!("cargo:rustc-env=VMM_LINK=dynamic: {why}");
+    };
+    match env::var("VMM_LINK").as_deref() {
+        Ok("dynamic") => return dynamic("VMM_LINK=dynamic"),
+        Ok("static-pie") | Err(_) => {}
+        Ok(other) => panic!("VMM_LINK={other:?}: expected `static-pie` (the default) or `dynamic`"),
+    }
+    if env::var("TARGET").ok() != env::var("HOST").ok() {
+        return dynamic("cross-compiled: the host's C library is not the target's");
+    }
+    let mut scripts = Vec::new();
+    for lib in LIBC_LIBS {
+        match cc_file(cc, &format!("lib{lib}.a")) {
+            Some(archive) => scripts.push((lib, archive)),
+            None => {
+                println!(
+                    "cargo:warning=vmm is linked dynamically: the C compiler has no lib{lib}.a \
+                     (Debian: libc6-dev; Fedora: glibc-static)"
+                );
+                return dynamic(&format!("no lib{lib}.a"));
+            }
+        }
+    }
+    if let Err(why) = probe_static_pie(out_dir, cc) {
+        println!("cargo:warning=vmm is linked dynamically: {why}");
+        return dynamic(&why);
+    }
+    let dir = out_dir.join("static-libc");
+    if let Err(e) = write_scripts(&dir, &scripts) {
+        panic!(
+            "cannot write the static link's scripts in {}: {e}",
+            dir.display()
+        );
+    }
+    // Search paths apply to every `-l` wherever they stand on the command
+    // line; this one comes after the unwinder's and rustc's own, and before
+    // the C compiler's system directories, where the shared objects are.
+    println!("cargo:rustc-link-arg-bins=-L{}", dir.display());
+    println!("cargo:rustc-link-arg-bins=-static-pie");
+    println!("cargo:rustc-env=VMM_LINK=static-pie");
+}
+
+/// Can `cc` link a static PIE? An empty C program, linked as `vmm` is.
+fn probe_static_pie(out_dir: &Path, cc: &OsStr) -> Result<(), String> {
+    let src = out_dir.join("static-pie-probe.c");
+    let exe = out_dir.join("static-pie-probe");
+    std::fs::write(&src, "int main(void) { return 0; }\n")
+        .map_err(|e| format!("cannot write {}: {e}", src.display()))?;
+    let out = Command::new(cc)
+        .args(["-static-pie", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .map_err(|e| format!("`{}` did not start: {e}", cc.to_string_lossy()))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let first = err.lines().next().unwrap_or("").trim();
+        Err(format!(
+            "`{} -static-pie` cannot link a C program ({first})",
+            cc.to_string_lossy()
+        ))
+    }
+}
+
+/// The absolute path `cc -print-file-name=NAME` gives, if it finds the
+/// file (it echoes the bare name when it does not).
+fn cc_file(cc: &OsStr, name: &str) -> Option<PathBuf> {
+    let out = Command::new(cc)
+        .arg(format!("-print-file-name={name}"))
+        .output()
+        .ok()?;
+    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    (out.status.success() && path.is_absolute() && path.is_file()).then_some(path)
+}
+
+/// In `dir`, one linker script `libNAME.so` per `(NAME, archive)` that
+/// names the archive: `-lNAME` then links the archive's members.
+fn write_scripts(dir: &Path, libs: &[(&str, PathBuf)]) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for (name, archive) in libs {
+        let script = format!("INPUT({})\n", archive.display());
+        std::fs::write(dir.join(format!("lib{name}.so")), script)?;
+    }
+    Ok(())
 }
 
 /// What the tests need that this machine may lack, as cfgs: a test that

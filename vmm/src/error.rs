@@ -290,10 +290,6 @@ pub enum VcpuError {
     /// The vCPU thread could not be created.
     #[error("cannot start the vCPU thread: {0}")]
     Spawn(#[source] std::io::Error),
-    /// A helper thread of the VM's set-up (`kvm-cpuid`) could not be
-    /// created.
-    #[error("cannot start the {0} thread: {1}")]
-    SpawnHelper(&'static str, #[source] std::io::Error),
     /// The timer that interrupts `KVM_RUN` at a deadline could not be set.
     #[error("cannot set the vCPU's deadline timer: {0}")]
     Timer(#[source] std::io::Error),

@@ -7,7 +7,7 @@ use kvm_ioctls::{Cap, Kvm};
 use xstate::kvm::KVM_XSAVE_REGION_SIZE;
 use xstate::{XfeatureMask, XsaveInfo};
 
-use crate::error::{Error, Result, VcpuError};
+use crate::error::{Error, Result};
 
 /// The extended-state view of KVM's supported CPUID.
 #[derive(Clone, Debug)]
@@ -54,37 +54,40 @@ impl HostKvm {
     }
 
     /// [`HostKvm::open`], with `work` (building a VM, say) done on this
-    /// thread while another reads `KVM_GET_SUPPORTED_CPUID` and then does
-    /// `side` (loading the kernel into RAM allocated beforehand, say).
+    /// thread while another reads `KVM_GET_SUPPORTED_CPUID`, if it can
+    /// start in time.
     ///
     /// Why: that ioctl executes CPUID for every leaf it reports, and under
-    /// a nested hypervisor each CPUID traps (about 0.4 ms for the whole
+    /// a nested hypervisor each CPUID traps (about 0.3 ms for the whole
     /// table on the development host, as long as creating the VM and its
-    /// vCPU). Neither `work` nor `side` gets the table, so neither can
-    /// depend on it; the caller validates against it afterwards (a VM built
-    /// for a request then refused is dropped unused). Errors come in the
-    /// caller's order: `work`'s, then the table's, then `side`'s.
-    pub fn open_overlapping<T, S: Send>(
-        work: impl FnOnce(&Kvm) -> Result<T>,
-        side: impl FnOnce() -> Result<S> + Send,
-    ) -> Result<(Self, T, S)> {
+    /// vCPU and loading the kernel). But a new thread may wait for a CPU:
+    /// 0.2-0.6 ms on the development host when its other CPU was idle, and
+    /// milliseconds when other processes kept it busy. So whichever thread
+    /// is free first reads the table (`TableHelper`): when `work` is done
+    /// before the helper has begun, this thread reads it itself and the
+    /// helper, once it runs, does nothing.
+    ///
+    /// `work` does not get the table, so it cannot depend on it; the
+    /// caller validates against it afterwards (a VM built for a request
+    /// then refused is dropped unused). What should not overlap another
+    /// thread's work in KVM (registering guest RAM: see
+    /// `vstate::machine::VmWithVcpus`) comes after this returns. Errors
+    /// come in the caller's order: `work`'s, then the table's.
+    ///
+    /// # Errors
+    /// `/dev/kvm` unavailable or lacking a capability the VMM needs;
+    /// `work`'s error; the table refused.
+    pub fn open_overlapping<T>(work: impl FnOnce(&Kvm) -> Result<T>) -> Result<(Self, T)> {
+        let helper = TableHelper::spawn();
         let kvm = open_checked()?;
-        let (supported, done, side_done) = std::thread::scope(|s| -> Result<_> {
-            let kvm = &kvm;
-            let handle = std::thread::Builder::new()
-                .name("kvm-cpuid".into())
-                .spawn_scoped(s, move || (supported_cpuid(kvm), side()))
-                .map_err(|e| Error::Vcpu(VcpuError::SpawnHelper("kvm-cpuid", e)))?;
-            let done = work(kvm);
-            let (supported, side_done) = handle.join().unwrap_or_else(|_| {
-                let lost = || Error::KvmCapability("a KVM_GET_SUPPORTED_CPUID that returns");
-                (Err(lost()), Err(lost()))
-            });
-            Ok((supported, done, side_done))
-        })?;
+        let done = work(&kvm);
+        let supported = match helper.and_then(TableHelper::result) {
+            Some(table) => table,
+            None => supported_cpuid(&kvm),
+        };
         let done = done?;
         let host = Self::finish(kvm, supported?)?;
-        Ok((host, done, side_done?))
+        Ok((host, done))
     }
 
     fn finish(kvm: Kvm, supported_cpuid: CpuId) -> Result<Self> {
@@ -98,6 +101,57 @@ impl HostKvm {
             xstate,
             xsave2_size,
         })
+    }
+}
+
+/// A thread that reads `KVM_GET_SUPPORTED_CPUID` on its own `/dev/kvm`
+/// unless the thread that started it claims the job first
+/// ([`HostKvm::open_overlapping`]).
+///
+/// The helper is not joined: it owns everything it touches, and when it
+/// finds the job claimed it ends without a system call, whenever it gets
+/// to run (at the latest, with the process). A panic in it is caught there
+/// and shows as no result, and the starting thread reads the table itself.
+struct TableHelper {
+    /// Set by whichever thread takes the job.
+    claimed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The helper's table, if it took the job.
+    table: std::sync::mpsc::Receiver<Result<CpuId>>,
+}
+
+impl TableHelper {
+    /// Start the helper (`None`: no thread could be started; the caller
+    /// reads the table itself).
+    fn spawn() -> Option<Self> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let claimed = std::sync::Arc::new(AtomicBool::new(false));
+        let (tx, table) = std::sync::mpsc::sync_channel(1);
+        let theirs = claimed.clone();
+        std::thread::Builder::new()
+            .name("kvm-cpuid".into())
+            .spawn(move || {
+                if theirs.swap(true, Ordering::AcqRel) {
+                    return;
+                }
+                let read = std::panic::catch_unwind(|| {
+                    let kvm = Kvm::new().map_err(Error::KvmUnavailable)?;
+                    supported_cpuid(&kvm)
+                });
+                if let Ok(read) = read {
+                    let _ = tx.send(read);
+                }
+            })
+            .ok()?;
+        Some(Self { claimed, table })
+    }
+
+    /// The helper's table, waiting for it if the helper has begun; `None`
+    /// when this thread claims the job (or the helper was lost).
+    fn result(self) -> Option<Result<CpuId>> {
+        if !self.claimed.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return None;
+        }
+        self.table.recv().ok()
     }
 }
 
@@ -144,6 +198,8 @@ pub fn xsave_image_size(cap: i32, info: &XsaveInfo) -> Result<usize> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use xstate::CpuidRegs;
 
@@ -161,6 +217,54 @@ mod tests {
             _ => CpuidRegs::default(),
         })
         .unwrap()
+    }
+
+    /// The table is KVM's whichever thread reads it: the helper when
+    /// `work` outlasts its start (a 50 ms `work`), this thread when `work`
+    /// is done before the helper begins (an empty `work`, most runs); and
+    /// `work`'s error comes first.
+    #[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
+    #[test]
+    fn open_overlapping_gives_kvms_table_whichever_thread_reads_it() {
+        let plain = match HostKvm::open() {
+            Ok(host) => host,
+            Err(e) if std::env::var("VMM_REQUIRE_KVM").as_deref() != Ok("1") => {
+                eprintln!(
+                    "SKIPPED open_overlapping_gives_kvms_table_whichever_thread_reads_it: {e}"
+                );
+                return;
+            }
+            Err(e) => panic!("VMM_REQUIRE_KVM=1 but KVM cannot be opened: {e}"),
+        };
+        // The table as KVM reports it on any CPU: what leaves 1 and 0xB
+        // say of the APIC ID is the CPU's the ioctl ran on.
+        let table = |host: &HostKvm| {
+            let mut entries = host.supported_cpuid.as_slice().to_vec();
+            for e in &mut entries {
+                match e.function {
+                    1 => e.ebx &= 0x00ff_ffff,
+                    0xb | 0x1f => e.edx = 0,
+                    _ => {}
+                }
+            }
+            entries
+        };
+        for pause in [Duration::ZERO, Duration::from_millis(50)] {
+            for _ in 0..5 {
+                let (host, done) = HostKvm::open_overlapping(|kvm| {
+                    std::thread::sleep(pause);
+                    Ok(kvm.get_vcpu_mmap_size().is_ok())
+                })
+                .unwrap();
+                assert!(done);
+                assert_eq!(table(&host), table(&plain), "after {pause:?}");
+                assert_eq!(host.xsave2_size, plain.xsave2_size);
+            }
+        }
+        let refused = HostKvm::open_overlapping(|_| -> Result<()> {
+            Err(Error::Argument("work refused".into()))
+        });
+        assert!(matches!(refused, Err(Error::Argument(m)) if m == "work refused"));
     }
 
     #[test]

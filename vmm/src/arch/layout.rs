@@ -132,6 +132,24 @@ pub fn ram_end(bytes: u64) -> u64 {
 /// vendors ignore the address.
 pub const KVM_TSS_ADDR: u64 = 0xfffb_d000;
 
+/// The guest RAM the VMM writes before a booted guest's first instruction,
+/// as (address, length): the boot GDT, the boot TSC slot, `hvm_start_info`,
+/// the memory map and the direct entry's page tables in the first 48 KiB,
+/// and the command line. `vmm run` faults these pages in with one system
+/// call each while KVM's CPUID table is read, instead of a page fault each
+/// as the boot writes them (see `vstate::machine::populate_for_write`).
+pub const BOOT_DATA: [(u64, u64); 2] = [(0, BOOT_LOW_END), (CMDLINE_ADDR, CMDLINE_MAX as u64)];
+/// The end of the boot structures below the command line.
+const BOOT_LOW_END: u64 = BOOT_PAGE_TABLES_ADDR + 3 * PAGE_SIZE as u64;
+// Every structure above lies in `BOOT_DATA`.
+const _: () = assert!(
+    BOOT_GDT_ADDR + 5 * 8 <= BOOT_LOW_END
+        && BOOT_TSC_ADDR + 8 <= BOOT_LOW_END
+        && START_INFO_ADDR + PAGE_SIZE as u64 <= BOOT_LOW_END
+        && MEMMAP_ADDR + PAGE_SIZE as u64 <= BOOT_LOW_END
+        && BOOT_LOW_END <= CMDLINE_ADDR
+);
+
 /// The pieces of guest memory that `len` bytes of RAM from RAM offset
 /// `offset` occupy in `regions` (ascending, as [`ram_regions`] gives
 /// them), as (guest address, length): one piece, or more when the range

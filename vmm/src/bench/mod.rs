@@ -211,7 +211,7 @@ pub enum BenchCommand {
     /// start, the guest's first instruction and the guest's exit.
     ///
     /// Each row is the median of the pairs with its min..p90 spread; the
-    /// ratio is taken pair by pair. The goal is vmm / floor <= 2.
+    /// ratio is taken pair by pair. The goal is vmm / floor <= 1.5.
     Startup {
         /// Pairs to measure (plus one unmeasured warm-up pair).
         #[arg(long, default_value_t = startup::DEFAULT_PAIRS, value_parser = clap::value_parser!(u32).range(1..=startup::MAX_PAIRS as i64))]

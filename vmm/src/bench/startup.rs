@@ -35,7 +35,7 @@ pub const DEFAULT_PAIRS: u32 = 20;
 /// The most `--pairs` accepts.
 pub const MAX_PAIRS: u32 = 10_000;
 /// The goal: `vmm` within this factor of the floor.
-pub const GOAL_RATIO: f64 = 2.0;
+pub const GOAL_RATIO: f64 = 1.5;
 /// How long one process may run before it is killed.
 const TIMEOUT: Duration = Duration::from_secs(60);
 /// What `vmm` is asked to run.
@@ -502,14 +502,17 @@ mod tests {
         let b = summarise(
             3,
             "cc",
-            &[1.0, 2.0, 4.0],
-            &[sample(2.0), sample(3.0), sample(4.0)],
+            &[2.0, 2.0, 4.0],
+            &[sample(2.6), sample(2.8), sample(4.0)],
         );
-        // Ratios 2.0, 1.5, 1.0: median 1.5, not median(vmm)/median(floor).
-        assert_eq!(b.ratio.median, 1.5);
+        // Ratios 1.3, 1.4, 1.0: median 1.3, not median(vmm)/median(floor)
+        // (1.4).
+        assert!((b.ratio.median - 1.3).abs() < 1e-9, "{:?}", b.ratio);
         assert_eq!(b.ratio.min, 1.0);
         assert!(b.goal_met);
-        // 1.0..1.9 (p90) stays under 2.0: decided by vmm, not by noise.
+        // 1.0..1.4 (p90 at most) stays under 1.5: decided by vmm, not by
+        // noise.
+        assert!(b.ratio.p90 < GOAL_RATIO, "{:?}", b.ratio);
         assert!(!b.goal_within_noise);
         let wide = summarise(2, "cc", &[1.0, 1.0], &[sample(1.0), sample(3.0)]);
         assert!(wide.goal_within_noise, "{:?}", wide.ratio);

@@ -22,7 +22,7 @@ use crate::error::{Error, MemoryError, Result};
 use crate::kvm::HostKvm;
 use crate::snapshot::save::{self, SaveContext};
 use crate::vstate::dump::RegisterDump;
-use crate::vstate::machine::{Ap, Machine};
+use crate::vstate::machine::{Ap, Machine, VmWithVcpus};
 use crate::vstate::smp;
 use crate::vstate::stop::{supervise, Deadlines};
 use crate::vstate::vcpu;
@@ -33,10 +33,9 @@ use crate::xstate_manager::XstateManager;
 pub fn run(mut config: RunConfig) -> Result<RunOutcome> {
     let start = Instant::now();
     let plan = check_request(&config)?;
-    // The VM and its vCPUs are built on this thread while another reads
-    // KVM's CPUID table and then loads the kernel into the RAM: none of it
-    // depends on the table, and the two halves take about as long (see
-    // `HostKvm::open_overlapping`).
+    // The VM and its vCPUs are built and the kernel is loaded into the RAM
+    // on this thread while another reads KVM's CPUID table: none of it
+    // depends on the table (see `HostKvm::open_overlapping`).
     let ram = crate::vstate::machine::allocate_ram_backed(config.mem_mib, config.hugepages)?;
     // Before anything touches guest RAM, so the kernel load faults in huge
     // pages already (hugetlbfs RAM is huge pages already).
@@ -160,45 +159,43 @@ type Built = (
 
 /// Open KVM (or take the resolved one), build the VM and load the kernel.
 /// Without `--xfeatures`, KVM's table is read on another thread while the
-/// VM is built and then validated: a VM built for a table that offers no
-/// XSAVE is dropped without running.
+/// VM and its vCPUs are created and the kernel is loaded, and then
+/// validated: a VM built for a table that offers no XSAVE is dropped
+/// without running. Guest RAM is registered last (see `VmWithVcpus`).
 fn build_and_load(
     config: &mut RunConfig,
     ram: &GuestMemoryMmap,
     plan: &crate::arch::elf::ImagePlan,
 ) -> Result<Built> {
     let vcpus = config.vcpus;
-    let build = |kvm: &kvm_ioctls::Kvm| {
+    let kernel = &config.kernel;
+    let build = |kvm: &kvm_ioctls::Kvm| -> Result<_> {
         // Bad counts are refused before any VM exists.
         smp::check_vcpus(vcpus, smp::kvm_max_vcpus(kvm))?;
         let irqchip = smp::Irqchip::for_new_vm(kvm, vcpus);
-        Machine::create_smp_on(kvm, ram.clone(), vcpus, irqchip)
-    };
-    let kernel = &config.kernel;
-    let load = || {
-        // Best effort: without it the copy faults the pages in one by
-        // one (see `populate_for_write`).
-        for seg in &plan.segments {
-            let _ = crate::vstate::machine::populate_for_write(
-                ram,
-                vm_memory::GuestAddress(seg.paddr),
-                seg.filesz,
-            );
+        let vm = VmWithVcpus::create(kvm, ram.clone(), vcpus, irqchip)?;
+        // Best effort: without it the copy, and later the boot
+        // structures, fault the pages in one by one (see
+        // `populate_for_write`).
+        let segments = plan.segments.iter().map(|seg| (seg.paddr, seg.filesz));
+        for (at, len) in segments.chain(crate::arch::layout::BOOT_DATA) {
+            let _ =
+                crate::vstate::machine::populate_for_write(ram, vm_memory::GuestAddress(at), len);
         }
-        Ok(boot::load_kernel(ram, &kernel.bytes, &kernel.name, plan)?)
+        let loaded = boot::load_kernel(ram, &kernel.bytes, &kernel.name, plan)?;
+        Ok((vm, loaded))
     };
     match std::mem::replace(&mut config.xfeatures, Xfeatures::Kvm) {
         Xfeatures::Kvm => {
-            let (host, built, loaded) = HostKvm::open_overlapping(build, load)?;
+            let (host, (vm, loaded)) = HostKvm::open_overlapping(build)?;
             let xcr0 = validate_policy(None, &host.xstate, &host.supported_cpuid)?;
             check_phys_bits(&host, config.mem_mib)?;
-            Ok((host, built, loaded, xcr0))
+            Ok((host, vm.register_ram()?, loaded, xcr0))
         }
         Xfeatures::Resolved(r) => {
             check_phys_bits(&r.host, config.mem_mib)?;
-            let built = build(&r.host.kvm)?;
-            let loaded = load()?;
-            Ok((r.host, built, loaded, r.resolution.result))
+            let (vm, loaded) = build(&r.host.kvm)?;
+            Ok((r.host, vm.register_ram()?, loaded, r.resolution.result))
         }
     }
 }
