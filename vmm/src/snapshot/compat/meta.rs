@@ -9,6 +9,7 @@ use super::fault::{incompatible, invalid, Fault};
 use super::host::HostFacts;
 use crate::arch::layout::{ram_regions, RamRegion, CMDLINE_MAX, MAX_MEM_MIB, MIN_MEM_MIB};
 use crate::snapshot::sparse::REGIONS_SECTION;
+use crate::snapshot::state::bounds::XSTATE_MAX;
 use crate::snapshot::state::Snapshot;
 use crate::vstate::smp::{Irqchip, GUEST_MAX_CPUS};
 use crate::vstate::vcpu::SAVED_MSRS;
@@ -182,9 +183,22 @@ fn check_record(snap: &Snapshot) -> Result<(), Fault> {
     Ok(())
 }
 
-/// The source KVM's XCR0 and IA32_XSS as recorded are its leaf 0xD's.
+/// The source KVM's leaf 0xD describes an xsave area no larger than a
+/// `vcpuN.xstate` section may be (the validation lays images out by it:
+/// a claimed gigabyte would be allocated), and its XCR0 and IA32_XSS as
+/// recorded are its leaf 0xD's.
 fn check_source(snap: &Snapshot, source: &XsaveInfo) -> Result<(), Fault> {
     let m = &snap.meta;
+    let area = u64::from(source.raw_subleaf(0).ecx);
+    if area > XSTATE_MAX {
+        return Err(invalid(
+            "meta.kvm_leaf_0xd",
+            format!(
+                "subleaf 0 ECX describes a {area}-byte xsave area; this vmm takes at most \
+                 {XSTATE_MAX} (AMX makes the largest about 11 KiB)"
+            ),
+        ));
+    }
     for (field, got, want) in [
         ("meta.kvm_xcr0", m.kvm_xcr0, source.supported_xcr0()),
         ("meta.kvm_xss", m.kvm_xss, source.supported_xss()),

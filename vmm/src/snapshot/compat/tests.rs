@@ -201,6 +201,17 @@ fn every_field_rule_names_its_field() {
         (|s| s.meta.cmdline = "quiet\u{1b}[2J".into(), "meta.cmdline: holds '\\u{1b}'"),
         (|s| s.meta.guest_ran_ms = -1.0, "meta.guest_ran_ms: -1 is not a duration"),
         (|s| s.meta.kvm_xcr0 = 0x3, "meta.kvm_xcr0: 0x3 disagrees with meta.kvm_leaf_0xd"),
+        (
+            // A component of XCR0 not in use, claimed a gigabyte: the
+            // layout it gives is never allocated.
+            |s| {
+                let d = &mut s.meta.kvm_leaf_0xd;
+                d[0].ecx = xstate::Hex32(0x4000_0340);
+                d[0].ebx = xstate::Hex32(0x4000_0340);
+                d[2].eax = xstate::Hex32(0x4000_0100);
+            },
+            "meta.kvm_leaf_0xd: subleaf 0 ECX describes a 1073742656-byte xsave area",
+        ),
         (|s| s.meta.xsave2_size = 512, "meta.xsave2_size: 512 bytes"),
         (|s| s.meta.msrs_unreadable = vec![0x10], "meta.msrs_unreadable: MSR 0x10 is listed as unreadable, yet vcpu0 holds it"),
         (|s| s.meta.msrs_unreadable = vec![0x3a], "meta.msrs_unreadable: MSR 0x3a is not one this vmm saves"),
