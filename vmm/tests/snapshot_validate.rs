@@ -314,8 +314,8 @@ fn every_rule_kvm_applies_is_checked_before_kvm() {
         ("dr7", |s| s.vcpus[0].debugregs.as_mut().unwrap().dr7 |= 1 << 40, "vcpu0.debugregs.dr7: 0x10000000400 sets bits 63:32"),
         ("dr-flags", |s| s.vcpus[0].debugregs.as_mut().unwrap().flags = 1, "vcpu0.debugregs.flags"),
         // KVM_SET_CPUID2.
-        ("cpuid-amx", |s| cpuid(s, 0xd, 0).eax |= 0x6_0000, "vcpu0.cpuid leaf 0xd.0 EDX:EAX: 0x600e7 is not the guest's xfeature policy (meta.policy_xcr0 0xe7)"),
-        ("cpuid-vaddr", |s| { let e = cpuid(s, 0x8000_0008, 0); e.eax = (e.eax & !0xff00) | (50 << 8); }, "vcpu0.cpuid leaf 0x80000008 EAX: 0x00003230 gives 50-bit virtual addresses"),
+        ("cpuid-amx", |s| cpuid(s, 0xd, 0).eax |= 0x6_0000, "is not the guest's xfeature policy (meta.policy_xcr0 "),
+        ("cpuid-vaddr", |s| { let e = cpuid(s, 0x8000_0008, 0); e.eax = (e.eax & !0xff00) | (50 << 8); }, "gives 50-bit virtual addresses; KVM accepts 48 or 57"),
         // KVM_SET_XSAVE: the image's header.
         ("xsave-reserved", |s| { let mut b = s.vcpus[0].xstate.to_vec(); b[540] = 1; s.vcpus[0].xstate = XsaveBuf::from_bytes(&b).unwrap(); }, "vcpu0.xstate: reserved xsave header bytes are not zero"),
         ("xsave-bv", |s| { let mut b = s.vcpus[0].xstate.to_vec(); b[512] |= 1 << 3; s.vcpus[0].xstate = XsaveBuf::from_bytes(&b).unwrap(); }, "vcpu0.xstate: "),
@@ -336,10 +336,13 @@ fn every_rule_kvm_applies_is_checked_before_kvm() {
         let mut s = decoded();
         s.meta.policy_xcr0 |= 0x6_0000;
         cpuid(&mut s, 0xd, 0).eax |= 0x6_0000;
+        let policy = s.meta.policy_xcr0;
         refused(
             "policy-amx",
             &s.to_bytes(),
-            "meta.policy_xcr0: the guest's CPUID policy 0x600e7 offers amx (components 17-18)",
+            &format!(
+                "meta.policy_xcr0: the guest's CPUID policy {policy:#x} offers amx (components 17-18)"
+            ),
             true,
         );
     }
