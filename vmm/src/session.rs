@@ -120,11 +120,10 @@ pub fn restore(request: RestoreRequest) -> std::result::Result<RunSummary, Sessi
     let outcome = outcome?;
     // The guest's workloads, from the command line it booted with.
     let workload = if native {
-        let list = run::restore::load(&file)
-            .ok()
-            .and_then(|s| {
-                s.meta
-                    .cmdline
+        let list = resumed
+            .as_ref()
+            .and_then(|r| {
+                r.cmdline
                     .split_whitespace()
                     .find_map(|w| w.strip_prefix("workload=").map(str::to_string))
             })
@@ -170,35 +169,35 @@ struct Extras {
 }
 
 /// What `vmm restore` keeps of the snapshot for
-/// [`crate::report::spanning::mark_rows_spanning_snapshot`].
+/// [`crate::report::spanning::mark_rows_spanning_snapshot`]: the file, open
+/// (a snapshot written over it meanwhile is a new file: this one stays
+/// readable), and its page index, so the stored pages are searched in
+/// bounded pieces rather than held in memory.
 struct Resumed {
-    memory: Vec<(u64, Vec<u8>)>,
+    file: std::fs::File,
+    memory: crate::snapshot::sparse::SparseMemory,
+    cmdline: String,
     created_unix_s: u64,
     restore_started_unix_s: f64,
 }
 
 impl Resumed {
-    /// Reads `file` again (the restore itself has its own copy).
+    /// Opens `file` again as the restore did (the restore has its own).
     fn load(file: &Path, restore_started_unix_s: f64) -> Option<Self> {
-        let snap = run::restore::load(file).ok()?;
-        let mut memory: Vec<(u64, Vec<u8>)> = Vec::new();
-        let _ = snap
-            .memory
-            .apply(|gpa, bytes| -> std::result::Result<(), ()> {
-                // Merge adjacent runs so a record across a page boundary is found.
-                match memory.last_mut() {
-                    Some((at, run)) if *at + run.len() as u64 == gpa => {
-                        run.extend_from_slice(bytes)
-                    }
-                    _ => memory.push((gpa, bytes.to_vec())),
-                }
-                Ok(())
-            });
+        let o = run::restore::open(file).ok()?;
         Some(Self {
-            memory,
-            created_unix_s: snap.meta.created_unix_s,
+            file: o.file,
+            memory: o.snapshot.memory,
+            cmdline: o.snapshot.meta.cmdline,
+            created_unix_s: o.snapshot.meta.created_unix_s,
             restore_started_unix_s,
         })
+    }
+
+    /// Whether `bytes` lie in the snapshot's guest memory, 8-byte aligned
+    /// (a read error counts as "no": the row is then checked by its time).
+    fn holds(&self, bytes: &[u8]) -> bool {
+        crate::snapshot::load::pages_contain(&self.file, &self.memory, bytes).unwrap_or(false)
     }
 }
 
@@ -264,8 +263,9 @@ fn finish(outcome: &RunOutcome, workload: Option<Selection>, extras: Extras) -> 
 
 /// Mark the row a restored guest timed across the snapshot, and say so.
 fn mark_spanning(summary: &mut RunSummary, r: &Resumed, report: &guest::protocol::Report) {
+    let holds = |bytes: &[u8]| r.holds(bytes);
     let gap = crate::report::spanning::SnapshotGap {
-        memory: &r.memory,
+        in_memory: &holds,
         created_unix_s: r.created_unix_s,
         restore_started_unix_s: r.restore_started_unix_s,
     };

@@ -93,6 +93,55 @@ fn the_valid_seeds_still_parse() {
         .unwrap_or_else(|e| panic!("snapshot_container/real-tiny-guest {stale}: {e}"));
 }
 
+/// Seeds that take the validation past its first rules: the tiny guest
+/// moved on into 64-bit mode (every rule passes), and two states KVM
+/// would refuse (an injected exception 255 with every event flag set, a
+/// reserved CR4 bit), from a real snapshot's bytes.
+fn validation_seeds(file: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
+    use vmm::snapshot::state::Snapshot;
+    let long_mode = |s: &mut Snapshot| {
+        let r = &mut s.vcpus[0].sregs;
+        (r.cr0, r.cr4, r.cr3, r.efer) = (0x8001_0033, 0x620, 0x10_3000, 0x500);
+        (r.cs.l, r.cs.db) = (1, 0);
+    };
+    let mut s = Snapshot::from_bytes(file).expect("a fresh snapshot decodes");
+    long_mode(&mut s);
+    let mut events = s.clone();
+    let e = events.vcpus[0].events.as_mut().expect("KVM has events");
+    (e.exception.injected, e.exception.nr, e.flags) = (1, 255, u32::MAX);
+    let mut cr4 = s.clone();
+    cr4.vcpus[0].sregs.cr4 |= 1 << 31;
+    vec![
+        ("long-mode-guest", s.to_bytes()),
+        ("kvm-refused-events", events.to_bytes()),
+        ("kvm-refused-cr4", cr4.to_bytes()),
+    ]
+}
+
+/// The seeds meant to pass the validation do (against the host they say
+/// they were written on), so the fuzzer starts past its first rule.
+#[test]
+fn the_valid_seeds_pass_the_validation() {
+    for name in ["real-tiny-guest", "long-mode-guest"] {
+        let path = fuzz_dir().join("corpus/snapshot_container").join(name);
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(
+            vmm::fuzzing::snapshot_check(&bytes),
+            Ok(Vec::new()),
+            "{name}"
+        );
+    }
+    for (name, bytes) in validation_seeds(
+        &std::fs::read(fuzz_dir().join("corpus/snapshot_container/real-tiny-guest")).unwrap(),
+    ) {
+        let on_disk = std::fs::read(fuzz_dir().join("corpus/snapshot_container").join(name));
+        assert!(
+            on_disk.ok().as_deref() == Some(&bytes[..]),
+            "{name} is stale: run write_seed_corpus"
+        );
+    }
+}
+
 #[test]
 fn every_regression_replays_without_panic() {
     replay("regressions");
@@ -179,6 +228,9 @@ fn write_seed_corpus() {
     let last = flipped.len() - 1;
     flipped[last] ^= 1;
     write("snapshot_container", "section-checksum", &flipped);
+    for (name, bytes) in validation_seeds(&file) {
+        write("snapshot_container", name, &bytes);
+    }
 
     write(
         "snapshot_sections",

@@ -314,6 +314,7 @@ fn amx_snapshot(good: &[u8]) -> Vec<u8> {
     }
     snap.meta.kvm_leaf_0xd = CpuidProfile::entries_of(&spr);
     snap.meta.kvm_xcr0 = spr.supported_xcr0().bits();
+    snap.meta.kvm_xss = spr.supported_xss().bits();
     snap.meta.policy_xcr0 = xcr0.bits();
     snap.to_bytes()
 }

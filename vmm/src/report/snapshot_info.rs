@@ -15,6 +15,7 @@ use crate::report::table::Columns;
 use crate::snapshot::error::SnapshotError;
 use crate::snapshot::format::SectionInfo;
 use crate::snapshot::load as restore;
+use crate::snapshot::state::{Snapshot, VcpuState};
 use crate::vstate::vcpu::MSR_IA32_XSS;
 
 /// `vmm snapshot info` as printed.
@@ -72,10 +73,17 @@ pub struct SnapshotInfo {
     pub source_kvm_xss: XfeatureMask,
     /// The guest's TSC rate (0: unknown).
     pub tsc_khz: u32,
-    /// Whether this host can restore it (null when KVM cannot be opened).
+    /// What a restore on this host would do: `yes`, `no`, `must-try`
+    /// (no rule this vmm checks fails, but only KVM can tell whether it
+    /// takes some fields), `unknown` (KVM cannot be opened).
+    pub restore_verdict: Verdict,
+    /// Whether this host can restore it: true for `yes`, false for `no`,
+    /// null for `must-try` and `unknown`.
     pub restorable_here: Option<bool>,
-    /// Why not, when not.
+    /// Why not, when not: `vmm restore`'s own message.
     pub restore_refusal: Option<String>,
+    /// With `must-try`: what only KVM can tell, as `field: why`.
+    pub restore_must_try: Vec<String>,
 }
 
 /// One region of guest RAM in `vmm snapshot info`.
@@ -85,6 +93,21 @@ pub struct MemoryRegionInfo {
     pub addr: u64,
     /// Its length in bytes.
     pub bytes: u64,
+}
+
+/// The answer of `vmm snapshot info` to "can this host restore it?".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// Every rule holds and this host has everything the state needs.
+    Yes,
+    /// A rule fails; `vmm restore` refuses it with the same message.
+    No,
+    /// No rule this vmm checks fails; whether KVM takes some fields only
+    /// KVM can tell, so `vmm restore` tries.
+    MustTry,
+    /// KVM cannot be opened here.
+    Unknown,
 }
 
 /// One vCPU of `vmm snapshot info`.
@@ -147,65 +170,30 @@ fn reg(v: u64) -> String {
     format!("{v:#x}")
 }
 
-/// Builds the `info` view of a file.
+/// Builds the `info` view of a file: opened as `vmm restore` opens it
+/// (nothing read in bulk, the stored pages left in the file), their CRC32
+/// checked in bounded pieces, then THE validation `vmm restore` runs.
+///
+/// # Errors
+///
+/// What [`restore::open`] refuses, and a stored page's checksum mismatch.
 pub fn info(path: &Path) -> Result<SnapshotInfo, SnapshotError> {
-    let (sections, file_bytes, container) = restore::read_container(path)?;
-    let snap = restore::decode(path, &container)?;
-    let container_version = container.version;
-    // Sizes are shown from the source's leaf 0xD when it is consistent;
-    // when it is not, the validation below says so.
-    let source = snap.meta.source_info().ok();
-    let vcpus = snap
-        .vcpus
-        .iter()
-        .map(|v| {
-            let xcr0 = XfeatureMask::from_bits(v.xcr0().unwrap_or(0));
-            let bv = v.xstate.xstate_bv_mask();
-            VcpuInfo {
-                id: v.id,
-                rip: reg(v.regs.rip),
-                cr0: reg(v.sregs.cr0),
-                cr4: reg(v.sregs.cr4),
-                efer: reg(v.sregs.efer),
-                cpl: v.sregs.cs.dpl,
-                xcr0,
-                xcr0_names: xcr0.to_string(),
-                ia32_xss: v.msr(MSR_IA32_XSS).map(XfeatureMask::from_bits),
-                msrs: v.msrs.len(),
-                cpuid_entries: v.cpuid.len(),
-                xstate_bv: bv,
-                components_in_use: bv.describe().to_string(),
-                xstate_compacted_bytes: v.xstate.len(),
-                xstate_standard_bytes: source
-                    .and_then(|s| s.layout(xcr0, Format::Standard).ok())
-                    .map(|l| l.total_size())
-                    .unwrap_or(0),
-                kvm_xsave_bytes: xstate::kvm::KVM_XSAVE_REGION_SIZE,
-                events: v.events.is_some(),
-                mp_state: v.mp_state,
-                debugregs: v.debugregs.is_some(),
-                ia32_xfd: v.xfd.map(|x| reg(x.xfd)),
-                ia32_xfd_err: v.xfd.map(|x| reg(x.xfd_err)),
-                lapic: v.lapic.is_some(),
-            }
-        })
-        .collect();
-    // As `vmm restore` does: KVM's table lacks AMX until this process may
-    // give it to guests. A refusal shows as the validation's own reason.
-    let _ = crate::arch::amx::permit_policy(snap.meta.policy());
-    let (restorable_here, restore_refusal) = match HostKvm::open() {
-        // Exactly what `vmm restore` runs before it creates a VM.
-        Ok(host) => match crate::snapshot::compat::validate(path, &snap, &host) {
-            Ok(_) => (Some(true), None),
-            Err(e) => (Some(false), Some(e.to_string())),
-        },
-        Err(_) => (None, None),
-    };
+    let restore::Opened {
+        sections,
+        file_bytes,
+        version,
+        snapshot: snap,
+        file,
+    } = restore::open(path)?;
+    restore::verify_pages(path, &snap, &file)?;
+    drop(file);
+    let vcpus = snap.vcpus.iter().map(|v| vcpu_info(&snap, v)).collect();
+    let (restore_verdict, restore_refusal, restore_must_try) = verdict(path, &snap);
     let m = &snap.meta;
     Ok(SnapshotInfo {
         file: path.display().to_string(),
         file_bytes,
-        format_version: container_version,
+        format_version: version,
         sections,
         trigger: m.trigger.clone(),
         created_unix_s: m.created_unix_s,
@@ -233,9 +221,67 @@ pub fn info(path: &Path) -> Result<SnapshotInfo, SnapshotError> {
         source_kvm_xcr0: XfeatureMask::from_bits(m.kvm_xcr0),
         source_kvm_xss: XfeatureMask::from_bits(m.kvm_xss),
         tsc_khz: m.tsc_khz,
-        restorable_here,
+        restorable_here: match restore_verdict {
+            Verdict::Yes => Some(true),
+            Verdict::No => Some(false),
+            Verdict::MustTry | Verdict::Unknown => None,
+        },
+        restore_verdict,
         restore_refusal,
+        restore_must_try,
     })
+}
+
+/// One vCPU as `info` shows it. Sizes come from the source's leaf 0xD
+/// when it is consistent; when it is not, the validation says so.
+fn vcpu_info(snap: &Snapshot, v: &VcpuState) -> VcpuInfo {
+    let source = snap.meta.source_info().ok();
+    let xcr0 = XfeatureMask::from_bits(v.xcr0().unwrap_or(0));
+    let bv = v.xstate.xstate_bv_mask();
+    VcpuInfo {
+        id: v.id,
+        rip: reg(v.regs.rip),
+        cr0: reg(v.sregs.cr0),
+        cr4: reg(v.sregs.cr4),
+        efer: reg(v.sregs.efer),
+        cpl: v.sregs.cs.dpl,
+        xcr0,
+        xcr0_names: xcr0.to_string(),
+        ia32_xss: v.msr(MSR_IA32_XSS).map(XfeatureMask::from_bits),
+        msrs: v.msrs.len(),
+        cpuid_entries: v.cpuid.len(),
+        xstate_bv: bv,
+        components_in_use: bv.describe().to_string(),
+        xstate_compacted_bytes: v.xstate.len(),
+        xstate_standard_bytes: source
+            .and_then(|s| s.layout(xcr0, Format::Standard).ok())
+            .map(|l| l.total_size())
+            .unwrap_or(0),
+        kvm_xsave_bytes: xstate::kvm::KVM_XSAVE_REGION_SIZE,
+        events: v.events.is_some(),
+        mp_state: v.mp_state,
+        debugregs: v.debugregs.is_some(),
+        ia32_xfd: v.xfd.map(|x| reg(x.xfd)),
+        ia32_xfd_err: v.xfd.map(|x| reg(x.xfd_err)),
+        lapic: v.lapic.is_some(),
+    }
+}
+
+/// Exactly what `vmm restore` runs before it creates a VM: the dynamic
+/// xfeatures asked for first (KVM's table lacks AMX until this process
+/// may give it to guests; a refusal shows as the validation's own
+/// reason), then THE validation. Returns the verdict, the refusal and
+/// what only KVM can tell.
+fn verdict(path: &Path, snap: &Snapshot) -> (Verdict, Option<String>, Vec<String>) {
+    let _ = crate::arch::amx::permit_policy(snap.meta.policy());
+    let Ok(host) = HostKvm::open() else {
+        return (Verdict::Unknown, None, Vec::new());
+    };
+    match crate::snapshot::compat::validate(path, snap, &host) {
+        Ok(v) if v.checked.must_try.is_empty() => (Verdict::Yes, None, Vec::new()),
+        Ok(v) => (Verdict::MustTry, None, v.checked.must_try),
+        Err(e) => (Verdict::No, Some(e.to_string()), Vec::new()),
+    }
 }
 
 impl SnapshotInfo {
@@ -323,17 +369,16 @@ impl SnapshotInfo {
                 v.xstate_compacted_bytes, v.xstate_standard_bytes, v.kvm_xsave_bytes
             );
         }
-        match (self.restorable_here, &self.restore_refusal) {
-            (Some(true), _) => {
-                let _ = writeln!(s, "restorable on this host: yes");
-            }
-            (Some(false), Some(r)) => {
-                let _ = writeln!(s, "restorable on this host: no: {r}");
-            }
-            _ => {
-                let _ = writeln!(s, "restorable on this host: unknown (KVM unavailable)");
-            }
-        }
+        let _ = match (self.restore_verdict, &self.restore_refusal) {
+            (Verdict::Yes, _) => writeln!(s, "restorable on this host: yes"),
+            (Verdict::No, Some(r)) => writeln!(s, "restorable on this host: no: {r}"),
+            (Verdict::MustTry, _) => writeln!(
+                s,
+                "restorable on this host: restore must try: {}",
+                self.restore_must_try.join("; ")
+            ),
+            _ => writeln!(s, "restorable on this host: unknown (KVM unavailable)"),
+        };
         s
     }
 }

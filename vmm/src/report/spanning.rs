@@ -8,8 +8,9 @@ use super::summary::ResultRow;
 /// What a restore knows about the snapshot it resumed, to find the row
 /// whose timing spans it ([`mark_rows_spanning_snapshot`]).
 pub struct SnapshotGap<'a> {
-    /// The snapshot's guest memory: (guest-physical address, bytes) runs.
-    pub memory: &'a [(u64, Vec<u8>)],
+    /// Whether some bytes lie in the snapshot's guest memory, at an
+    /// 8-byte aligned address (where the guest keeps its records).
+    pub in_memory: &'a dyn Fn(&[u8]) -> bool,
     /// When the snapshot was written (Unix seconds, truncated).
     pub created_unix_s: u64,
     /// When the restore began (Unix time, seconds).
@@ -36,14 +37,7 @@ pub fn mark_rows_spanning_snapshot(
     tsc_khz: u64,
 ) -> Option<usize> {
     use zerocopy::IntoBytes;
-    let in_snapshot = |rec: &[u8]| {
-        gap.memory.iter().any(|(_, run)| {
-            run.len() >= rec.len()
-                && (0..=run.len() - rec.len())
-                    .step_by(8)
-                    .any(|i| &run[i..i + rec.len()] == rec)
-        })
-    };
+    let in_snapshot = |rec: &[u8]| (gap.in_memory)(rec);
     let first_after = report
         .results()
         .iter()

@@ -19,7 +19,8 @@
 //! Everything that can be checked is checked before a VM exists: the file
 //! is opened as a regular file of bounded size ([`crate::input`]), its
 //! header and section table are checked before any section is read, then
-//! the sections (memory last) and their decoding ([`load`]); then THE
+//! the sections (the stored pages left in the file) and their decoding
+//! ([`open`]); then THE
 //! validation `vmm snapshot info` also reports ([`validate`], see
 //! `crate::snapshot::compat`). Only then is the VM built from the [`Validated`]
 //! state, and handed to [`crate::vstate`] to run as a booted one would be.
@@ -45,12 +46,10 @@ use crate::kvm::HostKvm;
 use crate::run::launch::{check_snapshot_options, execute};
 use crate::run::outcome::RunOutcome;
 use crate::run::prepared::Launch;
-pub use crate::snapshot::compat::{check, validate, Checked, Validated};
+pub use crate::snapshot::compat::{check, validate, Checked, HostFacts, Validated};
 pub use crate::snapshot::error::SnapshotError;
-pub use crate::snapshot::load::{
-    load, load_mapped, read_container, verify_pages, MAX_SNAPSHOT_BYTES,
-};
 use crate::snapshot::load::{load_irqchip, load_vcpu, restored_devices};
+pub use crate::snapshot::load::{load_mapped, open, verify_pages, Opened, MAX_SNAPSHOT_BYTES};
 use crate::snapshot::save::SaveContext;
 use crate::snapshot::state::Snapshot;
 use crate::vstate::machine::{Ap, Machine, RamImage};

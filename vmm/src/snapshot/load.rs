@@ -1,7 +1,7 @@
 //! Reading a snapshot file and putting its state into a new VM: the file
 //! opened bounded and verified section by section before any byte of guest
-//! state is trusted ([`load`], [`load_mapped`]), the stored pages' CRC32 on
-//! request ([`verify_pages`]), and the irqchip, vCPU registers and COM1
+//! state is trusted ([`open`], [`load_mapped`]), the stored pages' CRC32 in
+//! bounded pieces ([`verify_pages`]), and the irqchip, vCPU registers and COM1
 //! loaded in the order KVM needs. Resuming the guest is
 //! [`crate::run::restore`]'s.
 
@@ -15,9 +15,7 @@ use vm_superio::Serial;
 
 use super::error::SnapshotError;
 use super::format::{Container, FormatError, SectionInfo, PAGES_SECTION};
-use super::state::{
-    check_section_names, IrqchipState, Meta, Snapshot, VcpuState, IRQCHIP_SECTIONS,
-};
+use super::state::{bounds, IrqchipState, Meta, Snapshot, VcpuState, IRQCHIP_SECTIONS};
 use crate::arch::layout::MAX_MEM_MIB;
 use crate::cpuid::{GuestCpuid, Policy};
 use crate::devices::{Devices, NoInterrupt, SerialSink};
@@ -29,54 +27,88 @@ use crate::vstate::vcpu;
 /// serial output). A larger file is refused from its size alone.
 pub const MAX_SNAPSHOT_BYTES: u64 = (MAX_MEM_MIB << 20) + (64 << 20);
 
-/// Open, verify and read a snapshot file: a regular file of at most
-/// [`MAX_SNAPSHOT_BYTES`]; header and section table checked (and the
-/// section names known) before any section's bytes are read; sections read
-/// by seeking to each, memory last. Returns the table and the verified
-/// container. The file is only read.
-pub fn read_container(
-    path: &Path,
-) -> std::result::Result<(Vec<SectionInfo>, u64, Container), SnapshotError> {
-    let (table, len, container, _) = open_container(path, &[])?;
-    Ok((table, len, container))
+/// A snapshot file opened, verified and decoded but for its stored pages,
+/// which stay in the file: what `vmm snapshot info` and `vmm restore`
+/// both start from ([`open`]).
+pub struct Opened {
+    /// The section table.
+    pub sections: Vec<SectionInfo>,
+    /// The file's length.
+    pub file_bytes: u64,
+    /// Its container format version (2 or 3).
+    pub version: u32,
+    /// The decoded state; its memory's pages are
+    /// [`super::sparse::SparseMemory::in_file`].
+    pub snapshot: Snapshot,
+    /// The file, open for reading (a restore maps the pages from it).
+    pub file: File,
 }
 
-/// [`read_container`], leaving the sections named in `lazy` in the file;
-/// the file is returned, open.
-pub(crate) fn open_container(
-    path: &Path,
-    lazy: &[&str],
-) -> std::result::Result<(Vec<SectionInfo>, u64, Container, File), SnapshotError> {
+/// Open, verify and decode a snapshot file, reading nothing in bulk: a
+/// regular file of at most [`MAX_SNAPSHOT_BYTES`]; its header and section
+/// table checked, with every section's length against its kind
+/// ([`bounds::check_table`]), before any section body is read; then
+/// `meta`, whose RAM size bounds the memory sections
+/// ([`bounds::check_memory`]); then the other sections (each small by
+/// now), CRC32 checked; the stored pages are left in the file, their
+/// length checked against the page index. The file is only read.
+///
+/// # Errors
+///
+/// [`SnapshotError::Input`] for a file that cannot be used,
+/// [`SnapshotError::Format`] naming the broken rule.
+pub fn open(path: &Path) -> std::result::Result<Opened, SnapshotError> {
+    let format = |source| SnapshotError::Format {
+        path: path.to_path_buf(),
+        source,
+    };
+    let read = |e| SnapshotError::from_read(path, e);
     let mut file = crate::input::open_regular(path, "snapshot", MAX_SNAPSHOT_BYTES)
         .map_err(|source| SnapshotError::Input { source })?;
-    let len = file.len();
-    let (table, container) = Container::read_from(
-        &mut file,
-        |t: &[SectionInfo]| check_section_names(t.iter().map(|e| e.name.as_str())),
-        lazy,
-    )
-    .map_err(|e| SnapshotError::from_read(path, e))?;
-    Ok((table, len, container, file.into_file()))
-}
-
-/// Read, verify and decode a snapshot file but its stored pages, which
-/// stay in the file ([`super::sparse::SparseMemory::in_file`]): what a
-/// restore maps. Returns the snapshot and the open file.
-pub fn load_mapped(path: &Path) -> std::result::Result<(Snapshot, File), SnapshotError> {
-    let (table, _, c, file) = open_container(path, &[PAGES_SECTION])?;
+    let file_bytes = file.len();
+    let table = Container::read_table(&mut file).map_err(read)?;
+    bounds::check_table(&table.entries).map_err(format)?;
+    let mut c = Container::read_sections(&mut file, &table, |e| e.name == "meta").map_err(read)?;
+    let meta = c
+        .get("meta")
+        .ok_or_else(|| format(FormatError::Malformed("section \"meta\" is missing".into())))
+        .and_then(|b| Meta::from_section(b).map_err(format))?;
+    // A RAM size no guest can have is the validation's to name; the
+    // static bound holds meanwhile.
+    let ram = meta.mem_mib.saturating_mul(1 << 20).min(MAX_MEM_MIB << 20);
+    bounds::check_memory(&table.entries, ram).map_err(format)?;
+    let rest = Container::read_sections(&mut file, &table, |e| {
+        e.name != "meta" && e.name != PAGES_SECTION
+    })
+    .map_err(read)?;
+    c.merge(rest, &table);
     let pages = table
+        .entries
         .iter()
         .find(|e| e.name == PAGES_SECTION)
-        .ok_or_else(|| SnapshotError::Format {
-            path: path.to_path_buf(),
-            source: FormatError::Malformed(format!("section \"{PAGES_SECTION}\" is missing")),
+        .ok_or_else(|| {
+            format(FormatError::Malformed(format!(
+                "section \"{PAGES_SECTION}\" is missing"
+            )))
         })?;
-    let snap =
-        Snapshot::from_container_mapped(&c, pages).map_err(|source| SnapshotError::Format {
-            path: path.to_path_buf(),
-            source,
-        })?;
-    Ok((snap, file))
+    let snapshot = Snapshot::from_container_mapped(&c, pages).map_err(format)?;
+    Ok(Opened {
+        version: table.header.version,
+        sections: table.entries,
+        file_bytes,
+        snapshot,
+        file: file.into_file(),
+    })
+}
+
+/// [`open`], for a restore: the snapshot and the open file.
+///
+/// # Errors
+///
+/// As [`open`].
+pub fn load_mapped(path: &Path) -> std::result::Result<(Snapshot, File), SnapshotError> {
+    let o = open(path)?;
+    Ok((o.snapshot, o.file))
 }
 
 /// Check the CRC32 of stored pages left in `file` (read in 1 MiB pieces):
@@ -116,19 +148,63 @@ pub fn verify_pages(
     Ok(())
 }
 
-/// Read, verify and decode a snapshot file (see [`read_container`]). The
-/// file is only read.
-pub fn load(path: &Path) -> std::result::Result<Snapshot, SnapshotError> {
-    let (_, _, c) = read_container(path)?;
-    decode(path, &c)
+/// The pieces stored pages are read in: a search, like the checksum,
+/// never holds more of them than this.
+const PIECE: usize = 1 << 20;
+
+/// Whether `needle` lies in guest memory at an 8-byte aligned address,
+/// searched in the stored pages of `memory` left in `file` (all-zero pages
+/// are not stored: a needle of zeros is not looked for there). Runs of
+/// adjacent pages are searched as one; pages are read [`PIECE`] at a
+/// time, overlapping by the needle's length.
+///
+/// # Errors
+///
+/// The file's read error.
+pub fn pages_contain(
+    file: &File,
+    memory: &super::sparse::SparseMemory,
+    needle: &[u8],
+) -> std::io::Result<bool> {
+    let Some(pages) = &memory.in_file else {
+        return Ok(false);
+    };
+    if needle.is_empty() || needle.iter().all(|&b| b == 0) {
+        return Ok(false);
+    }
+    // Runs whose guest pages are adjacent, as (file offset, length).
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    let mut end = None;
+    for (addr, at, len) in memory.placed_runs() {
+        match merged.last_mut() {
+            Some(m) if end == Some(addr) => m.1 += len,
+            _ => merged.push((pages.offset + at, len)),
+        }
+        end = Some(addr + len);
+    }
+    let overlap = needle.len().next_multiple_of(8) as u64;
+    let mut buf = vec![0u8; PIECE + overlap as usize];
+    for (offset, len) in merged {
+        let mut at = 0u64;
+        while at < len {
+            let n = (len - at).min(PIECE as u64 + overlap) as usize;
+            file.read_exact_at(&mut buf[..n], offset + at)?;
+            let starts = n.min(PIECE);
+            if aligned_find(&buf[..n], starts, needle) {
+                return Ok(true);
+            }
+            at += PIECE as u64;
+        }
+    }
+    Ok(false)
 }
 
-/// Decode a verified container of `path`.
-pub(crate) fn decode(path: &Path, c: &Container) -> std::result::Result<Snapshot, SnapshotError> {
-    Snapshot::from_container(c).map_err(|source: FormatError| SnapshotError::Format {
-        path: path.to_path_buf(),
-        source,
-    })
+/// Whether `needle` starts at some multiple of 8 below `starts` in `hay`.
+fn aligned_find(hay: &[u8], starts: usize, needle: &[u8]) -> bool {
+    let first = needle[0];
+    (0..starts)
+        .step_by(8)
+        .any(|i| hay[i] == first && hay[i..].starts_with(needle))
 }
 
 /// The VM's interrupt controllers as saved: both PICs and the IOAPIC

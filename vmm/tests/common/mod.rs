@@ -356,3 +356,67 @@ pub fn qemu_microvm_to_log(
         .output()
         .expect("cannot start QEMU")
 }
+
+/// A finished `vmm` child: its exit status, what it printed, and its peak
+/// resident set (`ru_maxrss` from `wait4`: the child's VmHWM, in KiB).
+pub struct Peak {
+    /// The exit status (`None`: killed by a signal).
+    pub code: Option<i32>,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+    /// The most memory the child ever had resident, in KiB.
+    pub peak_rss_kib: u64,
+}
+
+/// Run `vmm` with `args` and measure its peak RSS. Its output goes to
+/// files (named after `tag`), so a child that prints much cannot block.
+///
+/// `ru_maxrss` also counts the address space the child had before its
+/// `exec` (std spawns with vfork: the test process's), so the figure is
+/// at least the test process's own peak: about 5 MiB here, some 100 MiB
+/// once a failed test has symbolised a backtrace.
+pub fn vmm_peak(tag: &str, args: &[&str]) -> Peak {
+    use std::fs::File;
+    use std::process::Stdio;
+    let dir = std::env::temp_dir();
+    let base = format!("vmm-peak-{}-{tag}", std::process::id());
+    let (out_path, err_path) = (
+        dir.join(format!("{base}.out")),
+        dir.join(format!("{base}.err")),
+    );
+    let child = Command::new(vmm_bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(File::create(&out_path).unwrap())
+        .stderr(File::create(&err_path).unwrap())
+        .spawn()
+        .expect("cannot start the vmm binary");
+    let pid = child.id() as libc::pid_t;
+    let mut status: libc::c_int = 0;
+    // SAFETY: rusage is plain data; all-zero is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: `pid` is our child, not yet reaped (std's `Child` is never
+        // waited on here); `status` and `usage` are valid for writes.
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        if r == pid {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        assert_eq!(e.raw_os_error(), Some(libc::EINTR), "wait4: {e}");
+    }
+    drop(child);
+    let read = |p: &std::path::Path| {
+        let t = String::from_utf8_lossy(&std::fs::read(p).unwrap()).into_owned();
+        let _ = std::fs::remove_file(p);
+        t
+    };
+    Peak {
+        code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
+        stdout: read(&out_path),
+        stderr: read(&err_path),
+        peak_rss_kib: usage.ru_maxrss as u64,
+    }
+}

@@ -44,7 +44,9 @@ pub const TARGETS: &[Target] = &[
 ];
 
 /// A whole snapshot file: header, section table, checksums
-/// (`snapshot::format`), then every section decoder (`Snapshot::from_bytes`).
+/// (`snapshot::format`), then every section decoder (`Snapshot::from_bytes`),
+/// then the validation `vmm snapshot info` and `vmm restore` share, against
+/// the host the file says it was written on.
 pub fn snapshot_container(data: &[u8]) {
     let table = read_table(data);
     let parsed = Container::parse(data);
@@ -57,15 +59,27 @@ pub fn snapshot_container(data: &[u8]) {
         let _ = e.to_string();
     }
     check_snapshot(Snapshot::from_bytes(data));
+    check_validation(data);
 }
 
 /// The section decoders past the checksums: the input is a list of
 /// sections, each `[name length u8][name][data length u32 LE][data]`
 /// (cut short at the end of the input), put into a container as the writer
-/// would, then decoded with `Snapshot::from_container`.
+/// would, then decoded with `Snapshot::from_container` and validated.
 pub fn snapshot_sections(data: &[u8]) {
     let c = sections_from_frames(data);
     check_snapshot(Snapshot::from_container(&c));
+    check_validation(&c.to_bytes());
+}
+
+/// THE validation on a file's bytes (`vmm::fuzzing::snapshot_check`):
+/// refused with a message naming a field or section, or accepted with
+/// what only KVM can tell, each named.
+fn check_validation(bytes: &[u8]) {
+    match vmm::fuzzing::snapshot_check(bytes) {
+        Ok(must_try) => assert!(must_try.iter().all(|w| w.contains(": "))),
+        Err(e) => assert!(!e.is_empty()),
+    }
 }
 
 /// The `meta` section alone: JSON to [`Meta`], the source KVM's leaf 0xD

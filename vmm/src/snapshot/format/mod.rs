@@ -50,7 +50,7 @@ mod read;
 
 pub use encode::{reseal, External};
 pub use parse::{parse_header, parse_table, read_table, Header};
-pub use read::ReadError;
+pub use read::{ReadError, Table};
 
 /// First bytes of every snapshot.
 const MAGIC: [u8; 8] = *b"VMMSNAP\0";

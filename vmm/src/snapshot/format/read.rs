@@ -1,27 +1,34 @@
 //! Reading a container from an open file, section by section, never more
-//! than its verified header promises.
+//! than its verified header promises and never a section before the
+//! caller has checked the table it comes from.
 
 use super::parse::{check_padding, gaps, parse_header, parse_table, section};
-use super::{le_u64, Container, FormatError, SectionInfo, HEADER_SIZE};
+use super::{le_u64, Container, FormatError, Header, SectionInfo, HEADER_SIZE};
 use crate::input::{InputError, InputFile};
 
+/// A file's verified header and section table: what [`Container::read_table`]
+/// read before any section body.
+#[derive(Clone, Debug)]
+pub struct Table {
+    /// The file header.
+    pub header: Header,
+    /// The section table, in table order.
+    pub entries: Vec<SectionInfo>,
+}
+
 impl Container {
-    /// Read and verify a snapshot from an open file without reading more
-    /// than its header promises: the header and the section table first
-    /// (bounded by the header's own section count), then every section's
-    /// bytes, seeking to each, the memory sections last. `check_table`
-    /// sees the verified table before any section body is read, so a file
-    /// with unknown sections is refused before its memory is read.
+    /// Read and verify the header and the section table of an open file
+    /// (bounded by the header's own section count), and the zero padding
+    /// between sections (each gap is under a page). No section body is
+    /// read: the caller checks the table first ([`Container::read_sections`]
+    /// reads the bodies it then asks for).
     ///
-    /// Sections named in `lazy` are left in the file: neither read nor
-    /// checksummed, and absent from the container (their table entries,
-    /// bounds-checked against the file's length, say where they are). A
-    /// restore maps `memory.pages` so.
-    pub fn read_from(
-        file: &mut InputFile,
-        check_table: impl FnOnce(&[SectionInfo]) -> Result<(), FormatError>,
-        lazy: &[&str],
-    ) -> Result<(Vec<SectionInfo>, Self), ReadError> {
+    /// # Errors
+    ///
+    /// [`ReadError::Format`] naming the broken rule (a file cut inside a
+    /// section names it), [`ReadError::Input`] when the file cannot be
+    /// read.
+    pub fn read_table(file: &mut InputFile) -> Result<Table, ReadError> {
         let len = file.len();
         let mut head = vec![0u8; HEADER_SIZE.min(len as usize)];
         read_at(file, 0, &mut head)?;
@@ -34,31 +41,54 @@ impl Container {
         let mut table = vec![0u8; header.table_len()];
         read_at(file, header.table_offset, &mut table)?;
         let entries = parse_table(&header, &table)?;
-        check_table(&entries)?;
         for gap in gaps(&header, &entries) {
             let mut pad = vec![0u8; (gap.end - gap.start) as usize];
             read_at(file, gap.start, &mut pad)?;
             check_padding(gap.start, &pad)?;
         }
-        let mut order: Vec<&SectionInfo> = entries
-            .iter()
-            .filter(|e| !lazy.contains(&e.name.as_str()))
-            .collect();
-        order.sort_by_key(|e| (e.name.starts_with("memory"), e.offset));
-        let mut sections = Vec::with_capacity(entries.len());
+        Ok(Table { header, entries })
+    }
+
+    /// Read the sections of `table` that `wanted` selects, each checked
+    /// against the CRC32 its entry holds, in file order. Their lengths are
+    /// the table's: callers bound them first (see
+    /// `crate::snapshot::state::bounds`).
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::Format`] for a checksum mismatch,
+    /// [`ReadError::Input`] when the file cannot be read.
+    pub fn read_sections(
+        file: &mut InputFile,
+        table: &Table,
+        wanted: impl Fn(&SectionInfo) -> bool,
+    ) -> Result<Self, ReadError> {
+        let mut order: Vec<&SectionInfo> = table.entries.iter().filter(|e| wanted(e)).collect();
+        order.sort_by_key(|e| e.offset);
+        let mut sections = Vec::with_capacity(order.len());
         for e in order {
             let mut data = vec![0u8; e.length as usize];
             read_at(file, e.offset, &mut data)?;
-            sections.push((e.offset, section(e, data)?));
+            sections.push(section(e, data)?);
         }
-        sections.sort_by_key(|(off, _)| *off);
-        Ok((
-            entries,
-            Self {
-                sections: sections.into_iter().map(|(_, s)| s).collect(),
-                version: header.version,
-            },
-        ))
+        Ok(Self {
+            sections,
+            version: table.header.version,
+        })
+    }
+
+    /// Move the sections of `other` into this container, keeping file
+    /// order by the offsets of `table`.
+    pub fn merge(&mut self, other: Container, table: &Table) {
+        self.sections.extend(other.sections);
+        let at = |name: &str| {
+            table
+                .entries
+                .iter()
+                .find(|e| e.name == name)
+                .map_or(u64::MAX, |e| e.offset)
+        };
+        self.sections.sort_by_key(|s| at(&s.name));
     }
 }
 

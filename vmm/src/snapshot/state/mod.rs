@@ -39,6 +39,7 @@ use super::format::{Container, External, FormatError, SectionInfo, PAGES_SECTION
 use super::sparse::{regions_bytes, regions_from, SparseMemory, REGIONS_SECTION};
 use crate::vstate::xfd::XfdMsrs;
 
+pub mod bounds;
 mod codec;
 
 use codec::{
@@ -347,6 +348,16 @@ fn required<'a>(c: &'a Container, name: &str) -> Result<&'a [u8], FormatError> {
 }
 
 impl Meta {
+    /// The `meta` section's JSON, decoded.
+    ///
+    /// # Errors
+    ///
+    /// [`FormatError::Malformed`] naming the section and serde's reason.
+    pub fn from_section(bytes: &[u8]) -> Result<Self, FormatError> {
+        serde_json::from_slice(bytes)
+            .map_err(|e| FormatError::Malformed(format!("section \"meta\": {e}")))
+    }
+
     /// The source KVM's leaf 0xD, validated as profiles are (subleaves in
     /// range, none twice, 0 and 1 present, consistent): the entries are the
     /// `kvm_leaf_0xd` of a [`CpuidProfile`], read through it.
@@ -467,7 +478,7 @@ impl Snapshot {
     }
 
     /// Decode verified sections whose `memory.pages` was left in the file
-    /// (see [`Container::read_from`]) at `pages`: the memory's index is
+    /// (see [`Container::read_sections`]) at `pages`: the memory's index is
     /// decoded and its runs checked against that entry's length, and the
     /// pages stay in the file for a restore to map
     /// ([`SparseMemory::in_file`]).
@@ -477,8 +488,7 @@ impl Snapshot {
 
     fn decode(c: &Container, pages_in_file: Option<&SectionInfo>) -> Result<Self, FormatError> {
         check_section_names(c.sections.iter().map(|s| s.name.as_str()))?;
-        let meta: Meta = serde_json::from_slice(required(c, "meta")?)
-            .map_err(|e| FormatError::Malformed(format!("section \"meta\": {e}")))?;
+        let meta = Meta::from_section(required(c, "meta")?)?;
         let memory = decode_memory(c, pages_in_file)?;
         let mut vcpus = Vec::new();
         for id in 0u32.. {

@@ -26,6 +26,9 @@ use crate::error::{MemoryError, Result};
 /// hundred runs.
 pub const MAX_MAPPED_RUNS: usize = 8192;
 
+/// The pieces the runs past [`MAX_MAPPED_RUNS`] are read in.
+const READ_PIECE: usize = 1 << 20;
+
 /// A snapshot's stored pages as a restore maps them into guest RAM.
 pub struct RamImage<'a> {
     /// The snapshot file, open for reading.
@@ -74,19 +77,47 @@ pub(super) fn map_image(mem: &GuestMemoryMmap, image: &RamImage<'_>) -> Result<(
             offset += len;
         }
     }
-    for &i in read {
-        let (at, offset, len) = image.runs[i];
-        let mut buf = vec![0u8; len as usize];
-        image
-            .file
-            .read_exact_at(&mut buf, offset)
-            .map_err(|source| MemoryError::MapImage {
-                addr: pieces[i].1.first().map_or(at, |&(addr, _)| addr),
-                len,
-                offset,
-                source,
-            })?;
-        write_ram(mem, at, &buf)?;
+    let first = |i: usize, at: u64| pieces[i].1.first().map_or(at, |&(addr, _)| addr);
+    read_runs(
+        mem,
+        image,
+        read.iter()
+            .map(|&i| (image.runs[i], first(i, image.runs[i].0))),
+    )
+}
+
+/// Read `runs` of `image` into the fresh RAM `mem` (the runs past
+/// [`MAX_MAPPED_RUNS`], each with the guest address it starts at, for
+/// errors): in pieces of [`READ_PIECE`], and only the pages that hold
+/// data. The RAM is zero already, so a run of zeros (or a hole in a
+/// sparse file) costs no memory, whatever the page index claims.
+fn read_runs(
+    mem: &GuestMemoryMmap,
+    image: &RamImage<'_>,
+    runs: impl Iterator<Item = ((u64, u64, u64), u64)>,
+) -> Result<()> {
+    let mut buf = vec![0u8; READ_PIECE];
+    for ((at, offset, len), addr) in runs {
+        let mut done = 0u64;
+        while done < len {
+            let n = (len - done).min(READ_PIECE as u64) as usize;
+            let piece = &mut buf[..n];
+            image
+                .file
+                .read_exact_at(piece, offset + done)
+                .map_err(|source| MemoryError::MapImage {
+                    addr,
+                    len,
+                    offset,
+                    source,
+                })?;
+            for (k, p) in piece.chunks(PAGE_SIZE).enumerate() {
+                if p.iter().any(|&b| b != 0) {
+                    write_ram(mem, at + done + (k * PAGE_SIZE) as u64, p)?;
+                }
+            }
+            done += n as u64;
+        }
     }
     Ok(())
 }
