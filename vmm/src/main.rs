@@ -22,7 +22,7 @@ use guest::workloads::Selection;
 use vmm::devices::SerialSink;
 use vmm::input::parse_seconds;
 use vmm::output::stdout::{self, StdoutError, EXIT_CLOSED_PIPE};
-use vmm::report::{RunSummary, EXIT_USAGE, EXIT_VMM_ERROR};
+use vmm::report::{RunSummary, EXIT_SNAPSHOT_MEMORY, EXIT_USAGE, EXIT_VMM_ERROR};
 use vmm::run::{self, KernelImage, RunConfig, Xfeatures};
 use vmm::schema::Document;
 use vmm::session;
@@ -219,9 +219,9 @@ struct RestoreArgs {
     /// when the snapshot was taken).
     #[arg(long, value_enum)]
     xstate_sync: Option<SyncPolicy>,
-    /// Check the CRC32 of the snapshot's stored pages before the guest
-    /// runs (they are mapped, not read, otherwise; `vmm snapshot info`
-    /// always checks them).
+    /// Read and verify every stored page (its CRC32) before the guest
+    /// runs; without it they are copied in, each verified, when first
+    /// touched and in the background (status 69 when one fails).
     #[arg(long)]
     verify_memory: bool,
     #[command(flatten)]
@@ -323,7 +323,8 @@ fn print_summary(
     Ok(summary.process_exit)
 }
 
-/// `vmm restore`: snapshot errors are printed here (status 64).
+/// `vmm restore`: snapshot errors are printed here (status 64; 69 for a page of
+/// its memory that failed).
 fn restore(args: RestoreArgs) -> Result<i32, vmm::Error> {
     let s = &args.session;
     if s.force && s.snapshot_file.is_none() {
@@ -348,7 +349,11 @@ fn restore(args: RestoreArgs) -> Result<i32, vmm::Error> {
         Ok(summary) => print_summary(&summary, s.json.then_some(Document::Restore), None),
         Err(session::SessionError::Snapshot(e)) => {
             vmm::error::eprint(&e, e.hint());
-            Ok(EXIT_VMM_ERROR)
+            // A page of the file failed, not the VMM: its own status.
+            Ok(match e {
+                vmm::snapshot::SnapshotError::Memory { .. } => EXIT_SNAPSHOT_MEMORY,
+                _ => EXIT_VMM_ERROR,
+            })
         }
         Err(session::SessionError::Vmm(e)) => Err(e),
     }

@@ -16,7 +16,7 @@ use guest::workloads::Selection;
 
 use crate::error::{Error, Result};
 use crate::native;
-use crate::report::{ResolutionView, RunSummary, SnapshotView};
+use crate::report::{ResolutionView, RestoredMemoryView, RunSummary, SnapshotView};
 use crate::run::restore::RestoreOptions;
 use crate::run::{self, RunConfig, RunOutcome};
 use crate::snapshot::SnapshotError;
@@ -106,27 +106,21 @@ pub fn restore(request: RestoreRequest) -> std::result::Result<RunSummary, Sessi
         .map_or(0.0, |d| d.as_secs_f64());
     let target = options.snapshot_file.clone();
     let after = options.snapshot_after;
-    // The restore maps the file's pages instead of reading them; reading
-    // them here would put that cost back before the first KVM_RUN. Read
-    // after the run, unless the run may replace the file.
-    let same_file = target.as_deref() == Some(file.as_path());
-    let resumed_before = same_file.then(|| Resumed::load(&file, started)).flatten();
-    let outcome = run::restore::restore(&file, options);
-    let resumed = if same_file {
-        resumed_before
-    } else {
-        Resumed::load(&file, started)
-    };
-    let outcome = outcome?;
+    // Everything the report needs of the snapshot was kept by the restore:
+    // the file is never read again (it may have changed meanwhile).
+    let restored = run::restore::restore_keeping(&file, options)?;
+    let outcome = restored.outcome;
+    let resumed = Some(Resumed {
+        memory: restored.memory,
+        created_unix_s: restored.created_unix_s,
+        restore_started_unix_s: started,
+    });
     // The guest's workloads, from the command line it booted with.
     let workload = if native {
-        let list = resumed
-            .as_ref()
-            .and_then(|r| {
-                r.cmdline
-                    .split_whitespace()
-                    .find_map(|w| w.strip_prefix("workload=").map(str::to_string))
-            })
+        let list = restored
+            .cmdline
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("workload=").map(str::to_string))
             .unwrap_or_else(|| "quick".into());
         Some(
             Selection::parse(&list)
@@ -140,7 +134,9 @@ pub fn restore(request: RestoreRequest) -> std::result::Result<RunSummary, Sessi
         snapshot: snapshot_view(&outcome, target.as_deref(), after),
         resumed,
     };
-    Ok(finish(&outcome, workload, extras)?)
+    let mut summary = finish(&outcome, workload, extras)?;
+    summary.restored_memory = restored.pages.as_ref().map(RestoredMemoryView::new);
+    Ok(summary)
 }
 
 /// What became of the snapshot a run was asked for (`None`: none asked for).
@@ -169,35 +165,29 @@ struct Extras {
 }
 
 /// What `vmm restore` keeps of the snapshot for
-/// [`crate::report::spanning::mark_rows_spanning_snapshot`]: the file, open
-/// (a snapshot written over it meanwhile is a new file: this one stays
-/// readable), and its page index, so the stored pages are searched in
-/// bounded pieces rather than held in memory.
+/// [`crate::report::spanning::mark_rows_spanning_snapshot`]: the guest's
+/// report record as the snapshot held it, and its times.
 struct Resumed {
-    file: std::fs::File,
-    memory: crate::snapshot::sparse::SparseMemory,
-    cmdline: String,
+    /// (guest address, bytes) of what was kept.
+    memory: Vec<(u64, Vec<u8>)>,
     created_unix_s: u64,
     restore_started_unix_s: f64,
 }
 
 impl Resumed {
-    /// Opens `file` again as the restore did (the restore has its own).
-    fn load(file: &Path, restore_started_unix_s: f64) -> Option<Self> {
-        let o = run::restore::open(file).ok()?;
-        Some(Self {
-            file: o.file,
-            memory: o.snapshot.memory,
-            cmdline: o.snapshot.meta.cmdline,
-            created_unix_s: o.snapshot.meta.created_unix_s,
-            restore_started_unix_s,
-        })
-    }
-
-    /// Whether `bytes` lie in the snapshot's guest memory, 8-byte aligned
-    /// (a read error counts as "no": the row is then checked by its time).
+    /// Whether `bytes` lie in the snapshot's guest memory as the restore
+    /// kept it (the guest's report record), 8-byte aligned.
     fn holds(&self, bytes: &[u8]) -> bool {
-        crate::snapshot::load::pages_contain(&self.file, &self.memory, bytes).unwrap_or(false)
+        if bytes.is_empty() {
+            return false;
+        }
+        self.memory.iter().any(|(addr, run)| {
+            let skip = (addr.next_multiple_of(8) - addr) as usize;
+            run.len() >= bytes.len()
+                && (skip..=run.len() - bytes.len())
+                    .step_by(8)
+                    .any(|i| run[i..].starts_with(bytes))
+        })
     }
 }
 

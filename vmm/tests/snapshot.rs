@@ -415,14 +415,16 @@ fn every_register_survives_snapshot_and_restore_bit_for_bit() {
     assert!(v["skipped"].as_array().unwrap().is_empty(), "{v:#}");
 }
 
-/// The stored pages are a page-aligned section a restore maps; their
-/// checksum is checked by `vmm snapshot info` and `restore --verify-memory`;
-/// a file cut inside them, a corrupted page index and a version-1 file are
-/// refused by name before any VM exists (never a SIGBUS).
+/// The stored pages are a page-aligned section with a CRC32 per page
+/// (`memory.crc32`); `vmm snapshot info` checks the section's CRC32, a
+/// restore every page (`--verify-memory`: all before the guest starts,
+/// status 69 naming the page); a file cut inside them, a corrupted page
+/// index and a version-1 file are refused by name before any VM exists
+/// (never a SIGBUS).
 #[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
-fn memory_pages_are_mapped_and_refused_by_name_when_damaged() {
-    if !kvm_or_skip("memory_pages_are_mapped_and_refused_by_name_when_damaged") {
+fn memory_pages_are_verified_and_refused_by_name_when_damaged() {
+    if !kvm_or_skip("memory_pages_are_verified_and_refused_by_name_when_damaged") {
         return;
     }
     let snap = tiny_snapshot("pages");
@@ -441,7 +443,11 @@ fn memory_pages_are_mapped_and_refused_by_name_when_damaged() {
         "16 bytes per run after the header"
     );
 
-    // The mapped restore, with and without the eager page checksum.
+    // One CRC32 per stored page.
+    let crcs = table.iter().find(|e| e.name == "memory.crc32").unwrap();
+    assert_eq!(crcs.length, stored * 4);
+
+    // The restore, pages on demand and all up front.
     for extra in [None, Some("--verify-memory")] {
         let mut args = vec!["restore", snap.to_str().unwrap(), "--no-native"];
         args.extend(extra);
@@ -451,26 +457,32 @@ fn memory_pages_are_mapped_and_refused_by_name_when_damaged() {
     }
 
     let p = snap_path("pages-bad");
-    // One stored byte flipped: info and --verify-memory name the section.
+    // One stored byte flipped: info names the section (64), restore
+    // --verify-memory the page, before the guest starts (69).
     let mut bad = good.clone();
     bad[pages.offset as usize + 5] ^= 0x01;
     std::fs::write(&p, &bad).unwrap();
-    for args in [
-        vec!["snapshot", "info", p.to_str().unwrap()],
-        vec![
-            "restore",
-            p.to_str().unwrap(),
-            "--no-native",
-            "--verify-memory",
-        ],
+    for (args, status, needle) in [
+        (
+            vec!["snapshot", "info", p.to_str().unwrap()],
+            64,
+            "section \"memory.pages\" checksum mismatch",
+        ),
+        (
+            vec![
+                "restore",
+                p.to_str().unwrap(),
+                "--no-native",
+                "--verify-memory",
+            ],
+            69,
+            "stored page 0 (guest address 0x",
+        ),
     ] {
         let out = vmm(&args);
         let err = text(&out.stderr);
-        assert_eq!(out.status.code(), Some(64), "{args:?}: {err}");
-        assert!(
-            err.contains("section \"memory.pages\" checksum mismatch"),
-            "{args:?}: {err}"
-        );
+        assert_eq!(out.status.code(), Some(status), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
         assert!(err.contains(&p.display().to_string()), "{err}");
     }
 
@@ -600,10 +612,10 @@ fn a_format_2_snapshot_still_restores() {
     restore_checked(&path);
 }
 
-/// A restored guest snapshotted again: its RAM is then mostly pages mapped
-/// from the first file that nothing has touched yet, which the second
-/// snapshot must still store (they are found from the mappings, not from
-/// residency); the second file restores with every check passing.
+/// A restored guest snapshotted again: its RAM then holds pages of the
+/// first file that the guest has not touched yet, which the second
+/// snapshot must still store (it waits until every page is in); the
+/// second file restores with every check passing.
 #[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn a_restored_guest_snapshots_again() {

@@ -11,6 +11,7 @@
 //! | 66 | [`EXIT_TIMEOUT`] |
 //! | 67 | [`EXIT_PROTOCOL_VIOLATION`] |
 //! | 68 | [`EXIT_USAGE`] |
+//! | 69 | [`EXIT_SNAPSHOT_MEMORY`] |
 //!
 //! A guest cannot produce 64 and above: a debug-exit value above 63 is
 //! itself a protocol violation (67).
@@ -28,3 +29,12 @@ pub const EXIT_PROTOCOL_VIOLATION: i32 = 67;
 /// missing value, a guest command-line word the VMM owns): not 2, which is
 /// the guest's CPU-exception status.
 pub const EXIT_USAGE: i32 = 68;
+/// Process exit status of `vmm restore` when a page of the snapshot's
+/// memory failed its checksum (`memory.crc32`, or the section's CRC32 in
+/// older files) or could no longer be read from the file: before the first
+/// `KVM_RUN`, or while the guest ran (it is stopped). Its own status, not
+/// 64 or 65, because neither the VMM's setup nor the guest failed: the
+/// file did, and a script should tell that from a guest crash. 69 is the
+/// next free status above the VMM's range (sysexits' `EX_UNAVAILABLE`, a
+/// coincidence: nothing else here follows sysexits).
+pub const EXIT_SNAPSHOT_MEMORY: i32 = 69;

@@ -66,7 +66,8 @@ pub(crate) mod views;
 pub(crate) mod yardstick;
 
 pub use exit::{
-    EXIT_GUEST_CRASH, EXIT_PROTOCOL_VIOLATION, EXIT_TIMEOUT, EXIT_USAGE, EXIT_VMM_ERROR,
+    EXIT_GUEST_CRASH, EXIT_PROTOCOL_VIOLATION, EXIT_SNAPSHOT_MEMORY, EXIT_TIMEOUT, EXIT_USAGE,
+    EXIT_VMM_ERROR,
 };
 pub use native_view::{HugePagesView, NativeScratchView, NativeView, RatioSpread};
 pub use parallel::ParallelRow;
@@ -74,4 +75,4 @@ pub use summary::{
     result_rows, ComponentRow, CrashView, FaultView, GuestCpuidView, GuestSupported,
     GuestXsaveSizes, ResultRow, RowId, RunSummary, SkipRow, SmpView, SwitchFigure, Timing, VcpuRow,
 };
-pub use views::{ResolutionView, SnapshotView};
+pub use views::{ResolutionView, RestoredMemoryView, SnapshotView};

@@ -209,6 +209,17 @@ impl RunSummary {
             }
             self.native_note(s);
             self.hugepages_notes(s);
+            if let Some(m) = &self.restored_memory {
+                let how = match &m.why_up_front {
+                    None => format!("on demand, {} page faults served", m.faults),
+                    Some(why) => format!("read up front ({why})"),
+                };
+                let _ = writeln!(
+                    s,
+                    "  restored memory: {how}; every page in and verified after {:.1} ms",
+                    m.fill_ms
+                );
+            }
             for r in self.results.iter().filter(|r| r.invalid.is_some()) {
                 let _ = writeln!(
                     s,

@@ -83,6 +83,7 @@ impl SnapshotView {
                 RunEnd::TimedOut(_) => "was stopped by --timeout",
                 RunEnd::Snapshotted(_) => "stopped",
                 RunEnd::ProtocolViolation(_) => "broke the protocol",
+                RunEnd::SnapshotMemory(_) => "was stopped (its snapshot's memory failed)",
             };
             if let Some(first) = outcome.snapshot_errors.first() {
                 // The write failed and the guest went on: that is what
@@ -112,6 +113,42 @@ impl SnapshotView {
                 .snapshot_time
                 .filter(|_| written)
                 .map(|d| d.as_secs_f64() * 1e3),
+        }
+    }
+}
+
+/// How a restore's stored pages reached guest RAM (`restored_memory` in
+/// `vmm restore --json`; absent after `vmm run`).
+#[derive(schemars::JsonSchema, Clone, Debug, Serialize)]
+pub struct RestoredMemoryView {
+    /// `on_demand`: copied in when first touched (a `userfaultfd` pager),
+    /// the rest in the background; `up_front`: every page read before the
+    /// first `KVM_RUN`.
+    pub mode: String,
+    /// Why the pages were read up front (`--verify-memory`, or what on
+    /// demand lacked); null on demand.
+    pub why_up_front: Option<String>,
+    /// Page faults the pager served while the guest ran (0 up front).
+    pub faults: u64,
+    /// From the pages' start to the last page in, ms (up front: before the
+    /// first `KVM_RUN`; on demand: while the guest ran).
+    pub fill_ms: f64,
+}
+
+impl RestoredMemoryView {
+    /// The view of `pages` once they are all in (or failed).
+    pub fn new(pages: &crate::snapshot::pager::Pages) -> Self {
+        use crate::snapshot::pager::PagesMode;
+        let (faults, took) = pages.served();
+        let (mode, why_up_front) = match pages.mode() {
+            PagesMode::OnDemand => ("on_demand", None),
+            PagesMode::UpFront { why } => ("up_front", Some(why.clone())),
+        };
+        Self {
+            mode: mode.into(),
+            why_up_front,
+            faults,
+            fill_ms: took.as_secs_f64() * 1e3,
         }
     }
 }

@@ -106,6 +106,7 @@ pub fn run(mut config: RunConfig) -> Result<RunOutcome> {
         start,
         setup_time,
         boot: Some(boot),
+        pages: None,
     })?;
     outcome.hugepages = hugepages
         .map(|(backing, advised)| hugepages_record(&ram, backing, advised, config.mem_mib));
@@ -350,6 +351,7 @@ pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
     devices.snapshots = l.snapshot.is_some();
     let mut runner = VcpuRunner::new(vcpu, devices, l.xstate, &mem, (run_start, l.start), l.raw);
     runner.snapshot = l.snapshot;
+    runner.pages = l.pages.clone();
     let supervised = supervise(deadlines, move |stop| {
         let mut runner = runner;
         let end = runner.run_loop(stop);
@@ -360,6 +362,12 @@ pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
     let mut end = exit?.into_end(timeout);
     if supervised.timed_out && !matches!(end, RunEnd::Snapshotted(_)) {
         end = RunEnd::TimedOut(l.timeout.unwrap_or_default());
+    }
+    // A snapshot page that failed explains whatever the guest did after;
+    // one the guest never read still fails the restore (every page is
+    // checked, and is in by now unless the run was very short).
+    if let Some(e) = l.pages.as_ref().and_then(|p| p.wait().err()) {
+        end = RunEnd::SnapshotMemory(e.to_string());
     }
     let run_time = run_start.elapsed();
 

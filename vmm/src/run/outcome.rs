@@ -32,6 +32,11 @@ pub enum RunEnd {
     /// range (`guest::protocol::GUEST_STATUS_MAX`), an XCR0 outside the
     /// xstate policy. The sentence names the fault.
     ProtocolViolation(String),
+    /// A restored guest was stopped because a page of its snapshot failed
+    /// its checksum or could no longer be read
+    /// ([`crate::snapshot::pager::PageError`]): the VMM's loss, not the
+    /// guest's doing. The sentence names the page and the section.
+    SnapshotMemory(String),
 }
 
 impl RunEnd {
@@ -61,6 +66,9 @@ impl RunEnd {
             )),
             RunEnd::Snapshotted(p) => Some(format!("the guest was snapshotted to {}", p.display())),
             RunEnd::ProtocolViolation(why) => Some(format!("the guest broke the protocol: {why}")),
+            RunEnd::SnapshotMemory(why) => Some(format!(
+                "the restored guest was stopped: its snapshot's memory failed: {why}"
+            )),
         }
     }
 }

@@ -45,6 +45,9 @@ pub(crate) struct Launch {
     pub setup_time: Duration,
     /// How a booted guest was started (`None` after a restore).
     pub boot: Option<BootClock>,
+    /// A restore's stored pages, when they come in on demand or were read
+    /// by [`crate::snapshot::pager`] (`None` for a boot).
+    pub pages: Option<crate::snapshot::pager::Pages>,
 }
 
 /// A TSC anchor read within this is taken as it is ([`BootClock::new`]).

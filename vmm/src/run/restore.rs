@@ -1,20 +1,17 @@
 //! Restoring a snapshot in a fresh VM.
 //!
-//! Guest memory is not copied: the page index (`memory`) is read and
-//! checksummed with the other sections, and the stored pages
-//! (`memory.pages`, page-aligned in the file) are mapped privately into
-//! guest RAM (`Machine::create_smp_from_image` in `vstate::machine`), so the time to the first
-//! `KVM_RUN` does not grow with the guest's size or the pages stored.
-//!
-//! Integrity, decided: the header, the section table and every section but
-//! `memory.pages` are verified (CRC32) before any VM exists, and the
-//! table's bounds are checked against the file's length, so every mapped
-//! page lies inside the file. The pages' own CRC32 (stored in the table as
-//! for every section) is *not* computed by default, since that would read
-//! every stored page before the guest runs; `vmm restore --verify-memory`
-//! computes it first (reading the pages once, through the page cache the
-//! mapping then shares), and `vmm snapshot info` always does. A corrupted
-//! page otherwise reaches the guest as it is in the file.
+//! Guest memory: the page index (`memory`) and the pages' checksums
+//! (`memory.crc32`) are read and checksummed with the other sections; the
+//! stored pages themselves (`memory.pages`) are copied into anonymous RAM
+//! by [`crate::snapshot::pager`], each checked against its CRC32 before the
+//! guest can read it: on demand (the first `KVM_RUN` waits for none of
+//! them, the file is leased until the last is in), or all before the first
+//! `KVM_RUN` with `--verify-memory` or where on demand is not possible.
+//! Nothing done to the file after the restore began reaches the guest, and
+//! the report keeps what it needs of the snapshot ([`Restored`]) instead
+//! of reading the file again. A page that fails ends the restore with its
+//! own status (69), naming the page and the section, never blaming the
+//! guest.
 //!
 //! Everything that can be checked is checked before a VM exists: the file
 //! is opened as a regular file of bounded size ([`crate::input`]), its
@@ -36,12 +33,11 @@
 //! offsets and handed to the xstate manager, which validates it against the
 //! guest's XCR0 before `KVM_SET_XSAVE[2]`.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::devices::SerialSink;
-use crate::error::{Error, MemoryError, Result};
+use crate::error::{Error, Result};
 use crate::kvm::HostKvm;
 use crate::run::launch::{check_snapshot_options, execute};
 use crate::run::outcome::RunOutcome;
@@ -50,9 +46,10 @@ pub use crate::snapshot::compat::{check, validate, Checked, HostFacts, Validated
 pub use crate::snapshot::error::SnapshotError;
 use crate::snapshot::load::{load_irqchip, load_vcpu, restored_devices};
 pub use crate::snapshot::load::{load_mapped, open, verify_pages, Opened, MAX_SNAPSHOT_BYTES};
+use crate::snapshot::pager::{PageSource, Pages};
 use crate::snapshot::save::SaveContext;
 use crate::snapshot::state::Snapshot;
-use crate::vstate::machine::{Ap, Machine, RamImage};
+use crate::vstate::machine::{allocate_ram, Ap, Machine};
 
 use crate::xstate_manager::{SyncPolicy, XstateManager};
 
@@ -70,8 +67,8 @@ pub struct RestoreOptions {
     pub snapshot_file: Option<PathBuf>,
     /// Replace a regular file already at `snapshot_file` (`--force`).
     pub snapshot_force: bool,
-    /// Check the stored pages' CRC32 before the guest runs
-    /// (`--verify-memory`; see the module documentation).
+    /// Read and check every stored page before the first `KVM_RUN`
+    /// (`--verify-memory`), not on demand (see the module documentation).
     pub verify_memory: bool,
 }
 
@@ -89,16 +86,46 @@ impl Default for RestoreOptions {
     }
 }
 
+/// A restored run and what its report needs of the snapshot, kept during
+/// the restore so the file is never read again.
+pub struct Restored {
+    /// The run.
+    pub outcome: RunOutcome,
+    /// When the snapshot was written (its `meta.created_unix_s`).
+    pub created_unix_s: u64,
+    /// The command line the guest booted with.
+    pub cmdline: String,
+    /// The guest's report record as the snapshot held it, (guest address,
+    /// bytes) ([`Pages::kept`]).
+    pub memory: Vec<(u64, Vec<u8>)>,
+    /// How the stored pages reached RAM.
+    pub pages: Option<Pages>,
+}
+
 /// Load, validate and run a snapshot in a new VM.
+///
+/// # Errors
+/// As [`restore_keeping`].
 pub fn restore(
     path: &Path,
     opts: RestoreOptions,
 ) -> std::result::Result<RunOutcome, SnapshotError> {
+    restore_keeping(path, opts).map(|r| r.outcome)
+}
+
+/// [`restore`], keeping what the report needs of the snapshot.
+///
+/// # Errors
+/// The file refused (unreadable, malformed, a checksum), a state this host
+/// cannot hold, KVM refusing it, and [`SnapshotError::Memory`]: a stored
+/// page that failed while the pages were read up front (a page failing
+/// on demand ends the run instead, [`RunEnd::SnapshotMemory`](crate::run::RunEnd)).
+pub fn restore_keeping(
+    path: &Path,
+    opts: RestoreOptions,
+) -> std::result::Result<Restored, SnapshotError> {
     let start = Instant::now();
-    let (snap, file) = load_mapped(path)?;
-    if opts.verify_memory {
-        verify_pages(path, &snap, &file)?;
-    }
+    let (snap, file, leased) = load_mapped(path)?;
     let vmm_err = |source: Error| SnapshotError::Vmm {
         path: path.to_path_buf(),
         source,
@@ -113,20 +140,46 @@ pub fn restore(
     // System ioctls only (KVM_GET_SUPPORTED_CPUID, ...): no VM yet.
     let host = HostKvm::open().map_err(vmm_err)?;
     let validated = validate(path, &snap, &host)?;
-    let launch = build(&snap, validated, &host, &opts, start, Some(&file)).map_err(vmm_err)?;
-    execute(launch).map_err(vmm_err)
+    // Guest RAM first, the pages put in (or armed to come in on demand).
+    let ram = allocate_ram(snap.meta.mem_mib).map_err(vmm_err)?;
+    let pages =
+        match PageSource::new(file, leased, &snap.memory) {
+            Some(source) => Some(source.fill(&ram, opts.verify_memory).map_err(|source| {
+                SnapshotError::Memory {
+                    path: path.to_path_buf(),
+                    source,
+                }
+            })?),
+            None => None,
+        };
+    let mut launch = build(&snap, validated, &host, &opts, start, Some(ram)).map_err(vmm_err)?;
+    launch.pages = pages.clone();
+    let outcome = execute(launch).map_err(vmm_err)?;
+    let memory = match &pages {
+        // The pager is done by now unless the run was very short.
+        Some(p) => p.wait().map(|()| p.kept()).unwrap_or_default(),
+        None => Vec::new(),
+    };
+    Ok(Restored {
+        outcome,
+        created_unix_s: snap.meta.created_unix_s,
+        cmdline: snap.meta.cmdline.clone(),
+        memory,
+        pages,
+    })
 }
 
-/// Build the VM of a validated snapshot, ready to run. Stored pages left
-/// in the file ([`load_mapped`]) are mapped from `file`; pages read are
-/// written into fresh RAM.
+/// Build the VM of a validated snapshot, ready to run, on `ram` (guest RAM
+/// the caller allocated and filled, [`crate::snapshot::pager`]) or on
+/// fresh RAM the snapshot's pages (read with the other sections) are
+/// written into.
 pub(crate) fn build(
     snap: &Snapshot,
     validated: Validated,
     host: &HostKvm,
     opts: &RestoreOptions,
     start: Instant,
-    file: Option<&File>,
+    ram: Option<vm_memory::GuestMemoryMmap>,
 ) -> Result<Launch> {
     check_snapshot_options(opts.snapshot_after, opts.snapshot_file.as_deref())?;
     if let Some(path) = &opts.snapshot_file {
@@ -140,7 +193,7 @@ pub(crate) fn build(
         guest: resolved,
     } = validated;
 
-    let (mut machine, ap_fds) = build_machine(snap, host, checked.irqchip, file)?;
+    let (mut machine, ap_fds) = build_machine(snap, host, checked.irqchip, ram)?;
 
     let tsc_khz = load_vcpu(&machine.vcpu, v, meta.tsc_khz, &resolved, &mut policy)?;
     // XFD after the CPUID that gives the guest XFD, before the xsave image.
@@ -213,34 +266,27 @@ pub(crate) fn build(
         start,
         setup_time: start.elapsed(),
         boot: None,
+        pages: None,
     })
 }
 
 /// The VM of a snapshot with its RAM: several vCPUs get the irqchip the
 /// source VM had first, then every vCPU (see `Machine::create_smp` and
-/// `vstate::smp`); one vCPU, the VM it always was. Stored pages left in
-/// `file` are mapped from it, not copied; pages read are written.
+/// `vstate::smp`); one vCPU, the VM it always was. On `ram` when given
+/// (its pages already the pager's); else on fresh RAM, with the pages
+/// read with the other sections written into it.
 fn build_machine(
     snap: &Snapshot,
     host: &HostKvm,
     irqchip: crate::vstate::smp::Irqchip,
-    file: Option<&File>,
+    ram: Option<vm_memory::GuestMemoryMmap>,
 ) -> Result<(Machine, Vec<kvm_ioctls::VcpuFd>)> {
     let mem_mib = snap.meta.mem_mib;
     crate::run::launch::check_phys_bits(host, mem_mib)?;
     let vcpus = snap.vcpus.len() as u32;
-    let (machine, ap_fds) = match (&snap.memory.in_file, file) {
-        (Some(pages), Some(file)) => {
-            let runs = snap
-                .memory
-                .placed_runs()
-                .map(|(addr, at, len)| (addr, pages.offset + at, len))
-                .collect();
-            let image = RamImage { file, runs };
-            Machine::create_smp_from_image(&host.kvm, mem_mib, vcpus, irqchip, &image)?
-        }
-        (Some(_), None) => return Err(MemoryError::Layout.into()),
-        (None, _) => Machine::create_smp(&host.kvm, mem_mib, vcpus, irqchip)?,
+    let (machine, ap_fds) = match ram {
+        Some(ram) => Machine::create_smp_on(&host.kvm, ram, vcpus, irqchip)?,
+        None => Machine::create_smp(&host.kvm, mem_mib, vcpus, irqchip)?,
     };
     snap.memory
         .apply(|offset, data| crate::vstate::machine::write_ram(&machine.mem, offset, data))?;

@@ -62,6 +62,9 @@ pub(crate) struct VcpuRunner {
     /// of asking KVM a second time for a value the guest cannot have
     /// changed (one ioctl, ~6 µs, on every run's end).
     pub xcr0_since_run: Option<u64>,
+    /// A restore's stored pages: a page that fails stops the loop
+    /// ([`RunEnd::SnapshotMemory`]), and a snapshot waits for every page.
+    pub pages: Option<crate::snapshot::pager::Pages>,
 }
 
 /// Failed snapshot messages kept for the report: a guest asking again and
@@ -163,15 +166,28 @@ impl VcpuRunner {
             snapshot_errors: Vec::new(),
             pausable: false,
             xcr0_since_run: None,
+            pages: None,
         }
+    }
+
+    /// The end a failed snapshot page makes, looked at between exits (one
+    /// relaxed load when nothing failed).
+    fn page_failure(&self) -> Option<LoopExit> {
+        let e = self.pages.as_ref()?.failure()?;
+        Some(LoopExit::Ended(RunEnd::SnapshotMemory(e.to_string())))
     }
 
     /// Run until the guest exits, crashes, or `stop` asks for an end.
     pub fn run_loop(&mut self, stop: &StopFlag) -> Result<LoopExit> {
+        // A failing snapshot page kicks this thread out of KVM_RUN.
+        let _kickable = self.pages.as_ref().map(|p| p.enter_vcpu());
         if self.raw {
             return self.raw_loop(stop);
         }
         loop {
+            if let Some(end) = self.page_failure() {
+                return Ok(end);
+            }
             match stop.requested() {
                 None => {}
                 Some(StopReason::Snapshot) if self.snapshot.is_some() => {
@@ -284,6 +300,11 @@ impl VcpuRunner {
             return Ok(Some(LoopExit::Stopped));
         };
         let began = Instant::now();
+        // The snapshot finds the pages that hold data by their presence:
+        // every page of the one restored from must be in first.
+        if let Some(Err(e)) = self.pages.as_ref().map(|p| p.wait()) {
+            return Ok(Some(LoopExit::Ended(RunEnd::SnapshotMemory(e.to_string()))));
+        }
         let saved = save::save(
             ctx,
             trigger,
@@ -332,6 +353,9 @@ impl VcpuRunner {
                 RawNext::Continue => {
                     self.exits.total += 1;
                     continue;
+                }
+                RawNext::Interrupted if self.page_failure().is_some() => {
+                    return Ok(self.page_failure().unwrap_or(LoopExit::Stopped))
                 }
                 RawNext::Interrupted if stop.requested().is_some() => return Ok(LoopExit::Stopped),
                 RawNext::Interrupted => continue,

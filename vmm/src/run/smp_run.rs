@@ -46,6 +46,7 @@ pub(super) fn execute_smp(l: Launch) -> Result<RunOutcome> {
         devices.snapshots = pausable;
         let mut r = VcpuRunner::new(vcpu, devices, xstate, &mem, clock, l.raw);
         r.pausable = pausable;
+        r.pages = l.pages.clone();
         r
     };
     let mut runners = vec![runner(vcpu, l.devices, l.xstate)];
@@ -80,9 +81,16 @@ pub(super) fn execute_smp(l: Launch) -> Result<RunOutcome> {
         l.start,
     )?;
     let devices = c.devices;
+    // A snapshot page that failed explains whatever the guest did after;
+    // one the guest never read still fails the restore (every page is
+    // checked, and is in by now unless the run was very short).
+    let end = match l.pages.as_ref().and_then(|p| p.wait().err()) {
+        Some(e) => RunEnd::SnapshotMemory(e.to_string()),
+        None => c.end,
+    };
     Ok(RunOutcome {
         policy: l.policy,
-        end: c.end,
+        end,
         report: c.report,
         reports_dropped: devices.reports_dropped,
         report_errors_dropped: devices.report_errors.dropped(),
@@ -208,6 +216,10 @@ fn supervise_smp(
             SmpSaved::Violation(i, why) => {
                 end_with(&mut results, i, RunEnd::ProtocolViolation(why));
                 break (results, Some(i), false);
+            }
+            SmpSaved::PageFailed(why) => {
+                end_with(&mut results, 0, RunEnd::SnapshotMemory(why));
+                break (results, Some(0), false);
             }
             SmpSaved::NotWritten(e) => {
                 // Said and kept up to a bound, and the guest goes on.
@@ -361,6 +373,9 @@ enum SmpSaved {
     Violation(usize, String),
     /// The file could not be written; the guest may go on.
     NotWritten(Error),
+    /// A page of the snapshot this guest was restored from failed before
+    /// every page was in: the run ends.
+    PageFailed(String),
 }
 
 /// The machine-wide half of a paused SMP guest, which a snapshot saves
@@ -391,6 +406,11 @@ fn snapshot_smp(
         if let Some(why) = xcr0_violation(xcr0, policy.xcr0) {
             return Ok(SmpSaved::Violation(i, why));
         }
+    }
+    // The snapshot finds the pages that hold data by their presence:
+    // every page of the one restored from must be in first.
+    if let Some(Err(e)) = results[0].0.pages.as_ref().map(|p| p.wait()) {
+        return Ok(SmpSaved::PageFailed(e.to_string()));
     }
     let began = Instant::now();
     let exits = results.iter().map(|(r, _, _)| r.exits.total).sum();

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use super::format::{FormatError, ReadError};
+use super::pager::PageError;
 use crate::error::Error;
 use crate::input::InputError;
 
@@ -55,6 +56,16 @@ pub enum SnapshotError {
         path: PathBuf,
         /// What the state needs that this host lacks.
         reason: String,
+    },
+    /// A stored page failed its checksum or could not be read while the
+    /// pages were read up front: the guest never ran.
+    #[error("snapshot {}: {source}; the guest was not started", path.display())]
+    Memory {
+        /// The file.
+        path: PathBuf,
+        /// The page and what is wrong with it.
+        #[source]
+        source: PageError,
     },
     /// Restoring failed in KVM or the VMM.
     #[error("restoring snapshot {}: {source}", path.display())]

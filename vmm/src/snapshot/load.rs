@@ -1,8 +1,10 @@
 //! Reading a snapshot file and putting its state into a new VM: the file
 //! opened bounded and verified section by section before any byte of guest
-//! state is trusted ([`open`], [`load_mapped`]), the stored pages' CRC32 in
-//! bounded pieces ([`verify_pages`]), and the irqchip, vCPU registers and COM1
-//! loaded in the order KVM needs. Resuming the guest is
+//! state is trusted ([`open`], [`load_mapped`]; the stored pages are
+//! [`super::pager`]'s), the stored pages' CRC32 as one section in bounded
+//! pieces ([`verify_pages`], for `vmm snapshot info`), and the irqchip,
+//! vCPU registers and COM1 loaded in the order KVM needs. Resuming the
+//! guest is
 //! [`crate::run::restore`]'s.
 
 use std::fs::File;
@@ -58,6 +60,15 @@ pub struct Opened {
 /// [`SnapshotError::Input`] for a file that cannot be used,
 /// [`SnapshotError::Format`] naming the broken rule.
 pub fn open(path: &Path) -> std::result::Result<Opened, SnapshotError> {
+    open_with(path, |_| ()).map(|(o, ())| o)
+}
+
+/// [`open`], calling `on_open` on the file as soon as it is open, before
+/// a byte of it is read (a restore takes its lease there).
+fn open_with<T>(
+    path: &Path,
+    on_open: impl FnOnce(&File) -> T,
+) -> std::result::Result<(Opened, T), SnapshotError> {
     let format = |source| SnapshotError::Format {
         path: path.to_path_buf(),
         source,
@@ -65,6 +76,7 @@ pub fn open(path: &Path) -> std::result::Result<Opened, SnapshotError> {
     let read = |e| SnapshotError::from_read(path, e);
     let mut file = crate::input::open_regular(path, "snapshot", MAX_SNAPSHOT_BYTES)
         .map_err(|source| SnapshotError::Input { source })?;
+    let opened = on_open(file.file());
     let file_bytes = file.len();
     let table = Container::read_table(&mut file).map_err(read)?;
     bounds::check_table(&table.entries).map_err(format)?;
@@ -92,23 +104,27 @@ pub fn open(path: &Path) -> std::result::Result<Opened, SnapshotError> {
             )))
         })?;
     let snapshot = Snapshot::from_container_mapped(&c, pages).map_err(format)?;
-    Ok(Opened {
+    let o = Opened {
         version: table.header.version,
         sections: table.entries,
         file_bytes,
         snapshot,
         file: file.into_file(),
-    })
+    };
+    Ok((o, opened))
 }
 
-/// [`open`], for a restore: the snapshot and the open file.
+/// [`open`], for a restore: the snapshot, the open file, and whether it
+/// holds a read lease, taken as soon as it was open, before a byte of it
+/// was read ([`super::pager::take_lease`]: whoever would write it waits
+/// until the restore has every page it needs).
 ///
 /// # Errors
 ///
 /// As [`open`].
-pub fn load_mapped(path: &Path) -> std::result::Result<(Snapshot, File), SnapshotError> {
-    let o = open(path)?;
-    Ok((o.snapshot, o.file))
+pub fn load_mapped(path: &Path) -> std::result::Result<(Snapshot, File, bool), SnapshotError> {
+    let (o, leased) = open_with(path, |f| super::pager::take_lease(f).is_ok())?;
+    Ok((o.snapshot, o.file, leased))
 }
 
 /// Check the CRC32 of stored pages left in `file` (read in 1 MiB pieces):
@@ -146,65 +162,6 @@ pub fn verify_pages(
         });
     }
     Ok(())
-}
-
-/// The pieces stored pages are read in: a search, like the checksum,
-/// never holds more of them than this.
-const PIECE: usize = 1 << 20;
-
-/// Whether `needle` lies in guest memory at an 8-byte aligned address,
-/// searched in the stored pages of `memory` left in `file` (all-zero pages
-/// are not stored: a needle of zeros is not looked for there). Runs of
-/// adjacent pages are searched as one; pages are read [`PIECE`] at a
-/// time, overlapping by the needle's length.
-///
-/// # Errors
-///
-/// The file's read error.
-pub fn pages_contain(
-    file: &File,
-    memory: &super::sparse::SparseMemory,
-    needle: &[u8],
-) -> std::io::Result<bool> {
-    let Some(pages) = &memory.in_file else {
-        return Ok(false);
-    };
-    if needle.is_empty() || needle.iter().all(|&b| b == 0) {
-        return Ok(false);
-    }
-    // Runs whose guest pages are adjacent, as (file offset, length).
-    let mut merged: Vec<(u64, u64)> = Vec::new();
-    let mut end = None;
-    for (addr, at, len) in memory.placed_runs() {
-        match merged.last_mut() {
-            Some(m) if end == Some(addr) => m.1 += len,
-            _ => merged.push((pages.offset + at, len)),
-        }
-        end = Some(addr + len);
-    }
-    let overlap = needle.len().next_multiple_of(8) as u64;
-    let mut buf = vec![0u8; PIECE + overlap as usize];
-    for (offset, len) in merged {
-        let mut at = 0u64;
-        while at < len {
-            let n = (len - at).min(PIECE as u64 + overlap) as usize;
-            file.read_exact_at(&mut buf[..n], offset + at)?;
-            let starts = n.min(PIECE);
-            if aligned_find(&buf[..n], starts, needle) {
-                return Ok(true);
-            }
-            at += PIECE as u64;
-        }
-    }
-    Ok(false)
-}
-
-/// Whether `needle` starts at some multiple of 8 below `starts` in `hay`.
-fn aligned_find(hay: &[u8], starts: usize, needle: &[u8]) -> bool {
-    let first = needle[0];
-    (0..starts)
-        .step_by(8)
-        .any(|i| hay[i] == first && hay[i..].starts_with(needle))
 }
 
 /// The VM's interrupt controllers as saved: both PICs and the IOAPIC

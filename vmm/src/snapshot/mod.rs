@@ -20,6 +20,8 @@
 //!   host, before any VM exists.
 //! - `load`: reading a file back, verified, and putting its state into a
 //!   new VM (the resumed run is [`crate::run::restore`]).
+//! - [`pager`]: the stored pages into a restored guest's RAM, isolated
+//!   from the file and verified page by page.
 //! - `verify` (tests only): reading the state back from KVM after a restore and
 //!   comparing it, field by field, with the file.
 //! - `error`: what can go wrong, naming the file and the field.
@@ -28,6 +30,7 @@ pub(crate) mod compat;
 pub(crate) mod error;
 pub mod format;
 pub(crate) mod load;
+pub mod pager;
 pub mod save;
 pub mod sparse;
 pub mod state;

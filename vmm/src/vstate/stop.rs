@@ -107,9 +107,20 @@ fn kick_signal() -> libc::c_int {
 /// Install the no-op handler of the kick signal: its only job is to make
 /// `KVM_RUN` return `EINTR` (the signal's default action would end the
 /// process).
-fn install_kick_handler() -> Result<()> {
+pub(crate) fn install_kick_handler() -> Result<()> {
     register_signal_handler(kick_signal(), kick_handler).map_err(VcpuError::KickHandler)?;
     Ok(())
+}
+
+/// Kick thread `tid` of this process out of `KVM_RUN` (the handler must be
+/// installed, [`install_kick_handler`]): how a restore's pager stops the
+/// vCPUs when a page fails. A thread that has gone is no error.
+pub(crate) fn kick_thread(tid: libc::pid_t) {
+    // SAFETY: tgkill sends a signal whose handler is a no-op to one thread
+    // of this very process (getpid); no memory is passed.
+    unsafe {
+        libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, kick_signal());
+    }
 }
 
 /// Run `body` (the vCPU loop) on this thread; its [`StopFlag`] asks it to

@@ -23,6 +23,10 @@ struct Samples {
     over_floor: Vec<f64>,
     setup: Vec<f64>,
     run: Vec<f64>,
+    /// The restored guest's page faults the pager served.
+    faults: Vec<f64>,
+    /// Until every stored page was in, ms.
+    pages_in: Vec<f64>,
     passed: u32,
     failures: Vec<String>,
     file_bytes: u64,
@@ -63,12 +67,13 @@ pub fn run(plan: &Plan, mut tick: impl FnMut()) -> Result<SnapshotBench> {
     if plan.peers.iter().any(|p| p.binary.is_ok()) {
         std::fs::write(&kernel, crate::GUEST_KERNEL)?;
     }
+    // The same guest booted and run to its end without a snapshot: what
+    // the restored guest's run is compared with (and, without --after,
+    // what places the snapshot).
+    let unrestored = auto_after(plan)?;
     let (after, after_auto_run) = match plan.after {
         Some(after) => (after, None),
-        None => {
-            let run = auto_after(plan)?;
-            (run.mul_f64(AUTO_AFTER), Some(run))
-        }
+        None => (unrestored.mul_f64(AUTO_AFTER), Some(unrestored)),
     };
     let words = format!("workload={}", plan.workload);
     let mut starts = Vec::new();
@@ -98,12 +103,17 @@ pub fn run(plan: &Plan, mut tick: impl FnMut()) -> Result<SnapshotBench> {
         .iter()
         .zip(samples)
         .zip(peer_samples)
-        .map(|((&mem_mib, s), ps)| row(plan, mem_mib, s, ps, process_start_ms))
+        .map(|((&mem_mib, s), ps)| {
+            let mut r = row(plan, mem_mib, s, ps, process_start_ms);
+            r.unrestored_rest_ms = Some(unrestored.saturating_sub(after).as_secs_f64() * 1e3);
+            r
+        })
         .collect();
     Ok(SnapshotBench {
         workload: plan.workload.clone(),
         after_s: after.as_secs_f64(),
         after_auto_run_s: after_auto_run.map(|d| d.as_secs_f64()),
+        unrestored_run_s: unrestored.as_secs_f64(),
         runs: plan.runs,
         process_start_ms,
         rows,
@@ -194,6 +204,9 @@ fn row(
         restore_to_first_run_ms,
         restore_setup_ms,
         restored_run_ms: Spread::of(&s.run),
+        unrestored_rest_ms: None,
+        pager_faults: Spread::of(&s.faults),
+        pages_in_ms: Spread::of(&s.pages_in),
         restores_passed: s.passed,
         failures: s.failures,
         peers,
@@ -247,7 +260,8 @@ fn guest(plan: &Plan, mib: u64) -> RunConfig {
 }
 
 /// How long the workload's own run takes: one boot of the same guest at
-/// the sweep's smallest size, to its end, no snapshot.
+/// the sweep's smallest size, to its end, no snapshot (the unrestored run
+/// the restored ones are compared with).
 fn auto_after(plan: &Plan) -> Result<Duration> {
     let mib = plan.mem_mib.iter().copied().min().unwrap_or(MIN_MEM_MIB);
     let outcome = run::run(guest(plan, mib))?;
@@ -319,6 +333,11 @@ fn one(plan: &Plan, after: Duration, mib: u64, s: &mut Samples) -> Result<()> {
     if let (Some(setup), Some(run)) = (timing("setup"), timing("run")) {
         s.setup.push(setup);
         s.run.push(run);
+    }
+    let m = &v["restored_memory"];
+    if let (Some(faults), Some(fill)) = (m["faults"].as_f64(), m["fill_ms"].as_f64()) {
+        s.faults.push(faults);
+        s.pages_in.push(fill);
     }
     let failed: Vec<String> = v["results"]
         .as_array()

@@ -164,6 +164,9 @@ pub struct SnapshotBench {
     /// Without `--after`: seconds the workload's own run took in the
     /// timing boot, of which `after_s` is [`AUTO_AFTER`]; null with it.
     pub after_auto_run_s: Option<f64>,
+    /// The same guest booted and run to its end without a snapshot, once,
+    /// at the smallest size, s: the unrestored run.
+    pub unrestored_run_s: f64,
     /// Runs per size.
     pub runs: u32,
     /// Process start of `vmm` (spawn to exit of `vmm --version`), ms.
@@ -199,6 +202,17 @@ pub struct SnapshotRow {
     pub restore_to_first_run_ms: Option<f64>,
     /// The restored guest's run to its end, ms.
     pub restored_run_ms: Option<Spread>,
+    /// What the unrestored run took from the snapshot point to its end
+    /// (`unrestored_run_s` less `after_s`), ms: the restored run's
+    /// counterpart; the difference is what restoring (the pages coming in
+    /// on demand) cost the guest.
+    pub unrestored_rest_ms: Option<f64>,
+    /// Page faults the restored guest's pager served (`restored_memory`
+    /// of `vmm restore --json`).
+    pub pager_faults: Option<Spread>,
+    /// From the restore's start of paging to every stored page in and
+    /// verified, ms.
+    pub pages_in_ms: Option<Spread>,
     /// Restores whose guest exited 0 with every check passing.
     pub restores_passed: u32,
     /// What went wrong in the runs that did not pass (the first few).
@@ -357,12 +371,16 @@ impl SnapshotBench {
              the choice is measured by `cargo bench --bench snapshot_copy`)\n\
              write floor: as many bytes as the file, from memory, by the same atomic write \
              (temporary file, fsync, rename, directory sync), right after each snapshot; \
-             snapshot / floor run by run\n",
+             snapshot / floor run by run\n\
+             restored run: the restored guest to its end, beside the unrestored run's rest \
+             (the same guest booted without a snapshot, {:.2} s in all, less the snapshot point); \
+             faults: those the on-demand pager served; pages in: until every page was in, verified\n",
             self.workload,
             self.after_s,
             self.runs,
             ms(self.process_start_ms.as_ref()),
-            self.memory_write
+            self.memory_write,
+            self.unrestored_run_s
         );
         let t = Columns::new()
             .right("", 8)
@@ -374,6 +392,9 @@ impl SnapshotBench {
             .right("  ", 22)
             .right("  ", 14)
             .right("  ", 22)
+            .right("  ", 14)
+            .right("  ", 16)
+            .right("  ", 18)
             .left("  ", 0);
         t.push(
             &mut s,
@@ -387,6 +408,9 @@ impl SnapshotBench {
                 "restore setup ms",
                 "to KVM_RUN ms",
                 "restored run ms",
+                "unrestored ms",
+                "faults",
+                "pages in ms",
                 "checks",
             ],
         );
@@ -406,6 +430,12 @@ impl SnapshotBench {
                     r.restore_to_first_run_ms
                         .map_or("-".into(), |v| format!("{v:.1}")),
                     ms(r.restored_run_ms.as_ref()),
+                    r.unrestored_rest_ms
+                        .map_or("-".into(), |v| format!("{v:.1}")),
+                    r.pager_faults.as_ref().map_or("-".into(), |f| {
+                        format!("{:.0} ({:.0}..{:.0})", f.median, f.min, f.p90)
+                    }),
+                    ms(r.pages_in_ms.as_ref()),
                     format!("{}/{} pass", r.restores_passed, self.runs),
                 ],
             );

@@ -12,7 +12,9 @@ use super::{
     ComponentRow, CrashView, FaultView, GuestCpuidView, GuestSupported, GuestXsaveSizes, ResultRow,
     RunSummary, SkipRow, SmpView, SwitchFigure, Timing, VcpuRow,
 };
-use crate::report::exit::{EXIT_GUEST_CRASH, EXIT_PROTOCOL_VIOLATION, EXIT_TIMEOUT};
+use crate::report::exit::{
+    EXIT_GUEST_CRASH, EXIT_PROTOCOL_VIOLATION, EXIT_SNAPSHOT_MEMORY, EXIT_TIMEOUT,
+};
 use crate::report::parallel::Measured;
 use crate::run::{RunEnd, RunOutcome};
 
@@ -207,6 +209,7 @@ impl RunSummary {
             },
             xfeatures_resolution: None,
             snapshot: None,
+            restored_memory: None,
             smp: smp_view(outcome, tsc_khz),
             process_exit,
         }
@@ -261,6 +264,15 @@ fn run_end(end: &RunEnd) -> (Option<u32>, &'static str, String, i32, Option<Cras
             "protocol_violation",
             format!("the guest broke the protocol: {why}"),
             EXIT_PROTOCOL_VIOLATION,
+            None,
+        ),
+        RunEnd::SnapshotMemory(why) => (
+            None,
+            "snapshot_memory",
+            format!(
+                "the restored guest was stopped: a page of its snapshot failed, not the guest: {why}"
+            ),
+            EXIT_SNAPSHOT_MEMORY,
             None,
         ),
         RunEnd::Snapshotted(p) => (

@@ -456,6 +456,10 @@ pub struct RunSummary {
     pub native: Option<super::native_view::NativeView>,
     /// What `--hugepages` did (null without it).
     pub hugepages: Option<super::native_view::HugePagesView>,
+    /// After `vmm restore`: how the snapshot's stored pages reached guest
+    /// RAM (absent after `vmm run`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restored_memory: Option<super::views::RestoredMemoryView>,
     /// Per vCPU, with `--vcpus` above 1 (absent with one vCPU); the fields
     /// above are the totals and the boot processor's.
     #[serde(skip_serializing_if = "Option::is_none")]

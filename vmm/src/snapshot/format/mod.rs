@@ -40,7 +40,10 @@
 //! a version-2 file is read as one region from address 0, as it was
 //! written. This vmm refuses a version-1 file by its version (take the
 //! snapshot again with this vmm), and an older vmm refuses a version-3
-//! file by its version.
+//! file by its version. `memory.crc32` (each stored page's CRC32, so a
+//! restore verifies every page before the guest reads it) came without a
+//! version of its own: files without it restore, their pages read up
+//! front and checked as one section.
 //!
 //! The `memory` section's own encoding is [`super::sparse`].
 
@@ -75,6 +78,9 @@ const MEMORY_SECTION_ALIGN: usize = 4096;
 /// The section whose bytes are guest pages, placed page-aligned and, on
 /// restore, mapped rather than read.
 pub const PAGES_SECTION: &str = "memory.pages";
+/// The section holding the CRC32 of each stored page (format 2 files
+/// written before it lack it: their pages are checked as one section).
+pub const PAGE_CRCS_SECTION: &str = "memory.crc32";
 
 /// Why a snapshot file was refused. Messages name the fault; the caller adds
 /// the file name.

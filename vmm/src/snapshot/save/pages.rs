@@ -102,11 +102,12 @@ impl DataPages {
     /// - a page of the anonymous mapping the guest (or the VMM) wrote is
     ///   present or swapped ([`present`]); a page never touched is
     ///   neither, and one only read maps the shared zero page;
-    /// - a page mapped from a snapshot file (a restored guest's RAM, see
-    ///   [`crate::vstate::machine`]) holds the file's data even when it is
+    /// - a page mapped from a file holds the file's data even when it is
     ///   not present, and its page cache residency says nothing of what
     ///   the guest wrote: every file-backed mapping in `/proc/self/maps`
-    ///   that overlaps RAM counts whole.
+    ///   that overlaps RAM counts whole (a restored guest's RAM is
+    ///   anonymous: its snapshot waits until every page of the one it
+    ///   was restored from is in, see [`crate::snapshot::pager`]).
     pub(super) fn in_range(&self, host: usize, size: usize) -> Result<Vec<(usize, usize)>> {
         let mut ranges = present(&self.pagemap, host, size)?;
         for &(lo, hi) in &self.file_backed {

@@ -48,6 +48,7 @@ impl<'a> PagesInPlace<'a> {
                 continue;
             }
             self.crc.update(page);
+            m.page_crcs.push(crc32fast::hash(page));
             let at = i * PAGE_SIZE;
             let p = base + i as u64;
             match m.runs.last_mut() {

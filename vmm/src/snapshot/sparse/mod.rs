@@ -10,6 +10,9 @@
 //!
 //! section "memory.pages" (page-aligned in the file)
 //!          ...  the pages of every run, in run order
+//!
+//! section "memory.crc32" (read and checksummed eagerly, with the index)
+//!        4*n  the CRC32 of each stored page, in the order of "memory.pages"
 //! ```
 //!
 //! Pages are counted in RAM offsets: the RAM's regions back to back, in
@@ -17,11 +20,15 @@
 //! the `memory.regions` section ([`regions_from`]) says where the rest lies
 //! (from 4 GiB, for a guest of more than 3 GiB).
 //!
+//! `memory.crc32` lets a restore check every page on its own, as it
+//! arrives, and name the one that is corrupt; files written before it
+//! have only the whole section's CRC32 (see [`crate::snapshot::pager`]).
+//!
 //! Because `memory.pages` starts on a page boundary and holds whole pages,
 //! run `k` lies at a page-aligned file offset (the section's offset plus
-//! the pages of the runs before it): restore maps every run into guest RAM
-//! with `mmap(MAP_PRIVATE | MAP_FIXED)` instead of copying it, and the
-//! gaps stay fresh anonymous (zero) memory. See [`crate::run::restore`].
+//! the pages of the runs before it): a restore copies each page of a run
+//! into guest RAM at its guest address, and the gaps stay fresh anonymous
+//! (zero) memory. See [`crate::snapshot::pager`].
 //!
 //! [`SparseMemory::to_bytes`] / [`SparseMemory::from_bytes`] are the two
 //! sections back to back in one buffer (the index, then the pages), for
@@ -61,10 +68,14 @@ pub struct SparseMemory {
     /// to `size`. Empty: one region from address 0, as in a format 2
     /// file or memory encoded block by block ([`Self::ram_regions`]).
     pub regions: Vec<RamRegion>,
+    /// The CRC32 of each stored page, in run order (the `memory.crc32`
+    /// section); empty for a file written before that section existed.
+    pub page_crcs: Vec<u32>,
 }
 
 /// Equal memories hold the same pages at the same places: regions given
-/// or implied ([`SparseMemory::ram_regions`]) compare alike.
+/// or implied ([`SparseMemory::ram_regions`]) compare alike (the pages'
+/// CRC32s, which follow from them, are not compared).
 impl PartialEq for SparseMemory {
     fn eq(&self, other: &Self) -> bool {
         self.size == other.size
@@ -109,6 +120,7 @@ impl SparseMemory {
             data: Vec::new(),
             in_file: None,
             regions: Vec::new(),
+            page_crcs: Vec::new(),
         }
     }
 
@@ -159,6 +171,8 @@ impl SparseMemory {
             self.data.extend_from_slice(page);
             self.data
                 .resize(self.data.len().next_multiple_of(PAGE_SIZE), 0);
+            let stored = &self.data[self.data.len() - PAGE_SIZE..];
+            self.page_crcs.push(crc32fast::hash(stored));
         }
         self.size += block.len() as u64;
     }
@@ -176,6 +190,27 @@ impl SparseMemory {
         out
     }
 
+    /// The `memory.crc32` section's bytes: each stored page's CRC32.
+    pub fn crc_bytes(&self) -> Vec<u8> {
+        self.page_crcs
+            .iter()
+            .flat_map(|c| c.to_le_bytes())
+            .collect()
+    }
+
+    /// Take the `memory.crc32` section's bytes: one CRC32 per stored page.
+    pub fn set_page_crcs(&mut self, b: &[u8]) -> Result<(), FormatError> {
+        let stored = self.stored_pages();
+        if b.len() as u64 != stored * 4 {
+            return Err(FormatError::Malformed(format!(
+                "section \"memory.crc32\": {} bytes for {stored} stored pages (4 each)",
+                b.len()
+            )));
+        }
+        self.page_crcs = b.chunks_exact(4).map(|c| le_u32(c, 0)).collect();
+        Ok(())
+    }
+
     /// Both sections back to back: the index, then the pages.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = self.index_bytes();
@@ -189,6 +224,7 @@ impl SparseMemory {
         let (mut m, data_off) = Self::index(b)?;
         m.check_pages_len(b.len() as u64 - data_off as u64)?;
         m.data = b[data_off..].to_vec();
+        m.page_crcs = m.data.chunks(PAGE_SIZE).map(crc32fast::hash).collect();
         Ok(m)
     }
 
@@ -296,6 +332,7 @@ impl SparseMemory {
                 data: Vec::new(),
                 in_file: None,
                 regions: Vec::new(),
+                page_crcs: Vec::new(),
             },
             data_off,
         ))

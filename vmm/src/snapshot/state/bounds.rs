@@ -12,6 +12,7 @@
 //! | `meta` | [`META_MAX`] |
 //! | `serial` | what the VMM keeps of the guest's output ([`SERIAL_CAPTURE_MAX`]) |
 //! | `memory`, `memory.pages` | the largest guest RAM first, then `meta.mem_mib` ([`check_memory`]) |
+//! | `memory.crc32` | 4 bytes per page of the largest guest RAM first, then of `meta.mem_mib` ([`check_memory`]); exactly 4 per stored page when decoded |
 //!
 //! A region list (RAM above 4 GiB) checks each region with
 //! [`check_region`].
@@ -25,7 +26,7 @@ use xstate::buffer::XSAVE_MIN_SIZE;
 use super::check_section_names;
 use crate::arch::layout::{MAX_MEM_MIB, PAGE_SIZE};
 use crate::devices::SERIAL_CAPTURE_MAX;
-use crate::snapshot::format::{FormatError, SectionInfo, PAGES_SECTION};
+use crate::snapshot::format::{FormatError, SectionInfo, PAGES_SECTION, PAGE_CRCS_SECTION};
 use crate::snapshot::sparse::MAX_REGIONS;
 use crate::vstate::smp::GUEST_MAX_CPUS;
 use crate::vstate::vcpu::SAVED_MSRS;
@@ -94,6 +95,10 @@ fn bound(name: &str) -> Option<Bound> {
         },
         "memory.pages" => Bound::Entries {
             size: PAGE_SIZE as u64,
+            max: max_ram_bytes() / PAGE_SIZE as u64,
+        },
+        "memory.crc32" => Bound::Entries {
+            size: 4,
             max: max_ram_bytes() / PAGE_SIZE as u64,
         },
         "memory.regions" => Bound::Between {
@@ -200,6 +205,13 @@ pub fn check_memory(entries: &[SectionInfo], ram_bytes: u64) -> Result<(), Forma
     let find = |n: &str| entries.iter().find(|e| e.name == n);
     let index = find("memory")
         .ok_or_else(|| FormatError::Malformed("section \"memory\" is missing".into()))?;
+    let most = 4 * (ram_bytes / PAGE_SIZE as u64);
+    if let Some(c) = find(PAGE_CRCS_SECTION).filter(|c| c.length > most) {
+        return Err(FormatError::Malformed(format!(
+            "section \"{}\" is {} bytes, more than the {most} of {ram_bytes} bytes of RAM's pages",
+            c.name, c.length
+        )));
+    }
     check_region(index, find(PAGES_SECTION), ram_bytes)
 }
 

@@ -35,7 +35,9 @@ use kvm_bindings::{
 use serde::{Deserialize, Serialize};
 use xstate::{CpuidEntry, CpuidProfile, XfeatureMask, XsaveBuf, XsaveInfo};
 
-use super::format::{Container, External, FormatError, SectionInfo, PAGES_SECTION};
+use super::format::{
+    Container, External, FormatError, SectionInfo, PAGES_SECTION, PAGE_CRCS_SECTION,
+};
 use super::sparse::{regions_bytes, regions_from, SparseMemory, REGIONS_SECTION};
 use crate::vstate::xfd::XfdMsrs;
 
@@ -268,6 +270,7 @@ pub const GLOBAL_SECTIONS: &[&str] = &[
     "memory",
     PAGES_SECTION,
     REGIONS_SECTION,
+    PAGE_CRCS_SECTION,
     "serial",
     "irqchip.pic_master",
     "irqchip.pic_slave",
@@ -338,6 +341,11 @@ fn decode_memory(
                 c.version
             )))
         }
+    }
+    // Files written before per-page checksums have none: their pages are
+    // checked as one section (see `snapshot::pager`).
+    if let Some(crcs) = c.get(PAGE_CRCS_SECTION) {
+        memory.set_page_crcs(crcs)?;
     }
     Ok(memory)
 }
@@ -460,6 +468,9 @@ impl Snapshot {
         c.push("serial", self.serial_output.clone());
         c.push("memory", self.memory.index_bytes());
         c.push(REGIONS_SECTION, regions_bytes(&self.memory.ram_regions()));
+        if !self.memory.page_crcs.is_empty() {
+            c.push(PAGE_CRCS_SECTION, self.memory.crc_bytes());
+        }
         c
     }
 

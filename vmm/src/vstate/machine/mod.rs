@@ -5,9 +5,11 @@
 //! Guest RAM is one anonymous private mapping per region of the memory
 //! map ([`crate::arch::layout::ram_regions`]: below the 32-bit hole, and
 //! from 4 GiB for the rest; vm-memory's mappings, unmapped when the
-//! machine is dropped). A restore maps the snapshot's stored page runs
-//! over parts of it from the snapshot file
-//! ([`Machine::create_smp_from_image`], see [`image`]).
+//! machine is dropped). A restore puts the snapshot's stored pages into
+//! it before the machine is built on it ([`Machine::create_smp_on`],
+//! [`crate::snapshot::pager`]). `image` (tests only) maps a file's page
+//! runs privately over fresh RAM, as restores once did: the snapshot
+//! scan's tests still build file-backed RAM with it.
 
 use kvm_bindings::kvm_userspace_memory_region;
 use kvm_ioctls::{Kvm, VcpuFd, VmFd};
@@ -19,9 +21,13 @@ use crate::arch::layout::{KVM_TSS_ADDR, MAX_MEM_MIB, MIN_MEM_MIB};
 use crate::error::{Error, MemoryError, Result};
 use crate::xstate_manager::XstateManager;
 
+// Test-only since restores copy pages in (`crate::snapshot::pager`): the
+// snapshot scan's tests still build file-backed RAM with it.
+#[cfg(test)]
 mod image;
 mod ram;
 
+#[cfg(test)]
 pub use image::RamImage;
 pub use ram::{host_ranges, regions_of, write_ram};
 
@@ -77,26 +83,6 @@ impl Machine {
         irqchip: Irqchip,
     ) -> Result<(Self, Vec<VcpuFd>)> {
         VmWithVcpus::create(kvm, mem, vcpus, irqchip)?.register_ram()
-    }
-
-    /// [`Machine::create_smp`] with the RAM of a snapshot: zero but for
-    /// `image`'s runs, which are mapped privately from its file (see the
-    /// module documentation). The file's length is checked to cover every
-    /// mapped page right before mapping; a file truncated *after* that is
-    /// the user's error: the guest (or the VMM) touching a page past its new
-    /// end fails (KVM_RUN returns an error, or the VMM gets SIGBUS). A file
-    /// rewritten in place while the guest runs shows its new bytes in the
-    /// pages the guest has not yet written: snapshots are written to a new
-    /// file and renamed, never rewritten in place, by this vmm.
-    pub fn create_smp_from_image(
-        kvm: &Kvm,
-        mem_mib: u64,
-        vcpus: u32,
-        irqchip: Irqchip,
-        image: &RamImage<'_>,
-    ) -> Result<(Self, Vec<VcpuFd>)> {
-        let mem = allocate_ram_from_image(mem_mib, image)?;
-        Self::create_smp_on(kvm, mem, vcpus, irqchip)
     }
 }
 
@@ -338,8 +324,9 @@ pub fn allocate_ram(mib: u64) -> Result<GuestMemoryMmap> {
         .map_err(|source| MemoryError::Allocate { mib, source }.into())
 }
 
-/// [`allocate_ram`] with `image`'s runs mapped into it (see [`image`]):
-/// a restored guest's RAM before KVM knows it.
+/// [`allocate_ram`] with `image`'s runs mapped into it (see `image`): RAM
+/// backed by a file, as a restored guest's once was.
+#[cfg(test)]
 pub fn allocate_ram_from_image(mib: u64, image: &RamImage<'_>) -> Result<GuestMemoryMmap> {
     let mem = allocate_ram(mib)?;
     image::map_image(&mem, image)?;
