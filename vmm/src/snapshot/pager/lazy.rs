@@ -32,7 +32,7 @@ use super::shared::{this_thread, Shared};
 use super::shared::{PageError, Pages, PagesMode};
 use super::source::PageSource;
 use crate::arch::layout::ram_pieces;
-use crate::snapshot::sparse::PAGE_SIZE;
+use crate::snapshot::sparse::{is_zero, PAGE_SIZE};
 
 /// Pages copied in per fault (the faulting one and the next of its run):
 /// a guest walking through memory faults once per cluster, not per page.
@@ -302,7 +302,7 @@ impl Pager {
                     self.fill(k, page, CLUSTER_PAGES)
                         .map_err(|e| (e, Some(tid)))?;
                 }
-                None => self.zero(host),
+                None => zeros(&self.uffd, host, PAGE_SIZE),
             }
         }
     }
@@ -332,54 +332,30 @@ impl Pager {
         self.src.verify(buf, off0 + off, index, at + off)?;
         self.keeper.scan(&self.src, buf, off0 + off);
         let dst = self.hosts[k] + off;
-        let mut copied = 0usize;
-        while copied < bytes {
-            // SAFETY: `dst + copied ..` lies inside piece `k` of guest RAM
-            // (registered with this userfaultfd), `buf` is `bytes` long;
-            // the kernel copies from `buf` into pages it allocates, and
-            // refuses a page already present (EEXIST) or a range that is
-            // no longer registered.
-            let r = unsafe {
-                self.uffd.copy(
-                    buf[copied..].as_ptr().cast(),
-                    (dst + copied as u64) as *mut libc::c_void,
-                    bytes - copied,
-                    true,
-                )
-            };
-            match r {
-                Ok(c) | Err(userfaultfd::Error::PartiallyCopied(c)) if c > 0 => copied += c,
-                // A page already present (a racing fault's zero page never
-                // lands in a run): skip it.
-                Err(userfaultfd::Error::CopyFailed(nix_errno))
-                    if nix_errno as i32 == libc::EEXIST =>
-                {
-                    copied += PAGE_SIZE
-                }
-                other => {
-                    return Err(PageError::Fill {
-                        gpa: self.src.gpa(off0 + off + copied as u64),
-                        reason: format!("UFFDIO_COPY: {other:?}"),
-                    })
-                }
+        // All-zero pages (a crafted file's holes: a snapshot stores none)
+        // map the zero page instead of taking memory.
+        let mut p = 0usize;
+        while p < bytes {
+            let zero = is_zero(&buf[p..p + PAGE_SIZE]);
+            let mut q = p + PAGE_SIZE;
+            while q < bytes && is_zero(&buf[q..q + PAGE_SIZE]) == zero {
+                q += PAGE_SIZE;
             }
+            let at = (dst + p as u64, off0 + off + p as u64);
+            if zero {
+                zeros(&self.uffd, at.0, q - p);
+            } else {
+                copy_in(&self.uffd, &buf[p..q], at.0).map_err(|reason| PageError::Fill {
+                    gpa: self.src.gpa(at.1),
+                    reason,
+                })?;
+            }
+            p = q;
         }
         for i in index..index + n {
             self.filled[i as usize] = true;
         }
         Ok(())
-    }
-
-    /// Answer a fault outside the stored pages (in a gap of a merged
-    /// range) with a zero page.
-    fn zero(&self, host: u64) {
-        // SAFETY: `host` is a page of a range registered with this
-        // userfaultfd; the kernel maps its zero page there, or refuses
-        // (EEXIST) a page already present.
-        let _ = unsafe {
-            self.uffd
-                .zeropage(host as *mut libc::c_void, PAGE_SIZE, true)
-        };
     }
 
     /// After a failure: kick every vCPU thread out of `KVM_RUN` (and the
@@ -403,7 +379,7 @@ impl Pager {
             })) = self.uffd.read_event()
             {
                 crate::vstate::stop::kick_thread(thread_id.as_raw());
-                self.zero(addr as u64 & !(PAGE_SIZE as u64 - 1));
+                zeros(&self.uffd, addr as u64 & !(PAGE_SIZE as u64 - 1), PAGE_SIZE);
             }
             targets.clear();
             if self.shared.vcpu_threads().is_empty() || Instant::now() > end {
@@ -411,5 +387,49 @@ impl Pager {
             }
             std::thread::sleep(Duration::from_millis(1));
         }
+    }
+}
+
+/// Copy `bytes` (verified pages) into registered RAM at `dst` with
+/// `UFFDIO_COPY`, which also wakes the threads waiting on them; a page
+/// already present (EEXIST) is skipped. The error says what the kernel
+/// said.
+fn copy_in(uffd: &Uffd, bytes: &[u8], dst: u64) -> Result<(), String> {
+    let mut copied = 0usize;
+    while copied < bytes.len() {
+        // SAFETY: `dst + copied ..` lies inside a range of guest RAM
+        // registered with `uffd`, `bytes` is readable for its length; the
+        // kernel copies from `bytes` into pages it allocates, and refuses a
+        // page already present (EEXIST) or a range no longer registered.
+        let r = unsafe {
+            uffd.copy(
+                bytes[copied..].as_ptr().cast(),
+                (dst + copied as u64) as *mut libc::c_void,
+                bytes.len() - copied,
+                true,
+            )
+        };
+        match r {
+            Ok(c) | Err(userfaultfd::Error::PartiallyCopied(c)) if c > 0 => copied += c,
+            Err(userfaultfd::Error::CopyFailed(e)) if e as i32 == libc::EEXIST => {
+                copied += PAGE_SIZE
+            }
+            other => return Err(format!("UFFDIO_COPY: {other:?}")),
+        }
+    }
+    Ok(())
+}
+
+/// Map the zero page at `len` bytes of RAM registered with `uffd` from
+/// `host` (a fault outside the stored pages, in a gap of a merged range;
+/// or stored pages that are all zeros), waking whoever waits there; pages
+/// already present are left as they are.
+fn zeros(uffd: &Uffd, host: u64, len: usize) {
+    for page in (0..len).step_by(PAGE_SIZE) {
+        // SAFETY: `host + page` is a page of a range registered with
+        // `uffd`; the kernel maps its zero page there, or refuses (EEXIST)
+        // a page already present.
+        let _ =
+            unsafe { uffd.zeropage((host + page as u64) as *mut libc::c_void, PAGE_SIZE, true) };
     }
 }

@@ -7,7 +7,7 @@ use super::keep::Keeper;
 use super::shared::{PageError, Pages, PagesMode};
 use super::source::PageSource;
 use crate::arch::layout::ram_pieces;
-use crate::snapshot::sparse::PAGE_SIZE;
+use crate::snapshot::sparse::{is_zero, PAGE_SIZE};
 use crate::vstate::machine::{populate_for_write, write_ram};
 
 /// Bytes read from the file at a time when pages are copied up front.
@@ -27,11 +27,6 @@ impl PageSource {
         let mut buf = vec![0u8; CHUNK];
         let mut index = 0u64;
         for &(off, at, len) in &self.runs {
-            // One system call per region faults the run's pages in (a trap
-            // each otherwise); advice only, so a failure is ignored.
-            for (gpa, l) in ram_pieces(&self.regions, off, len).unwrap_or_default() {
-                let _ = populate_for_write(mem, GuestAddress(gpa), l);
-            }
             let mut done = 0u64;
             while done < len {
                 let n = (len - done).min(CHUNK as u64) as usize;
@@ -44,10 +39,7 @@ impl PageSource {
                     self.verify(chunk, o, index, at + done)?;
                 }
                 keeper.scan(&self, chunk, o);
-                write_ram(mem, o, chunk).map_err(|e| PageError::Fill {
-                    gpa: self.gpa(o),
-                    reason: e.to_string(),
-                })?;
+                self.write_nonzero(mem, chunk, o)?;
                 index += (n / PAGE_SIZE) as u64;
                 done += n as u64;
             }
@@ -66,5 +58,38 @@ impl PageSource {
             keeper.into_kept(),
             began.elapsed(),
         ))
+    }
+
+    /// Write the pages of `chunk` (at RAM offset `off`) that are not all
+    /// zeros into `mem`, which is zero elsewhere: a crafted file's holes
+    /// take no memory. Each group of pages is faulted in with one system
+    /// call first (a trap per page otherwise; advice only, so a failure is
+    /// ignored).
+    fn write_nonzero(
+        &self,
+        mem: &GuestMemoryMmap,
+        chunk: &[u8],
+        off: u64,
+    ) -> Result<(), PageError> {
+        let mut p = 0usize;
+        while p < chunk.len() {
+            let zero = is_zero(&chunk[p..p + PAGE_SIZE]);
+            let mut q = p + PAGE_SIZE;
+            while q < chunk.len() && is_zero(&chunk[q..q + PAGE_SIZE]) == zero {
+                q += PAGE_SIZE;
+            }
+            if !zero {
+                let o = off + p as u64;
+                for (gpa, l) in ram_pieces(&self.regions, o, (q - p) as u64).unwrap_or_default() {
+                    let _ = populate_for_write(mem, GuestAddress(gpa), l);
+                }
+                write_ram(mem, o, &chunk[p..q]).map_err(|e| PageError::Fill {
+                    gpa: self.gpa(o),
+                    reason: e.to_string(),
+                })?;
+            }
+            p = q;
+        }
+        Ok(())
     }
 }
