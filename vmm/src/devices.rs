@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use guest::protocol::{
     split_report_exit, Report, DEBUG_EXIT_PORT, EDIT_STATUS_NONE, MARK_PORT, PARTS_WANTED,
-    PART_PORT, REPORT_EXIT_PORT, REPORT_PORT, REP_PORT, SERIAL_PORT, SNAPSHOT_PORT,
+    PART_PORT, REPORT_EXIT_PORT, REPORT_PORT, REP_PORT, SERIAL_PORT, SNAPSHOT_PORT, SNAPSHOT_SYNC,
     XSTATE_EDIT_PORT,
 };
 
@@ -371,6 +371,10 @@ impl Devices {
                 put_le(data, if wanted { PARTS_WANTED } else { 0 });
             }
             XSTATE_EDIT_PORT => put_le(data, self.edit_status),
+            // `vmm` acts on snapshot requests itself (a snapshot taken in
+            // the `out`, or none without a snapshot file): a guest at a
+            // snapshot point must not wait to be released.
+            SNAPSHOT_PORT => put_le(data, SNAPSHOT_SYNC),
             _ => {
                 self.unhandled_ports += 1;
                 data.fill(0xff);
@@ -552,6 +556,29 @@ mod tests {
         assert_eq!(u32::from_le_bytes(v), guest::protocol::EDIT_STATUS_REFUSED);
         assert_eq!(d.refused_requests.items()[0].len(), MAX_REASON_LEN);
         assert_eq!(d.unhandled_ports, 0);
+    }
+
+    /// A guest at a snapshot point reads the snapshot port: `vmm` always
+    /// answers that it acted on the request (taken, or declined without a
+    /// snapshot file), so the guest never waits for a release byte.
+    #[test]
+    fn the_snapshot_port_answers_sync_with_or_without_a_snapshot_file() {
+        let mem = ram();
+        for snapshots in [false, true] {
+            let mut d = Devices::new(SerialSink::Null);
+            d.snapshots = snapshots;
+            let action = d.port_write(&mem, SNAPSHOT_PORT, &2u32.to_le_bytes());
+            let want = if snapshots {
+                PortAction::Snapshot
+            } else {
+                PortAction::Continue
+            };
+            assert_eq!(action, want);
+            let mut v = [0u8; 4];
+            d.port_read(SNAPSHOT_PORT, &mut v);
+            assert_eq!(u32::from_le_bytes(v), SNAPSHOT_SYNC);
+            assert_eq!(d.unhandled_ports, u64::from(!snapshots));
+        }
     }
 
     #[test]
