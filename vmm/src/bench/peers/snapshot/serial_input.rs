@@ -53,10 +53,13 @@ impl SerialInput {
         }
         // SAFETY: openpty succeeded: both are open descriptors that
         // nothing else owns.
-        let (near, far) = unsafe { (File::from_raw_fd(near), OwnedFd::from_raw_fd(far)) };
+        let (near, far) = unsafe { (OwnedFd::from_raw_fd(near), OwnedFd::from_raw_fd(far)) };
+        // openpty does not mark them close-on-exec: their clones are (and
+        // the originals close here), so no other child inherits either end
+        // and the peer gets the far end only as its stdin.
         Ok(SerialInput {
-            near,
-            far: Some(far),
+            near: File::from(near.try_clone()?),
+            far: Some(far.try_clone()?),
         })
     }
 
@@ -82,10 +85,17 @@ mod tests {
     use super::*;
 
     /// What the harness writes to the near end is read at the far end, as
-    /// a peer reads its stdin.
+    /// a peer reads its stdin; neither end leaks into other children.
     #[test]
     fn a_release_reaches_the_far_end() {
+        use std::os::fd::AsRawFd;
         let mut s = SerialInput::open().unwrap();
+        for fd in [s.near.as_raw_fd(), s.far.as_ref().unwrap().as_raw_fd()] {
+            let flags = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap();
+            let flags = flags.lines().find_map(|l| l.strip_prefix("flags:")).unwrap();
+            let flags = u32::from_str_radix(flags.trim(), 8).unwrap();
+            assert_ne!(flags & libc::O_CLOEXEC as u32, 0, "fd {fd}: {flags:o}");
+        }
         let far = s.far.take().unwrap();
         s.release().unwrap();
         let mut got = [0u8; 1];
