@@ -8,7 +8,7 @@
 //!
 //! | port | width | direction | meaning |
 //! |------|-------|-----------|---------|
-//! | 0xe4 | 32 | out | the snapshot request, the value the [`SnapshotPhase`]: a VMM with a snapshot file saves the VM in this exit (`vmm`); others ignore it |
+//! | 0xe4 | 32 | out | the snapshot request, its value the [`SnapshotPhase`] (1, 2, 3): a VMM with a snapshot file saves the VM in this exit (`vmm`); others ignore it |
 //! | 0xe4 | 32 | in  | [`SNAPSHOT_SYNC`] from a VMM that acts on the request itself (`vmm`, with or without a snapshot file): the guest goes on at once. Anything else (all-ones, or the stale value of an undecoded port): the guest waits to be released |
 //!
 //! Waiting is for VMMs that know nothing of our ports (Cloud Hypervisor,
@@ -63,9 +63,9 @@ impl SnapshotPhase {
 }
 
 /// What an `in` from [`SNAPSHOT_PORT`](super::SNAPSHOT_PORT) answers from
-/// a VMM that acts on the snapshot request itself ("SYNC" in ASCII, little-endian): never a value
-/// the guest writes there, so the stale data of a port nothing decodes
-/// cannot pass for it.
+/// a VMM that acts on the snapshot request itself ("SYNC" in ASCII,
+/// little-endian): never a value the guest writes there, so the stale data
+/// of a port nothing decodes cannot pass for it.
 pub const SNAPSHOT_SYNC: u32 = u32::from_le_bytes(*b"SYNC");
 
 /// Every snapshot-point line starts so; then the phase's name.

@@ -92,7 +92,10 @@ mod tests {
         let mut s = SerialInput::open().unwrap();
         for fd in [s.near.as_raw_fd(), s.far.as_ref().unwrap().as_raw_fd()] {
             let flags = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap();
-            let flags = flags.lines().find_map(|l| l.strip_prefix("flags:")).unwrap();
+            let flags = flags
+                .lines()
+                .find_map(|l| l.strip_prefix("flags:"))
+                .unwrap();
             let flags = u32::from_str_radix(flags.trim(), 8).unwrap();
             assert_ne!(flags & libc::O_CLOEXEC as u32, 0, "fd {fd}: {flags:o}");
         }
