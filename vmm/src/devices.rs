@@ -30,6 +30,8 @@ use guest::protocol::{
     XSTATE_EDIT_PORT,
 };
 
+use guest::protocol::snapshot::point_of;
+use guest::protocol::SnapshotPhase;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use vm_superio::{Serial, Trigger};
 
@@ -146,8 +148,8 @@ pub enum PortAction {
     /// Set XMM`n` to `xmm_edit_pattern(n)` through the xstate manager.
     EditXmm(u32),
     /// The guest asks for a snapshot (`SNAPSHOT_PORT`, only decoded when
-    /// [`Devices::snapshots`] is set).
-    Snapshot,
+    /// [`Devices::snapshots`] is set), at its point of that phase or not.
+    Snapshot(Option<SnapshotPhase>),
 }
 
 /// The outcome of the guest handing over a report.
@@ -321,7 +323,7 @@ impl Devices {
                 PortAction::Continue
             }
             MARK_PORT => PortAction::Mark(le_value(data)),
-            SNAPSHOT_PORT if self.snapshots => PortAction::Snapshot,
+            SNAPSHOT_PORT if self.snapshots => PortAction::Snapshot(point_of(le_value(data))),
             XSTATE_EDIT_PORT => PortAction::EditXmm(le_value(data)),
             REPORT_PORT => {
                 self.take_report(mem, le_value(data) as u64);
@@ -567,9 +569,10 @@ mod tests {
         for snapshots in [false, true] {
             let mut d = Devices::new(SerialSink::Null);
             d.snapshots = snapshots;
-            let action = d.port_write(&mem, SNAPSHOT_PORT, &2u32.to_le_bytes());
+            let mid = guest::protocol::snapshot::point_request(SnapshotPhase::Mid);
+            let action = d.port_write(&mem, SNAPSHOT_PORT, &mid.to_le_bytes());
             let want = if snapshots {
-                PortAction::Snapshot
+                PortAction::Snapshot(Some(SnapshotPhase::Mid))
             } else {
                 PortAction::Continue
             };

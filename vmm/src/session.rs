@@ -178,9 +178,14 @@ struct Resumed {
 }
 
 impl Resumed {
-    /// Reads `file` again (the restore itself has its own copy).
+    /// Reads `file` again (the restore itself has its own copy). `None`
+    /// also for a snapshot the guest asked for at its point
+    /// (`snapshot=PHASE`): it came between two rows, so no row spans it.
     fn load(file: &Path, restore_started_unix_s: f64) -> Option<Self> {
         let snap = run::restore::load(file).ok()?;
+        if crate::snapshot::save::Trigger::is_point(&snap.meta.trigger) {
+            return None;
+        }
         let mut memory: Vec<(u64, Vec<u8>)> = Vec::new();
         let _ = snap
             .memory

@@ -8,7 +8,7 @@ use super::cpu::rdtsc;
 use super::serial::{read_byte, Console};
 use super::syscall::{inl, outl};
 use guest::protocol::snapshot::{
-    wait_cycles, NOT_RELEASED, POINT_LINE, RELEASED, WAITING, WAIT_MAX_S,
+    point_request, wait_cycles, NOT_RELEASED, POINT_LINE, RELEASED, WAITING, WAIT_MAX_S,
 };
 use guest::protocol::{SnapshotPhase, SNAPSHOT_PORT, SNAPSHOT_SYNC};
 
@@ -23,7 +23,7 @@ const POLL_CYCLES: u64 = 100_000;
 /// [`WAIT_MAX_S`] pass on its TSC (`tsc_khz`, 0 when unknown), then says
 /// which.
 pub fn reach(phase: SnapshotPhase, tsc_khz: u64) {
-    outl(SNAPSHOT_PORT, phase as u32);
+    outl(SNAPSHOT_PORT, point_request(phase));
     if inl(SNAPSHOT_PORT) == SNAPSHOT_SYNC {
         return;
     }

@@ -8,7 +8,7 @@
 //!
 //! | port | width | direction | meaning |
 //! |------|-------|-----------|---------|
-//! | 0xe4 | 32 | out | the snapshot request, its value the [`SnapshotPhase`] (1, 2, 3): a VMM with a snapshot file saves the VM in this exit (`vmm`); others ignore it |
+//! | 0xe4 | 32 | out | the snapshot request, its value [`point_request`] of the phase: a VMM with a snapshot file saves the VM in this exit (`vmm`, which records the point: a snapshot there spans no timed row); others ignore it |
 //! | 0xe4 | 32 | in  | [`SNAPSHOT_SYNC`] from a VMM that acts on the request itself (`vmm`, with or without a snapshot file): the guest goes on at once. Anything else (all-ones, or the stale value of an undecoded port): the guest waits to be released |
 //!
 //! Waiting is for VMMs that know nothing of our ports (Cloud Hypervisor,
@@ -60,6 +60,23 @@ impl SnapshotPhase {
     pub fn name(self) -> &'static str {
         SNAPSHOT_PHASES[self as usize - 1]
     }
+}
+
+/// The upper 24 bits of a snapshot request made at a point ("PNT"): any
+/// other value written to the port is a plain request (`bench=snapshot-check`
+/// writes whatever its register holds).
+pub const POINT_REQUEST_TAG: u32 = 0x504e_5400;
+
+/// The value the guest writes to the snapshot port at `phase`'s point.
+pub const fn point_request(phase: SnapshotPhase) -> u32 {
+    POINT_REQUEST_TAG | phase as u32
+}
+
+/// The point a snapshot-port write names, if it is a point's request.
+pub fn point_of(value: u32) -> Option<SnapshotPhase> {
+    SnapshotPhase::ALL
+        .into_iter()
+        .find(|&p| point_request(p) == value)
 }
 
 /// What an `in` from [`SNAPSHOT_PORT`](super::SNAPSHOT_PORT) answers from
@@ -115,10 +132,22 @@ mod tests {
     fn the_sync_answer_is_no_value_the_guest_writes_or_an_open_bus_reads() {
         for p in SnapshotPhase::ALL {
             assert_ne!(SNAPSHOT_SYNC, p as u32);
+            assert_ne!(SNAPSHOT_SYNC, point_request(p));
         }
         assert_ne!(SNAPSHOT_SYNC, u32::MAX);
         assert_ne!(SNAPSHOT_SYNC, 0);
         assert_eq!(SNAPSHOT_PORT, 0xe4);
+    }
+
+    #[test]
+    fn point_requests_name_their_phase_and_nothing_else_does() {
+        for p in SnapshotPhase::ALL {
+            assert_eq!(point_of(point_request(p)), Some(p));
+        }
+        assert_eq!(point_request(SnapshotPhase::Mid), 0x504e_5402);
+        for other in [0, 1, 2, 3, 0x504e_5400, 0x504e_5404, u32::MAX, 0x1122_3344] {
+            assert_eq!(point_of(other), None, "{other:#x}");
+        }
     }
 
     #[test]

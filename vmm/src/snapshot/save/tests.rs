@@ -109,3 +109,18 @@ fn only_touched_pages_are_scanned() {
     assert_eq!(back[5 * PAGE_SIZE + 7], 1);
     assert_eq!(&back[(64 << 20) - 2..], &[2, 3]);
 }
+
+/// A guest's request at its point names the point; `vmm restore` reads the
+/// name back to know no row spans the snapshot, and only point names pass.
+#[test]
+fn a_point_request_is_its_own_trigger() {
+    use guest::protocol::SnapshotPhase;
+    assert_eq!(Trigger::guest(None), Trigger::Guest);
+    assert_eq!(Trigger::guest(Some(SnapshotPhase::Mid)).name(), "point-mid");
+    for p in SnapshotPhase::ALL {
+        assert!(Trigger::is_point(Trigger::Point(p).name()));
+    }
+    for other in ["time", "guest", "point", "point-middle", ""] {
+        assert!(!Trigger::is_point(other), "{other}");
+    }
+}
