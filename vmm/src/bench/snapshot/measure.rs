@@ -243,6 +243,10 @@ fn guest(plan: &Plan, mib: u64) -> RunConfig {
 pub(super) fn no_snapshot(end: &RunEnd, point: SnapshotPhase) -> String {
     let how = match end {
         RunEnd::Exited(status) => format!("exited with status {status}"),
+        RunEnd::TimedOut(limit) => format!(
+            "ran past --timeout ({:.0} s) and was stopped",
+            limit.as_secs_f64()
+        ),
         RunEnd::Snapshotted(_) => "was snapshotted but its time was not recorded".into(),
         other => format!("ended otherwise ({other:?})"),
     };

@@ -26,13 +26,21 @@ fn a_missed_point_is_named() {
         no_snapshot(&RunEnd::Exited(1), SnapshotPhase::Mid),
         "no snapshot: the guest exited with status 1 without asking for one at its point snapshot=mid"
     );
-    let timed_out = no_snapshot(
-        &RunEnd::TimedOut(Duration::from_secs(3)),
-        SnapshotPhase::End,
+    assert_eq!(
+        no_snapshot(
+            &RunEnd::TimedOut(Duration::from_secs(20)),
+            SnapshotPhase::End
+        ),
+        "no snapshot: the guest ran past --timeout (20 s) and was stopped without asking for one \
+         at its point snapshot=end"
+    );
+    let stopped = no_snapshot(
+        &RunEnd::ProtocolViolation("XCR0 0x7".into()),
+        SnapshotPhase::Mid,
     );
     assert!(
-        timed_out.starts_with("no snapshot: the guest ended otherwise (TimedOut(3s))"),
-        "{timed_out}"
+        stopped.starts_with("no snapshot: the guest ended otherwise (ProtocolViolation("),
+        "{stopped}"
     );
 }
 
