@@ -183,8 +183,13 @@ struct Resumed {
 
 impl Resumed {
     /// Opens `file` again as the restore did (the restore has its own).
+    /// `None` also for a snapshot the guest asked for at its point
+    /// (`snapshot=PHASE`): it came between two rows, so no row spans it.
     fn load(file: &Path, restore_started_unix_s: f64) -> Option<Self> {
         let o = run::restore::open(file).ok()?;
+        if crate::snapshot::save::Trigger::is_point(&o.snapshot.meta.trigger) {
+            return None;
+        }
         Some(Self {
             file: o.file,
             memory: o.snapshot.memory,

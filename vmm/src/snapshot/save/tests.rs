@@ -264,3 +264,18 @@ fn restored_runs_across_the_hole_are_stored_again() {
     assert_eq!(sparse.data[5 * PAGE_SIZE + 2], 0x77);
     assert_eq!(sparse.regions, crate::arch::layout::ram_regions(16 * G));
 }
+
+/// A guest's request at its point names the point; `vmm restore` reads the
+/// name back to know no row spans the snapshot, and only point names pass.
+#[test]
+fn a_point_request_is_its_own_trigger() {
+    use guest::protocol::SnapshotPhase;
+    assert_eq!(Trigger::guest(None), Trigger::Guest);
+    assert_eq!(Trigger::guest(Some(SnapshotPhase::Mid)).name(), "point-mid");
+    for p in SnapshotPhase::ALL {
+        assert!(Trigger::is_point(Trigger::Point(p).name()));
+    }
+    for other in ["time", "guest", "point", "point-middle", ""] {
+        assert!(!Trigger::is_point(other), "{other}");
+    }
+}
