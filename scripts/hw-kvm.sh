@@ -193,6 +193,9 @@ export PATH=/bin:/sbin:/usr/bin
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
+# Pseudo-terminals, as any Linux has them (bench peers' serial input).
+mkdir -p /dev/pts
+mount -t devpts devpts /dev/pts
 # No tmpfs over /tmp: the initramfs is in RAM already, and the source tree
 # may live under /tmp (a CI clone).
 mkdir -p /tmp

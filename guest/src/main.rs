@@ -14,7 +14,8 @@ mod kernel;
 use core::fmt::Write;
 use guest::protocol::{
     fixed_str, Cmdline, ExitStatus, NativeRowArgs, NativeRowOut, PartRecord, RepRecord, Report,
-    RowKey, SkipRecord, FAULT_KINDS, MAX_ROW_REPS, PARTS_WANTED, PART_PORT, REP_PORT,
+    RowKey, SkipRecord, SnapshotPhase, FAULT_KINDS, MAX_ROW_REPS, PARTS_WANTED, PART_PORT,
+    REP_PORT, SNAPSHOT_PHASES,
 };
 use guest::workloads::{self, CpuFeatures, RepHook, Selection};
 use kernel::pvh::BootInfo;
@@ -60,7 +61,8 @@ extern "C" fn user_main(start_info: u32) -> ! {
         announce_boot_and_arena(info, &cmdline, &mut out);
     }
 
-    if !set_up_cpu(report, &cmdline, &mut out) {
+    // Both, each saying what failed.
+    if !(set_up_cpu(report, &cmdline, &mut out) & snapshot_word_ok(&cmdline, &mut out)) {
         status = ExitStatus::SetupFailed;
     }
     // SMP: the other CPUs start now and report on their own.
@@ -187,6 +189,20 @@ fn set_up_cpu(report: &mut Report, cmdline: &Cmdline, out: &mut Console) -> bool
     ok
 }
 
+/// Whether `snapshot=` names a phase (or is absent); a harness waiting for
+/// a point the guest does not know would wait in vain, so it is a set-up
+/// failure, named on the console.
+fn snapshot_word_ok(cmdline: &Cmdline, out: &mut Console) -> bool {
+    let Some(bad) = cmdline.bad_snapshot else {
+        return true;
+    };
+    let _ = writeln!(
+        out,
+        "guest: unknown snapshot point \"{bad}\" (known: {SNAPSHOT_PHASES:?})"
+    );
+    false
+}
+
 /// Starts the application processors: as many CPUs as the command line
 /// or the firmware tables (`rsdp`) say, recorded in the report with their
 /// source.
@@ -241,12 +257,17 @@ fn needs_switch_strategy(cmdline: &Cmdline) -> bool {
 
 /// Run the workloads `workload=` asks for (the quick set when the word is
 /// absent) and record their results, or why a variant was skipped, in
-/// `report`. Returns false when a check failed or the list was bad.
+/// `report`, stopping at the `snapshot=` point among them (a run of no
+/// workload stops there all the same). Returns false when a check failed
+/// or the list was bad.
 ///
 /// The variants are gated by what the guest's CPUID reports and the XCR0 it
 /// set: with XCR0 = x87|SSE no AVX or VAES code is even attempted.
 fn run_workloads(report: &mut Report, cmdline: &Cmdline, out: &mut Console) -> bool {
     if cmdline.runs_nothing() {
+        if let Some(phase) = cmdline.snapshot {
+            kernel::snapshot::reach(phase, report.tsc_khz);
+        }
         return true;
     }
     let list = cmdline.workload.unwrap_or("quick");
@@ -278,7 +299,7 @@ fn run_workloads(report: &mut Report, cmdline: &Cmdline, out: &mut Console) -> b
         });
         return false;
     };
-    let mut hook = PortReps::ask();
+    let mut hook = PortReps::ask(cmdline.snapshot, report.tsc_khz);
     workloads::run_with_hook(
         &sel,
         &workloads::runner::Sizes::for_selection(&sel),
@@ -302,14 +323,18 @@ struct PortReps {
     parts: bool,
     record: RepRecord,
     part: PartRecord,
+    /// `snapshot=`: where the run stops for a snapshot.
+    snapshot: Option<SnapshotPhase>,
+    /// The TSC frequency (0: unknown), for the wait at that point.
+    tsc_khz: u64,
 }
 
 impl PortReps {
     /// Ask the VMM: all-ones (nothing decodes the port, e.g. QEMU) or 0
     /// means one repetition and no signals; any other answer is how many
     /// repetitions it pairs, each signalled (1 included: one pair is
-    /// still a pair).
-    fn ask() -> Self {
+    /// still a pair). `snapshot` and `tsc_khz` are the snapshot point's.
+    fn ask(snapshot: Option<SnapshotPhase>, tsc_khz: u64) -> Self {
         let answer = syscall::inl(REP_PORT);
         let signals = answer != u32::MAX && answer != 0;
         let reps = if signals {
@@ -326,6 +351,8 @@ impl PortReps {
             parts,
             record: RepRecord::default(),
             part: PartRecord::default(),
+            snapshot,
+            tsc_khz,
         }
     }
 }
@@ -365,6 +392,14 @@ impl RepHook for PortReps {
 
     fn paired(&self) -> bool {
         self.signals
+    }
+
+    fn snapshot_phase(&self) -> Option<SnapshotPhase> {
+        self.snapshot
+    }
+
+    fn snapshot_point(&mut self, phase: SnapshotPhase) {
+        kernel::snapshot::reach(phase, self.tsc_khz);
     }
 }
 

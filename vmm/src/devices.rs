@@ -26,10 +26,12 @@ use std::time::Duration;
 
 use guest::protocol::{
     split_report_exit, Report, DEBUG_EXIT_PORT, EDIT_STATUS_NONE, MARK_PORT, PARTS_WANTED,
-    PART_PORT, REPORT_EXIT_PORT, REPORT_PORT, REP_PORT, SERIAL_PORT, SNAPSHOT_PORT,
+    PART_PORT, REPORT_EXIT_PORT, REPORT_PORT, REP_PORT, SERIAL_PORT, SNAPSHOT_PORT, SNAPSHOT_SYNC,
     XSTATE_EDIT_PORT,
 };
 
+use guest::protocol::snapshot::point_of;
+use guest::protocol::SnapshotPhase;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use vm_superio::{Serial, Trigger};
 
@@ -146,8 +148,8 @@ pub enum PortAction {
     /// Set XMM`n` to `xmm_edit_pattern(n)` through the xstate manager.
     EditXmm(u32),
     /// The guest asks for a snapshot (`SNAPSHOT_PORT`, only decoded when
-    /// [`Devices::snapshots`] is set).
-    Snapshot,
+    /// [`Devices::snapshots`] is set), at its point of that phase or not.
+    Snapshot(Option<SnapshotPhase>),
 }
 
 /// The outcome of the guest handing over a report.
@@ -321,7 +323,7 @@ impl Devices {
                 PortAction::Continue
             }
             MARK_PORT => PortAction::Mark(le_value(data)),
-            SNAPSHOT_PORT if self.snapshots => PortAction::Snapshot,
+            SNAPSHOT_PORT if self.snapshots => PortAction::Snapshot(point_of(le_value(data))),
             XSTATE_EDIT_PORT => PortAction::EditXmm(le_value(data)),
             REPORT_PORT => {
                 self.take_report(mem, le_value(data) as u64);
@@ -371,6 +373,10 @@ impl Devices {
                 put_le(data, if wanted { PARTS_WANTED } else { 0 });
             }
             XSTATE_EDIT_PORT => put_le(data, self.edit_status),
+            // `vmm` acts on snapshot requests itself (a snapshot taken in
+            // the `out`, or none without a snapshot file): a guest at a
+            // snapshot point must not wait to be released.
+            SNAPSHOT_PORT => put_le(data, SNAPSHOT_SYNC),
             _ => {
                 self.unhandled_ports += 1;
                 data.fill(0xff);
@@ -552,6 +558,30 @@ mod tests {
         assert_eq!(u32::from_le_bytes(v), guest::protocol::EDIT_STATUS_REFUSED);
         assert_eq!(d.refused_requests.items()[0].len(), MAX_REASON_LEN);
         assert_eq!(d.unhandled_ports, 0);
+    }
+
+    /// A guest at a snapshot point reads the snapshot port: `vmm` always
+    /// answers that it acted on the request (taken, or declined without a
+    /// snapshot file), so the guest never waits for a release byte.
+    #[test]
+    fn the_snapshot_port_answers_sync_with_or_without_a_snapshot_file() {
+        let mem = ram();
+        for snapshots in [false, true] {
+            let mut d = Devices::new(SerialSink::Null);
+            d.snapshots = snapshots;
+            let mid = guest::protocol::snapshot::point_request(SnapshotPhase::Mid);
+            let action = d.port_write(&mem, SNAPSHOT_PORT, &mid.to_le_bytes());
+            let want = if snapshots {
+                PortAction::Snapshot(Some(SnapshotPhase::Mid))
+            } else {
+                PortAction::Continue
+            };
+            assert_eq!(action, want);
+            let mut v = [0u8; 4];
+            d.port_read(SNAPSHOT_PORT, &mut v);
+            assert_eq!(u32::from_le_bytes(v), SNAPSHOT_SYNC);
+            assert_eq!(d.unhandled_ports, u64::from(!snapshots));
+        }
     }
 
     #[test]

@@ -110,7 +110,9 @@ pub fn restore(request: RestoreRequest) -> std::result::Result<RunSummary, Sessi
     // the file is never read again (it may have changed meanwhile).
     let restored = run::restore::restore_keeping(&file, options)?;
     let outcome = restored.outcome;
-    let resumed = Some(Resumed {
+    // A snapshot the guest asked for at its point (`snapshot=PHASE`) came
+    // between two rows, so no row spans it.
+    let resumed = (!crate::snapshot::save::Trigger::is_point(&restored.trigger)).then(|| Resumed {
         memory: restored.memory,
         created_unix_s: restored.created_unix_s,
         restore_started_unix_s: started,

@@ -93,7 +93,10 @@ fn bench_peers_runs_vmm_and_qemu_with_a_record_each() {
     let ours = row(&doc, "vmm").expect("vmm always runs");
     assert_measured(ours, 200);
     assert_snapshotted(ours);
-    assert_eq!(ours["snapshot"], "vmm run --snapshot-after, vmm restore");
+    assert_eq!(
+        ours["snapshot"],
+        "vmm run --snapshot-file (at the guest's request), vmm restore"
+    );
     assert_eq!(ours["differs_from_vmm"].as_array().unwrap().len(), 0);
     // The masks the guest reported under `vmm bench peers` are those of a
     // plain `vmm run` (the default policy: everything KVM offers).

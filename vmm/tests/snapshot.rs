@@ -710,3 +710,67 @@ fn a_restored_runs_native_ratios_say_they_were_timed_once() {
     assert!(once > 0, "no ratio marked once:\n{table}");
     assert!(table.contains("once: the host's side ran once"), "{table}");
 }
+
+/// `snapshot=PHASE` (the guest names its snapshot point): `vmm` takes the
+/// snapshot there and records the point (`point-mid`), and answers the
+/// guest's read of the port, so the guest never prints its waiting line
+/// nor waits for a release byte, with a snapshot file or without. The
+/// point is between two rows: the restored run has every row, none marked
+/// as timed across the snapshot. A phase the guest does not know is named
+/// and ends the run as a set-up failure (status 3), not a wait.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
+#[test]
+fn the_guest_snapshots_at_the_point_it_names() {
+    if !kvm_or_skip("the_guest_snapshots_at_the_point_it_names") {
+        return;
+    }
+    let snap = snap_path("point");
+    let s = snap.to_str().unwrap();
+    let run = |workload: &str, extra: &[&str]| {
+        let mut args = vec!["run", "--workload", workload, "--no-native", "--serial"];
+        args.extend_from_slice(extra);
+        vmm(&args)
+    };
+    let out = run(
+        "aes",
+        &["--cmdline", "snapshot=mid", "--snapshot-file", s, "--json"],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["exit_reason"], "snapshotted", "{v}");
+    assert_eq!(v["snapshot"]["written"], true, "{v}");
+    let (info_out, info) = vmm_json(&["snapshot", "info", s]);
+    assert!(info_out.status.success(), "{}", text(&info_out.stderr));
+    assert_eq!(info["trigger"], "point-mid");
+    let (restored, r) = vmm_json(&["restore", s, "--no-native", "--timeout", "120"]);
+    let _ = std::fs::remove_file(&snap);
+    assert_eq!(
+        restored.status.code(),
+        Some(0),
+        "{}",
+        text(&restored.stderr)
+    );
+    let rows = r["results"].as_array().unwrap();
+    assert!(rows.iter().any(|x| x["size"] == 8192), "{r}");
+    for row in rows {
+        assert_eq!(row["check"], "pass", "{row}");
+        assert!(row["invalid"].is_null(), "{row}");
+    }
+    for out in [&out, &restored] {
+        let console = text(&out.stderr) + &text(&out.stdout);
+        assert!(!console.contains("snapshot point"), "{console}");
+    }
+    // Without a snapshot file: no snapshot, no wait, the run ends normally.
+    let out = run("none", &["--cmdline", "snapshot=mid"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(!text(&out.stdout).contains("snapshot point"));
+
+    let out = run("none", &["--cmdline", "snapshot=bogus"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains(
+            "guest: unknown snapshot point \"bogus\" (known: [\"start\", \"mid\", \"end\"])"
+        ),
+        "{}",
+        text(&out.stdout)
+    );
+}

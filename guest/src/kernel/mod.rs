@@ -27,5 +27,6 @@ pub mod selftest;
 pub mod serial;
 pub mod shared;
 pub mod smp;
+pub mod snapshot;
 pub mod syscall;
 pub mod xcr0;

@@ -5,9 +5,10 @@
 //! flush: KVM can hand a string port write to the VMM as one exit with a
 //! count. The development host's kvm_pvm does not: there each byte is an
 //! exit (counted in the VMM's exit totals), which is why a `quiet` guest
-//! prints nothing it need not. The UART is not programmed and LSR is not polled: the 8250 models
-//! of vm-superio and QEMU accept THR writes immediately at their reset
-//! configuration.
+//! prints nothing it need not. The UART is not programmed and LSR is not
+//! polled for output: the 8250 models of vm-superio and QEMU accept THR
+//! writes immediately at their reset configuration. Input is read only at
+//! a snapshot point ([`read_byte`]).
 
 use core::fmt;
 use guest::protocol::SERIAL_PORT;
@@ -85,4 +86,27 @@ pub fn write_bytes(bytes: &[u8]) {
             options(nostack, readonly, preserves_flags)
         );
     }
+}
+
+/// The line status register's offset from [`SERIAL_PORT`], and its
+/// data-ready bit.
+const LSR: u16 = 5;
+const LSR_DATA_READY: u8 = 1;
+
+/// One byte from COM1's input, if one has arrived (LSR data ready; the
+/// receive buffer at the reset configuration's DLAB = 0).
+pub fn read_byte() -> Option<u8> {
+    (inb(SERIAL_PORT + LSR) & LSR_DATA_READY != 0).then(|| inb(SERIAL_PORT))
+}
+
+/// An 8-bit `in` from CPL3 (one VM exit).
+fn inb(port: u16) -> u8 {
+    let value: u8;
+    // SAFETY: the TSS I/O bitmap (and IOPL=3) grants CPL3 every port; an
+    // `in` touches no memory.
+    unsafe {
+        core::arch::asm!("in al, dx", in("dx") port, out("al") value,
+            options(nostack, nomem, preserves_flags));
+    }
+    value
 }

@@ -2,6 +2,8 @@
 //! vocabulary and its parser. The guest acts on it; a VMM checks it before
 //! it boots a guest with it (see the word table in [`crate::protocol`]).
 
+use super::snapshot::SnapshotPhase;
+
 /// Workload names `workload=` accepts (see the module documentation).
 pub const WORKLOAD_NAMES: &[&str] = &["none", "quick", "aes", "gemm", "linpack", "all"];
 
@@ -111,6 +113,12 @@ pub struct Cmdline<'a> {
     pub cpu_faults: [Option<&'a str>; crate::protocol::record::MAX_CPUS as usize],
     /// The last `fault.cpuN=` word whose N is no CPU the kernel has.
     pub bad_cpu_fault: Option<&'a str>,
+    /// `snapshot=PHASE`: where the workloads stop for a snapshot
+    /// ([`crate::protocol::snapshot`]); the last one wins.
+    pub snapshot: Option<SnapshotPhase>,
+    /// The last `snapshot=` word's value when it names no phase (it then
+    /// clears [`Cmdline::snapshot`]).
+    pub bad_snapshot: Option<&'a str>,
 }
 
 /// One word of the command line, as the guest reads it: the one place
@@ -127,6 +135,7 @@ enum Word<'a> {
     Exits(&'a str),
     Cpus(&'a str),
     Xfeatures(&'a str),
+    Snapshot(&'a str),
     /// `fault.cpuN=KIND`: `N` and `KIND` as written.
     CpuFault(&'a str, &'a str),
     /// `xfeatures.cpuN=MASK`: `N` and `MASK` as written.
@@ -159,6 +168,8 @@ impl<'a> Word<'a> {
             Word::Cpus(v)
         } else if let Some(v) = value("xfeatures=") {
             Word::Xfeatures(v)
+        } else if let Some(v) = value("snapshot=") {
+            Word::Snapshot(v)
         } else if let Some((cpu, kind)) = per_cpu("fault.cpu") {
             Word::CpuFault(cpu, kind)
         } else if let Some((cpu, mask)) = per_cpu("xfeatures.cpu") {
@@ -232,6 +243,10 @@ impl<'a> Cmdline<'a> {
                         (Some(slot), Some(v)) => *slot = Some(v),
                         _ => c.bad_cpu_xfeatures = Some(word),
                     }
+                }
+                Word::Snapshot(phase) => {
+                    c.snapshot = SnapshotPhase::parse(phase);
+                    c.bad_snapshot = c.snapshot.is_none().then_some(phase);
                 }
                 Word::Unknown => {}
             }
@@ -456,6 +471,9 @@ mod tests {
             "fault.cpu99=gp",
             "xfeatures.cpu1=0x3",
             "xfeatures.cpu=1",
+            "snapshot=mid",
+            "snapshot=bogus",
+            "snapshot=",
             // Unknown: near misses of known words.
             "quietly",
             "fault.cpu1",
@@ -465,6 +483,7 @@ mod tests {
             "console=ttyS0",
             "Workload=aes",
             "xfeatures",
+            "snapshot",
             "",
         ];
         let nothing = Cmdline::default();
@@ -478,6 +497,26 @@ mod tests {
                 "{w:?}: acted on {acted}, unknown {unknown}"
             );
         }
+    }
+
+    #[test]
+    fn cmdline_snapshot_words() {
+        let c = Cmdline::parse("workload=gemm snapshot=mid");
+        assert_eq!(
+            (c.snapshot, c.bad_snapshot),
+            (Some(SnapshotPhase::Mid), None)
+        );
+        assert_eq!(Cmdline::parse("quiet").snapshot, None);
+        // A phase that does not exist is kept to be named, and stops nothing.
+        let c = Cmdline::parse("snapshot=start snapshot=middle");
+        assert_eq!((c.snapshot, c.bad_snapshot), (None, Some("middle")));
+        // The last one wins, a good one clears an earlier bad one.
+        let c = Cmdline::parse("snapshot=x snapshot=end");
+        assert_eq!(
+            (c.snapshot, c.bad_snapshot),
+            (Some(SnapshotPhase::End), None)
+        );
+        assert_eq!(Cmdline::parse("snapshot=").bad_snapshot, Some(""));
     }
 
     #[test]

@@ -19,6 +19,7 @@
 //! | 0xe0  | 32    | in/out    | interleaved guest/native repetitions: see [`rep`] |
 //! | 0xdc  | 32    | in/out    | the timed parts of those repetitions: see [`rep`] |
 //! | 0xe4  | 32    | out       | snapshot request: a VMM with a snapshot file saves the VM at this exit and stops; after a restore the guest continues after its `out`. Ignored without a snapshot file |
+//! | 0xe4  | 32    | in        | [`SNAPSHOT_SYNC`] from a VMM that acts on snapshot requests itself; anything else: the guest waits at a snapshot point to be released (see [`snapshot`]) |
 //!
 //! and one guest-physical address: [`BENCH_MMIO_ADDR`], unbacked, where a
 //! 32-bit store is an MMIO exit the VMM ignores.
@@ -41,6 +42,7 @@
 //! | `xfeatures=MASK` | hex XCR0 policy: the guest sets XCR0 = CPUID 0xD.0 mask & MASK. The VMM always passes it, because some KVMs (kvm_pvm) answer CPUID from the host whatever table the VMM set |
 //! | `fault=KIND` | testing: end the run with a deliberate CPU exception in the CPL3 task after the CPUID part of the report is filled (`ud`, `de`, `pf`, `gp`) |
 //! | `cpus=N`, `xfeatures.cpuN=MASK`, `fault.cpuN=KIND` | SMP: how many CPUs to bring up (the VMM passes its `--vcpus`), CPU N's own XCR0 (hex: the policy & MASK, so it only narrows), a deliberate exception on AP N once it is up |
+//! | `snapshot=PHASE` | stop at a fixed point of the workloads for a snapshot ([`SNAPSHOT_PHASES`]: `start`, `mid`, `end`; see [`snapshot`]) |
 //! | `selftest` | testing: exercise the kernel's system calls and print what they returned |
 //! | `hostile=MODE` | testing: misbehave on purpose after setup, to show the VMM survives it ([`HOSTILE_MODES`]): `idle` (spin, no exits), `report-flood` (valid reports in a loop), `bad-report-flood` (report addresses outside RAM), `mark-flood` (benchmark markers), `serial-flood` (`rep outsb` to COM1), `edit-xmm` (an xstate edit request, checking the answer the VMM gives), `xsetbv-all` (XCR0 = everything CPUID 0xD.0 offers, ignoring `xfeatures=`), `status-N` (debug exit with `N`). The floods never end: run them with `--timeout` |
 //!
@@ -59,6 +61,7 @@
 //! | [`record`] | the [`Report`] record and its decoder |
 //! | [`cmdline`] | the command line: words and [`Cmdline`] |
 //! | [`names`] | exception mnemonics, XSAVE extension and strategy names |
+//! | [`snapshot`] | snapshot points: the phases of `snapshot=`, the answer of a VMM that snapshots itself, the lines a waiting guest prints |
 //! | [`serial_record`] | the [`Report`] as one line of serial text (`VMMREC1 ...`), for VMMs without the report port |
 
 pub mod cmdline;
@@ -67,6 +70,7 @@ pub mod ports;
 pub mod record;
 pub mod rep;
 pub mod serial_record;
+pub mod snapshot;
 
 pub use cmdline::{
     vmm_owned_word, Cmdline, BENCH_NAMES, CMDLINE_MAX, DEFAULT_EXIT_COUNT, FAULT_KINDS,
@@ -91,3 +95,4 @@ pub use rep::{
     MAX_ROW_REPS, NATIVE_ROW_SYMBOL, PARTS_WANTED, PART_PORT, REP_PORT,
 };
 pub use serial_record::{parse_record, records_in, write_record, RecordError, RECORD_PREFIX};
+pub use snapshot::{SnapshotPhase, SNAPSHOT_PHASES, SNAPSHOT_SYNC};

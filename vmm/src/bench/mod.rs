@@ -183,12 +183,13 @@ pub enum BenchCommand {
         /// The guest's workloads (as `vmm run --workload`).
         #[arg(long, default_value = "gemm")]
         workload: String,
-        /// Seconds after boot the snapshot is taken [default: 0.6 of the
-        /// workload's own run, timed by one boot before the sweep: with
-        /// `gemm`, mid-DGEMM with about 27 MB of the guest's RAM in use on
-        /// any CPU].
-        #[arg(long, value_name = "SECONDS", value_parser = parse_budget)]
-        after: Option<f64>,
+        /// Where the guest stops for its snapshot, under every VMM: `start`
+        /// (before its first timed row), `mid` (before the first row at the
+        /// largest size of its last workload: with `gemm`, DGEMM n = 1024
+        /// with its ~27 MB of matrices filled) or `end` (after its last
+        /// workload).
+        #[arg(long, value_name = "PHASE", default_value = snapshot::DEFAULT_POINT, value_parser = snapshot::parse_point)]
+        at: guest::protocol::SnapshotPhase,
         /// Seconds one boot or restore may take.
         #[arg(long, value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=3600))]
         timeout: u64,

@@ -43,6 +43,7 @@
 //! - `views`: the `--xfeatures` resolution and the requested snapshot, as
 //!   the JSON shows them.
 //! - `spanning`: the row a restored run cannot time (it spans the snapshot).
+//! - `row_id`: what makes two result rows the same measurement.
 //! - `render`: its human table.
 //! - [`snapshot_info`]: `vmm snapshot info`: what a snapshot file holds.
 //! - `table`: column alignment for every text table.
@@ -58,6 +59,7 @@ pub(crate) mod native_view;
 pub(crate) mod parallel;
 pub mod plot;
 pub(crate) mod render;
+pub(crate) mod row_id;
 pub mod snapshot_info;
 pub(crate) mod spanning;
 pub mod summary;
@@ -71,8 +73,9 @@ pub use exit::{
 };
 pub use native_view::{HugePagesView, NativeScratchView, NativeView, RatioSpread};
 pub use parallel::ParallelRow;
+pub use row_id::RowId;
 pub use summary::{
     result_rows, ComponentRow, CrashView, FaultView, GuestCpuidView, GuestSupported,
-    GuestXsaveSizes, ResultRow, RowId, RunSummary, SkipRow, SmpView, SwitchFigure, Timing, VcpuRow,
+    GuestXsaveSizes, ResultRow, RunSummary, SkipRow, SmpView, SwitchFigure, Timing, VcpuRow,
 };
 pub use views::{ResolutionView, RestoredMemoryView, SnapshotView};

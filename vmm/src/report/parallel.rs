@@ -10,7 +10,7 @@
 use guest::bench::parallel::{split_variant, SMP_SUFFIX, SOLO_SUFFIX};
 use serde::Serialize;
 
-use super::RowId;
+use super::row_id::RowId;
 
 /// What pairing needs of one result row (the run's rows are converted
 /// with `From<&ResultRow>` in `summary`).

@@ -29,7 +29,8 @@ pub struct SnapshotInfo {
     pub format_version: u32,
     /// The section table.
     pub sections: Vec<SectionInfo>,
-    /// `time` or `guest`: what triggered the snapshot.
+    /// What triggered the snapshot: `time`, `guest`, or the guest at its
+    /// point (`point-start`, `point-mid`, `point-end`).
     pub trigger: String,
     /// When it was taken (seconds since the Unix epoch).
     pub created_unix_s: u64,

@@ -95,6 +95,9 @@ pub struct Restored {
     pub created_unix_s: u64,
     /// The command line the guest booted with.
     pub cmdline: String,
+    /// What made the snapshot (`meta.trigger`: a deadline, a guest request,
+    /// a guest point).
+    pub trigger: String,
     /// The guest's report record as the snapshot held it, (guest address,
     /// bytes) ([`Pages::kept`]).
     pub memory: Vec<(u64, Vec<u8>)>,
@@ -164,6 +167,7 @@ pub fn restore_keeping(
         outcome,
         created_unix_s: snap.meta.created_unix_s,
         cmdline: snap.meta.cmdline.clone(),
+        trigger: snap.meta.trigger.clone(),
         memory,
         pages,
     })

@@ -230,11 +230,11 @@ impl VcpuRunner {
                 PortAction::Mark(v) => self.marks.push((v, self.start.elapsed())),
                 PortAction::EditXmm(reg) => self.edit_xmm(reg)?,
                 // The machine is saved once every vCPU has stopped.
-                PortAction::Snapshot if self.pausable => {
-                    return Ok(LoopExit::Paused(Trigger::Guest))
+                PortAction::Snapshot(point) if self.pausable => {
+                    return Ok(LoopExit::Paused(Trigger::guest(point)))
                 }
-                PortAction::Snapshot => {
-                    if let Some(end) = self.snapshot(Trigger::Guest)? {
+                PortAction::Snapshot(point) => {
+                    if let Some(end) = self.snapshot(Trigger::guest(point))? {
                         return Ok(end);
                     }
                 }

@@ -4,6 +4,7 @@
 
 use core::fmt::Write;
 
+use super::point::Point;
 use super::reps::RepHook;
 use crate::protocol::{
     fixed_str, PartRecord, RepRecord, Report, ResultRecord, RowKey, RowKind, SkipRecord, WorkUnit,
@@ -27,6 +28,8 @@ pub(super) struct Ctx<'r> {
     pub(super) hook: &'r mut dyn RepHook,
     /// Run only this row (the native entry point), or every row.
     pub(super) only: Option<RowKey>,
+    /// Where the run stops for a snapshot, if the hook asks for one.
+    pub(super) point: Option<Point>,
 }
 
 impl Ctx<'_> {
@@ -52,6 +55,7 @@ impl Ctx<'_> {
     ) -> (u64, u64) {
         let (mut reps, mut cycles) = (0u64, 0u64);
         for rep in 0..self.hook.reps().max(1) {
+            // `measure_rep` stops at the snapshot point before rep 0.
             let (r, c) = self.measure_rep(key, rep, fixed, work, digest, &mut f);
             reps += r;
             cycles += c;
@@ -70,6 +74,9 @@ impl Ctx<'_> {
         digest: u64,
         mut f: impl FnMut(&mut Stages<'_>),
     ) -> (u64, u64) {
+        if rep == 0 {
+            self.before_row(key);
+        }
         let hook = &mut *self.hook;
         let mut part = 0;
         let m = self.budget.measure_parts(fixed, work, &mut f, |w, c| {
@@ -94,6 +101,7 @@ impl Ctx<'_> {
         mut f: impl FnMut(&mut S, &mut Stages<'_>),
         digest: impl Fn(&S) -> u64,
     ) -> (u64, u64) {
+        self.before_row(key);
         let (mut reps, mut cycles) = (0u64, 0u64);
         for rep in 0..self.hook.reps().max(1) {
             let hook = &mut *self.hook;
@@ -109,6 +117,22 @@ impl Ctx<'_> {
                 .rep_done(&rep_record(key, rep, work, m, digest(state)));
         }
         (reps, cycles)
+    }
+
+    /// Row `key`'s inputs are ready and its timing is next: the snapshot
+    /// point, if it is here.
+    fn before_row(&mut self, key: RowKey) {
+        if let Some(phase) = self.point.as_mut().and_then(|p| p.before_row(key)) {
+            self.hook.snapshot_point(phase);
+        }
+    }
+
+    /// The last workload is done: the snapshot point, if it was not
+    /// reached before.
+    pub(super) fn after_rows(&mut self) {
+        if let Some(phase) = self.point.as_mut().and_then(Point::after_rows) {
+            self.hook.snapshot_point(phase);
+        }
     }
 
     #[allow(clippy::too_many_arguments)]

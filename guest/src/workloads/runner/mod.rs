@@ -37,6 +37,7 @@ mod ctx;
 mod gemm_suite;
 mod linpack_suite;
 mod modes_suite;
+mod point;
 mod reps;
 mod sizes;
 
@@ -193,6 +194,9 @@ fn run_inner(
     only: Option<RowKey>,
 ) -> bool {
     let usable = feat.intersect(&CpuFeatures::detect());
+    let point = hook
+        .snapshot_phase()
+        .map(|phase| point::Point::new(phase, sel, sizes));
     let mut ctx = Ctx {
         report,
         budget: Budget::new(
@@ -207,6 +211,7 @@ fn run_inner(
         ok: true,
         hook,
         only,
+        point,
     };
     if sel.aes {
         aes_suite(&mut ctx, &usable, sel, sizes, scratch);
@@ -226,5 +231,6 @@ fn run_inner(
     if sel.amx {
         amx_suite(&mut ctx, &usable);
     }
+    ctx.after_rows();
     ctx.ok
 }

@@ -3,7 +3,7 @@
 //! times the same row natively in between; the native side and tests hear
 //! nothing ([`NoReps`]).
 
-use crate::protocol::{PartRecord, RepRecord};
+use crate::protocol::{PartRecord, RepRecord, SnapshotPhase};
 
 /// Told about each timed repetition of a row, and each timed part of it.
 pub trait RepHook {
@@ -20,6 +20,14 @@ pub trait RepHook {
     fn paired(&self) -> bool {
         false
     }
+    /// Where the run stops for a snapshot (`snapshot=PHASE`); nowhere by
+    /// default.
+    fn snapshot_phase(&self) -> Option<SnapshotPhase> {
+        None
+    }
+    /// The run is at its snapshot point (once per run, between two rows:
+    /// nothing is being timed); nothing happens by default.
+    fn snapshot_point(&mut self, _phase: SnapshotPhase) {}
 }
 
 /// One repetition per row, nobody told.
@@ -345,5 +353,77 @@ mod tests {
         let out = run_row(key, true, 100, &mut scratch[..64], &mut report, &mut |_| {});
         assert_eq!(out.ran, 0);
         assert!(!report.skipped().is_empty());
+    }
+
+    /// What a run with a snapshot point did, in order: `Rep(key)` for each
+    /// repetition told, `Point` where the run stopped.
+    #[derive(Debug, PartialEq)]
+    enum Heard {
+        Rep(u32),
+        Point(SnapshotPhase),
+    }
+
+    struct Stops(SnapshotPhase, Vec<Heard>);
+    impl RepHook for Stops {
+        fn reps(&self) -> u32 {
+            2
+        }
+        fn rep_done(&mut self, r: &RepRecord) {
+            self.1.push(Heard::Rep(r.key));
+        }
+        fn snapshot_phase(&self) -> Option<SnapshotPhase> {
+            Some(self.0)
+        }
+        fn snapshot_point(&mut self, phase: SnapshotPhase) {
+            self.1.push(Heard::Point(phase));
+        }
+    }
+
+    /// `snapshot=mid` stops once, right before the first repetition of the
+    /// first row at the largest size, never inside a row; `end` after
+    /// every row; the results are those of a run without a point.
+    #[test]
+    fn the_snapshot_point_comes_between_rows_once() {
+        let sizes = Sizes {
+            gemm: &[24, 40],
+            ..SIZES
+        };
+        let sel = Selection::parse("gemm").unwrap();
+        let mut scratch = vec![0u8; 1 << 21];
+        for phase in SnapshotPhase::ALL {
+            let mut report = Report::new();
+            let mut hook = Stops(phase, Vec::new());
+            assert!(run_with_hook(
+                &sel,
+                &sizes,
+                &CpuFeatures::detect(),
+                100,
+                &mut scratch,
+                &mut report,
+                &mut hook
+            ));
+            let heard = &hook.1;
+            let at: Vec<usize> = (0..heard.len())
+                .filter(|&i| heard[i] == Heard::Point(phase))
+                .collect();
+            assert_eq!(at.len(), 1, "{phase:?}: {heard:?}");
+            let at = at[0];
+            // Two repetitions per row: the point is never between them.
+            assert_eq!(at % 2, 0, "{phase:?}: {heard:?}");
+            let next = heard.get(at + 1);
+            let size_of = |h: Option<&Heard>| match h {
+                Some(Heard::Rep(k)) => RowKey::decode(*k).map(|k| k.size),
+                _ => None,
+            };
+            match phase {
+                SnapshotPhase::Start => assert_eq!(at, 0),
+                SnapshotPhase::Mid => {
+                    assert_eq!(size_of(next), Some(40), "{heard:?}");
+                    assert!(heard[..at].iter().all(|h| size_of(Some(h)) == Some(24)));
+                }
+                SnapshotPhase::End => assert_eq!(at, heard.len() - 1),
+            }
+            assert_eq!(report.results().len() * 2, heard.len() - 1);
+        }
     }
 }

@@ -16,9 +16,10 @@
 //! only when `VMM_PEER_CLOUD_HYPERVISOR` / `VMM_PEER_FIRECRACKER` name
 //! their executables (see `../shared/peers/README.md` for building them).
 //! After each successful run, one snapshot/restore cycle per VMM
-//! ([`snapshot`]): the guest is paused mid-workload, snapshotted, restored
-//! in a new process and must then finish normally; the peers are driven
-//! through their API servers ([`http`]).
+//! ([`snapshot`]): the guest stops at its snapshot point mid-workload (the
+//! same under every VMM), is snapshotted, restored in a new process and
+//! must then finish normally; the peers are driven through their API
+//! servers ([`http`]).
 //!
 //! - `model`: the rows and the document (`--json`).
 //! - `render`: the tables.

@@ -312,6 +312,6 @@ pub struct PeersBench {
 }
 
 /// The last 400 bytes of `bytes`, as text: enough of a log to see why.
-pub(super) fn tail_text(bytes: &[u8]) -> String {
+pub(crate) fn tail_text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(&bytes[bytes.len().saturating_sub(400)..]).into_owned()
 }

@@ -54,9 +54,9 @@ impl PeersBench {
         self.runs_table(&mut out);
         self.xstate_table(&mut out);
         out.push_str(&format!(
-            "\nsnapshot/restore (guest `{}` paused mid-workload; snapshot = pause to snapshot \
-             complete, restore = new process spawned to guest resumed; the restored guest must \
-             finish normally):\n",
+            "\nsnapshot/restore (guest `{}`: the same point of its workload under every VMM; \
+             snapshot = pause to snapshot complete, restore = new process spawned to guest \
+             resumed; the restored guest must finish normally):\n",
             super::snapshot::SNAPSHOT_WORDS
         ));
         for r in &self.vmms {

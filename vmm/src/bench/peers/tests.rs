@@ -81,3 +81,24 @@ fn exit_rows_are_cycles_per_exit() {
         )]
     );
 }
+
+/// The snapshot cycle's words, as the table prints them, are the ones
+/// every VMM's guest gets; the lines the harness waits for are the
+/// guest's own.
+#[test]
+fn snapshot_cycle_words_and_lines() {
+    use guest::protocol::SnapshotPhase;
+    use snapshot::{guest_words, released_line, waiting_line};
+    assert_eq!(
+        guest_words(snapshot::SNAPSHOT_WORKLOAD, snapshot::SNAPSHOT_POINT),
+        snapshot::SNAPSHOT_WORDS
+    );
+    assert_eq!(
+        waiting_line(SnapshotPhase::Mid),
+        "guest: snapshot point mid: waiting for a byte on COM1"
+    );
+    assert_eq!(
+        released_line(SnapshotPhase::End),
+        "guest: snapshot point end: released\n"
+    );
+}

@@ -6,19 +6,23 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{Goals, PeerColumn, Plan, SnapshotBench, SnapshotRow, AUTO_AFTER};
-use crate::arch::layout::MIN_MEM_MIB;
-use crate::bench::peers::snapshot::{peer_cycle, ChRestore, Pause, PeerGuest};
+use super::{Goals, PeerColumn, Plan, SnapshotBench, SnapshotRow};
+use crate::bench::peers::snapshot::guest_words;
+use crate::bench::peers::snapshot::{peer_cycle, ChRestore, PeerGuest};
 use crate::bench::stats::Spread;
 use crate::devices::SerialSink;
 use crate::error::{Error, Result};
 use crate::output::write_atomic;
 use crate::run::{self, RunConfig, RunEnd};
+use guest::protocol::SnapshotPhase;
 
 /// What one size's runs gave.
 #[derive(Default)]
 struct Samples {
     snapshot: Vec<f64>,
+    /// From the snapshot run's start to the guest's point (its run less
+    /// the snapshot's write), ms.
+    to_point: Vec<f64>,
     floor: Vec<f64>,
     over_floor: Vec<f64>,
     setup: Vec<f64>,
@@ -67,15 +71,10 @@ pub fn run(plan: &Plan, mut tick: impl FnMut()) -> Result<SnapshotBench> {
     if plan.peers.iter().any(|p| p.binary.is_ok()) {
         std::fs::write(&kernel, crate::GUEST_KERNEL)?;
     }
-    // The same guest booted and run to its end without a snapshot: what
-    // the restored guest's run is compared with (and, without --after,
-    // what places the snapshot).
-    let unrestored = auto_after(plan)?;
-    let (after, after_auto_run) = match plan.after {
-        Some(after) => (after, None),
-        None => (unrestored.mul_f64(AUTO_AFTER), Some(unrestored)),
-    };
-    let words = format!("workload={}", plan.workload);
+    // The same guest booted and run to its end without a snapshot (the
+    // guest passes its point: no snapshot file, so vmm declines): what the
+    // restored guest's run is compared with.
+    let unrestored = unrestored_run(plan)?;
     let mut starts = Vec::new();
     for _ in 0..plan.runs {
         starts.push(process_start(&plan.vmm)?);
@@ -85,12 +84,12 @@ pub fn run(plan: &Plan, mut tick: impl FnMut()) -> Result<SnapshotBench> {
             .zip(samples.iter_mut())
             .zip(peer_samples.iter_mut())
         {
-            one(plan, after, mib, s)?;
+            one(plan, mib, s)?;
             let g = PeerGuest {
                 kernel: &kernel,
-                words: &words,
+                workload: &plan.workload,
                 mem_mib: mib,
-                pause: Pause::AfterBoot(after),
+                point: plan.point,
                 ch_restore: ChRestore::OnDemand,
             };
             peer_cycles(plan, &g, ps);
@@ -104,15 +103,16 @@ pub fn run(plan: &Plan, mut tick: impl FnMut()) -> Result<SnapshotBench> {
         .zip(samples)
         .zip(peer_samples)
         .map(|((&mem_mib, s), ps)| {
+            let to_point = Spread::of(&s.to_point);
             let mut r = row(plan, mem_mib, s, ps, process_start_ms);
-            r.unrestored_rest_ms = Some(unrestored.saturating_sub(after).as_secs_f64() * 1e3);
+            r.unrestored_rest_ms =
+                to_point.map(|p| (unrestored.as_secs_f64() * 1e3 - p.median).max(0.0));
             r
         })
         .collect();
     Ok(SnapshotBench {
         workload: plan.workload.clone(),
-        after_s: after.as_secs_f64(),
-        after_auto_run_s: after_auto_run.map(|d| d.as_secs_f64()),
+        point: plan.point.name().into(),
         unrestored_run_s: unrestored.as_secs_f64(),
         runs: plan.runs,
         process_start_ms,
@@ -248,11 +248,12 @@ fn process_start(vmm: &Path) -> Result<f64> {
     Ok(took)
 }
 
-/// The sweep's guest at `mib`: its workload, quiet, no serial output.
+/// The sweep's guest at `mib`: its workload, stopping at the plan's
+/// point, quiet, no serial output.
 fn guest(plan: &Plan, mib: u64) -> RunConfig {
     RunConfig {
         mem_mib: mib,
-        cmdline: format!("quiet workload={}", plan.workload),
+        cmdline: format!("quiet {}", guest_words(&plan.workload, plan.point)),
         serial: SerialSink::Null,
         timeout: Some(plan.timeout),
         ..RunConfig::default()
@@ -262,41 +263,57 @@ fn guest(plan: &Plan, mib: u64) -> RunConfig {
 /// How long the workload's own run takes: one boot of the same guest at
 /// the sweep's smallest size, to its end, no snapshot (the unrestored run
 /// the restored ones are compared with).
-fn auto_after(plan: &Plan) -> Result<Duration> {
-    let mib = plan.mem_mib.iter().copied().min().unwrap_or(MIN_MEM_MIB);
+fn unrestored_run(plan: &Plan) -> Result<Duration> {
+    let mib = plan
+        .mem_mib
+        .iter()
+        .copied()
+        .min()
+        .unwrap_or(crate::arch::layout::MIN_MEM_MIB);
     let outcome = run::run(guest(plan, mib))?;
     match outcome.end {
         RunEnd::Exited(0) => Ok(outcome.run_time),
         end => Err(Error::Guest(format!(
-            "the timing boot for --after (workload={}, {mib} MiB) did not end with status 0 ({end:?}); give --after SECONDS",
+            "the unrestored boot (workload={}, {mib} MiB, no snapshot) did not end with status 0 ({end:?})",
             plan.workload
         ))),
     }
 }
 
-/// One snapshot (in this process) `after` the boot, and its restore (a
-/// child), at `mib`.
-fn one(plan: &Plan, after: Duration, mib: u64, s: &mut Samples) -> Result<()> {
+/// Why a run that should have stopped at `point` did not: how it ended.
+pub(super) fn no_snapshot(end: &RunEnd, point: SnapshotPhase) -> String {
+    let how = match end {
+        RunEnd::Exited(status) => format!("exited with status {status}"),
+        RunEnd::TimedOut(limit) => format!(
+            "ran past --timeout ({:.0} s) and was stopped",
+            limit.as_secs_f64()
+        ),
+        RunEnd::Snapshotted(_) => "was snapshotted but its time was not recorded".into(),
+        other => format!("ended otherwise ({other:?})"),
+    };
+    format!(
+        "no snapshot: the guest {how} without asking for one at its point snapshot={}",
+        point.name()
+    )
+}
+
+/// One snapshot (in this process) at the guest's point, and its restore
+/// (a child), at `mib`.
+fn one(plan: &Plan, mib: u64, s: &mut Samples) -> Result<()> {
     let file = plan.dir.join(format!("bench-{mib}MiB.snap"));
     let outcome = run::run(RunConfig {
-        snapshot_after: Some(after),
         snapshot_file: Some(file.clone()),
         snapshot_force: true,
         ..guest(plan, mib)
     })?;
     let (RunEnd::Snapshotted(_), Some(took)) = (&outcome.end, outcome.snapshot_time) else {
-        s.fail(format!(
-            "no snapshot: the guest {} before {:.2} s",
-            match outcome.end {
-                RunEnd::Exited(_) => "exited",
-                _ => "stopped otherwise",
-            },
-            after.as_secs_f64()
-        ));
+        s.fail(no_snapshot(&outcome.end, plan.point));
         return Ok(());
     };
     let took_ms = took.as_secs_f64() * 1e3;
     s.snapshot.push(took_ms);
+    s.to_point
+        .push(outcome.run_time.saturating_sub(took).as_secs_f64() * 1e3);
     if let Ok(m) = std::fs::metadata(&file) {
         use std::os::unix::fs::MetadataExt;
         s.file_bytes = m.len();
@@ -322,7 +339,7 @@ fn one(plan: &Plan, after: Duration, mib: u64, s: &mut Samples) -> Result<()> {
         Ok(v) => v,
         Err(e) => {
             s.fail(format!(
-                "vmm restore printed no JSON ({e}; {}): {}",
+                "restore: vmm restore printed no JSON ({e}; {}): {}",
                 out.status,
                 String::from_utf8_lossy(&out.stderr).trim()
             ));
@@ -350,8 +367,10 @@ fn one(plan: &Plan, after: Duration, mib: u64, s: &mut Samples) -> Result<()> {
         s.passed += 1;
     } else {
         s.fail(format!(
-            "restore ended {} ({}), checks not passing: {failed:?}",
-            v["exit_reason"], out.status
+            "restore: the restored guest ended {} ({}), checks not passing: {failed:?}; stderr tail: {:?}",
+            v["exit_reason"],
+            out.status,
+            crate::bench::peers::tail_text(&out.stderr)
         ));
     }
     Ok(())

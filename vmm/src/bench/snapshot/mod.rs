@@ -2,10 +2,14 @@
 //! RAM grows, for the same guest work.
 //!
 //! Per `--mem` size and run: the guest boots with the workload (default
-//! `gemm`), is snapshotted after `--after` seconds (by default
-//! [`AUTO_AFTER`] of the workload's own run, timed by one boot first:
-//! mid-DGEMM on any CPU) in this process, and is then restored by a child `vmm restore` that runs it
-//! to its normal end. Measured:
+//! `gemm`) and `snapshot=PHASE` (`--at`, default `mid`: before the first
+//! DGEMM n = 1024, its matrices filled; [`guest::protocol::snapshot`]), is
+//! snapshotted in this process when it asks at that point, and is then
+//! restored by a child `vmm restore` that runs it to its normal end. The
+//! point is the guest's, not a time: the same work is done at the snapshot
+//! on every CPU, in every run and under every VMM (a time after boot,
+//! taken from one timing boot, was missed by later runs on a busy host:
+//! "no snapshot: the guest exited before 1.52 s"). Measured:
 //!
 //! - **snapshot**: from the guest's pause (the vCPU back in the VMM) to the
 //!   file renamed into place and its directory synced (the run's
@@ -35,9 +39,10 @@
 //! With `--peers`, Cloud Hypervisor and Firecracker (executables from
 //! `VMM_PEER_CLOUD_HYPERVISOR` / `VMM_PEER_FIRECRACKER`, as `vmm bench
 //! peers`; unset: the column says so) run the same embedded guest with the
-//! same workload and RAM after `vmm`, in the same round, and are paused
-//! `--after` seconds after the guest's first serial line (its boot), through
-//! their API sockets ([`super::peers::snapshot`]). Their columns:
+//! same words and RAM after `vmm`, in the same round, and are paused
+//! through their API sockets while the guest waits at the same point
+//! (its waiting line on their console), then their restored guest is
+//! released ([`super::peers::snapshot`]). Their columns:
 //!
 //! - **snapshot**: the pause request sent to the snapshot request answered
 //!   (files complete: both peers answer after writing);
@@ -48,8 +53,9 @@
 //! - **restore**: the restoring process spawned to its resume request
 //!   answered (the peers' own "running again"; Cloud Hypervisor with
 //!   `memory_restore_mode=ondemand`, its fastest);
-//! - **checks**: the restored guest exited 0 with its record on the serial
-//!   console and every result's check passing.
+//! - **checks**: the restored guest was released at its point and exited
+//!   0 with its record on the serial console and every result's check
+//!   passing. A failed cycle names its VMM and why.
 //!
 //! Then per size, the goals of issue 16: `vmm`'s snapshot median over the
 //! best (lowest) peer's (≤ 0.2 at 512 MiB and above), and `vmm`'s restore to
@@ -58,6 +64,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use guest::protocol::SnapshotPhase;
 use serde::Serialize;
 
 use super::peers::Vmm;
@@ -84,9 +91,8 @@ pub struct Plan {
     pub runs: u32,
     /// The guest's workload list.
     pub workload: String,
-    /// When the snapshot is taken; `None`: [`AUTO_AFTER`] of the
-    /// workload's own run, timed by one boot before the sweep.
-    pub after: Option<Duration>,
+    /// Where the guest stops for its snapshot (`--at`).
+    pub point: SnapshotPhase,
     /// Limit of one boot or restore.
     pub timeout: Duration,
     /// Where the snapshots go (a private temporary directory).
@@ -106,15 +112,20 @@ pub struct PeerPlan {
     pub binary: std::result::Result<PathBuf, String>,
 }
 
-/// Without `--after`, the snapshot is taken this far into the workload's
-/// run, as one boot of the same guest timed it.
-///
-/// Why not a fixed time: the same `gemm` rows take 1.25 s on a Zen 3
-/// without AVX-512 and over 2 s on a Zen 5 with it, so the 2 s the bench
-/// once used found the Zen 3 guest already gone. At 0.6 of the run the
-/// largest DGEMM (n = 1024, whose matrices are the ~27 MB in use) has
-/// started on both, and 0.4 of the run is left as margin for noise.
-pub const AUTO_AFTER: f64 = 0.6;
+/// Where the guest stops without `--at`: before the largest DGEMM
+/// (n = 1024, whose matrices are the ~27 MB in use), with the largest rows
+/// still to run after the restore.
+pub const DEFAULT_POINT: &str = "mid";
+
+/// `--at PHASE`: one of [`guest::protocol::SNAPSHOT_PHASES`].
+pub fn parse_point(name: &str) -> std::result::Result<SnapshotPhase, String> {
+    SnapshotPhase::parse(name).ok_or_else(|| {
+        format!(
+            "{name:?} is no snapshot point: one of {}",
+            guest::protocol::SNAPSHOT_PHASES.join(", ")
+        )
+    })
+}
 
 /// The snapshot-time goal: `vmm` ≤ this fraction of the best peer.
 pub const SNAPSHOT_GOAL_RATIO: f64 = 0.2;
@@ -159,11 +170,9 @@ pub fn peer_plans(
 pub struct SnapshotBench {
     /// The guest's workload list.
     pub workload: String,
-    /// Seconds after boot the snapshot was taken.
-    pub after_s: f64,
-    /// Without `--after`: seconds the workload's own run took in the
-    /// timing boot, of which `after_s` is [`AUTO_AFTER`]; null with it.
-    pub after_auto_run_s: Option<f64>,
+    /// The snapshot point the guest stopped at (`snapshot=` on its
+    /// command line, under every VMM): `start`, `mid` or `end`.
+    pub point: String,
     /// The same guest booted and run to its end without a snapshot, once,
     /// at the smallest size, s: the unrestored run.
     pub unrestored_run_s: f64,
@@ -203,7 +212,8 @@ pub struct SnapshotRow {
     /// The restored guest's run to its end, ms.
     pub restored_run_ms: Option<Spread>,
     /// What the unrestored run took from the snapshot point to its end
-    /// (`unrestored_run_s` less `after_s`), ms: the restored run's
+    /// (`unrestored_run_s` less the median time from boot to the point in
+    /// this size's snapshot runs), ms: the restored run's
     /// counterpart; the difference is what restoring (the pages coming in
     /// on demand) cost the guest.
     pub unrestored_rest_ms: Option<f64>,
@@ -215,7 +225,8 @@ pub struct SnapshotRow {
     pub pages_in_ms: Option<Spread>,
     /// Restores whose guest exited 0 with every check passing.
     pub restores_passed: u32,
-    /// What went wrong in the runs that did not pass (the first few).
+    /// What went wrong in `vmm`'s runs that did not pass (the first few),
+    /// each naming its step (snapshot, restore).
     pub failures: Vec<String>,
     /// The peers on the same guest (`--peers`; empty without).
     pub peers: Vec<PeerColumn>,
@@ -360,12 +371,9 @@ impl SnapshotBench {
     /// The table.
     pub fn to_table(&self) -> String {
         use crate::report::table::Columns;
-        let auto = match self.after_auto_run_s {
-            Some(run) => format!(" ({AUTO_AFTER} of its {run:.2} s run)"),
-            None => String::new(),
-        };
         let mut s = format!(
-            "snapshot of `workload={}` after {:.2} s{auto}, then restored to its end; median (min..p90) of {} run(s)\n\
+            "snapshot of `workload={}` at its point `snapshot={}`, then restored to its end; \
+             median (min..p90) of {} run(s)\n\
              process start of vmm, ms (spawn to exit of `vmm --version`): {}\n\
              stored pages written by: {} (no copy in user space; \
              the choice is measured by `cargo bench --bench snapshot_copy`)\n\
@@ -376,7 +384,7 @@ impl SnapshotBench {
              (the same guest booted without a snapshot, {:.2} s in all, less the snapshot point); \
              faults: those the on-demand pager served; pages in: until every page was in, verified\n",
             self.workload,
-            self.after_s,
+            self.point,
             self.runs,
             ms(self.process_start_ms.as_ref()),
             self.memory_write,
@@ -442,7 +450,7 @@ impl SnapshotBench {
         }
         for r in &self.rows {
             for f in &r.failures {
-                s.push_str(&format!("{} MiB: {f}\n", r.mem_mib));
+                s.push_str(&format!("{} MiB {}: {f}\n", r.mem_mib, Vmm::Vmm.name()));
             }
         }
         if self.rows.iter().any(|r| !r.peers.is_empty()) {
@@ -454,7 +462,7 @@ impl SnapshotBench {
     fn peers_table(&self, s: &mut String) {
         use crate::report::table::Columns;
         s.push_str(
-            "\nthe same guest under the peers (paused the same time after the guest's boot)\n\
+            "\nthe same guest under the peers (paused at the same point, while the guest waits there)\n\
              snapshot: vmm pause to rename; peers pause request to snapshot request answered\n\
              restore: vmm process start to first KVM_RUN; peers process spawned to resume answered \
              (cloud-hypervisor memory_restore_mode=ondemand)\n",

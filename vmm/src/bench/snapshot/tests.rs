@@ -7,6 +7,44 @@ use super::measure::write_floor;
 use super::*;
 
 #[test]
+fn snapshot_points() {
+    assert_eq!(parse_point(DEFAULT_POINT), Ok(SnapshotPhase::Mid));
+    assert_eq!(parse_point("end"), Ok(SnapshotPhase::End));
+    assert_eq!(
+        parse_point("0.5").unwrap_err(),
+        "\"0.5\" is no snapshot point: one of start, mid, end"
+    );
+}
+
+/// A run that ended without its snapshot says how, and which point it
+/// never asked at.
+#[test]
+fn a_missed_point_is_named() {
+    use super::measure::no_snapshot;
+    use crate::run::RunEnd;
+    assert_eq!(
+        no_snapshot(&RunEnd::Exited(1), SnapshotPhase::Mid),
+        "no snapshot: the guest exited with status 1 without asking for one at its point snapshot=mid"
+    );
+    assert_eq!(
+        no_snapshot(
+            &RunEnd::TimedOut(Duration::from_secs(20)),
+            SnapshotPhase::End
+        ),
+        "no snapshot: the guest ran past --timeout (20 s) and was stopped without asking for one \
+         at its point snapshot=end"
+    );
+    let stopped = no_snapshot(
+        &RunEnd::ProtocolViolation("XCR0 0x7".into()),
+        SnapshotPhase::Mid,
+    );
+    assert!(
+        stopped.starts_with("no snapshot: the guest ended otherwise (ProtocolViolation("),
+        "{stopped}"
+    );
+}
+
+#[test]
 fn mem_lists() {
     assert_eq!(parse_mem("64,512, 2048").unwrap(), vec![64, 512, 2048]);
     assert!(parse_mem("64,x").unwrap_err().contains("\"x\""));
@@ -123,4 +161,62 @@ fn a_peer_snapshot_needs_its_ram_free_on_disk() {
         "not enough free space in /scratch: a 2048 MiB snapshot needs 2304 MiB free \
          (with a 256 MiB margin), 2303 MiB are"
     );
+}
+
+/// Every failure under the tables names its size, its VMM and why; the
+/// checks column counts it out.
+#[test]
+fn failures_name_their_vmm_and_why() {
+    let peer = |vmm, failures: Vec<String>| PeerColumn {
+        vmm,
+        absent: None,
+        snapshot_ms: Spread::of(&[40.0]),
+        file_bytes: 64 << 20,
+        disk_bytes: 64 << 20,
+        restore_ms: Spread::of(&[30.0]),
+        restores_passed: 2 - failures.len() as u32,
+        failures,
+    };
+    let row = SnapshotRow {
+        mem_mib: 64,
+        snapshot_ms: Spread::of(&[20.0]),
+        file_bytes: 27 << 20,
+        disk_bytes: 27 << 20,
+        write_floor_ms: None,
+        snapshot_over_floor: None,
+        restore_setup_ms: Spread::of(&[2.0]),
+        restore_to_first_run_ms: Some(10.0),
+        restored_run_ms: Spread::of(&[2000.0]),
+        restores_passed: 1,
+        failures: vec!["no snapshot: the guest exited with status 1 without asking for one at its point snapshot=mid".into()],
+        peers: vec![
+            peer(CH, vec!["the restored guest did not finish normally: exit status: 1".into()]),
+            peer(FC, vec![]),
+        ],
+        goals: None,
+    };
+    let b = SnapshotBench {
+        workload: "gemm".into(),
+        point: "mid".into(),
+        runs: 2,
+        process_start_ms: Spread::of(&[8.0]),
+        rows: vec![row],
+        memory_write: "writev".into(),
+    };
+    assert!(!b.all_ok());
+    let t = b.to_table();
+    assert!(
+        t.starts_with("snapshot of `workload=gemm` at its point `snapshot=mid`"),
+        "{t}"
+    );
+    assert!(t.contains("1/2 pass"), "{t}");
+    assert!(
+        t.contains("\n64 MiB vmm: no snapshot: the guest exited with status 1 without asking for one at its point snapshot=mid\n"),
+        "{t}"
+    );
+    assert!(
+        t.contains("\n64 MiB cloud-hypervisor: the restored guest did not finish normally: exit status: 1\n"),
+        "{t}"
+    );
+    assert!(!t.contains("firecracker:"), "{t}");
 }

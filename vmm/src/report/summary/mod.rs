@@ -7,6 +7,7 @@ use xstate::XfeatureMask;
 
 use super::hex;
 use super::parallel::Measured;
+use super::row_id::RowId;
 use super::views::{ResolutionView, SnapshotView};
 use crate::vstate::RegisterDump;
 use crate::xstate_manager::{SyncPolicy, SyncStats};
@@ -66,20 +67,6 @@ pub struct ResultRow {
     /// it was timed across a snapshot, so its cycles include the time the
     /// VM was stopped. Such a row has no throughput and no native ratio.
     pub invalid: Option<String>,
-}
-
-/// What makes two result rows the same measurement: the workload, its
-/// variant and its size. The guest's rows, the native side's, every
-/// round's of a benchmark and every vCPU's are joined by it, and only by
-/// it (never by comparing names field by field at each join).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct RowId<'a> {
-    /// Workload name (`aes-128-ctr`, `dgemm`).
-    pub name: &'a str,
-    /// Implementation variant (`vaes`, `avx2`).
-    pub variant: &'a str,
-    /// Problem size.
-    pub size: u64,
 }
 
 impl ResultRow {

@@ -38,7 +38,7 @@ fn the_snapshot_port_asks_for_a_snapshot_only_when_one_can_be_taken() {
     assert_eq!(devices.unhandled_ports, 1, "nothing decodes it");
     devices.snapshots = true;
     let next = handle_exit(step(), &mut devices, &mem, &mut exits);
-    assert_eq!(port(next), (PortAction::Snapshot, true));
+    assert_eq!(port(next), (PortAction::Snapshot(None), true));
     assert_eq!((devices.unhandled_ports, exits.total), (1, 2));
 }
 

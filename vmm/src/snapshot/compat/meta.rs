@@ -8,6 +8,7 @@ use xstate::{InitMode, XfeatureMask, XsaveInfo};
 use super::fault::{incompatible, invalid, Fault};
 use super::host::HostFacts;
 use crate::arch::layout::{ram_regions, RamRegion, CMDLINE_MAX, MAX_MEM_MIB, MIN_MEM_MIB};
+use crate::snapshot::save::Trigger;
 use crate::snapshot::sparse::REGIONS_SECTION;
 use crate::snapshot::state::bounds::XSTATE_MAX;
 use crate::snapshot::state::Snapshot;
@@ -140,10 +141,13 @@ fn check_modes(snap: &Snapshot) -> Result<(InitMode, SyncPolicy), Fault> {
 /// bounded length (it reaches the terminal).
 fn check_record(snap: &Snapshot) -> Result<(), Fault> {
     let m = &snap.meta;
-    if !matches!(m.trigger.as_str(), "time" | "guest") {
+    if !matches!(m.trigger.as_str(), "time" | "guest") && !Trigger::is_point(&m.trigger) {
         return Err(invalid(
             "meta.trigger",
-            format!("{:?} is not \"time\" or \"guest\"", m.trigger),
+            format!(
+                "{:?} is not \"time\", \"guest\" or a guest's point (\"point-start\", \"point-mid\", \"point-end\")",
+                m.trigger
+            ),
         ));
     }
     for (field, text, max) in [

@@ -21,6 +21,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use guest::protocol::SnapshotPhase;
 use kvm_bindings::{kvm_cpuid_entry2, kvm_irqchip};
 use kvm_ioctls::{VcpuFd, VmFd};
 use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
@@ -71,15 +72,34 @@ pub enum Trigger {
     Time,
     /// The guest wrote `SNAPSHOT_PORT`.
     Guest,
+    /// The guest wrote `SNAPSHOT_PORT` at its point of this phase
+    /// (`snapshot=PHASE`): between two rows, so no timed row spans it.
+    Point(SnapshotPhase),
 }
 
 impl Trigger {
-    /// The trigger as `vmm snapshot info` shows it.
+    /// The trigger of a guest's snapshot request: at a point or not.
+    pub fn guest(point: Option<SnapshotPhase>) -> Self {
+        point.map_or(Self::Guest, Self::Point)
+    }
+
+    /// The trigger as `vmm snapshot info` shows it: `time`, `guest`,
+    /// `point-start`, `point-mid`, `point-end`.
     pub fn name(self) -> &'static str {
         match self {
             Self::Time => "time",
             Self::Guest => "guest",
+            Self::Point(SnapshotPhase::Start) => "point-start",
+            Self::Point(SnapshotPhase::Mid) => "point-mid",
+            Self::Point(SnapshotPhase::End) => "point-end",
         }
+    }
+
+    /// Whether the snapshot named `name` was taken at a guest's point.
+    pub fn is_point(name: &str) -> bool {
+        SnapshotPhase::ALL
+            .into_iter()
+            .any(|p| Self::Point(p).name() == name)
     }
 }
 

@@ -199,16 +199,18 @@ fn the_scan_and_the_pagemap_read_agree() {
         (9 << 30, (9 << 30) + PAGE_SIZE),
         (size - PAGE_SIZE, size),
     ];
-    // The read counts the zero page as present; the scan does not.
+    // The read counts the zero page as present where the kernel maps it
+    // for a read (Linux 6.1 in the hw-kvm harness did not); the scan never
+    // counts it.
     let mut with_zero = written.clone();
     with_zero.insert(3, (12 << 30, (12 << 30) + PAGE_SIZE));
-    assert_eq!(by_read, with_zero);
+    assert!(by_read == with_zero || by_read == written, "{by_read:x?}");
     match present_by_scan(&pagemap, host, size) {
         Ok(by_scan) => assert_eq!(by_scan, written),
         // A kernel before 6.7: `present` falls back to the read.
         Err(e) => {
             eprintln!("PAGEMAP_SCAN not available ({e}): the fallback is what runs");
-            assert_eq!(present(&pagemap, host, size).unwrap(), with_zero);
+            assert_eq!(present(&pagemap, host, size).unwrap(), by_read);
         }
     }
 }
@@ -263,4 +265,19 @@ fn restored_runs_across_the_hole_are_stored_again() {
     assert_eq!(sparse.data[..4 * PAGE_SIZE], bytes[..4 * PAGE_SIZE]);
     assert_eq!(sparse.data[5 * PAGE_SIZE + 2], 0x77);
     assert_eq!(sparse.regions, crate::arch::layout::ram_regions(16 * G));
+}
+
+/// A guest's request at its point names the point; `vmm restore` reads the
+/// name back to know no row spans the snapshot, and only point names pass.
+#[test]
+fn a_point_request_is_its_own_trigger() {
+    use guest::protocol::SnapshotPhase;
+    assert_eq!(Trigger::guest(None), Trigger::Guest);
+    assert_eq!(Trigger::guest(Some(SnapshotPhase::Mid)).name(), "point-mid");
+    for p in SnapshotPhase::ALL {
+        assert!(Trigger::is_point(Trigger::Point(p).name()));
+    }
+    for other in ["time", "guest", "point", "point-middle", ""] {
+        assert!(!Trigger::is_point(other), "{other}");
+    }
 }

@@ -7,9 +7,11 @@ use std::ffi::OsString;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::process::{api, check_restored, ms, os, scratch, spawn, wait, wait_running, Reaper};
-use super::{check_space, free_space, ChRestore, Cycle, CycleError, Pause, PeerGuest};
-use super::{SNAPSHOT_WORDS, VMM_SNAPSHOT_AFTER_S};
+use super::process::spawn_with_stdin;
+use super::process::{api, check_restored, ms, os, scratch, spawn, wait, wait_at_point, Reaper};
+use super::serial_input::SerialInput;
+use super::{check_space, free_space, guest_words, ChRestore, Cycle, CycleError, PeerGuest};
+use super::{SNAPSHOT_POINT, SNAPSHOT_WORKLOAD};
 use crate::bench::peers::http;
 use crate::bench::peers::model::{tail_text, Vmm, MEM_MIB};
 
@@ -54,9 +56,9 @@ pub fn cycle(
 ) -> Option<Result<Cycle, CycleError>> {
     let g = PeerGuest {
         kernel,
-        words: SNAPSHOT_WORDS,
+        workload: SNAPSHOT_WORKLOAD,
         mem_mib: u64::from(MEM_MIB),
-        pause: Pause::FirstResult,
+        point: SNAPSHOT_POINT,
         ch_restore: ChRestore::Copy,
     };
     match vmm {
@@ -86,21 +88,24 @@ pub fn peer_cycle(
     }
 }
 
-/// `vmm run --snapshot-after`, then `vmm restore`, both `--json`.
+/// `vmm run` snapshotting at the guest's point, then `vmm restore`, both
+/// `--json`.
 fn ours(binary: &Path, kernel: &Path, dir: &Path, timeout: Duration) -> Result<Cycle, CycleError> {
     let snap = dir.join("vmm.snap");
     let _ = std::fs::remove_file(&snap);
     let secs = timeout.as_secs().max(1).to_string();
+    let point = format!("snapshot={}", SNAPSHOT_POINT.name());
     let mut args = os(&[
         "run",
         "--workload",
-        "aes",
+        SNAPSHOT_WORKLOAD,
+        "--cmdline",
+        &point,
         "--no-native",
         "--json",
         "--force",
     ]);
     args.extend(os(&["--mem", &MEM_MIB.to_string(), "--timeout", &secs]));
-    args.extend(os(&["--snapshot-after", &VMM_SNAPSHOT_AFTER_S.to_string()]));
     args.push("--snapshot-file".into());
     args.push(snap.clone().into());
     args.push("--kernel".into());
@@ -173,6 +178,7 @@ fn cloud_hypervisor(
     let _ = std::fs::remove_dir_all(&snap);
     std::fs::create_dir(&snap).map_err(scratch(&snap))?;
     let _remove = Remove(vec![snap.clone()]);
+    let words = guest_words(g.workload, g.point);
     let mut args: Vec<OsString> = vec![
         "--api-socket".into(),
         format!("path={}", sock.display()).into(),
@@ -189,12 +195,12 @@ fn cloud_hypervisor(
         "--console",
         "off",
         "--cmdline",
-        g.words,
+        &words,
     ]));
     let log = dir.join("ch-snapshot.serial.log");
     let deadline = Instant::now() + timeout;
     let mut c = Reaper(Some(spawn(binary, &args, &log)?));
-    wait_running(c.child(), &log, g.pause, deadline, timeout)?;
+    wait_at_point(c.child(), &log, g.point, deadline, timeout)?;
     let paused = Instant::now();
     api(&sock, "PUT", "/api/v1/vm.pause", None, deadline)?;
     let body = serde_json::json!({ "destination_url": format!("file://{}", snap.display()) });
@@ -220,9 +226,10 @@ fn cloud_hypervisor(
         format!("source_url=file://{}{mode}", snap.display()).into(),
     ];
     let log = dir.join("ch-restore.serial.log");
+    let mut input = SerialInput::open()?;
     let deadline = Instant::now() + timeout;
     let spawned = Instant::now();
-    let mut c = Reaper(Some(spawn(binary, &args, &log)?));
+    let mut c = Reaper(Some(spawn_with_stdin(binary, &args, &log, input.stdin())?));
     // The API answers before `--restore` has finished ("VM is not
     // running"): wait for the restored VM to report itself paused.
     loop {
@@ -239,8 +246,9 @@ fn cloud_hypervisor(
     }
     api(&sock2, "PUT", "/api/v1/vm.resume", None, deadline)?;
     let restore_ms = ms(spawned.elapsed());
+    input.release()?;
     let status = wait(c.child(), binary, deadline, timeout)?;
-    check_restored(status, &log)?;
+    check_restored(status, &log, g.point)?;
     Ok(Cycle {
         snapshot_ms,
         restore_ms,
@@ -266,7 +274,7 @@ fn firecracker(
     let cfg = serde_json::json!({
         "boot-source": {
             "kernel_image_path": g.kernel.to_string_lossy(),
-            "boot_args": g.words,
+            "boot_args": guest_words(g.workload, g.point),
         },
         "drives": [],
         "machine-config": { "vcpu_count": 1, "mem_size_mib": g.mem_mib },
@@ -280,7 +288,7 @@ fn firecracker(
     let log = dir.join("fc-snapshot.serial.log");
     let deadline = Instant::now() + timeout;
     let mut c = Reaper(Some(spawn(binary, &args, &log)?));
-    wait_running(c.child(), &log, g.pause, deadline, timeout)?;
+    wait_at_point(c.child(), &log, g.point, deadline, timeout)?;
     let paused = Instant::now();
     api(
         &sock,
@@ -308,9 +316,10 @@ fn firecracker(
     let mut args: Vec<OsString> = vec!["--api-sock".into(), sock2.clone().into()];
     args.extend(os(&["--level", "Error"]));
     let log = dir.join("fc-restore.serial.log");
+    let mut input = SerialInput::open()?;
     let deadline = Instant::now() + timeout;
     let spawned = Instant::now();
-    let mut c = Reaper(Some(spawn(binary, &args, &log)?));
+    let mut c = Reaper(Some(spawn_with_stdin(binary, &args, &log, input.stdin())?));
     let body = serde_json::json!({
         "snapshot_path": state.to_string_lossy(),
         "mem_backend": { "backend_type": "File", "backend_path": mem.to_string_lossy() },
@@ -331,8 +340,9 @@ fn firecracker(
         deadline,
     )?;
     let restore_ms = ms(spawned.elapsed());
+    input.release()?;
     let status = wait(c.child(), binary, deadline, timeout)?;
-    check_restored(status, &log)?;
+    check_restored(status, &log, g.point)?;
     Ok(Cycle {
         snapshot_ms,
         restore_ms,

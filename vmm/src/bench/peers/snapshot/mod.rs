@@ -9,10 +9,15 @@
 //!   time it reports).
 //!
 //! The guest runs [`SNAPSHOT_WORDS`] (AES throughput, about 1.5 s of
-//! CPL3 work): the peers are paused once the first result line is on the
-//! serial console, `vmm` after [`VMM_SNAPSHOT_AFTER_S`]. A cycle counts
-//! only when the restored guest then finishes with its normal exit: status
-//! 0 and a valid `VMMREC1` record on the restored console.
+//! CPL3 work) and stops at its snapshot point `mid`
+//! ([`guest::protocol::snapshot`]), the same work under every VMM: `vmm`
+//! snapshots in the guest's own request (`vmm run --cmdline snapshot=mid
+//! --snapshot-file`); the peers, which ignore our ports, are paused once
+//! the guest's waiting line is on their console, while it polls COM1, and
+//! their restored guest is released by one byte on its serial input
+//! ([`serial_input`]). A cycle counts only when the restored guest was
+//! released and then finished with its normal exit: status 0 and a valid
+//! `VMMREC1` record on the restored console, every check passing.
 //!
 //! Cloud Hypervisor: `--api-socket`, `PUT vm.pause`, `PUT vm.snapshot`
 //! (`file://DIR`), then a new process `--restore source_url=file://DIR` and
@@ -23,20 +28,25 @@
 //! which `-M microvm` without drives does not have).
 
 use std::path::Path;
-use std::time::Duration;
 
 use super::http::HttpError;
 use super::model::{PeerError, Vmm};
 
+use guest::protocol::snapshot::{POINT_LINE, RELEASED, WAITING};
+use guest::protocol::SnapshotPhase;
+
 mod cycles;
 mod process;
+mod serial_input;
 
 pub use cycles::{cycle, peer_cycle};
 
-/// The guest words of a snapshot cycle: long enough to be paused mid-run.
-pub const SNAPSHOT_WORDS: &str = "workload=aes";
-/// When `vmm run --snapshot-after` snapshots its guest, in seconds.
-pub const VMM_SNAPSHOT_AFTER_S: f64 = 0.5;
+/// The workload of `vmm bench peers`' snapshot cycle.
+pub const SNAPSHOT_WORKLOAD: &str = "aes";
+/// Where that cycle's guest stops for its snapshot.
+pub const SNAPSHOT_POINT: SnapshotPhase = SnapshotPhase::Mid;
+/// The guest words of that cycle, as the table prints them.
+pub const SNAPSHOT_WORDS: &str = "workload=aes snapshot=mid";
 
 /// One snapshot/restore cycle's times.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -51,15 +61,19 @@ pub struct Cycle {
     pub disk_bytes: u64,
 }
 
-/// When a peer's guest is paused for its snapshot.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Pause {
-    /// Once the guest's first result line is on the serial console.
-    FirstResult,
-    /// This long after the guest's first serial output (its boot line):
-    /// the same point `vmm run --snapshot-after` pauses at, give or take
-    /// the guest's boot.
-    AfterBoot(Duration),
+/// The guest's command line for `workload` stopping at `point`.
+pub fn guest_words(workload: &str, point: SnapshotPhase) -> String {
+    format!("workload={workload} snapshot={}", point.name())
+}
+
+/// The console line a guest waiting at `point` prints (up to its bound).
+pub fn waiting_line(point: SnapshotPhase) -> String {
+    format!("{POINT_LINE}{}{WAITING}", point.name())
+}
+
+/// The console line a guest released at `point` prints.
+pub fn released_line(point: SnapshotPhase) -> String {
+    format!("{POINT_LINE}{}{RELEASED}\n", point.name())
 }
 
 /// How Cloud Hypervisor restores guest memory.
@@ -72,17 +86,17 @@ pub enum ChRestore {
     OnDemand,
 }
 
-/// The guest a peer's cycle boots, and when and how it is snapshotted.
+/// The guest a peer's cycle boots, and where and how it is snapshotted.
 #[derive(Clone, Copy, Debug)]
 pub struct PeerGuest<'a> {
     /// The guest kernel (ELF, PVH).
     pub kernel: &'a Path,
-    /// Its command line.
-    pub words: &'a str,
+    /// Its workload list (`workload=`).
+    pub workload: &'a str,
     /// Guest RAM, MiB.
     pub mem_mib: u64,
-    /// When it is paused.
-    pub pause: Pause,
+    /// Where it stops to be paused (`snapshot=`).
+    pub point: SnapshotPhase,
     /// Cloud Hypervisor's restore mode.
     pub ch_restore: ChRestore,
 }
@@ -106,11 +120,23 @@ pub enum CycleError {
         #[source]
         source: HttpError,
     },
-    /// The guest never printed its first result before the deadline.
-    #[error("the guest printed no result line within {secs} s: not snapshotted")]
-    NotRunning {
+    /// The guest never reached its snapshot point before the deadline.
+    #[error("the guest printed no {line:?} line within {secs} s: not snapshotted")]
+    NotAtPoint {
+        /// The line waited for.
+        line: String,
         /// The limit.
         secs: u64,
+    },
+    /// The restored guest did not say it was released at its point: the
+    /// byte sent to its serial input never reached it (it went on by
+    /// itself after its bound, or not at all).
+    #[error("the restored guest was not released at its snapshot point (no {line:?} line): {log_tail:?}")]
+    NotReleased {
+        /// The line looked for.
+        line: String,
+        /// The restored console's last bytes.
+        log_tail: String,
     },
     /// `vmm run` or `vmm restore` did not do what was asked.
     #[error("{0}")]
@@ -173,13 +199,16 @@ pub fn free_space(dir: &Path) -> Result<u64, PeerError> {
 /// Why a VMM's snapshot is not measured, or how it is.
 pub fn method(vmm: Vmm) -> &'static str {
     match vmm {
-        Vmm::Vmm => "vmm run --snapshot-after, vmm restore",
+        Vmm::Vmm => "vmm run --snapshot-file (at the guest's request), vmm restore",
         Vmm::Qemu => {
             "not measured (QEMU snapshots through QMP onto a disk image; microvm has none here)"
         }
-        Vmm::CloudHypervisor => "API: vm.pause, vm.snapshot; --restore, vm.resume",
+        Vmm::CloudHypervisor => {
+            "API: vm.pause, vm.snapshot; --restore, vm.resume; a byte on the serial input"
+        }
         Vmm::Firecracker => {
-            "API: PATCH /vm Paused, PUT /snapshot/create; PUT /snapshot/load, PATCH /vm Resumed"
+            "API: PATCH /vm Paused, PUT /snapshot/create; PUT /snapshot/load, PATCH /vm Resumed; \
+             a byte on the serial input"
         }
     }
 }

@@ -8,13 +8,11 @@ use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{CycleError, Pause};
+use super::{released_line, waiting_line, CycleError};
 use crate::bench::peers::http;
 use crate::bench::peers::model::{tail_text, PeerError, POLL};
 use crate::features::guest_log::GuestRecord;
-
-/// The serial line that shows the guest is inside its workload.
-pub(super) const RUNNING_MARK: &[u8] = b"guest: result ";
+use guest::protocol::SnapshotPhase;
 
 pub(super) fn scratch(path: &Path) -> impl FnOnce(std::io::Error) -> PeerError + '_ {
     move |source| PeerError::Scratch {
@@ -24,14 +22,24 @@ pub(super) fn scratch(path: &Path) -> impl FnOnce(std::io::Error) -> PeerError +
 }
 
 /// Spawn `binary args` with stdout and stderr to files `log` and
-/// `log.stderr`.
+/// `log.stderr`, stdin null.
 pub(super) fn spawn(binary: &Path, args: &[OsString], log: &Path) -> Result<Child, PeerError> {
+    spawn_with_stdin(binary, args, log, Stdio::null())
+}
+
+/// [`spawn`] with `stdin` as its standard input (the guest's serial input).
+pub(super) fn spawn_with_stdin(
+    binary: &Path,
+    args: &[OsString],
+    log: &Path,
+    stdin: Stdio,
+) -> Result<Child, PeerError> {
     let out = File::create(log).map_err(scratch(log))?;
     let err_log = log.with_extension("stderr");
     let err = File::create(&err_log).map_err(scratch(&err_log))?;
     Command::new(binary)
         .args(args)
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(out)
         .stderr(err)
         .spawn()
@@ -84,56 +92,40 @@ impl Drop for Reaper {
     }
 }
 
-/// The first bytes the guest prints at boot.
-pub(super) const BOOT_MARK: &[u8] = b"guest: ";
-
-/// Wait until the guest reaches `pause`: `log` holds [`RUNNING_MARK`], or
-/// [`BOOT_MARK`] and then the delay has passed (the child must not end).
-pub(super) fn wait_running(
+/// Wait until the guest is at its snapshot point `point`: `log` holds
+/// its waiting line (the guest then polls COM1 for up to a minute). The
+/// child must not end first.
+pub(super) fn wait_at_point(
     child: &mut Child,
     log: &Path,
-    pause: Pause,
+    point: SnapshotPhase,
     deadline: Instant,
     timeout: Duration,
 ) -> Result<(), CycleError> {
-    let (mark, delay) = match pause {
-        Pause::FirstResult => (RUNNING_MARK, Duration::ZERO),
-        Pause::AfterBoot(d) => (BOOT_MARK, d),
-    };
-    let mut seen: Option<Instant> = None;
+    let line = waiting_line(point);
     loop {
-        let ended = |bytes: &[u8], s: ExitStatus| {
-            CycleError::Vmm(format!(
-                "ended ({s}) before it was paused; serial log tail: {:?}",
-                tail_text(bytes)
-            ))
-        };
-        match seen {
-            Some(t) if t.elapsed() >= delay => return Ok(()),
-            Some(_) => {
-                if let Ok(Some(s)) = child.try_wait() {
-                    let bytes = std::fs::read(log).unwrap_or_default();
-                    return Err(ended(&bytes, s));
-                }
-            }
-            None => {
-                let bytes = std::fs::read(log).map_err(scratch(log))?;
-                if bytes.windows(mark.len()).any(|w| w == mark) {
-                    seen = Some(Instant::now());
-                    continue;
-                }
-                if let Ok(Some(s)) = child.try_wait() {
-                    return Err(ended(&bytes, s));
-                }
-            }
+        let bytes = std::fs::read(log).map_err(scratch(log))?;
+        if contains(&bytes, line.as_bytes()) {
+            return Ok(());
+        }
+        if let Ok(Some(s)) = child.try_wait() {
+            return Err(CycleError::Vmm(format!(
+                "ended ({s}) before its guest reached its snapshot point; serial log tail: {:?}",
+                tail_text(&bytes)
+            )));
         }
         if Instant::now() >= deadline {
-            return Err(CycleError::NotRunning {
+            return Err(CycleError::NotAtPoint {
+                line,
                 secs: timeout.as_secs(),
             });
         }
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 pub(super) fn api(
@@ -151,15 +143,28 @@ pub(super) fn api(
         })
 }
 
-/// The restored run's end: status 0 and a valid record in `log`.
-pub(super) fn check_restored(status: ExitStatus, log: &Path) -> Result<(), CycleError> {
+/// The restored run's end: status 0, the guest released at `point`, and
+/// a valid record in `log` with every check passing.
+pub(super) fn check_restored(
+    status: ExitStatus,
+    log: &Path,
+    point: SnapshotPhase,
+) -> Result<(), CycleError> {
     let bytes = std::fs::read(log).map_err(scratch(log))?;
     let stderr = std::fs::read(log.with_extension("stderr")).unwrap_or_default();
     if !status.success() {
         return Err(CycleError::Restored(format!(
-            "{status}; stderr tail: {:?}",
+            "{status}; serial log tail: {:?}; stderr tail: {:?}",
+            tail_text(&bytes),
             tail_text(&stderr)
         )));
+    }
+    let released = released_line(point);
+    if !contains(&bytes, released.as_bytes()) {
+        return Err(CycleError::NotReleased {
+            line: released.trim_end().to_string(),
+            log_tail: tail_text(&bytes),
+        });
     }
     let record = GuestRecord::parse(log, &bytes).map_err(|e| {
         CycleError::Restored(format!("{e}; serial log tail: {:?}", tail_text(&bytes)))
