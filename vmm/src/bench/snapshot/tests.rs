@@ -187,6 +187,9 @@ fn failures_name_their_vmm_and_why() {
         restore_setup_ms: Spread::of(&[2.0]),
         restore_to_first_run_ms: Some(10.0),
         restored_run_ms: Spread::of(&[2000.0]),
+        unrestored_rest_ms: Some(1900.0),
+        pager_faults: None,
+        pages_in_ms: None,
         restores_passed: 1,
         failures: vec!["no snapshot: the guest exited with status 1 without asking for one at its point snapshot=mid".into()],
         peers: vec![
@@ -198,6 +201,7 @@ fn failures_name_their_vmm_and_why() {
     let b = SnapshotBench {
         workload: "gemm".into(),
         point: "mid".into(),
+        unrestored_run_s: 3.5,
         runs: 2,
         process_start_ms: Spread::of(&[8.0]),
         rows: vec![row],
