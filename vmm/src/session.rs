@@ -112,11 +112,12 @@ pub fn restore(request: RestoreRequest) -> std::result::Result<RunSummary, Sessi
     let outcome = restored.outcome;
     // A snapshot the guest asked for at its point (`snapshot=PHASE`) came
     // between two rows, so no row spans it.
-    let resumed = (!crate::snapshot::save::Trigger::is_point(&restored.trigger)).then(|| Resumed {
-        memory: restored.memory,
-        created_unix_s: restored.created_unix_s,
-        restore_started_unix_s: started,
-    });
+    let resumed =
+        (!crate::snapshot::save::Trigger::is_point(&restored.trigger)).then_some(Resumed {
+            memory: restored.memory,
+            created_unix_s: restored.created_unix_s,
+            restore_started_unix_s: started,
+        });
     // The guest's workloads, from the command line it booted with.
     let workload = if native {
         let list = restored
