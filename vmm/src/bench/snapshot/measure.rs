@@ -280,8 +280,16 @@ fn unrestored_run(plan: &Plan) -> Result<Duration> {
     }
 }
 
-/// Why a run that should have stopped at `point` did not: how it ended.
-pub(super) fn no_snapshot(end: &RunEnd, point: SnapshotPhase) -> String {
+/// Why a run that should have stopped at `point` did not: the snapshot it
+/// asked for could not be written (`write_errors`: the guest was resumed
+/// and ran on), or how it ended without asking.
+pub(super) fn no_snapshot(end: &RunEnd, write_errors: &[String], point: SnapshotPhase) -> String {
+    if let Some(e) = write_errors.first() {
+        return format!(
+            "no snapshot: the guest asked at its point snapshot={} but the file was not written: {e}",
+            point.name()
+        );
+    }
     let how = match end {
         RunEnd::Exited(status) => format!("exited with status {status}"),
         RunEnd::TimedOut(limit) => format!(
@@ -307,7 +315,11 @@ fn one(plan: &Plan, mib: u64, s: &mut Samples) -> Result<()> {
         ..guest(plan, mib)
     })?;
     let (RunEnd::Snapshotted(_), Some(took)) = (&outcome.end, outcome.snapshot_time) else {
-        s.fail(no_snapshot(&outcome.end, plan.point));
+        s.fail(no_snapshot(
+            &outcome.end,
+            &outcome.snapshot_errors,
+            plan.point,
+        ));
         return Ok(());
     };
     let took_ms = took.as_secs_f64() * 1e3;

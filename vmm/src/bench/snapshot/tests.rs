@@ -17,18 +17,27 @@ fn snapshot_points() {
 }
 
 /// A run that ended without its snapshot says how, and which point it
-/// never asked at.
+/// never asked at; one whose snapshot could not be written says that (a
+/// full disk once read "exited with status 0 without asking").
 #[test]
 fn a_missed_point_is_named() {
     use super::measure::no_snapshot;
     use crate::run::RunEnd;
+    let full =
+        "output: cannot write snapshot /d/bench-64MiB.snap: not enough free space".to_string();
     assert_eq!(
-        no_snapshot(&RunEnd::Exited(1), SnapshotPhase::Mid),
+        no_snapshot(&RunEnd::Exited(0), &[full], SnapshotPhase::Mid),
+        "no snapshot: the guest asked at its point snapshot=mid but the file was not written: \
+         output: cannot write snapshot /d/bench-64MiB.snap: not enough free space"
+    );
+    assert_eq!(
+        no_snapshot(&RunEnd::Exited(1), &[], SnapshotPhase::Mid),
         "no snapshot: the guest exited with status 1 without asking for one at its point snapshot=mid"
     );
     assert_eq!(
         no_snapshot(
             &RunEnd::TimedOut(Duration::from_secs(20)),
+            &[],
             SnapshotPhase::End
         ),
         "no snapshot: the guest ran past --timeout (20 s) and was stopped without asking for one \
@@ -36,6 +45,7 @@ fn a_missed_point_is_named() {
     );
     let stopped = no_snapshot(
         &RunEnd::ProtocolViolation("XCR0 0x7".into()),
+        &[],
         SnapshotPhase::Mid,
     );
     assert!(
