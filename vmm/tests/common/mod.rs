@@ -4,6 +4,8 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+pub mod crafted;
+
 /// Whether KVM tests can run. Where `/dev/kvm` cannot be opened the test
 /// skips and says why, unless `VMM_REQUIRE_KVM=1` (set by CI wherever
 /// `/dev/kvm` exists), in which case the skip is a failure.
