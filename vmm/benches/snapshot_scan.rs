@@ -18,52 +18,20 @@
 //! - `memfd SEEK_DATA`: the same RAM as a memfd mapped shared, its data
 //!   found with `SEEK_DATA`/`SEEK_HOLE`.
 //!
+//! `pagemap` and `PAGEMAP_SCAN` are the library's own code
+//! (`vmm::snapshot::save::scan`), what a snapshot runs.
+//!
 //! Each figure is the median of 15 rounds (5 for `pagemap` above 4 GiB).
 //! `cargo bench --bench snapshot_scan [-- MiB...]` (default 64, 2048,
 //! 16384 and 65536: address space only, `MAP_NORESERVE`).
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::fs::FileExt;
 use std::time::Instant;
 
+use vmm::snapshot::save::scan::{present_by_read, present_by_scan};
+
 const PAGE: usize = 4096;
-
-/// `struct pm_scan_arg` (`include/uapi/linux/fs.h`).
-#[repr(C)]
-#[derive(Default)]
-struct PmScanArg {
-    size: u64,
-    flags: u64,
-    start: u64,
-    end: u64,
-    walk_end: u64,
-    vec: u64,
-    vec_len: u64,
-    max_pages: u64,
-    category_inverted: u64,
-    category_mask: u64,
-    category_anyof_mask: u64,
-    return_mask: u64,
-}
-
-/// `struct page_region`.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct PageRegion {
-    start: u64,
-    end: u64,
-    categories: u64,
-}
-
-/// The `PAGEMAP_SCAN` request number.
-mod request {
-    vmm_sys_util::ioctl_iowr_nr!(PAGEMAP_SCAN, b'f' as u32, 16, super::PmScanArg);
-}
-use request::PAGEMAP_SCAN;
-
-/// Present or swapped pages.
-const WANTED: u64 = (1 << 3) | (1 << 4);
 
 /// `size` bytes of private anonymous memory, or of `fd` shared.
 fn map(size: usize, fd: Option<i32>) -> *mut u8 {
@@ -116,61 +84,12 @@ fn ranges(wanted: impl Iterator<Item = bool>) -> Vec<(usize, usize)> {
     out
 }
 
-fn pagemap(pm: &File, host: usize, size: usize) -> Vec<(usize, usize)> {
-    let pages = size / PAGE;
-    let mut wanted = vec![false; pages];
-    let mut buf = vec![0u8; 8 * pages.min(1 << 16)];
-    let mut p = 0;
-    while p < pages {
-        let n = (pages - p).min(1 << 16);
-        let b = &mut buf[..8 * n];
-        pm.read_exact_at(b, ((host / PAGE + p) * 8) as u64).unwrap();
-        for (k, e) in b.chunks_exact(8).enumerate() {
-            let e = u64::from_le_bytes(e.try_into().unwrap());
-            wanted[p + k] = e & (3 << 62) != 0;
-        }
-        p += n;
-    }
-    ranges(wanted.into_iter())
-}
-
 fn mincore(host: usize, size: usize) -> Vec<(usize, usize)> {
     let mut v = vec![0u8; size / PAGE];
     // SAFETY: `host..+size` is one mapping; `v` has a byte per page.
     let r = unsafe { libc::mincore(host as *mut _, size, v.as_mut_ptr()) };
     assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
     ranges(v.iter().map(|b| b & 1 != 0))
-}
-
-fn pagemap_scan(pm: &File, host: usize, size: usize) -> Vec<(usize, usize)> {
-    let mut regions = [PageRegion::default(); 512];
-    let mut out: Vec<(usize, usize)> = Vec::new();
-    let (mut start, end) = (host as u64, (host + size) as u64);
-    while start < end {
-        let mut a = PmScanArg {
-            size: std::mem::size_of::<PmScanArg>() as u64,
-            start,
-            end,
-            vec: regions.as_mut_ptr() as u64,
-            vec_len: regions.len() as u64,
-            category_anyof_mask: WANTED,
-            return_mask: WANTED,
-            ..Default::default()
-        };
-        // SAFETY: an open pagemap, an argument of the size it declares
-        // whose `vec` is `regions`, alive and writable for the call.
-        let n = unsafe { vmm_sys_util::ioctl::ioctl_with_mut_ref(pm, PAGEMAP_SCAN(), &mut a) };
-        assert!(n >= 0, "{}", std::io::Error::last_os_error());
-        for r in &regions[..n as usize] {
-            let (s, e) = (r.start as usize - host, r.end as usize - host);
-            match out.last_mut() {
-                Some((_, pe)) if *pe == s => *pe = e,
-                _ => out.push((s, e)),
-            }
-        }
-        start = a.walk_end;
-    }
-    out
 }
 
 fn seek_data(fd: i32, size: usize) -> Vec<(usize, usize)> {
@@ -246,11 +165,13 @@ fn main() {
         let host = base as usize;
         if mib <= 16384 {
             time(mib, "pagemap", if mib > 4096 { 5 } else { 15 }, || {
-                pagemap(&pm, host, size)
+                present_by_read(&pm, host, size).expect("pagemap read")
             });
         }
         time(mib, "mincore", 15, || mincore(host, size));
-        time(mib, "PAGEMAP_SCAN", 15, || pagemap_scan(&pm, host, size));
+        time(mib, "PAGEMAP_SCAN", 15, || {
+            present_by_scan(&pm, host, size).expect("PAGEMAP_SCAN")
+        });
         if let Some(vm) = kvm.as_ref().and_then(|k| k.create_vm().ok()) {
             let slot = kvm_bindings::kvm_userspace_memory_region {
                 slot: 0,

@@ -24,7 +24,40 @@ const GENOA: &str = "amd-zen4-genoa.json";
 /// compacted offset in XCR0|XSS).
 type ComponentExpect = (u64, u64, Option<u64>, Option<u64>, u64);
 
-/// One recorded CPU: its documented figures and every supported component.
+/// x87, SSE and AVX, the same on every recorded CPU.
+const X87_SSE_AVX: [ComponentExpect; 3] = [
+    (0, 160, Some(0), Some(0), 0),
+    (1, 256, Some(160), Some(160), 160),
+    (2, 256, Some(576), Some(576), 576),
+];
+
+/// Intel's AVX-512 (5-7) with the MPX hole below it, PT (8) and PKRU (9):
+/// the same on every recorded Intel CPU.
+const INTEL_AVX512_PT_PKRU: [ComponentExpect; 5] = [
+    (5, 64, Some(1088), Some(832), 832),
+    (6, 512, Some(1152), Some(896), 896),
+    (7, 1024, Some(1664), Some(1408), 1408),
+    (8, 128, None, None, 2432),
+    (9, 8, Some(2688), Some(2432), 2560),
+];
+
+/// Sapphire Rapids' supervisor components from PASID to LBR (10-15).
+const SPR_SUPERVISOR: [ComponentExpect; 5] = [
+    (10, 8, None, None, 2568),
+    (11, 16, None, None, 2576),
+    (12, 24, None, None, 2592),
+    (14, 48, None, None, 2616),
+    (15, 808, None, None, 2664),
+];
+
+/// AMX (17-18) after Sapphire Rapids' layout.
+const SPR_AMX: [ComponentExpect; 2] = [
+    (17, 64, Some(2752), Some(2496), 3520),
+    (18, 8192, Some(2816), Some(2560), 3584),
+];
+
+/// One recorded CPU: its documented figures and every supported component
+/// (in parts, ascending).
 struct Expect {
     file: &'static str,
     xcr0: u64,
@@ -32,35 +65,27 @@ struct Expect {
     standard: u64,
     compacted: u64,
     compacted_xss: u64,
-    components: &'static [ComponentExpect],
+    components: &'static [&'static [ComponentExpect]],
 }
 
+/// Sapphire Rapids: the layout Granite Rapids extends.
+const SAPPHIRE_RAPIDS: Expect = Expect {
+    file: SPR,
+    xcr0: 0x602e7,
+    xss: 0xdd00,
+    standard: 11008,
+    compacted: 10752,
+    compacted_xss: 11776,
+    components: &[
+        &X87_SSE_AVX,
+        &INTEL_AVX512_PT_PKRU,
+        &SPR_SUPERVISOR,
+        &SPR_AMX,
+    ],
+};
+
 const EXPECT: [Expect; 6] = [
-    Expect {
-        file: SPR,
-        xcr0: 0x602e7,
-        xss: 0xdd00,
-        standard: 11008,
-        compacted: 10752,
-        compacted_xss: 11776,
-        components: &[
-            (0, 160, Some(0), Some(0), 0),
-            (1, 256, Some(160), Some(160), 160),
-            (2, 256, Some(576), Some(576), 576),
-            (5, 64, Some(1088), Some(832), 832),
-            (6, 512, Some(1152), Some(896), 896),
-            (7, 1024, Some(1664), Some(1408), 1408),
-            (8, 128, None, None, 2432),
-            (9, 8, Some(2688), Some(2432), 2560),
-            (10, 8, None, None, 2568),
-            (11, 16, None, None, 2576),
-            (12, 24, None, None, 2592),
-            (14, 48, None, None, 2616),
-            (15, 808, None, None, 2664),
-            (17, 64, Some(2752), Some(2496), 3520),
-            (18, 8192, Some(2816), Some(2560), 3584),
-        ],
-    },
+    SAPPHIRE_RAPIDS,
     Expect {
         file: ICL,
         xcr0: 0x2e7,
@@ -69,15 +94,9 @@ const EXPECT: [Expect; 6] = [
         compacted: 2440,
         compacted_xss: 2576,
         components: &[
-            (0, 160, Some(0), Some(0), 0),
-            (1, 256, Some(160), Some(160), 160),
-            (2, 256, Some(576), Some(576), 576),
-            (5, 64, Some(1088), Some(832), 832),
-            (6, 512, Some(1152), Some(896), 896),
-            (7, 1024, Some(1664), Some(1408), 1408),
-            (8, 128, None, None, 2432),
-            (9, 8, Some(2688), Some(2432), 2560),
-            (13, 8, None, None, 2568),
+            &X87_SSE_AVX,
+            &INTEL_AVX512_PT_PKRU,
+            &[(13, 8, None, None, 2568)],
         ],
     },
     Expect {
@@ -88,12 +107,12 @@ const EXPECT: [Expect; 6] = [
         compacted: 840,
         compacted_xss: 880,
         components: &[
-            (0, 160, Some(0), Some(0), 0),
-            (1, 256, Some(160), Some(160), 160),
-            (2, 256, Some(576), Some(576), 576),
-            (9, 8, Some(2432), Some(832), 832),
-            (11, 16, None, None, 840),
-            (12, 24, None, None, 856),
+            &X87_SSE_AVX,
+            &[
+                (9, 8, Some(2432), Some(832), 832),
+                (11, 16, None, None, 840),
+                (12, 24, None, None, 856),
+            ],
         ],
     },
     Expect {
@@ -104,39 +123,22 @@ const EXPECT: [Expect; 6] = [
         compacted: 832,
         compacted_xss: 872,
         components: &[
-            (0, 160, Some(0), Some(0), 0),
-            (1, 256, Some(160), Some(160), 160),
-            (2, 256, Some(576), Some(576), 576),
-            (11, 16, None, None, 832),
-            (12, 24, None, None, 848),
+            &X87_SSE_AVX,
+            &[(11, 16, None, None, 832), (12, 24, None, None, 848)],
         ],
     },
     // Sapphire Rapids' layout, plus HWP (bit 16) in IA32_XSS.
     Expect {
         file: GNR,
-        xcr0: 0x602e7,
         xss: 0x1dd00,
-        standard: 11008,
-        compacted: 10752,
-        compacted_xss: 11776,
         components: &[
-            (0, 160, Some(0), Some(0), 0),
-            (1, 256, Some(160), Some(160), 160),
-            (2, 256, Some(576), Some(576), 576),
-            (5, 64, Some(1088), Some(832), 832),
-            (6, 512, Some(1152), Some(896), 896),
-            (7, 1024, Some(1664), Some(1408), 1408),
-            (8, 128, None, None, 2432),
-            (9, 8, Some(2688), Some(2432), 2560),
-            (10, 8, None, None, 2568),
-            (11, 16, None, None, 2576),
-            (12, 24, None, None, 2592),
-            (14, 48, None, None, 2616),
-            (15, 808, None, None, 2664),
-            (16, 8, None, None, 3472),
-            (17, 64, Some(2752), Some(2496), 3520),
-            (18, 8192, Some(2816), Some(2560), 3584),
+            &X87_SSE_AVX,
+            &INTEL_AVX512_PT_PKRU,
+            &SPR_SUPERVISOR,
+            &[(16, 8, None, None, 3472)],
+            &SPR_AMX,
         ],
+        ..SAPPHIRE_RAPIDS
     },
     // AMD packs AVX-512 right after AVX (no MPX hole): standard and
     // compacted offsets agree, PKRU at 2432.
@@ -148,15 +150,15 @@ const EXPECT: [Expect; 6] = [
         compacted: 2440,
         compacted_xss: 2480,
         components: &[
-            (0, 160, Some(0), Some(0), 0),
-            (1, 256, Some(160), Some(160), 160),
-            (2, 256, Some(576), Some(576), 576),
-            (5, 64, Some(832), Some(832), 832),
-            (6, 512, Some(896), Some(896), 896),
-            (7, 1024, Some(1408), Some(1408), 1408),
-            (9, 8, Some(2432), Some(2432), 2432),
-            (11, 16, None, None, 2440),
-            (12, 24, None, None, 2456),
+            &X87_SSE_AVX,
+            &[
+                (5, 64, Some(832), Some(832), 832),
+                (6, 512, Some(896), Some(896), 896),
+                (7, 1024, Some(1408), Some(1408), 1408),
+                (9, 8, Some(2432), Some(2432), 2432),
+                (11, 16, None, None, 2440),
+                (12, 24, None, None, 2456),
+            ],
         ],
     },
 ];
@@ -204,7 +206,11 @@ fn every_recorded_cpu_has_exact_layouts() {
         assert_eq!(comps.len(), 20);
         for (i, c) in comps.iter().enumerate() {
             assert_eq!(c["id"], i as u64);
-            let want = e.components.iter().find(|w| w.0 == i as u64);
+            let want = e
+                .components
+                .iter()
+                .flat_map(|p| p.iter())
+                .find(|w| w.0 == i as u64);
             let ctx = format!("{} component {i}: {c}", e.file);
             match want {
                 None => {

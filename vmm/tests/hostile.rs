@@ -9,10 +9,9 @@
 mod common;
 
 use std::fs::File;
-use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
-use common::{hex, kvm_or_skip, run_bare_json, stderr, vmm, vmm_bin};
+use common::{hex, kvm_or_skip, run_bare_json, stderr, vmm, vmm_to_files};
 use serde_json::Value;
 use vmm::devices::{MAX_MARKS, MAX_REPORT_ERRORS, SERIAL_CAPTURE_MAX};
 use vmm::report::{EXIT_PROTOCOL_VIOLATION, EXIT_TIMEOUT, EXIT_USAGE};
@@ -38,40 +37,15 @@ struct Measured {
 }
 
 fn run_measured(name: &str, args: &[&str]) -> Measured {
-    let dir = std::env::temp_dir();
-    let tag = format!("vmm-hostile-{}-{name}", std::process::id());
-    let out_path = dir.join(format!("{tag}.json"));
-    let err_path = dir.join(format!("{tag}.err"));
-    let child = Command::new(vmm_bin())
-        .args(args)
-        .arg("--json")
-        .stdin(Stdio::null())
-        .stdout(File::create(&out_path).unwrap())
-        .stderr(File::create(&err_path).unwrap())
-        .spawn()
-        .expect("cannot start the vmm binary");
-    let pid = child.id() as libc::pid_t;
-    let mut status: libc::c_int = 0;
-    // SAFETY: rusage is plain data; all-zero is a valid value.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    loop {
-        // SAFETY: `pid` is our child, not yet reaped (std's `Child` is never
-        // waited on here); `status` and `usage` are valid for writes.
-        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-        if r == pid {
-            break;
-        }
-        let e = std::io::Error::last_os_error();
-        assert_eq!(e.raw_os_error(), Some(libc::EINTR), "wait4: {e}");
-    }
-    drop(child);
-    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
-    let text = std::fs::read(&out_path).unwrap();
-    let stderr_len = std::fs::metadata(&err_path).unwrap().len();
+    let mut all = args.to_vec();
+    all.push("--json");
+    let done = vmm_to_files(&format!("hostile-{name}"), &all);
+    let status = done.status;
+    let text = std::fs::read(&done.out_path).unwrap();
+    let stderr_len = std::fs::metadata(&done.err_path).unwrap().len();
     let mut head = vec![0u8; 4096.min(stderr_len as usize)];
-    std::io::Read::read_exact(&mut File::open(&err_path).unwrap(), &mut head).unwrap();
-    let _ = std::fs::remove_file(&out_path);
-    let _ = std::fs::remove_file(&err_path);
+    std::io::Read::read_exact(&mut File::open(&done.err_path).unwrap(), &mut head).unwrap();
+    done.remove_files();
     let stderr_head = String::from_utf8_lossy(&head).into_owned();
     let json = serde_json::from_slice(&text).unwrap_or_else(|e| {
         panic!(
@@ -80,9 +54,9 @@ fn run_measured(name: &str, args: &[&str]) -> Measured {
         )
     });
     Measured {
-        code,
+        code: done.code(),
         json,
-        peak_rss_kib: usage.ru_maxrss as u64,
+        peak_rss_kib: done.peak_rss_kib,
         stderr_len,
         stderr_head,
     }

@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::process::Command;
+use std::process::{Command, Output};
 
 use common::{kvm_or_skip, stderr, vmm_bin};
 
@@ -17,10 +17,23 @@ const PEER_VARS: [&str; 3] = [
     "VMM_PEER_FIRECRACKER",
 ];
 
-fn bench_snapshot(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+/// The shortest cycle: 64 MiB, one run, no workload, the snapshot at the
+/// guest's end.
+const ONE_EMPTY_RUN: [&str; 8] = [
+    "--mem",
+    "64",
+    "--runs",
+    "1",
+    "--workload",
+    "none",
+    "--at",
+    "end",
+];
+
+/// `vmm bench snapshot --quiet ARGS`, no peer named but in `env`.
+fn bench_snapshot_table(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(vmm_bin());
-    cmd.args(["bench", "snapshot", "--json", "--quiet"])
-        .args(args);
+    cmd.args(["bench", "snapshot", "--quiet"]).args(args);
     for v in PEER_VARS {
         cmd.env_remove(v);
     }
@@ -30,28 +43,27 @@ fn bench_snapshot(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     cmd.output().expect("run vmm")
 }
 
+/// [`bench_snapshot_table`] with `--json`.
+fn bench_snapshot(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut all = vec!["--json"];
+    all.extend(args);
+    bench_snapshot_table(&all, env)
+}
+
+/// [`bench_snapshot`] that must exit with `code`: its JSON.
+fn bench_snapshot_json(args: &[&str], env: &[(&str, &str)], code: i32) -> serde_json::Value {
+    let out = bench_snapshot(args, env);
+    assert_eq!(out.status.code(), Some(code), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
 #[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn sweep_with_vmm_alone_says_why_peers_are_absent() {
     if !kvm_or_skip("sweep_with_vmm_alone_says_why_peers_are_absent") {
         return;
     }
-    let out = bench_snapshot(
-        &[
-            "--mem",
-            "64",
-            "--runs",
-            "1",
-            "--workload",
-            "none",
-            "--at",
-            "end",
-            "--peers",
-        ],
-        &[],
-    );
-    assert!(out.status.success(), "{}", stderr(&out));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let v = bench_snapshot_json(&[&ONE_EMPTY_RUN[..], &["--peers"]].concat(), &[], 0);
     assert_eq!(v["runs"], 1);
     let rows = v["rows"].as_array().expect("rows");
     assert_eq!(rows.len(), 1);
@@ -102,9 +114,7 @@ fn every_cycle_passes_at_the_guests_point() {
     if !kvm_or_skip("every_cycle_passes_at_the_guests_point") {
         return;
     }
-    let out = bench_snapshot(&["--mem", "64", "--runs", "3", "--workload", "aes"], &[]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let v = bench_snapshot_json(&["--mem", "64", "--runs", "3", "--workload", "aes"], &[], 0);
     assert_eq!(v["point"], "mid", "{v}");
     assert_eq!(v["runs"], 3);
     let r = &v["rows"][0];
@@ -126,9 +136,7 @@ fn mid_holds_the_largest_dgemm_matrices() {
     if !kvm_or_skip("mid_holds_the_largest_dgemm_matrices") {
         return;
     }
-    let out = bench_snapshot(&["--mem", "64", "--runs", "1"], &[]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let v = bench_snapshot_json(&["--mem", "64", "--runs", "1"], &[], 0);
     assert_eq!(
         (&v["workload"], &v["point"]),
         (&"gemm".into(), &"mid".into())
@@ -174,9 +182,7 @@ fn every_cycle_of_every_vmm_passes_at_the_guests_point() {
         })
         .collect();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let out = bench_snapshot(&["--mem", "64", "--runs", "2", "--peers"], &env);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let v = bench_snapshot_json(&["--mem", "64", "--runs", "2", "--peers"], &env, 0);
     let r = &v["rows"][0];
     assert_eq!(r["restores_passed"], 2, "{r}");
     for p in r["peers"].as_array().unwrap() {
@@ -217,27 +223,14 @@ fn a_failing_peer_is_named_with_why() {
         "echo 'guest: snapshot point end: waiting for a byte on COM1 (at most 60 s)'; exec sleep 600",
     );
     let (ends, mute) = (ends.to_str().unwrap(), mute.to_str().unwrap());
-    let out = bench_snapshot(
-        &[
-            "--mem",
-            "64",
-            "--runs",
-            "1",
-            "--workload",
-            "none",
-            "--at",
-            "end",
-            "--timeout",
-            "20",
-            "--peers",
-        ],
+    let v = bench_snapshot_json(
+        &[&ONE_EMPTY_RUN[..], &["--timeout", "20", "--peers"]].concat(),
         &[
             ("VMM_PEER_CLOUD_HYPERVISOR", ends),
             ("VMM_PEER_FIRECRACKER", mute),
         ],
+        64,
     );
-    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let r = &v["rows"][0];
     assert_eq!(r["restores_passed"], 1, "{r}");
     let failure = |i: usize| {
@@ -262,24 +255,7 @@ fn the_table_names_the_process_start_unit() {
     if !kvm_or_skip("the_table_names_the_process_start_unit") {
         return;
     }
-    let mut cmd = Command::new(vmm_bin());
-    cmd.args([
-        "bench",
-        "snapshot",
-        "--quiet",
-        "--mem",
-        "64",
-        "--runs",
-        "1",
-        "--workload",
-        "none",
-        "--at",
-        "end",
-    ]);
-    for v in PEER_VARS {
-        cmd.env_remove(v);
-    }
-    let out = cmd.output().expect("run vmm");
+    let out = bench_snapshot_table(&ONE_EMPTY_RUN, &[]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text

@@ -9,11 +9,11 @@
 mod common;
 
 use std::io::Write;
-use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::path::{Path, PathBuf};
 
-use common::{kvm_or_skip, snapshot_check_args, vmm, vmm_peak, Peak};
-use vmm::snapshot::format::{read_table, reseal};
+use common::crafted::{entry_at, info_args, real_snapshot, restore_args, said, temp_snapshot};
+use common::{kvm_or_skip, vmm_peak, Peak};
+use vmm::snapshot::format::reseal;
 use vmm::snapshot::state::Snapshot;
 
 /// The peak RSS no `info` or `restore` of these files may exceed, in KiB:
@@ -24,37 +24,14 @@ const BOUND_KIB: u64 = 200 << 10;
 /// A gigabyte, the length the files below claim.
 const GIB: u64 = 1 << 30;
 
-fn temp(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("vmm-bounds-{}-{name}.snap", std::process::id()))
-}
-
-/// One real snapshot of the guest (its `bench=snapshot-check` write).
-fn real_snapshot() -> &'static [u8] {
-    static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
-    BYTES.get_or_init(|| {
-        let path = temp("real");
-        let mut args = snapshot_check_args(path.to_str().unwrap()).to_vec();
-        args.extend(["--no-native", "--json"]);
-        let out = vmm(&args);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let bytes = std::fs::read(&path).unwrap();
-        let _ = std::fs::remove_file(&path);
-        bytes
-    })
-}
+/// A page of guest RAM.
+const PAGE: u64 = 4096;
 
 /// `info` and `restore` of `path`, each measured.
-fn both(name: &str, path: &std::path::Path) -> (Peak, Peak) {
+fn both(name: &str, path: &Path) -> (Peak, Peak) {
     let p = path.to_str().unwrap();
-    let info = vmm_peak(&format!("{name}-info"), &["snapshot", "info", p]);
-    let restore = vmm_peak(
-        &format!("{name}-restore"),
-        &["restore", p, "--no-native", "--timeout", "120"],
-    );
+    let info = vmm_peak(&format!("{name}-info"), &info_args(p));
+    let restore = vmm_peak(&format!("{name}-restore"), &restore_args(p, "120"));
     eprintln!(
         "{name}: info exit {:?} peak {} KiB; restore exit {:?} peak {} KiB",
         info.code, info.peak_rss_kib, restore.code, restore.peak_rss_kib
@@ -76,29 +53,22 @@ fn both(name: &str, path: &std::path::Path) -> (Peak, Peak) {
 }
 
 /// The first `vmm: ` line of a child's stderr.
-fn said(p: &Peak) -> &str {
-    p.stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("vmm: "))
-        .unwrap_or("")
+fn said_first(p: &Peak) -> &str {
+    said(&p.stderr).next().unwrap_or("")
 }
 
 /// `bytes` with section `name` moved to the end of the file and claiming
 /// `len` bytes there (its old place zeroed: alignment padding), the file
 /// written sparse: the head on disk, the claimed section a hole.
-fn claiming(path: &std::path::Path, bytes: &[u8], name: &str, len: u64) {
-    let table = read_table(bytes).unwrap();
-    let i = table.iter().position(|e| e.name == name).unwrap();
+fn claiming(path: &Path, bytes: &[u8], name: &str, len: u64) {
+    let (entry, off, old) = entry_at(bytes, name);
     let mut head = bytes.to_vec();
-    let (off, old) = (table[i].offset as usize, table[i].length as usize);
-    let end = bytes.len() as u64;
     let at = if name == "memory.pages" {
-        table[i].offset
+        off
     } else {
-        head[off..off + old].fill(0);
-        end
+        head[off as usize..(off + old) as usize].fill(0);
+        bytes.len() as u64
     };
-    let entry = 64 + 64 * i;
     head[entry + 40..entry + 48].copy_from_slice(&at.to_le_bytes());
     head[entry + 48..entry + 56].copy_from_slice(&len.to_le_bytes());
     head[32..40].copy_from_slice(&(at + len).to_le_bytes());
@@ -134,22 +104,22 @@ fn a_claimed_gigabyte_is_refused_before_it_is_read() {
             "more than the 67108864 bytes of RAM it stores pages of",
         ),
     ] {
-        let path = temp(&format!("claim-{name}"));
+        let path = temp_snapshot(&format!("claim-{name}"));
         claiming(&path, good, name, GIB);
         let (info, restore) = both(name, &path);
         let _ = std::fs::remove_file(&path);
         assert_eq!(info.code, Some(64), "{name} info: {}", info.stderr);
         assert_eq!(restore.code, Some(64), "{name} restore: {}", restore.stderr);
         assert_eq!(
-            said(&info),
-            said(&restore),
+            said_first(&info),
+            said_first(&restore),
             "{name}: info and restore disagree"
         );
         let needle = format!("section \"{name}\" is {GIB} bytes");
         assert!(
-            said(&restore).contains(&needle) && said(&restore).contains(want),
+            said_first(&restore).contains(&needle) && said_first(&restore).contains(want),
             "{name}: expected {needle:?} and {want:?} in {}",
-            said(&restore)
+            said_first(&restore)
         );
     }
 }
@@ -182,6 +152,56 @@ fn zeros(len: u64) -> crc32fast::Hasher {
     acc
 }
 
+/// The real snapshot made a guest of 1 GiB (one region from address 0, as
+/// a 1 GiB guest has), and the first page past the RAM it stored.
+fn as_gigabyte_guest() -> (Snapshot, u64) {
+    let mut s = Snapshot::from_bytes(real_snapshot()).unwrap();
+    let from = s.memory.size / PAGE;
+    s.meta.mem_mib = 1024;
+    s.memory.size = GIB;
+    s.memory.regions.clear();
+    (s, from)
+}
+
+/// `s` written as a sparse file named after `name`: its head and stored
+/// pages on disk, then `hole` more bytes of stored pages, zeros, that are
+/// a hole of the file (their CRC32 computed with [`zeros`]).
+fn write_with_hole(s: &Snapshot, hole: u64, name: &str) -> PathBuf {
+    let pages_len = s.memory.data.len() as u64 + hole;
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&s.memory.data);
+    crc.combine(&zeros(hole));
+    let head = s.head_bytes(pages_len, crc.finalize());
+    let path = temp_snapshot(name);
+    let mut f = std::fs::File::create(&path).unwrap();
+    f.write_all(&head).unwrap();
+    f.write_all(&s.memory.data).unwrap();
+    f.set_len(head.len() as u64 + pages_len).unwrap();
+    path
+}
+
+/// `info` and `restore` of `path` (removed after), each measured: `info`
+/// finds it restorable on this host and `restore` runs the guest to its
+/// end.
+fn both_succeed(name: &str, path: &Path) -> (Peak, Peak) {
+    let (info, restore) = both(name, path);
+    let _ = std::fs::remove_file(path);
+    assert_eq!(info.code, Some(0), "{}", info.stderr);
+    assert!(
+        info.stdout.contains("restorable on this host: yes"),
+        "{}",
+        info.stdout
+    );
+    assert_eq!(
+        restore.code,
+        Some(0),
+        "{}\n{}",
+        restore.stdout,
+        restore.stderr
+    );
+    (info, restore)
+}
+
 /// A guest of 1 GiB whose stored pages are a gigabyte of a sparse file
 /// (the real guest's pages, then a run of 960 MiB that is a hole): a
 /// valid snapshot. `info` checks every stored page's CRC32 and `restore`
@@ -193,52 +213,23 @@ fn a_gigabyte_of_stored_pages_keeps_info_and_restore_small() {
     if !kvm_or_skip("a_gigabyte_of_stored_pages_keeps_info_and_restore_small") {
         return;
     }
-    let mut s = Snapshot::from_bytes(real_snapshot()).unwrap();
-    let page = 4096u64;
-    let (from, to) = (s.memory.size / page, GIB / page);
-    s.meta.mem_mib = 1024;
-    s.memory.size = GIB;
-    // One region from address 0, as a 1 GiB guest has.
-    s.memory.regions.clear();
+    let (mut s, from) = as_gigabyte_guest();
+    let to = GIB / PAGE;
     s.memory.runs.push((from, to - from));
     zero_page_crcs(&mut s, to - from);
-    let hole = (to - from) * page;
-    let pages_len = s.memory.data.len() as u64 + hole;
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&s.memory.data);
-    crc.combine(&zeros(hole));
-    let head = s.head_bytes(pages_len, crc.finalize());
-    let path = temp("gigabyte");
-    let mut f = std::fs::File::create(&path).unwrap();
-    f.write_all(&head).unwrap();
-    f.write_all(&s.memory.data).unwrap();
-    f.set_len(head.len() as u64 + pages_len).unwrap();
-    drop(f);
+    let path = write_with_hole(&s, (to - from) * PAGE, "gigabyte");
     let on_disk = std::fs::metadata(&path).unwrap();
     eprintln!(
         "{} bytes long, {} KiB on disk",
         on_disk.len(),
         std::os::unix::fs::MetadataExt::blocks(&on_disk) / 2
     );
-    let (info, restore) = both("gigabyte", &path);
-    let _ = std::fs::remove_file(&path);
-    assert_eq!(info.code, Some(0), "{}", info.stderr);
+    let (info, restore) = both_succeed("gigabyte", &path);
     let stored = format!(
         "memory        1024 MiB: {} of 262144 pages stored",
         s.memory.stored_pages()
     );
-    assert!(
-        info.stdout.contains(&stored) && info.stdout.contains("restorable on this host: yes"),
-        "{}",
-        info.stdout
-    );
-    assert_eq!(
-        restore.code,
-        Some(0),
-        "{}\n{}",
-        restore.stdout,
-        restore.stderr
-    );
+    assert!(info.stdout.contains(&stored), "{}", info.stdout);
     assert!(
         restore.stdout.contains("snapshot-check"),
         "{}",
@@ -256,29 +247,31 @@ fn unaligned_pages_are_refused_by_both() {
         return;
     }
     let good = real_snapshot();
-    let table = read_table(good).unwrap();
-    let i = table.iter().position(|e| e.name == "memory.pages").unwrap();
-    let (off, len) = (table[i].offset as usize, table[i].length as usize);
+    let (entry, off, len) = entry_at(good, "memory.pages");
+    let (off, len) = (off as usize, len as usize);
     let mut b = good[..off - 64].to_vec();
     b.extend_from_slice(&good[off..off + len]);
-    let entry = 64 + 64 * i;
     b[entry + 40..entry + 48].copy_from_slice(&((off - 64) as u64).to_le_bytes());
     let total = b.len() as u64;
     b[32..40].copy_from_slice(&total.to_le_bytes());
     reseal(&mut b);
-    let path = temp("unaligned");
+    let path = temp_snapshot("unaligned");
     std::fs::write(&path, &b).unwrap();
     let (info, restore) = both("unaligned", &path);
     let _ = std::fs::remove_file(&path);
     assert_eq!((info.code, restore.code), (Some(64), Some(64)));
-    assert_eq!(said(&info), said(&restore), "info and restore disagree");
+    assert_eq!(
+        said_first(&info),
+        said_first(&restore),
+        "info and restore disagree"
+    );
     assert!(
-        said(&restore).contains(&format!(
+        said_first(&restore).contains(&format!(
             "section \"memory.pages\" at offset {} is not page-aligned",
             off - 64
         )),
         "{}",
-        said(&restore)
+        said_first(&restore)
     );
 }
 
@@ -291,41 +284,11 @@ fn runs_past_the_mapped_ones_cost_only_their_data() {
     if !kvm_or_skip("runs_past_the_mapped_ones_cost_only_their_data") {
         return;
     }
-    let mut s = Snapshot::from_bytes(real_snapshot()).unwrap();
-    let page = 4096u64;
-    let from = s.memory.size / page;
-    s.meta.mem_mib = 1024;
-    s.memory.size = GIB;
-    // One region from address 0, as a 1 GiB guest has.
-    s.memory.regions.clear();
-    let extra: Vec<(u64, u64)> = (from..GIB / page).step_by(2).map(|p| (p, 1)).collect();
-    let hole = extra.len() as u64 * page;
+    let (mut s, from) = as_gigabyte_guest();
+    let extra: Vec<(u64, u64)> = (from..GIB / PAGE).step_by(2).map(|p| (p, 1)).collect();
+    let hole = extra.len() as u64 * PAGE;
     zero_page_crcs(&mut s, extra.len() as u64);
     s.memory.runs.extend(extra);
-    let pages_len = s.memory.data.len() as u64 + hole;
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&s.memory.data);
-    crc.combine(&zeros(hole));
-    let head = s.head_bytes(pages_len, crc.finalize());
-    let path = temp("many-runs");
-    let mut f = std::fs::File::create(&path).unwrap();
-    f.write_all(&head).unwrap();
-    f.write_all(&s.memory.data).unwrap();
-    f.set_len(head.len() as u64 + pages_len).unwrap();
-    drop(f);
-    let (info, restore) = both("many-runs", &path);
-    let _ = std::fs::remove_file(&path);
-    assert_eq!(info.code, Some(0), "{}", info.stderr);
-    assert!(
-        info.stdout.contains("restorable on this host: yes"),
-        "{}",
-        info.stdout
-    );
-    assert_eq!(
-        restore.code,
-        Some(0),
-        "{}\n{}",
-        restore.stdout,
-        restore.stderr
-    );
+    let path = write_with_hole(&s, hole, "many-runs");
+    both_succeed("many-runs", &path);
 }

@@ -11,13 +11,15 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{kvm_or_skip, snapshot_check_args, vmm};
+use common::crafted::{
+    entry_at, info_args, real_snapshot, refusal, restore_args, take_snapshot, temp_snapshot,
+};
+use common::{kvm_or_skip, vmm};
 use vmm::arch::layout::RamRegion;
-use vmm::snapshot::format::{read_table, reseal, Container};
+use vmm::snapshot::format::{reseal, Container};
 use vmm::snapshot::state::Snapshot;
 use xstate::XsaveBuf;
 
@@ -25,39 +27,14 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-fn temp(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("vmm-snapval-{}-{name}.snap", std::process::id()))
-}
-
-/// One real snapshot of the guest, taken once per test process.
-fn real_snapshot() -> &'static [u8] {
-    static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
-    BYTES.get_or_init(|| {
-        let path = temp("real");
-        let mut args = snapshot_check_args(path.to_str().unwrap()).to_vec();
-        args.extend(["--no-native", "--json"]);
-        let out = vmm(&args);
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        let bytes = std::fs::read(&path).unwrap();
-        let _ = std::fs::remove_file(&path);
-        bytes
-    })
-}
-
 fn decoded() -> Snapshot {
     Snapshot::from_bytes(real_snapshot()).expect("the real snapshot decodes")
-}
-
-fn entry_at(b: &[u8], name: &str) -> (usize, u64, u64) {
-    let t = read_table(b).unwrap();
-    let i = t.iter().position(|e| e.name == name).unwrap();
-    (64 + 64 * i, t[i].offset, t[i].length)
 }
 
 /// Write `bytes`, run `info` and `restore` on them, check the verdicts
 /// agree and name `needle`, and that the file was not touched.
 fn refused(name: &str, bytes: &[u8], needle: &str, semantic: bool) {
-    let p = temp(name);
+    let p = temp_snapshot(name);
     std::fs::write(&p, bytes).unwrap();
     let mtime = std::fs::metadata(&p).unwrap().modified().unwrap();
     refused_at(&p, needle, semantic);
@@ -72,17 +49,13 @@ fn refused(name: &str, bytes: &[u8], needle: &str, semantic: bool) {
 
 fn refused_at(p: &Path, needle: &str, semantic: bool) {
     let ps = p.to_str().unwrap();
-    let info = vmm(&["snapshot", "info", ps]);
-    let restore = vmm(&["restore", ps, "--no-native", "--timeout", "30"]);
+    let info = vmm(&info_args(ps));
+    let restore = vmm(&restore_args(ps, "30"));
     let (ierr, rerr) = (text(&info.stderr), text(&restore.stderr));
     assert!(!ierr.contains("panicked") && !rerr.contains("panicked"));
     assert_eq!(restore.status.code(), Some(64), "restore {ps}: {rerr}");
     // The refusal, past any warning (a dynamic xfeature refused).
-    let reason = rerr
-        .lines()
-        .filter_map(|l| l.strip_prefix("vmm: "))
-        .find(|l| !l.starts_with("warning: "))
-        .unwrap_or_else(|| panic!("restore {ps} said: {rerr}"));
+    let reason = refusal(&rerr).unwrap_or_else(|| panic!("restore {ps} said: {rerr}"));
     assert!(
         reason.contains(needle),
         "restore: expected {needle:?} in {reason}"
@@ -102,9 +75,7 @@ fn refused_at(p: &Path, needle: &str, semantic: bool) {
     } else {
         assert_eq!(info.status.code(), Some(64), "info {ps}: {ierr}");
         assert_eq!(
-            ierr.lines()
-                .filter_map(|l| l.strip_prefix("vmm: "))
-                .find(|l| !l.starts_with("warning: ")),
+            refusal(&ierr),
             Some(reason),
             "info and restore disagree on {ps}"
         );
@@ -126,7 +97,7 @@ fn every_state_rule_gives_one_answer_naming_the_field() {
         "the guest enabled AVX (XCR0 {xcr0:#x}): the rules below need it"
     );
     // The unmodified file is restorable: the refusals below are the edits'.
-    let p = temp("unmodified");
+    let p = temp_snapshot("unmodified");
     std::fs::write(&p, real_snapshot()).unwrap();
     let info = vmm(&["snapshot", "info", p.to_str().unwrap()]);
     assert!(
@@ -361,7 +332,7 @@ fn what_only_kvm_can_tell_makes_restore_try() {
     let mut s = decoded();
     cpuid(&mut s, 7, 0).ecx |= 1 << 7; // CET_SS
     s.vcpus[0].sregs.cr4 |= 1 << 23;
-    let p = temp("must-try");
+    let p = temp_snapshot("must-try");
     std::fs::write(&p, s.to_bytes()).unwrap();
     let ps = p.to_str().unwrap();
     let why = "vcpu0.sregs.cr4: CET is set; whether this KVM virtualises it depends on its version";
@@ -410,14 +381,7 @@ fn set_apic_id(t: &mut [kvm_bindings::kvm_cpuid_entry2], id: u32) {
 
 /// A two-vCPU snapshot, read back.
 fn smp_snapshot() -> Snapshot {
-    let path = temp("smp");
-    let mut args = snapshot_check_args(path.to_str().unwrap()).to_vec();
-    args.extend(["--vcpus", "2", "--no-native", "--json"]);
-    let out = vmm(&args);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let s = Snapshot::from_bytes(&std::fs::read(&path).unwrap()).unwrap();
-    let _ = std::fs::remove_file(&path);
-    s
+    Snapshot::from_bytes(&take_snapshot("smp", &["--vcpus", "2"])).unwrap()
 }
 
 /// `s` with vCPU 1 copied up to `n` vCPUs (APIC IDs as this vmm gives
@@ -745,7 +709,7 @@ fn guest_sees_a_general_register_changed_by_the_restore() {
     for (name, edit, want) in cases {
         let mut s = decoded();
         edit(&mut s);
-        let p = temp(name);
+        let p = temp_snapshot(name);
         std::fs::write(&p, s.to_bytes()).unwrap();
         let (out, v) = common::vmm_json(&["restore", p.to_str().unwrap(), "--no-native"]);
         let _ = std::fs::remove_file(&p);

@@ -4,6 +4,8 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+pub mod crafted;
+
 /// Whether KVM tests can run. Where `/dev/kvm` cannot be opened the test
 /// skips and says why, unless `VMM_REQUIRE_KVM=1` (set by CI wherever
 /// `/dev/kvm` exists), in which case the skip is a failure.
@@ -370,18 +372,46 @@ pub struct Peak {
     pub peak_rss_kib: u64,
 }
 
-/// Run `vmm` with `args` and measure its peak RSS. Its output goes to
-/// files (named after `tag`), so a child that prints much cannot block.
+/// A finished `vmm` child whose standard output and error went to files
+/// (so a child that prints much cannot block, nor fill the test's memory).
+pub struct ToFiles {
+    /// The raw wait status from `wait4`.
+    pub status: libc::c_int,
+    /// The most memory the child ever had resident, in KiB (`ru_maxrss`).
+    pub peak_rss_kib: u64,
+    /// The file that holds its standard output.
+    pub out_path: PathBuf,
+    /// The file that holds its standard error.
+    pub err_path: PathBuf,
+}
+
+impl ToFiles {
+    /// The exit status (`None`: killed by a signal).
+    pub fn code(&self) -> Option<i32> {
+        libc::WIFEXITED(self.status).then(|| libc::WEXITSTATUS(self.status))
+    }
+
+    /// Delete both files.
+    pub fn remove_files(&self) {
+        let _ = std::fs::remove_file(&self.out_path);
+        let _ = std::fs::remove_file(&self.err_path);
+    }
+}
+
+/// Run `vmm` with `args`, its standard output and error going to temporary
+/// files named after `tag`, wait for it with `wait4` and return its status
+/// and peak RSS. The caller reads the files and removes them
+/// ([`ToFiles::remove_files`]).
 ///
 /// `ru_maxrss` also counts the address space the child had before its
 /// `exec` (std spawns with vfork: the test process's), so the figure is
 /// at least the test process's own peak: about 5 MiB here, some 100 MiB
 /// once a failed test has symbolised a backtrace.
-pub fn vmm_peak(tag: &str, args: &[&str]) -> Peak {
+pub fn vmm_to_files(tag: &str, args: &[&str]) -> ToFiles {
     use std::fs::File;
     use std::process::Stdio;
     let dir = std::env::temp_dir();
-    let base = format!("vmm-peak-{}-{tag}", std::process::id());
+    let base = format!("vmm-{}-{tag}", std::process::id());
     let (out_path, err_path) = (
         dir.join(format!("{base}.out")),
         dir.join(format!("{base}.err")),
@@ -408,15 +438,25 @@ pub fn vmm_peak(tag: &str, args: &[&str]) -> Peak {
         assert_eq!(e.raw_os_error(), Some(libc::EINTR), "wait4: {e}");
     }
     drop(child);
-    let read = |p: &std::path::Path| {
-        let t = String::from_utf8_lossy(&std::fs::read(p).unwrap()).into_owned();
-        let _ = std::fs::remove_file(p);
-        t
-    };
-    Peak {
-        code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
-        stdout: read(&out_path),
-        stderr: read(&err_path),
+    ToFiles {
+        status,
         peak_rss_kib: usage.ru_maxrss as u64,
+        out_path,
+        err_path,
     }
+}
+
+/// Run `vmm` with `args` and measure its peak RSS (see [`vmm_to_files`]).
+pub fn vmm_peak(tag: &str, args: &[&str]) -> Peak {
+    let done = vmm_to_files(&format!("peak-{tag}"), args);
+    let read =
+        |p: &std::path::Path| String::from_utf8_lossy(&std::fs::read(p).unwrap()).into_owned();
+    let peak = Peak {
+        code: done.code(),
+        stdout: read(&done.out_path),
+        stderr: read(&done.err_path),
+        peak_rss_kib: done.peak_rss_kib,
+    };
+    done.remove_files();
+    peak
 }

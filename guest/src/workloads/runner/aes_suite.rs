@@ -6,7 +6,7 @@ use core::fmt::Write;
 use super::ctx::Ctx;
 use super::sizes::{aes_scratch, Sizes, AES_BUF, AES_FIXED_BYTES, AES_KEY};
 use crate::protocol::{RowKey, RowKind, WorkUnit};
-use crate::workloads::aes::{self, Aes128, AesVariant, RoundKeys};
+use crate::workloads::aes::{self, Aes128, AesVariant};
 use crate::workloads::features::CpuFeatures;
 use crate::workloads::scratch::Scratch;
 use crate::workloads::selection::Selection;
@@ -74,77 +74,73 @@ pub(super) fn aes_suite(
         }
         let rk = aes.expand_key(&AES_KEY);
         if cbc {
-            cbc_rows(ctx, &aes, &rk, vi, cbc_sizes, buf);
+            mode_rows(ctx, &CBC_ROWS, vi, cbc_sizes, buf, |iv, msg| {
+                // Whole blocks by construction: cannot fail.
+                let _ = aes.cbc_encrypt(&rk, iv, msg);
+            });
         }
-        ctr_rows(ctx, &aes, &rk, vi, ctr_sizes, buf);
+        mode_rows(ctx, &CTR_ROWS, vi, ctr_sizes, buf, |ctr, msg| {
+            aes.ctr_xor(&rk, ctr, msg)
+        });
     }
 }
 
-/// The `aes-128-cbc` rows of variant `vi` (an XMM one: CBC is serial),
-/// one per message size; a size the buffer cannot take is skipped.
-fn cbc_rows(
-    ctx: &mut Ctx,
-    aes: &Aes128,
-    rk: &RoundKeys,
-    vi: usize,
-    sizes: &[usize],
-    buf: &mut [u8],
-) {
-    let v = AesVariant::ALL[vi];
-    let fixed_bytes = AES_FIXED_BYTES[ctx.full];
-    let key = |kind, size: usize| RowKey {
-        kind,
-        variant: vi as u8,
-        size: size as u32,
-    };
-    for &size in sizes {
-        if size > AES_BUF || size & (aes::BLOCK - 1) != 0 {
-            ctx.skip(
-                CBC,
-                v.name(),
-                &bad_size(size, "a multiple of 16 up to 8192"),
-            );
-            continue;
-        }
-        let msg = &mut buf[..size];
-        let mut iv = aes::kat::CBC_IV;
-        let fixed = fixed_bytes / (size as u64 + 64);
-        let (reps, cycles) = ctx.measure(key(RowKind::AesCbc, size), fixed, size as u64, 0, |_| {
-            // Whole blocks by construction: cannot fail.
-            let _ = aes.cbc_encrypt(rk, &mut iv, msg);
-        });
-        ctx.bytes_result(CBC, v.name(), size, reps, cycles);
-    }
+/// An AES mode's throughput rows: their name and kind, the message sizes
+/// they take (`expected` says which), and the IV (or counter) every size
+/// starts from.
+struct Mode {
+    name: &'static str,
+    kind: RowKind,
+    takes: fn(usize) -> bool,
+    expected: &'static str,
+    start: [u8; 16],
 }
 
-/// The `aes-128-ctr` rows of variant `vi`, one per message size; a size
-/// the buffer cannot take is skipped.
-fn ctr_rows(
+/// CBC: whole blocks only.
+const CBC_ROWS: Mode = Mode {
+    name: CBC,
+    kind: RowKind::AesCbc,
+    takes: |size| size <= AES_BUF && size & (aes::BLOCK - 1) == 0,
+    expected: "a multiple of 16 up to 8192",
+    start: aes::kat::CBC_IV,
+};
+
+/// CTR: any length.
+const CTR_ROWS: Mode = Mode {
+    name: CTR,
+    kind: RowKind::AesCtr,
+    takes: |size| size <= AES_BUF,
+    expected: "at most 8192",
+    start: aes::kat::CTR_INITIAL_COUNTER,
+};
+
+/// `mode`'s rows of variant `vi`, one per message size: a size the mode
+/// (or the buffer) cannot take is skipped, every other one timed as `run`
+/// over that many bytes of `buf` from the mode's start.
+fn mode_rows(
     ctx: &mut Ctx,
-    aes: &Aes128,
-    rk: &RoundKeys,
+    mode: &Mode,
     vi: usize,
     sizes: &[usize],
     buf: &mut [u8],
+    run: impl Fn(&mut [u8; 16], &mut [u8]),
 ) {
     let v = AesVariant::ALL[vi];
     let fixed_bytes = AES_FIXED_BYTES[ctx.full];
-    let key = |kind, size: usize| RowKey {
-        kind,
-        variant: vi as u8,
-        size: size as u32,
-    };
     for &size in sizes {
-        if size > AES_BUF {
-            ctx.skip(CTR, v.name(), &bad_size(size, "at most 8192"));
+        if !(mode.takes)(size) {
+            ctx.skip(mode.name, v.name(), &bad_size(size, mode.expected));
             continue;
         }
         let msg = &mut buf[..size];
-        let mut ctr = aes::kat::CTR_INITIAL_COUNTER;
+        let mut iv = mode.start;
         let fixed = fixed_bytes / (size as u64 + 64);
-        let (reps, cycles) = ctx.measure(key(RowKind::AesCtr, size), fixed, size as u64, 0, |_| {
-            aes.ctr_xor(rk, &mut ctr, msg)
-        });
-        ctx.bytes_result(CTR, v.name(), size, reps, cycles);
+        let key = RowKey {
+            kind: mode.kind,
+            variant: vi as u8,
+            size: size as u32,
+        };
+        let (reps, cycles) = ctx.measure(key, fixed, size as u64, 0, |_| run(&mut iv, msg));
+        ctx.bytes_result(mode.name, v.name(), size, reps, cycles);
     }
 }

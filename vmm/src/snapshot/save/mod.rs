@@ -43,6 +43,16 @@ mod pages;
 
 use pages::DataPages;
 
+/// The two ways a snapshot asks the kernel which pages of a mapping are
+/// populated (`PAGEMAP_SCAN`, and `/proc/self/pagemap` read page by page on
+/// older kernels), public for `benches/snapshot_scan.rs`, which times them
+/// against other methods: the bench measures this code, and the ioctl's
+/// structures are declared once.
+#[doc(hidden)]
+pub mod scan {
+    pub use super::pages::{present_by_read, present_by_scan};
+}
+
 /// How a snapshot's stored pages reach its file, as the file's meta,
 /// `vmm snapshot info` and `vmm bench snapshot` show it: straight from
 /// guest memory with `writev` (see `write_in_place`); the one copy left

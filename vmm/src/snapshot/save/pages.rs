@@ -134,9 +134,13 @@ pub(super) fn present(pagemap: &File, host: usize, size: usize) -> Result<Vec<(u
     }
 }
 
-/// [`present`] by `PAGEMAP_SCAN`: the kernel returns the matching ranges
-/// ([`SCAN_BATCH`] at a time) and skips unpopulated page tables whole.
-pub(super) fn present_by_scan(
+/// The present or swapped pages of `size` bytes at `host` (but the shared
+/// zero page), as byte ranges from `host`, ascending and disjoint, by
+/// `PAGEMAP_SCAN` on `pagemap` (an open `/proc/self/pagemap`): the kernel
+/// returns the matching ranges (512 at a time) and skips unpopulated page
+/// tables whole. A kernel without the ioctl (before 6.7) fails it with
+/// `ENOTTY` or `EINVAL`.
+pub fn present_by_scan(
     pagemap: &File,
     host: usize,
     size: usize,
@@ -181,14 +185,12 @@ pub(super) fn present_by_scan(
     Ok(union(out))
 }
 
-/// [`present`] by reading `/proc/self/pagemap`, 8 bytes a page (64 Ki
-/// entries at a time): present or swapped pages (the flags are readable
-/// without privileges; the frame numbers, zeroed for us, are not used).
-pub(super) fn present_by_read(
-    pagemap: &File,
-    host: usize,
-    size: usize,
-) -> Result<Vec<(usize, usize)>> {
+/// The present or swapped pages of `size` bytes at `host`, as byte ranges
+/// from `host`, ascending and disjoint, by reading `pagemap` (an open
+/// `/proc/self/pagemap`), 8 bytes a page (64 Ki entries at a time): the
+/// flags are readable without privileges; the frame numbers, zeroed for
+/// us, are not used.
+pub fn present_by_read(pagemap: &File, host: usize, size: usize) -> Result<Vec<(usize, usize)>> {
     let page = PAGE_SIZE;
     let pages = size / page;
     let mut buf = vec![0u8; 8 * pages.min(1 << 16)];
