@@ -260,39 +260,35 @@ fn capture_vcpu(
     xstate.before_run(vcpu)?;
     vcpu::complete_pending_io(vcpu)?;
 
-    let regs = vcpu.get_regs().map_err(Error::kvm("KVM_GET_REGS"))?;
-    let sregs = vcpu.get_sregs().map_err(Error::kvm("KVM_GET_SREGS"))?;
-    let xcrs = vcpu::get_xcrs(vcpu)?;
-    let (msrs, unreadable) = vcpu::get_msrs(vcpu, &ctx.msrs)?;
-    // Optional state: KVMs without it simply have none to restore.
-    let events = vcpu.get_vcpu_events().ok();
-    let mp_state = vcpu.get_mp_state().ok().map(|m| m.mp_state);
-    let debugregs = vcpu.get_debug_regs().ok();
-    let xfd = xfd::save(vcpu, ctx.xfd)?;
-    let lapic = if lapic {
-        Some(vcpu.get_lapic().map_err(Error::kvm("KVM_GET_LAPIC"))?)
-    } else {
-        None
-    };
-    let compacted = xstate.state(vcpu)?.clone();
     // The boot table is vCPU 0's as set; an AP's carries its APIC ID.
     let mut cpuid = ctx.cpuid.clone();
     if id > 0 {
         crate::vstate::smp::set_apic_id(&mut cpuid, id);
     }
+    let regs = vcpu.get_regs().map_err(Error::kvm("KVM_GET_REGS"))?;
+    let sregs = vcpu.get_sregs().map_err(Error::kvm("KVM_GET_SREGS"))?;
+    let xcrs = vcpu::get_xcrs(vcpu)?;
+    let (msrs, unreadable) = vcpu::get_msrs(vcpu, &ctx.msrs)?;
+    // The rest is read in the order written: KVM is asked for each field
+    // as the literal reaches it.
     let state = VcpuState {
         id,
-        cpuid,
         regs,
         sregs,
         xcrs,
         msrs,
-        events,
-        mp_state,
-        debugregs,
-        xfd,
-        xstate: compacted,
-        lapic,
+        // Optional state: KVMs without it simply have none to restore.
+        events: vcpu.get_vcpu_events().ok(),
+        mp_state: vcpu.get_mp_state().ok().map(|m| m.mp_state),
+        debugregs: vcpu.get_debug_regs().ok(),
+        xfd: xfd::save(vcpu, ctx.xfd)?,
+        lapic: if lapic {
+            Some(vcpu.get_lapic().map_err(Error::kvm("KVM_GET_LAPIC"))?)
+        } else {
+            None
+        },
+        xstate: xstate.state(vcpu)?.clone(),
+        cpuid,
     };
     Ok((state, unreadable))
 }

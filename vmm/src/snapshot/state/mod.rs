@@ -110,39 +110,31 @@ pub struct SerialRegs {
     pub in_buffer: Vec<u8>,
 }
 
-impl From<&vm_superio::serial::SerialState> for SerialRegs {
-    fn from(s: &vm_superio::serial::SerialState) -> Self {
-        Self {
-            baud_divisor_low: s.baud_divisor_low,
-            baud_divisor_high: s.baud_divisor_high,
-            interrupt_enable: s.interrupt_enable,
-            interrupt_identification: s.interrupt_identification,
-            line_control: s.line_control,
-            line_status: s.line_status,
-            modem_control: s.modem_control,
-            modem_status: s.modem_status,
-            scratch: s.scratch,
-            in_buffer: s.in_buffer.clone(),
+/// `From<&$from> for $to`, copying the UART's registers and its input
+/// buffer field by field: one list for both directions.
+macro_rules! serial_regs_from {
+    ($from:ty => $to:ty) => {
+        impl From<&$from> for $to {
+            fn from(s: &$from) -> Self {
+                Self {
+                    baud_divisor_low: s.baud_divisor_low,
+                    baud_divisor_high: s.baud_divisor_high,
+                    interrupt_enable: s.interrupt_enable,
+                    interrupt_identification: s.interrupt_identification,
+                    line_control: s.line_control,
+                    line_status: s.line_status,
+                    modem_control: s.modem_control,
+                    modem_status: s.modem_status,
+                    scratch: s.scratch,
+                    in_buffer: s.in_buffer.clone(),
+                }
+            }
         }
-    }
+    };
 }
 
-impl From<&SerialRegs> for vm_superio::serial::SerialState {
-    fn from(s: &SerialRegs) -> Self {
-        Self {
-            baud_divisor_low: s.baud_divisor_low,
-            baud_divisor_high: s.baud_divisor_high,
-            interrupt_enable: s.interrupt_enable,
-            interrupt_identification: s.interrupt_identification,
-            line_control: s.line_control,
-            line_status: s.line_status,
-            modem_control: s.modem_control,
-            modem_status: s.modem_status,
-            scratch: s.scratch,
-            in_buffer: s.in_buffer.clone(),
-        }
-    }
-}
+serial_regs_from!(vm_superio::serial::SerialState => SerialRegs);
+serial_regs_from!(SerialRegs => vm_superio::serial::SerialState);
 
 /// The `meta` section.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -163,6 +163,52 @@ fn read_json(path: &Path) -> Result<serde_json::Value, CycleError> {
     })
 }
 
+/// Starts a peer with `args` (its serial output to `log`), waits for the
+/// guest at its snapshot point and times `snapshot` (the pause and
+/// snapshot API calls, given the deadline); the peer is stopped before this
+/// returns. The snapshot's milliseconds.
+fn timed_snapshot(
+    binary: &Path,
+    args: &[OsString],
+    log: &Path,
+    g: &PeerGuest<'_>,
+    timeout: Duration,
+    snapshot: impl FnOnce(Instant) -> Result<(), CycleError>,
+) -> Result<f64, CycleError> {
+    let deadline = Instant::now() + timeout;
+    let mut c = Reaper(Some(spawn(binary, args, log)?));
+    wait_at_point(c.child(), log, g.point, deadline, timeout)?;
+    let paused = Instant::now();
+    snapshot(deadline)?;
+    let snapshot_ms = ms(paused.elapsed());
+    drop(c);
+    Ok(snapshot_ms)
+}
+
+/// Starts a peer with `args` (its serial output to `log`, its input a new
+/// pseudo-terminal), times it up to the end of `resume` (the restore and
+/// resume API calls, given the deadline), then releases the guest and
+/// checks the restored run's end. The restore's milliseconds.
+fn timed_restore(
+    binary: &Path,
+    args: &[OsString],
+    log: &Path,
+    g: &PeerGuest<'_>,
+    timeout: Duration,
+    resume: impl FnOnce(Instant) -> Result<(), CycleError>,
+) -> Result<f64, CycleError> {
+    let mut input = SerialInput::open()?;
+    let deadline = Instant::now() + timeout;
+    let spawned = Instant::now();
+    let mut c = Reaper(Some(spawn_with_stdin(binary, args, log, input.stdin())?));
+    resume(deadline)?;
+    let restore_ms = ms(spawned.elapsed());
+    input.release()?;
+    let status = wait(c.child(), binary, deadline, timeout)?;
+    check_restored(status, log, g.point)?;
+    Ok(restore_ms)
+}
+
 fn cloud_hypervisor(
     binary: &Path,
     g: &PeerGuest<'_>,
@@ -198,21 +244,12 @@ fn cloud_hypervisor(
         &words,
     ]));
     let log = dir.join("ch-snapshot.serial.log");
-    let deadline = Instant::now() + timeout;
-    let mut c = Reaper(Some(spawn(binary, &args, &log)?));
-    wait_at_point(c.child(), &log, g.point, deadline, timeout)?;
-    let paused = Instant::now();
-    api(&sock, "PUT", "/api/v1/vm.pause", None, deadline)?;
-    let body = serde_json::json!({ "destination_url": format!("file://{}", snap.display()) });
-    api(
-        &sock,
-        "PUT",
-        "/api/v1/vm.snapshot",
-        Some(&body.to_string()),
-        deadline,
-    )?;
-    let snapshot_ms = ms(paused.elapsed());
-    drop(c);
+    let snapshot_ms = timed_snapshot(binary, &args, &log, g, timeout, |deadline| {
+        api(&sock, "PUT", "/api/v1/vm.pause", None, deadline)?;
+        let body = serde_json::json!({ "destination_url": format!("file://{}", snap.display()) });
+        let body = body.to_string();
+        api(&sock, "PUT", "/api/v1/vm.snapshot", Some(&body), deadline)
+    })?;
     let (file_bytes, disk_bytes) = sizes(&[&snap]);
 
     let mode = match g.ch_restore {
@@ -226,29 +263,23 @@ fn cloud_hypervisor(
         format!("source_url=file://{}{mode}", snap.display()).into(),
     ];
     let log = dir.join("ch-restore.serial.log");
-    let mut input = SerialInput::open()?;
-    let deadline = Instant::now() + timeout;
-    let spawned = Instant::now();
-    let mut c = Reaper(Some(spawn_with_stdin(binary, &args, &log, input.stdin())?));
-    // The API answers before `--restore` has finished ("VM is not
-    // running"): wait for the restored VM to report itself paused.
-    loop {
-        let info = http::request(&sock2, "GET", "/api/v1/vm.info", None, deadline);
-        if matches!(&info, Ok(b) if b.contains("\"Paused\"")) {
-            break;
+    let restore_ms = timed_restore(binary, &args, &log, g, timeout, |deadline| {
+        // The API answers before `--restore` has finished ("VM is not
+        // running"): wait for the restored VM to report itself paused.
+        loop {
+            let info = http::request(&sock2, "GET", "/api/v1/vm.info", None, deadline);
+            if matches!(&info, Ok(b) if b.contains("\"Paused\"")) {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(CycleError::Vmm(format!(
+                    "the restored VM never reported itself paused: {info:?}"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
-        if Instant::now() >= deadline {
-            return Err(CycleError::Vmm(format!(
-                "the restored VM never reported itself paused: {info:?}"
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    api(&sock2, "PUT", "/api/v1/vm.resume", None, deadline)?;
-    let restore_ms = ms(spawned.elapsed());
-    input.release()?;
-    let status = wait(c.child(), binary, deadline, timeout)?;
-    check_restored(status, &log, g.point)?;
+        api(&sock2, "PUT", "/api/v1/vm.resume", None, deadline)
+    })?;
     Ok(Cycle {
         snapshot_ms,
         restore_ms,
@@ -286,63 +317,43 @@ fn firecracker(
     args.push(cfg_path.into());
     args.extend(os(&["--level", "Error"]));
     let log = dir.join("fc-snapshot.serial.log");
-    let deadline = Instant::now() + timeout;
-    let mut c = Reaper(Some(spawn(binary, &args, &log)?));
-    wait_at_point(c.child(), &log, g.point, deadline, timeout)?;
-    let paused = Instant::now();
-    api(
-        &sock,
-        "PATCH",
-        "/vm",
-        Some(r#"{"state":"Paused"}"#),
-        deadline,
-    )?;
-    let body = serde_json::json!({
-        "snapshot_type": "Full",
-        "snapshot_path": state.to_string_lossy(),
-        "mem_file_path": mem.to_string_lossy(),
-    });
-    api(
-        &sock,
-        "PUT",
-        "/snapshot/create",
-        Some(&body.to_string()),
-        deadline,
-    )?;
-    let snapshot_ms = ms(paused.elapsed());
-    drop(c);
+    let snapshot_ms = timed_snapshot(binary, &args, &log, g, timeout, |deadline| {
+        api(
+            &sock,
+            "PATCH",
+            "/vm",
+            Some(r#"{"state":"Paused"}"#),
+            deadline,
+        )?;
+        let body = serde_json::json!({
+            "snapshot_type": "Full",
+            "snapshot_path": state.to_string_lossy(),
+            "mem_file_path": mem.to_string_lossy(),
+        });
+        let body = body.to_string();
+        api(&sock, "PUT", "/snapshot/create", Some(&body), deadline)
+    })?;
     let (file_bytes, disk_bytes) = sizes(&[&state, &mem]);
 
     let mut args: Vec<OsString> = vec!["--api-sock".into(), sock2.clone().into()];
     args.extend(os(&["--level", "Error"]));
     let log = dir.join("fc-restore.serial.log");
-    let mut input = SerialInput::open()?;
-    let deadline = Instant::now() + timeout;
-    let spawned = Instant::now();
-    let mut c = Reaper(Some(spawn_with_stdin(binary, &args, &log, input.stdin())?));
-    let body = serde_json::json!({
-        "snapshot_path": state.to_string_lossy(),
-        "mem_backend": { "backend_type": "File", "backend_path": mem.to_string_lossy() },
-        "resume_vm": false,
-    });
-    api(
-        &sock2,
-        "PUT",
-        "/snapshot/load",
-        Some(&body.to_string()),
-        deadline,
-    )?;
-    api(
-        &sock2,
-        "PATCH",
-        "/vm",
-        Some(r#"{"state":"Resumed"}"#),
-        deadline,
-    )?;
-    let restore_ms = ms(spawned.elapsed());
-    input.release()?;
-    let status = wait(c.child(), binary, deadline, timeout)?;
-    check_restored(status, &log, g.point)?;
+    let restore_ms = timed_restore(binary, &args, &log, g, timeout, |deadline| {
+        let body = serde_json::json!({
+            "snapshot_path": state.to_string_lossy(),
+            "mem_backend": { "backend_type": "File", "backend_path": mem.to_string_lossy() },
+            "resume_vm": false,
+        });
+        let body = body.to_string();
+        api(&sock2, "PUT", "/snapshot/load", Some(&body), deadline)?;
+        api(
+            &sock2,
+            "PATCH",
+            "/vm",
+            Some(r#"{"state":"Resumed"}"#),
+            deadline,
+        )
+    })?;
     Ok(Cycle {
         snapshot_ms,
         restore_ms,
