@@ -300,15 +300,14 @@ fn run_workloads(report: &mut Report, cmdline: &Cmdline, out: &mut Console) -> b
         return false;
     };
     let mut hook = PortReps::ask(cmdline.snapshot, report.tsc_khz);
-    workloads::run_with_hook(
-        &sel,
-        &workloads::runner::Sizes::for_selection(&sel),
-        &feat,
-        report.tsc_khz,
+    let on = workloads::Target {
+        feat: &feat,
+        tsc_khz: report.tsc_khz,
         scratch,
         report,
-        &mut hook,
-    )
+    };
+    let sizes = workloads::runner::Sizes::for_selection(&sel);
+    workloads::run_with_hook(&sel, &sizes, on, &mut hook)
 }
 
 /// Repetitions the VMM asked for on [`REP_PORT`], each signalled there so

@@ -38,13 +38,13 @@ pub fn run_native(
         .map_err(|e| Error::Host(format!("mapping the native rows' memory failed: {e}")))?;
     let mut report = Box::new(Report::new());
     if !sel.is_empty() {
-        workloads::run(
-            &sel,
-            &CpuFeatures::detect(),
+        let on = workloads::Target {
+            feat: &CpuFeatures::detect(),
             tsc_khz,
-            scratch.as_mut_slice(),
-            &mut report,
-        );
+            scratch: scratch.as_mut_slice(),
+            report: &mut report,
+        };
+        workloads::run(&sel, on);
     }
     let backed = scratch_of(&info, info.huge_kib());
     Ok((result_rows(&report, tsc_khz), backed))

@@ -15,7 +15,7 @@
 //! report).
 
 use crate::protocol::{field_str, Report, NAME_LEN};
-use crate::workloads::runner::{run_sizes, Sizes, CTR_SIZES_QUICK, GEMM_SIZES_QUICK};
+use crate::workloads::runner::{run_sizes, Sizes, Target, CTR_SIZES_QUICK, GEMM_SIZES_QUICK};
 use crate::workloads::{scratch_bytes as suite_scratch_bytes, CpuFeatures, Selection};
 
 /// Variant suffix of the rows CPU 0 measured alone.
@@ -67,7 +67,7 @@ pub fn scratch_bytes() -> usize {
 
 /// Run `part` and append its rows (unsuffixed) to `report`; returns true
 /// when every check passed. `feat`, `tsc_khz` and `scratch` as for
-/// [`crate::workloads::run`].
+/// [`crate::workloads::run`]'s [`Target`].
 pub fn run_part(
     part: Part,
     feat: &CpuFeatures,
@@ -75,14 +75,13 @@ pub fn run_part(
     scratch: &mut [u8],
     report: &mut Report,
 ) -> bool {
-    run_sizes(
-        &part.selection(),
-        &part.sizes(),
+    let on = Target {
         feat,
         tsc_khz,
         scratch,
         report,
-    )
+    };
+    run_sizes(&part.selection(), &part.sizes(), on)
 }
 
 /// Append `suffix` to the variant of every result from index `from` on

@@ -43,7 +43,9 @@ pub mod timing;
 pub use aes::{Aes128, AesVariant, RoundKeys};
 pub use features::{CpuFeatures, Requirement};
 pub use gemm::{Dgemm, GemmVariant};
-pub use runner::{mode_row_variant, run, run_row, run_with_hook, scratch_bytes, NoReps, RepHook};
+pub use runner::{
+    mode_row_variant, run, run_row, run_with_hook, scratch_bytes, NoReps, RepHook, Target,
+};
 pub use selection::Selection;
 pub use text::Reason;
 

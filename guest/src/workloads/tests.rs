@@ -2,7 +2,7 @@
 //! fault injection, XCR0 gating and the report records `run` produces.
 
 use super::aes::{kat, soft};
-use super::runner::{run_sizes, Sizes};
+use super::runner::{run_sizes, Sizes, Target};
 use super::std::{string::String, vec, vec::Vec};
 use super::*;
 use crate::protocol::{field_str, Report, WorkUnit};
@@ -150,7 +150,13 @@ const TINY_TSC_KHZ: u64 = 100;
 fn run_tiny(sel: &str, feat: &CpuFeatures, scratch: &mut [u8]) -> (bool, Report) {
     let mut report = Report::new();
     let sel = Selection::parse(sel).unwrap();
-    let ok = run_sizes(&sel, &TINY, feat, TINY_TSC_KHZ, scratch, &mut report);
+    let on = Target {
+        feat,
+        tsc_khz: TINY_TSC_KHZ,
+        scratch,
+        report: &mut report,
+    };
+    let ok = run_sizes(&sel, &TINY, on);
     (ok, report)
 }
 

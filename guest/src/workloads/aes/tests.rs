@@ -200,7 +200,7 @@ mod suite {
     use crate::workloads::aes::gcm::GcmVariant;
     use crate::workloads::aes::xts::XtsVariant;
     use crate::workloads::features::CpuFeatures;
-    use crate::workloads::runner::{run_sizes, Sizes};
+    use crate::workloads::runner::{run_sizes, Sizes, Target};
     use crate::workloads::selection::Selection;
     use crate::workloads::std::vec;
     use crate::workloads::test_support::skip_reason;
@@ -218,7 +218,13 @@ mod suite {
         let mut report = Report::new();
         let sel = Selection::parse(list).unwrap();
         let f = CpuFeatures::detect();
-        let ok = run_sizes(&sel, &SIZES, &f, 100, &mut scratch, &mut report);
+        let on = Target {
+            feat: &f,
+            tsc_khz: 100,
+            scratch: &mut scratch,
+            report: &mut report,
+        };
+        let ok = run_sizes(&sel, &SIZES, on);
         (ok, report)
     }
 

@@ -62,44 +62,35 @@ pub use sizes::{
     MODE_SIZES_QUICK,
 };
 
-/// Runs what `sel` asks for and `feat` allows; pushes a [`ResultRecord`](crate::protocol::ResultRecord)
+/// Where a run's rows execute and what receives them, the same for every
+/// entry point ([`run`], [`run_sizes`], [`run_with_hook`] and the parallel
+/// benchmark's parts).
+pub struct Target<'a> {
+    /// The caller's view (the guest's CPUID and the XCR0 it set); it is
+    /// intersected with [`CpuFeatures::detect`] so a variant never runs on
+    /// a CPU or XCR0 that cannot execute it.
+    pub feat: &'a CpuFeatures,
+    /// The TSC rate (0 = unknown); it sizes the measurements.
+    pub tsc_khz: u64,
+    /// Where every buffer lives ([`scratch_bytes`] says how much is
+    /// enough).
+    pub scratch: &'a mut [u8],
+    /// Receives the rows and the skip records.
+    pub report: &'a mut Report,
+}
+
+/// Runs what `sel` asks for and `on.feat` allows; pushes a [`ResultRecord`](crate::protocol::ResultRecord)
 /// per (workload, variant, size) and a [`SkipRecord`](crate::protocol::SkipRecord) (with a reason like
 /// "needs AVX: XCR0 0x3 lacks AVX state") per variant it did not run.
 /// Returns true when every check passed.
-///
-/// `feat` is the caller's view (the guest's CPUID and the XCR0 it set); it
-/// is intersected with [`CpuFeatures::detect`] so a variant never runs on
-/// a CPU or XCR0 that cannot execute it. `tsc_khz` (0 = unknown) sizes the
-/// measurements; `scratch` is where every buffer lives ([`scratch_bytes`]
-/// says how much is enough).
-pub fn run(
-    sel: &Selection,
-    feat: &CpuFeatures,
-    tsc_khz: u64,
-    scratch: &mut [u8],
-    report: &mut Report,
-) -> bool {
-    run_sizes(
-        sel,
-        &Sizes::for_selection(sel),
-        feat,
-        tsc_khz,
-        scratch,
-        report,
-    )
+pub fn run(sel: &Selection, on: Target<'_>) -> bool {
+    run_sizes(sel, &Sizes::for_selection(sel), on)
 }
 
 /// [`run`] with explicit problem sizes (tests and benchmarks use small or
 /// single sizes); sizes out of range are skipped with a reason.
-pub fn run_sizes(
-    sel: &Selection,
-    sizes: &Sizes,
-    feat: &CpuFeatures,
-    tsc_khz: u64,
-    scratch: &mut [u8],
-    report: &mut Report,
-) -> bool {
-    run_with_hook(sel, sizes, feat, tsc_khz, scratch, report, &mut NoReps)
+pub fn run_sizes(sel: &Selection, sizes: &Sizes, on: Target<'_>) -> bool {
+    run_with_hook(sel, sizes, on, &mut NoReps)
 }
 
 /// [`run_sizes`] with every row repeated [`RepHook::reps`] times and each
@@ -109,13 +100,10 @@ pub fn run_sizes(
 pub fn run_with_hook(
     sel: &Selection,
     sizes: &Sizes,
-    feat: &CpuFeatures,
-    tsc_khz: u64,
-    scratch: &mut [u8],
-    report: &mut Report,
+    on: Target<'_>,
     hook: &mut dyn RepHook,
 ) -> bool {
-    run_inner(sel, sizes, feat, tsc_khz, scratch, report, hook, None)
+    run_inner(sel, sizes, on, hook, None)
 }
 
 /// One repetition of the one row `key` names, measured exactly as a guest
@@ -160,16 +148,13 @@ pub fn run_row(
         last: None,
         on_part,
     };
-    let ok = run_inner(
-        &sel,
-        &sizes,
-        &CpuFeatures::detect(),
+    let on = Target {
+        feat: &CpuFeatures::detect(),
         tsc_khz,
         scratch,
         report,
-        &mut last,
-        Some(key),
-    );
+    };
+    let ok = run_inner(&sel, &sizes, on, &mut last, Some(key));
     match last.last {
         Some(r) => NativeRowOut {
             ran: 1,
@@ -182,17 +167,19 @@ pub fn run_row(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn run_inner(
     sel: &Selection,
     sizes: &Sizes,
-    feat: &CpuFeatures,
-    tsc_khz: u64,
-    scratch: &mut [u8],
-    report: &mut Report,
+    on: Target<'_>,
     hook: &mut dyn RepHook,
     only: Option<RowKey>,
 ) -> bool {
+    let Target {
+        feat,
+        tsc_khz,
+        scratch,
+        report,
+    } = on;
     let usable = feat.intersect(&CpuFeatures::detect());
     let point = hook
         .snapshot_phase()

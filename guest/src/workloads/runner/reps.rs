@@ -67,7 +67,7 @@ mod tests {
 
     use super::*;
     use crate::protocol::{field_str, Report, RowKey, RowKind};
-    use crate::workloads::runner::{run_row, run_with_hook, Sizes};
+    use crate::workloads::runner::{run_row, run_with_hook, Sizes, Target};
     use crate::workloads::{linpack, CpuFeatures, GemmVariant, Selection};
 
     struct Count(u32, Vec<RepRecord>, Vec<PartRecord>);
@@ -103,15 +103,13 @@ mod tests {
         let mut report = Report::new();
         let mut hook = Count(reps, Vec::new(), Vec::new());
         let sel = Selection::parse(workloads).unwrap();
-        assert!(run_with_hook(
-            &sel,
-            sizes,
-            &CpuFeatures::detect(),
-            100,
+        let on = Target {
+            feat: &CpuFeatures::detect(),
+            tsc_khz: 100,
             scratch,
-            &mut report,
-            &mut hook
-        ));
+            report: &mut report,
+        };
+        assert!(run_with_hook(&sel, sizes, on, &mut hook));
         (report, hook)
     }
 
@@ -262,15 +260,13 @@ mod tests {
             };
             let sel = Selection::parse("xts,gcm,quick").unwrap();
             let feat = CpuFeatures::detect();
-            assert!(run_with_hook(
-                &sel,
-                &sizes,
-                &feat,
-                100,
-                &mut scratch,
-                &mut report,
-                &mut hook
-            ));
+            let on = Target {
+                feat: &feat,
+                tsc_khz: 100,
+                scratch: &mut scratch,
+                report: &mut report,
+            };
+            assert!(run_with_hook(&sel, &sizes, on, &mut hook));
             let rows = report.results();
             // Every row but the two portable ones goes round with the
             // others: the first sample of each, then the second ...
@@ -393,15 +389,13 @@ mod tests {
         for phase in SnapshotPhase::ALL {
             let mut report = Report::new();
             let mut hook = Stops(phase, Vec::new());
-            assert!(run_with_hook(
-                &sel,
-                &sizes,
-                &CpuFeatures::detect(),
-                100,
-                &mut scratch,
-                &mut report,
-                &mut hook
-            ));
+            let on = Target {
+                feat: &CpuFeatures::detect(),
+                tsc_khz: 100,
+                scratch: &mut scratch,
+                report: &mut report,
+            };
+            assert!(run_with_hook(&sel, &sizes, on, &mut hook));
             let heard = &hook.1;
             let at: Vec<usize> = (0..heard.len())
                 .filter(|&i| heard[i] == Heard::Point(phase))

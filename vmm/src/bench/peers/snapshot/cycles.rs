@@ -163,18 +163,26 @@ fn read_json(path: &Path) -> Result<serde_json::Value, CycleError> {
     })
 }
 
+/// What the snapshot half of a peer's cycle measured.
+struct Taken {
+    snapshot_ms: f64,
+    file_bytes: u64,
+    disk_bytes: u64,
+}
+
 /// Starts a peer with `args` (its serial output to `log`), waits for the
 /// guest at its snapshot point and times `snapshot` (the pause and
-/// snapshot API calls, given the deadline); the peer is stopped before this
-/// returns. The snapshot's milliseconds.
+/// snapshot API calls, given the deadline); the peer is stopped before the
+/// sizes of the snapshot's `files` are taken.
 fn timed_snapshot(
     binary: &Path,
     args: &[OsString],
     log: &Path,
     g: &PeerGuest<'_>,
     timeout: Duration,
+    files: &[&Path],
     snapshot: impl FnOnce(Instant) -> Result<(), CycleError>,
-) -> Result<f64, CycleError> {
+) -> Result<Taken, CycleError> {
     let deadline = Instant::now() + timeout;
     let mut c = Reaper(Some(spawn(binary, args, log)?));
     wait_at_point(c.child(), log, g.point, deadline, timeout)?;
@@ -182,21 +190,27 @@ fn timed_snapshot(
     snapshot(deadline)?;
     let snapshot_ms = ms(paused.elapsed());
     drop(c);
-    Ok(snapshot_ms)
+    let (file_bytes, disk_bytes) = sizes(files);
+    Ok(Taken {
+        snapshot_ms,
+        file_bytes,
+        disk_bytes,
+    })
 }
 
 /// Starts a peer with `args` (its serial output to `log`, its input a new
 /// pseudo-terminal), times it up to the end of `resume` (the restore and
 /// resume API calls, given the deadline), then releases the guest and
-/// checks the restored run's end. The restore's milliseconds.
+/// checks the restored run's end: the cycle, with what `taken` measured.
 fn timed_restore(
+    taken: Taken,
     binary: &Path,
     args: &[OsString],
     log: &Path,
     g: &PeerGuest<'_>,
     timeout: Duration,
     resume: impl FnOnce(Instant) -> Result<(), CycleError>,
-) -> Result<f64, CycleError> {
+) -> Result<Cycle, CycleError> {
     let mut input = SerialInput::open()?;
     let deadline = Instant::now() + timeout;
     let spawned = Instant::now();
@@ -206,7 +220,12 @@ fn timed_restore(
     input.release()?;
     let status = wait(c.child(), binary, deadline, timeout)?;
     check_restored(status, log, g.point)?;
-    Ok(restore_ms)
+    Ok(Cycle {
+        snapshot_ms: taken.snapshot_ms,
+        restore_ms,
+        file_bytes: taken.file_bytes,
+        disk_bytes: taken.disk_bytes,
+    })
 }
 
 fn cloud_hypervisor(
@@ -244,13 +263,12 @@ fn cloud_hypervisor(
         &words,
     ]));
     let log = dir.join("ch-snapshot.serial.log");
-    let snapshot_ms = timed_snapshot(binary, &args, &log, g, timeout, |deadline| {
+    let taken = timed_snapshot(binary, &args, &log, g, timeout, &[&snap], |deadline| {
         api(&sock, "PUT", "/api/v1/vm.pause", None, deadline)?;
         let body = serde_json::json!({ "destination_url": format!("file://{}", snap.display()) });
         let body = body.to_string();
         api(&sock, "PUT", "/api/v1/vm.snapshot", Some(&body), deadline)
     })?;
-    let (file_bytes, disk_bytes) = sizes(&[&snap]);
 
     let mode = match g.ch_restore {
         ChRestore::Copy => "",
@@ -263,7 +281,7 @@ fn cloud_hypervisor(
         format!("source_url=file://{}{mode}", snap.display()).into(),
     ];
     let log = dir.join("ch-restore.serial.log");
-    let restore_ms = timed_restore(binary, &args, &log, g, timeout, |deadline| {
+    timed_restore(taken, binary, &args, &log, g, timeout, |deadline| {
         // The API answers before `--restore` has finished ("VM is not
         // running"): wait for the restored VM to report itself paused.
         loop {
@@ -279,12 +297,6 @@ fn cloud_hypervisor(
             std::thread::sleep(Duration::from_millis(1));
         }
         api(&sock2, "PUT", "/api/v1/vm.resume", None, deadline)
-    })?;
-    Ok(Cycle {
-        snapshot_ms,
-        restore_ms,
-        file_bytes,
-        disk_bytes,
     })
 }
 
@@ -317,14 +329,10 @@ fn firecracker(
     args.push(cfg_path.into());
     args.extend(os(&["--level", "Error"]));
     let log = dir.join("fc-snapshot.serial.log");
-    let snapshot_ms = timed_snapshot(binary, &args, &log, g, timeout, |deadline| {
-        api(
-            &sock,
-            "PATCH",
-            "/vm",
-            Some(r#"{"state":"Paused"}"#),
-            deadline,
-        )?;
+    let files: [&Path; 2] = [&state, &mem];
+    let taken = timed_snapshot(binary, &args, &log, g, timeout, &files, |deadline| {
+        let paused = Some(r#"{"state":"Paused"}"#);
+        api(&sock, "PATCH", "/vm", paused, deadline)?;
         let body = serde_json::json!({
             "snapshot_type": "Full",
             "snapshot_path": state.to_string_lossy(),
@@ -333,12 +341,11 @@ fn firecracker(
         let body = body.to_string();
         api(&sock, "PUT", "/snapshot/create", Some(&body), deadline)
     })?;
-    let (file_bytes, disk_bytes) = sizes(&[&state, &mem]);
 
     let mut args: Vec<OsString> = vec!["--api-sock".into(), sock2.clone().into()];
     args.extend(os(&["--level", "Error"]));
     let log = dir.join("fc-restore.serial.log");
-    let restore_ms = timed_restore(binary, &args, &log, g, timeout, |deadline| {
+    timed_restore(taken, binary, &args, &log, g, timeout, |deadline| {
         let body = serde_json::json!({
             "snapshot_path": state.to_string_lossy(),
             "mem_backend": { "backend_type": "File", "backend_path": mem.to_string_lossy() },
@@ -346,18 +353,7 @@ fn firecracker(
         });
         let body = body.to_string();
         api(&sock2, "PUT", "/snapshot/load", Some(&body), deadline)?;
-        api(
-            &sock2,
-            "PATCH",
-            "/vm",
-            Some(r#"{"state":"Resumed"}"#),
-            deadline,
-        )
-    })?;
-    Ok(Cycle {
-        snapshot_ms,
-        restore_ms,
-        file_bytes,
-        disk_bytes,
+        let resumed = Some(r#"{"state":"Resumed"}"#);
+        api(&sock2, "PATCH", "/vm", resumed, deadline)
     })
 }
