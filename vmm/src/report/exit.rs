@@ -11,6 +11,8 @@
 //! | 66 | [`EXIT_TIMEOUT`] |
 //! | 67 | [`EXIT_PROTOCOL_VIOLATION`] |
 //! | 68 | [`EXIT_USAGE`] |
+//! | 69 | [`EXIT_GUEST_RESET`] |
+//! | 70 | [`EXIT_XSTATE_MISMATCH`] |
 //!
 //! A guest cannot produce 64 and above: a debug-exit value above 63 is
 //! itself a protocol violation (67).
@@ -28,3 +30,9 @@ pub const EXIT_PROTOCOL_VIOLATION: i32 = 67;
 /// missing value, a guest command-line word the VMM owns): not 2, which is
 /// the guest's CPU-exception status.
 pub const EXIT_USAGE: i32 = 68;
+/// Process exit status when the guest reset the machine (a Linux guest's
+/// `reboot`, or its `panic=N` after a panic: the i8042 reset command).
+pub const EXIT_GUEST_RESET: i32 = 69;
+/// Process exit status when a Linux guest's `x86/fpu:` lines differ from
+/// vmm's xstate layout for the policy (the report names each field).
+pub const EXIT_XSTATE_MISMATCH: i32 = 70;

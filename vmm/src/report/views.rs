@@ -83,6 +83,8 @@ impl SnapshotView {
                 RunEnd::TimedOut(_) => "was stopped by --timeout",
                 RunEnd::Snapshotted(_) => "stopped",
                 RunEnd::ProtocolViolation(_) => "broke the protocol",
+                RunEnd::Reset => "reset the machine",
+                RunEnd::XstateMismatch(_) => "disagreed with vmm's xstate layout",
             };
             if let Some(first) = outcome.snapshot_errors.first() {
                 // The write failed and the guest went on: that is what

@@ -13,26 +13,28 @@ use super::config::{RunConfig, Xfeatures};
 use super::outcome::{xcr0_violation, RunEnd, RunOutcome};
 use super::prepared::{keep_last_serial, monotonic_ns, BootClock, Launch};
 use super::runner::VcpuRunner;
-use crate::arch::boot;
+use crate::arch::boot::{self, Platform};
 use crate::arch::layout::{MAX_MEM_MIB, MIN_MEM_MIB};
 use crate::arch::mptable;
 use crate::cpuid::{validate_policy, GuestCpuid, Policy};
-use crate::devices::Devices;
+use crate::devices::{Devices, SerialIrq};
 use crate::error::{Error, MemoryError, Result};
 use crate::kvm::HostKvm;
 use crate::snapshot::save::{self, SaveContext};
 use crate::vstate::dump::RegisterDump;
 use crate::vstate::machine::{Ap, Machine, VmWithVcpus};
-use crate::vstate::smp;
 use crate::vstate::stop::{supervise, Deadlines};
 use crate::vstate::vcpu;
 use crate::vstate::RamBacking;
+use crate::vstate::{pc, smp};
 use crate::xstate_manager::XstateManager;
 
 /// Boot a guest and run it to the end.
 pub fn run(mut config: RunConfig) -> Result<RunOutcome> {
     let start = Instant::now();
     let plan = check_request(&config)?;
+    let platform = plan.platform();
+    let initrd = initrd_place(&config, &plan)?;
     // The VM and its vCPUs are built and the kernel is loaded into the RAM
     // on this thread while another reads KVM's CPUID table: none of it
     // depends on the table (see `HostKvm::open_overlapping`).
@@ -40,11 +42,22 @@ pub fn run(mut config: RunConfig) -> Result<RunOutcome> {
     // Before anything touches guest RAM, so the kernel load faults in huge
     // pages already (hugetlbfs RAM is huge pages already).
     let hugepages = config.hugepages.map(|b| (b, advise(&ram, b)));
-    let (host, (mut machine, ap_fds), kernel, xcr0) = build_and_load(&mut config, &ram, &plan)?;
+    let (host, (mut machine, ap_fds), kernel, xcr0) =
+        build_and_load(&mut config, &ram, &plan, platform)?;
+    let serial_irq = match platform {
+        Platform::Minimal => SerialIrq::Polled,
+        Platform::Pc => {
+            pc::create_pit(&machine.vm)?;
+            pc::serial_irq(&machine.vm)?
+        }
+    };
     // The CPU count reaches the guest through the MP table (below), as
     // on a PC; a `cpus=` word of the caller's still overrides it.
     let cmdline = with_xfeatures_hint(&config.cmdline, xcr0);
-    boot::write_boot_info(&machine.mem, &cmdline)?;
+    if let (Some(image), Some(at)) = (&config.initrd, initrd) {
+        load_initrd(&machine.mem, image, at.0)?;
+    }
+    boot::write_boot_info(&machine.mem, &cmdline, &kernel, initrd)?;
     let entry = kernel.boot_entry(config.entry);
 
     // The TSC rate is a vCPU property; it goes into the guest's CPUID so the
@@ -61,9 +74,10 @@ pub fn run(mut config: RunConfig) -> Result<RunOutcome> {
         host.xsave2_size,
     )?;
     policy.cpuid_check = Some(check);
-    if config.vcpus > 1 {
+    if config.vcpus > 1 || platform == Platform::Pc {
         write_mptable(&machine, &guest_cpuid, config.vcpus)?;
     }
+    let xsaves = guest_has_xsaves(&guest_cpuid);
     let ap_start = configure_aps(&mut machine, ap_fds, &guest_cpuid, &host, &policy, &config)?;
     let snapshot = match &config.snapshot_file {
         Some(path) => Some(SaveContext {
@@ -82,7 +96,8 @@ pub fn run(mut config: RunConfig) -> Result<RunOutcome> {
         None => None,
     };
     let boot = BootClock::new(entry, &machine.vcpu);
-    let mut devices = Devices::new(config.serial);
+    let mut devices = Devices::with_serial_irq(config.serial, serial_irq);
+    devices.i8042 = platform == Platform::Pc;
     if let Some(start_native) = config.interleave.take() {
         devices.native = Some(start_native(u64::from(tsc_khz)).map_err(Error::Argument)?);
     }
@@ -110,15 +125,48 @@ pub fn run(mut config: RunConfig) -> Result<RunOutcome> {
     outcome.hugepages = hugepages
         .map(|(backing, advised)| hugepages_record(&ram, backing, advised, config.mem_mib));
     outcome.ap_start = ap_start;
+    if platform == Platform::Pc {
+        linux_oracle(&mut outcome, &host.xstate.info, xsaves);
+    }
     drop(ram);
     Ok(outcome)
+}
+
+/// Whether the guest's CPUID offers XSAVES (leaf 0xD.1 EAX bit 3): Linux
+/// then keeps its xstate in the compacted format.
+fn guest_has_xsaves(guest_cpuid: &GuestCpuid) -> bool {
+    guest_cpuid
+        .cpuid
+        .as_slice()
+        .iter()
+        .any(|e| e.function == 0xd && e.index == 1 && e.eax & (1 << 3) != 0)
+}
+
+/// A Linux guest's `x86/fpu:` lines, compared with vmm's layout for the
+/// policy: kept in the outcome, and any difference ends the run as a
+/// failure naming the fields (unless it failed already).
+fn linux_oracle(outcome: &mut RunOutcome, info: &xstate::XsaveInfo, xsaves: bool) {
+    let console = String::from_utf8_lossy(&outcome.serial);
+    let Some(mut oracle) = super::linux_xstate::LinuxXstate::parse(&console) else {
+        return;
+    };
+    oracle.compare(info, outcome.policy.xcr0, xsaves);
+    if !oracle.mismatches.is_empty()
+        && matches!(
+            outcome.end,
+            RunEnd::Reset | RunEnd::Exited(_) | RunEnd::TimedOut(_)
+        )
+    {
+        outcome.end = RunEnd::XstateMismatch(oracle.mismatches.join("; "));
+    }
+    outcome.linux_xstate = Some(oracle);
 }
 
 /// Everything about a run request that can be refused before KVM is
 /// opened: the image first (a bad one never opens KVM, let alone creates a
 /// VM it could corrupt), the snapshot options and destination, the
 /// command-line words the VMM owns. Returns the image's load plan.
-fn check_request(config: &RunConfig) -> Result<crate::arch::elf::ImagePlan> {
+fn check_request(config: &RunConfig) -> Result<boot::KernelPlan> {
     let ram_bytes = ram_bytes(config.mem_mib)?;
     let plan = boot::check_kernel(&config.kernel.bytes, &config.kernel.name, ram_bytes)?;
     // Dynamic xfeatures (AMX) need the host's permission before KVM's table
@@ -136,6 +184,39 @@ fn check_request(config: &RunConfig) -> Result<crate::arch::elf::ImagePlan> {
     // the VMM's alone.
     check_cmdline_words(&config.cmdline)?;
     Ok(plan)
+}
+
+/// Where `--initrd` goes (address, size): the top of the RAM the kernel
+/// may address, above the kernel; refused, naming the sizes, when it does
+/// not fit. Decided before any VM exists.
+fn initrd_place(config: &RunConfig, plan: &boot::KernelPlan) -> Result<Option<(u64, u64)>> {
+    let Some(initrd) = &config.initrd else {
+        return Ok(None);
+    };
+    let size = initrd.bytes.len() as u64;
+    let ram = config.mem_mib << 20;
+    let (limit, end) = (plan.initrd_limit(), plan.kernel_end());
+    match crate::arch::linux::initrd_address(ram, limit, end, size) {
+        Some(at) => Ok(Some((at, size))),
+        None => Err(crate::error::BootError::InitrdTooBig {
+            initrd: initrd.name.clone(),
+            size,
+            kernel_end: end,
+            top: ram.min(crate::arch::layout::LOW_RAM_END).min(limit),
+        }
+        .into()),
+    }
+}
+
+/// Copy the initrd into guest RAM at `at` ([`initrd_place`] chose it).
+fn load_initrd(mem: &GuestMemoryMmap, initrd: &super::config::KernelImage, at: u64) -> Result<()> {
+    use vm_memory::Bytes;
+    mem.write_slice(&initrd.bytes, vm_memory::GuestAddress(at))
+        .map_err(|source| MemoryError::Write {
+            what: "the initrd",
+            source,
+        })?;
+    Ok(())
 }
 
 /// `--hugepages`: advise THP on guest RAM (hugetlbfs RAM is huge pages
@@ -165,20 +246,28 @@ type Built = (
 fn build_and_load(
     config: &mut RunConfig,
     ram: &GuestMemoryMmap,
-    plan: &crate::arch::elf::ImagePlan,
+    plan: &boot::KernelPlan,
+    platform: Platform,
 ) -> Result<Built> {
     let vcpus = config.vcpus;
     let kernel = &config.kernel;
     let build = |kvm: &kvm_ioctls::Kvm| -> Result<_> {
         // Bad counts are refused before any VM exists.
         smp::check_vcpus(vcpus, smp::kvm_max_vcpus(kvm))?;
-        let irqchip = smp::Irqchip::for_new_vm(kvm, vcpus);
+        // The PIT and COM1's IRQ need the PICs and the IOAPIC.
+        let irqchip = match platform {
+            Platform::Minimal => smp::Irqchip::for_new_vm(kvm, vcpus),
+            Platform::Pc => smp::Irqchip::Full,
+        };
         let vm = VmWithVcpus::create(kvm, ram.clone(), vcpus, irqchip)?;
         // Best effort: without it the copy, and later the boot
         // structures, fault the pages in one by one (see
         // `populate_for_write`).
-        let segments = plan.segments.iter().map(|seg| (seg.paddr, seg.filesz));
-        for (at, len) in segments.chain(crate::arch::layout::BOOT_DATA) {
+        for (at, len) in plan
+            .load_ranges()
+            .into_iter()
+            .chain(crate::arch::layout::BOOT_DATA)
+        {
             let _ =
                 crate::vstate::machine::populate_for_write(ram, vm_memory::GuestAddress(at), len);
         }
@@ -337,7 +426,11 @@ pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
     }
     // The VM stays open until the run's results are read.
     let Machine {
-        vm: _vm, vcpu, mem, ..
+        vm: _vm,
+        vcpu,
+        mem,
+        irqchip,
+        ..
     } = l.machine;
     let xstate_sync = l.xstate.policy();
     let deadlines = Deadlines {
@@ -419,7 +512,8 @@ pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
         vcpus: Vec::new(),
         ended_by: 0,
         ap_start: None,
-        irqchip: smp::Irqchip::Absent,
+        irqchip,
+        linux_xstate: None,
     })
 }
 

@@ -12,7 +12,9 @@ use super::{
     ComponentRow, CrashView, FaultView, GuestCpuidView, GuestSupported, GuestXsaveSizes, ResultRow,
     RunSummary, SkipRow, SmpView, SwitchFigure, Timing, VcpuRow,
 };
-use crate::report::exit::{EXIT_GUEST_CRASH, EXIT_PROTOCOL_VIOLATION, EXIT_TIMEOUT};
+use crate::report::exit::{
+    EXIT_GUEST_CRASH, EXIT_GUEST_RESET, EXIT_PROTOCOL_VIOLATION, EXIT_TIMEOUT, EXIT_XSTATE_MISMATCH,
+};
 use crate::report::parallel::Measured;
 use crate::run::{RunEnd, RunOutcome};
 
@@ -153,6 +155,7 @@ impl RunSummary {
             exit_status,
             exit_reason,
             exit_description,
+            linux_xstate: outcome.linux_xstate.clone(),
             guest_xcr0: report.map(|r| XfeatureMask::from_bits(r.xcr0)),
             guest_xcr0_hardware: report.map(|r| XfeatureMask::from_bits(r.xcr0_hardware)),
             guest_xinuse: report.and_then(reported_xinuse),
@@ -261,6 +264,20 @@ fn run_end(end: &RunEnd) -> (Option<u32>, &'static str, String, i32, Option<Cras
             "protocol_violation",
             format!("the guest broke the protocol: {why}"),
             EXIT_PROTOCOL_VIOLATION,
+            None,
+        ),
+        RunEnd::Reset => (
+            None,
+            "reset",
+            "the guest reset the machine (i8042 reset command)".to_string(),
+            EXIT_GUEST_RESET,
+            None,
+        ),
+        RunEnd::XstateMismatch(why) => (
+            None,
+            "xstate_mismatch",
+            format!("Linux's xstate differs from vmm's layout: {why}"),
+            EXIT_XSTATE_MISMATCH,
             None,
         ),
         RunEnd::Snapshotted(p) => (
