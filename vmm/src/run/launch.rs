@@ -44,13 +44,6 @@ pub fn run(mut config: RunConfig) -> Result<RunOutcome> {
     let hugepages = config.hugepages.map(|b| (b, advise(&ram, b)));
     let (host, (mut machine, ap_fds), kernel, xcr0) =
         build_and_load(&mut config, &ram, &plan, platform)?;
-    let serial_irq = match platform {
-        Platform::Minimal => SerialIrq::Polled,
-        Platform::Pc => {
-            pc::create_pit(&machine.vm)?;
-            pc::serial_irq(&machine.vm)?
-        }
-    };
     // The CPU count reaches the guest through the MP table (below), as
     // on a PC; a `cpus=` word of the caller's still overrides it.
     let cmdline = with_xfeatures_hint(&config.cmdline, xcr0);
@@ -96,8 +89,7 @@ pub fn run(mut config: RunConfig) -> Result<RunOutcome> {
         None => None,
     };
     let boot = BootClock::new(entry, &machine.vcpu);
-    let mut devices = Devices::with_serial_irq(config.serial, serial_irq);
-    devices.i8042 = platform == Platform::Pc;
+    let mut devices = platform_devices(platform, &machine.vm, config.serial)?;
     if let Some(start_native) = config.interleave.take() {
         devices.native = Some(start_native(u64::from(tsc_khz)).map_err(Error::Argument)?);
     }
@@ -130,6 +122,25 @@ pub fn run(mut config: RunConfig) -> Result<RunOutcome> {
     }
     drop(ram);
     Ok(outcome)
+}
+
+/// The port bus for `platform`: a PC (a Linux guest) gets the in-kernel
+/// PIT, COM1 on IRQ 4 and the i8042 reset; the minimal platform a polled
+/// COM1 and nothing more.
+fn platform_devices(
+    platform: Platform,
+    vm: &kvm_ioctls::VmFd,
+    sink: crate::devices::SerialSink,
+) -> Result<Devices> {
+    Ok(match platform {
+        Platform::Minimal => Devices::with_serial_irq(sink, SerialIrq::Polled),
+        Platform::Pc => {
+            pc::create_pit(vm)?;
+            let mut devices = Devices::with_serial_irq(sink, pc::serial_irq(vm)?);
+            devices.i8042 = true;
+            devices
+        }
+    })
 }
 
 /// Whether the guest's CPUID offers XSAVES (leaf 0xD.1 EAX bit 3): Linux
