@@ -340,3 +340,37 @@ fn bad_bzimages_and_initrds_are_refused_naming_the_fault() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+/// A snapshot of a Linux guest would lose its PIT and COM1's IRQ: asking
+/// for one is refused before any VM exists, naming why.
+#[test]
+fn a_snapshot_of_a_linux_guest_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let kernel = dir.path().join("bzImage");
+    let mut bz = vec![0u8; 5 * 512 + 0x1_0000];
+    bz[0x1f1] = 4;
+    bz[0x1f4..0x1f8].copy_from_slice(&(0x1_0000u32 / 16).to_le_bytes());
+    bz[0x202..0x206].copy_from_slice(b"HdrS");
+    bz[0x206..0x208].copy_from_slice(&0x020fu16.to_le_bytes());
+    bz[0x211] = 1;
+    bz[0x214..0x218].copy_from_slice(&(1u32 << 20).to_le_bytes());
+    bz[0x236] = 1;
+    std::fs::write(&kernel, &bz).unwrap();
+    let snap = dir.path().join("snap");
+    let out = common::vmm(&[
+        "run",
+        "--kernel",
+        kernel.to_str().unwrap(),
+        "--snapshot-file",
+        snap.to_str().unwrap(),
+        "--snapshot-after",
+        "1",
+    ]);
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(
+        err.contains("is a Linux kernel, and snapshots of its PC"),
+        "{err}"
+    );
+    assert!(!snap.exists());
+}

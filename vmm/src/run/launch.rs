@@ -70,7 +70,7 @@ pub fn run(mut config: RunConfig) -> Result<RunOutcome> {
     if config.vcpus > 1 || platform == Platform::Pc {
         write_mptable(&machine, &guest_cpuid, config.vcpus)?;
     }
-    let xsaves = guest_has_xsaves(&guest_cpuid);
+    let xsaves = super::linux_xstate::guest_has_xsaves(&guest_cpuid);
     let ap_start = configure_aps(&mut machine, ap_fds, &guest_cpuid, &host, &policy, &config)?;
     let snapshot = match &config.snapshot_file {
         Some(path) => Some(SaveContext {
@@ -118,7 +118,7 @@ pub fn run(mut config: RunConfig) -> Result<RunOutcome> {
         .map(|(backing, advised)| hugepages_record(&ram, backing, advised, config.mem_mib));
     outcome.ap_start = ap_start;
     if platform == Platform::Pc {
-        linux_oracle(&mut outcome, &host.xstate.info, xsaves);
+        super::linux_xstate::linux_oracle(&mut outcome, &host.xstate.info, xsaves);
     }
     drop(ram);
     Ok(outcome)
@@ -143,36 +143,6 @@ fn platform_devices(
     })
 }
 
-/// Whether the guest's CPUID offers XSAVES (leaf 0xD.1 EAX bit 3): Linux
-/// then keeps its xstate in the compacted format.
-fn guest_has_xsaves(guest_cpuid: &GuestCpuid) -> bool {
-    guest_cpuid
-        .cpuid
-        .as_slice()
-        .iter()
-        .any(|e| e.function == 0xd && e.index == 1 && e.eax & (1 << 3) != 0)
-}
-
-/// A Linux guest's `x86/fpu:` lines, compared with vmm's layout for the
-/// policy: kept in the outcome, and any difference ends the run as a
-/// failure naming the fields (unless it failed already).
-fn linux_oracle(outcome: &mut RunOutcome, info: &xstate::XsaveInfo, xsaves: bool) {
-    let console = String::from_utf8_lossy(&outcome.serial);
-    let Some(mut oracle) = super::linux_xstate::LinuxXstate::parse(&console) else {
-        return;
-    };
-    oracle.compare(info, outcome.policy.xcr0, xsaves);
-    if !oracle.mismatches.is_empty()
-        && matches!(
-            outcome.end,
-            RunEnd::Reset | RunEnd::Exited(_) | RunEnd::TimedOut(_)
-        )
-    {
-        outcome.end = RunEnd::XstateMismatch(oracle.mismatches.join("; "));
-    }
-    outcome.linux_xstate = Some(oracle);
-}
-
 /// Everything about a run request that can be refused before KVM is
 /// opened: the image first (a bad one never opens KVM, let alone creates a
 /// VM it could corrupt), the snapshot options and destination, the
@@ -180,6 +150,11 @@ fn linux_oracle(outcome: &mut RunOutcome, info: &xstate::XsaveInfo, xsaves: bool
 fn check_request(config: &RunConfig) -> Result<boot::KernelPlan> {
     let ram_bytes = ram_bytes(config.mem_mib)?;
     let plan = boot::check_kernel(&config.kernel.bytes, &config.kernel.name, ram_bytes)?;
+    // A PC's PIT and COM1 IRQ are not in a snapshot: refused, not lost.
+    if plan.platform() == Platform::Pc && config.snapshot_file.is_some() {
+        let image = config.kernel.name.clone();
+        return Err(crate::error::BootError::LinuxSnapshot { image }.into());
+    }
     // Dynamic xfeatures (AMX) need the host's permission before KVM's table
     // and KVM_CAP_XSAVE2 are read and before any vCPU exists; a resolved
     // `--xfeatures` asked for it already.

@@ -250,5 +250,41 @@ impl LinuxXstate {
     }
 }
 
+/// Whether the guest's CPUID offers XSAVES (leaf 0xD.1 EAX bit 3): Linux
+/// then keeps its xstate in the compacted format.
+pub(crate) fn guest_has_xsaves(guest_cpuid: &crate::cpuid::GuestCpuid) -> bool {
+    guest_cpuid
+        .cpuid
+        .as_slice()
+        .iter()
+        .any(|e| e.function == 0xd && e.index == 1 && e.eax & (1 << 3) != 0)
+}
+
+/// A Linux guest's `x86/fpu:` lines, compared with vmm's layout for the
+/// policy: kept in the outcome, and any difference ends the run as a
+/// failure naming the fields (unless it failed already).
+pub(crate) fn linux_oracle(
+    outcome: &mut super::outcome::RunOutcome,
+    info: &xstate::XsaveInfo,
+    xsaves: bool,
+) {
+    let console = String::from_utf8_lossy(&outcome.serial);
+    let Some(mut oracle) = LinuxXstate::parse(&console) else {
+        return;
+    };
+    oracle.compare(info, outcome.policy.xcr0, xsaves);
+    if !oracle.mismatches.is_empty()
+        && matches!(
+            outcome.end,
+            super::outcome::RunEnd::Reset
+                | super::outcome::RunEnd::Exited(_)
+                | super::outcome::RunEnd::TimedOut(_)
+        )
+    {
+        outcome.end = super::outcome::RunEnd::XstateMismatch(oracle.mismatches.join("; "));
+    }
+    outcome.linux_xstate = Some(oracle);
+}
+
 #[cfg(test)]
 mod tests;
