@@ -95,7 +95,23 @@ fn boot(kernel: &str, entry: &str, policy: &str) -> (std::process::Output, serde
     if policy != "kvm" {
         args.extend(["--xfeatures", policy]);
     }
-    vmm_json(&args)
+    let (out, v) = vmm_json(&args);
+    // Known, not understood: about one boot in twenty on kvm_amd under
+    // TCG triple-faults in Linux's late initcalls, mid-way through a
+    // console line (docs/hw-kvm.md). One retry, said on stderr; a second
+    // triple fault fails the test.
+    if in_hw_kvm_harness()
+        && v["exit_description"]
+            .as_str()
+            .is_some_and(|d| d.contains("KVM_EXIT_SHUTDOWN"))
+    {
+        eprintln!(
+            "RETRY {policy}: the first boot ended with {}",
+            v["exit_description"]
+        );
+        return vmm_json(&args);
+    }
+    (out, v)
 }
 
 /// On a hardware-style KVM, Linux boots through PVH for each policy (0x3,
