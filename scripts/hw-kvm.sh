@@ -78,6 +78,8 @@ need_apt=0
 static_busybox() { [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1; }
 static_busybox || need_apt=1
 command -v cpio >/dev/null || need_apt=1
+# Debian's kernel payload is LZ4 (scripts/linux_guest.py).
+command -v lz4 >/dev/null || need_apt=1
 if [ "$need_apt" = 1 ]; then
     [ "$(id -u)" = 0 ] || die "QEMU >= 8, busybox-static and cpio are needed; run as root to install them"
     export DEBIAN_FRONTEND=noninteractive
@@ -89,7 +91,7 @@ if [ "$need_apt" = 1 ]; then
     target_release=()
     apt-cache policy qemu-system-x86 | grep -q bookworm-backports && target_release=(-t bookworm-backports)
     apt-get install -y -qq --no-install-recommends "${target_release[@]}" qemu-system-x86 >/dev/null
-    apt-get install -y -qq --no-install-recommends busybox-static cpio >/dev/null
+    apt-get install -y -qq --no-install-recommends busybox-static cpio lz4 >/dev/null
 fi
 major=$(qemu_major)
 [ "${major:-0}" -ge 8 ] || die "QEMU $major is too old: TCG before 8 does not intercept XSETBV for an SVM guest"
@@ -111,6 +113,30 @@ kmods=$kdir/lib/modules/$kver/kernel
 for m in virt/lib/irqbypass.ko arch/x86/kvm/kvm.ko arch/x86/kvm/kvm-amd.ko; do
     [ -f "$kmods/$m" ] || die "kernel $kver has no $m"
 done
+# The stock Linux guest vmm/tests/linux.rs boots on kvm_amd: the package's
+# bzImage, the vmlinux inside it (for the PVH entry), and an initramfs
+# whose init prints the CPU flags Linux shows and reboots.
+linux=$work/linux
+if [ ! -f "$linux/vmlinux" ] || [ "$vmlinuz" -nt "$linux/vmlinux" ]; then
+    python3 "$root/scripts/linux_guest.py" "$vmlinuz" "$linux" >&2 ||
+        die "cannot prepare the Linux guest from $vmlinuz"
+fi
+if [ ! -f "$linux/initrd.cpio" ] || [ "$0" -nt "$linux/initrd.cpio" ]; then
+    ird=$(mktemp -d)
+    mkdir -p "$ird/bin" "$ird/proc"
+    cp /bin/busybox "$ird/bin/busybox"
+    # The flags through the tty (COM1's IRQ 4), then a line through the
+    # kernel log that says the tty let it through.
+    printf '%s\n' '#!/bin/busybox sh' \
+        '/bin/busybox mount -t proc proc /proc' \
+        'echo "VMM-INITRD init runs: $(/bin/busybox grep -E "ttyS|timer|^ *4:" /proc/interrupts)" >/dev/kmsg' \
+        'echo "VMM-INITRD $(/bin/busybox grep -m1 "^flags" /proc/cpuinfo)"' \
+        'echo "VMM-INITRD tty done: $(/bin/busybox grep ttyS /proc/interrupts)" >/dev/kmsg' \
+        '/bin/busybox reboot -f' >"$ird/init"
+    chmod +x "$ird/init"
+    (cd "$ird" && find . | cpio -o -H newc --quiet) >"$linux/initrd.cpio"
+    rm -rf "$ird"
+fi
 say "QEMU $(qemu-system-x86_64 --version | head -1 | awk '{print $4}'), kernel $kver"
 [ "$install_only" = 0 ] || exit 0
 
@@ -162,6 +188,8 @@ cp /bin/busybox "$rootfs/bin/busybox"
 for m in virt/lib/irqbypass.ko arch/x86/kvm/kvm.ko arch/x86/kvm/kvm-amd.ko; do
     cp "$kmods/$m" "$rootfs/mods/"
 done
+mkdir -p "$rootfs$linux"
+cp "$linux/bzImage" "$linux/vmlinux" "$linux/initrd.cpio" "$rootfs$linux/"
 # The source tree at its own path, without build output.
 (cd "$root" && git ls-files -z | cpio -0 -pdm --quiet "$rootfs$root")
 # Binaries at their own paths, without debug info.
@@ -210,6 +238,7 @@ if [ ! -c /dev/kvm ]; then
 fi
 say "HARNESS kvm \$(uname -r) \$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2) cpus=\$(nproc)"
 export VMM_REQUIRE_KVM=1 VMM_HW_KVM=1 RUST_BACKTRACE=0 HOME=/root TMPDIR=/tmp
+export VMM_LINUX_DIR=$linux
 cd $root
 EOF
 if [ -n "$exec_cmd" ]; then

@@ -33,17 +33,10 @@ use guest::protocol::{
 use guest::protocol::snapshot::point_of;
 use guest::protocol::SnapshotPhase;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
-use vm_superio::{Serial, Trigger};
+use vm_superio::Serial;
 
-/// Serial interrupts go nowhere: the guest polls, and no irqchip exists.
-pub struct NoInterrupt;
-
-impl Trigger for NoInterrupt {
-    type E = std::convert::Infallible;
-    fn trigger(&self) -> Result<(), Self::E> {
-        Ok(())
-    }
-}
+mod pc;
+pub use pc::{SerialIrq, I8042_COMMAND_PORT, I8042_RESET};
 
 /// Where the guest's serial output goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,6 +143,8 @@ pub enum PortAction {
     /// The guest asks for a snapshot (`SNAPSHOT_PORT`, only decoded when
     /// [`Devices::snapshots`] is set), at its point of that phase or not.
     Snapshot(Option<SnapshotPhase>),
+    /// The guest pulsed the reset line (the i8042 reset command 0xFE).
+    Reset,
 }
 
 /// The outcome of the guest handing over a report.
@@ -225,7 +220,7 @@ pub fn bounded_reason(mut reason: String) -> String {
 /// The port bus.
 pub struct Devices {
     /// COM1.
-    pub serial: Serial<NoInterrupt, vm_superio::serial::NoEvents, SerialOut>,
+    pub serial: Serial<SerialIrq, vm_superio::serial::NoEvents, SerialOut>,
     /// The last valid report the guest handed over.
     pub report: Option<Box<Report>>,
     /// Valid reports a later one replaced.
@@ -246,6 +241,9 @@ pub struct Devices {
     /// Whether the run can take a snapshot: without, `SNAPSHOT_PORT`
     /// decodes nothing, like any port without a device.
     pub snapshots: bool,
+    /// Whether the i8042's command port is decoded (a PC guest's reset,
+    /// see [`I8042_RESET`]); the embedded guest's bus leaves it undecoded.
+    pub i8042: bool,
 }
 
 /// The native side of interleaved repetitions, as the port bus drives it.
@@ -272,11 +270,16 @@ pub trait NativeSide: Send {
 const SERIAL_SPAN: u16 = 8;
 
 impl Devices {
-    /// A fresh bus: COM1 at reset, no reports.
+    /// A fresh bus: COM1 at reset, polled, no reports.
     pub fn new(sink: SerialSink) -> Self {
+        Self::with_serial_irq(sink, SerialIrq::Polled)
+    }
+
+    /// A fresh bus whose COM1 raises `irq`.
+    pub fn with_serial_irq(sink: SerialSink, irq: SerialIrq) -> Self {
         Self {
             serial: Serial::new(
-                NoInterrupt,
+                irq,
                 SerialOut {
                     sink,
                     buf: Vec::new(),
@@ -291,6 +294,7 @@ impl Devices {
             unhandled_ports: 0,
             native: None,
             snapshots: false,
+            i8042: false,
         }
     }
 
@@ -325,6 +329,7 @@ impl Devices {
             MARK_PORT => PortAction::Mark(le_value(data)),
             SNAPSHOT_PORT if self.snapshots => PortAction::Snapshot(point_of(le_value(data))),
             XSTATE_EDIT_PORT => PortAction::EditXmm(le_value(data)),
+            I8042_COMMAND_PORT if self.i8042 => self.i8042_write(data),
             REPORT_PORT => {
                 self.take_report(mem, le_value(data) as u64);
                 PortAction::Continue
@@ -377,6 +382,7 @@ impl Devices {
             // the `out`, or none without a snapshot file): a guest at a
             // snapshot point must not wait to be released.
             SNAPSHOT_PORT => put_le(data, SNAPSHOT_SYNC),
+            I8042_COMMAND_PORT if self.i8042 => Self::i8042_read(data),
             _ => {
                 self.unhandled_ports += 1;
                 data.fill(0xff);
@@ -432,169 +438,4 @@ fn read_report(mem: &GuestMemoryMmap, addr: u64) -> ReportDelivery {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ram() -> GuestMemoryMmap {
-        GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 1 << 20)]).unwrap()
-    }
-
-    #[test]
-    fn serial_capture_keeps_the_tail_and_counts_the_rest() {
-        let mut d = Devices::new(SerialSink::Null);
-        let mem = ram();
-        // 3 MiB + 5 bytes, in writes of every size from 1 byte to 4 KiB.
-        let total = 3 * SERIAL_CAPTURE_MAX + 5;
-        let mut written = 0;
-        let mut n = 1;
-        while written < total {
-            let len = n.min(total - written);
-            let chunk: Vec<u8> = (written..written + len).map(|i| (i % 251) as u8).collect();
-            d.port_write(&mem, SERIAL_PORT, &chunk);
-            written += len;
-            n = n % 4096 + 1;
-        }
-        let kept = d.serial_output();
-        assert_eq!(kept.len(), SERIAL_CAPTURE_MAX);
-        let first = total - SERIAL_CAPTURE_MAX;
-        assert!(kept
-            .iter()
-            .enumerate()
-            .all(|(i, &b)| b == ((first + i) % 251) as u8));
-        assert_eq!(d.serial.writer().dropped(), first as u64);
-        assert!(d.serial.writer().buf.capacity() <= 4 * SERIAL_CAPTURE_MAX);
-
-        // One write larger than the capture keeps its own tail.
-        let mut out = SerialOut {
-            sink: SerialSink::Null,
-            buf: Vec::new(),
-            written: 0,
-        };
-        let big: Vec<u8> = (0..SERIAL_CAPTURE_MAX + 10).map(|i| i as u8).collect();
-        out.write_all(&big).unwrap();
-        assert_eq!(out.captured(), &big[10..]);
-        assert_eq!(out.dropped(), 10);
-    }
-
-    #[test]
-    fn only_the_last_valid_report_is_kept() {
-        let mem = ram();
-        let mut d = Devices::new(SerialSink::Null);
-        let mut r = Report::new();
-        for i in 0..1000u64 {
-            r.tsc_khz = i;
-            mem.write_slice(r.as_bytes(), GuestAddress(0x1000)).unwrap();
-            d.port_write(&mem, REPORT_PORT, &0x1000u32.to_le_bytes());
-        }
-        assert_eq!(d.report.as_ref().unwrap().tsc_khz, 999);
-        assert_eq!(d.reports_dropped, 999);
-        assert_eq!(d.report_errors.total(), 0);
-    }
-
-    #[test]
-    fn refused_reports_keep_the_first_reasons_and_count_the_rest() {
-        let mem = ram();
-        let mut d = Devices::new(SerialSink::Null);
-        for i in 0..1000u32 {
-            // Outside RAM, or RAM without a report.
-            let addr: u32 = if i % 2 == 0 { 0xffff_f000 } else { 0 };
-            d.port_write(&mem, REPORT_PORT, &addr.to_le_bytes());
-        }
-        assert!(d.report.is_none());
-        assert_eq!(d.report_errors.items().len(), MAX_REPORT_ERRORS);
-        assert_eq!(d.report_errors.dropped(), 1000 - MAX_REPORT_ERRORS as u64);
-        let first = &d.report_errors.items()[0];
-        assert!(
-            first.starts_with("report address 0xfffff000 (+") && first.contains("not in guest RAM"),
-            "{first}"
-        );
-    }
-
-    #[test]
-    fn the_report_exit_port_delivers_the_report_and_ends_with_its_status() {
-        let mem = ram();
-        let mut d = Devices::new(SerialSink::Null);
-        let mut r = Report::new();
-        r.tsc_khz = 1234;
-        mem.write_slice(r.as_bytes(), GuestAddress(0x2040)).unwrap();
-        let v = guest::protocol::report_exit_value(0x2040, 37).unwrap();
-        assert_eq!(v, 0x2040 | 37);
-        match d.port_write(&mem, REPORT_EXIT_PORT, &v.to_le_bytes()) {
-            PortAction::Exit(status) => assert_eq!(status, 37),
-            other => panic!("{other:?}"),
-        }
-        assert_eq!(d.report.as_ref().unwrap().tsc_khz, 1234);
-        assert_eq!((d.reports_dropped, d.report_errors.total()), (0, 0));
-    }
-
-    #[test]
-    fn a_bad_report_at_the_report_exit_port_is_refused_and_the_run_still_ends() {
-        let mem = ram();
-        let mut d = Devices::new(SerialSink::Null);
-        // Outside RAM, status 3; then RAM without a report, status 0.
-        for (v, want) in [(0xffff_f000u32 | 3, 3), (0x4000, 0)] {
-            match d.port_write(&mem, REPORT_EXIT_PORT, &v.to_le_bytes()) {
-                PortAction::Exit(status) => assert_eq!(status, want),
-                other => panic!("{other:?}"),
-            }
-        }
-        assert!(d.report.is_none());
-        assert_eq!(d.report_errors.total(), 2);
-        assert!(
-            d.report_errors.items()[0].starts_with("report address 0xfffff000 (+"),
-            "{:?}",
-            d.report_errors.items()
-        );
-    }
-
-    #[test]
-    fn edit_status_is_read_back_from_the_edit_port() {
-        let mut d = Devices::new(SerialSink::Null);
-        let mut v = [0u8; 4];
-        d.port_read(XSTATE_EDIT_PORT, &mut v);
-        assert_eq!(u32::from_le_bytes(v), guest::protocol::EDIT_STATUS_NONE);
-        d.refuse_edit("x".repeat(10 * MAX_REASON_LEN));
-        d.port_read(XSTATE_EDIT_PORT, &mut v);
-        assert_eq!(u32::from_le_bytes(v), guest::protocol::EDIT_STATUS_REFUSED);
-        assert_eq!(d.refused_requests.items()[0].len(), MAX_REASON_LEN);
-        assert_eq!(d.unhandled_ports, 0);
-    }
-
-    /// A guest at a snapshot point reads the snapshot port: `vmm` always
-    /// answers that it acted on the request (taken, or declined without a
-    /// snapshot file), so the guest never waits for a release byte.
-    #[test]
-    fn the_snapshot_port_answers_sync_with_or_without_a_snapshot_file() {
-        let mem = ram();
-        for snapshots in [false, true] {
-            let mut d = Devices::new(SerialSink::Null);
-            d.snapshots = snapshots;
-            let mid = guest::protocol::snapshot::point_request(SnapshotPhase::Mid);
-            let action = d.port_write(&mem, SNAPSHOT_PORT, &mid.to_le_bytes());
-            let want = if snapshots {
-                PortAction::Snapshot(Some(SnapshotPhase::Mid))
-            } else {
-                PortAction::Continue
-            };
-            assert_eq!(action, want);
-            let mut v = [0u8; 4];
-            d.port_read(SNAPSHOT_PORT, &mut v);
-            assert_eq!(u32::from_le_bytes(v), SNAPSHOT_SYNC);
-            assert_eq!(d.unhandled_ports, u64::from(!snapshots));
-        }
-    }
-
-    #[test]
-    fn first_n_counts_what_it_drops() {
-        let mut f = FirstN::new(3);
-        for i in 0..10 {
-            f.push(i);
-        }
-        assert_eq!(f.items(), &[0, 1, 2]);
-        assert_eq!((f.dropped(), f.total()), (7, 10));
-        assert_eq!(
-            bounded_reason("é".repeat(MAX_REASON_LEN)).len(),
-            MAX_REASON_LEN
-        );
-    }
-}
+mod tests;

@@ -518,9 +518,11 @@ impl Error {
                  offer it to guests; `vmm features --no-boot` shows what this host offers"
                     .into(),
             ),
-            Error::Boot(BootError::NotElf { .. } | BootError::Image { .. }) => Some(
-                "--kernel takes a PVH ELF kernel (one with a XEN_ELFNOTE_PHYS32_ENTRY note); \
-                 without --kernel the embedded guest boots"
+            Error::Boot(
+                BootError::NotElf { .. } | BootError::Image { .. } | BootError::BzImage { .. },
+            ) => Some(
+                "--kernel takes a PVH ELF kernel (one with a XEN_ELFNOTE_PHYS32_ENTRY note) or a \
+                 64-bit Linux bzImage; without --kernel the embedded guest boots"
                     .into(),
             ),
             Error::Memory(MemoryError::SizeOutOfRange(_)) => Some(format!(

@@ -207,6 +207,20 @@ impl InputFile {
         Ok(())
     }
 
+    /// Up to `n` bytes from the start (fewer for a shorter file); the
+    /// position is left at 0.
+    pub fn read_head(&mut self, n: usize) -> Result<Vec<u8>, InputError> {
+        let mut found = Vec::with_capacity(n);
+        (&mut self.file)
+            .take(n as u64)
+            .read_to_end(&mut found)
+            .map_err(|source| self.read_err(source))?;
+        self.file
+            .seek(SeekFrom::Start(0))
+            .map_err(|source| self.read_err(source))?;
+        Ok(found)
+    }
+
     /// The whole file (at most the bound it was opened with: a file that
     /// grew since is refused: [`InputError::Grew`]).
     pub fn read_all(mut self) -> Result<Vec<u8>, InputError> {

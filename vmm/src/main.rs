@@ -99,9 +99,15 @@ enum InitArg {
 
 #[derive(clap::Args)]
 struct RunArgs {
-    /// A PVH ELF kernel to boot instead of the embedded guest.
+    /// A kernel to boot instead of the embedded guest: a PVH ELF, or a
+    /// 64-bit Linux bzImage (Linux boot protocol). A Linux kernel gets a
+    /// PC: irqchip, PIT, COM1 on IRQ 4, the i8042 reset.
     #[arg(long, value_name = "PATH")]
     kernel: Option<PathBuf>,
+    /// An initramfs for a Linux --kernel (PVH module list, or the bzImage
+    /// zero page's ramdisk fields), placed at the top of low RAM.
+    #[arg(long, value_name = "PATH", requires = "kernel")]
+    initrd: Option<PathBuf>,
     /// Guest RAM in MiB, 4 to 1047552: up to 3 GiB below the 32-bit hole,
     /// the rest from 4 GiB; the host backs only what the guest touches.
     #[arg(
@@ -287,6 +293,11 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
         snapshot_file: args.session.snapshot_file.clone(),
         snapshot_force: args.session.force,
         entry: args.entry,
+        initrd: args
+            .initrd
+            .as_deref()
+            .map(KernelImage::initrd_from_file)
+            .transpose()?,
         interleave: None,
         hugepages: args.hugepages,
         vcpus: args.vcpus,

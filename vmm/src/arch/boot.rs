@@ -10,15 +10,18 @@ use std::io::Cursor;
 
 use linux_loader::configurator::pvh::PvhBootConfigurator;
 use linux_loader::configurator::{BootConfigurator, BootParams};
-use linux_loader::loader::elf::start_info::{hvm_memmap_table_entry, hvm_start_info};
+use linux_loader::loader::elf::start_info::{
+    hvm_memmap_table_entry, hvm_modlist_entry, hvm_start_info,
+};
 use linux_loader::loader::elf::Elf;
 use linux_loader::loader::KernelLoader;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 
-use super::elf::{check_image, ImagePlan};
+use super::elf::{check_image, ImagePlan, ELF_MAGIC};
 use super::layout::{
     RamRegion, CMDLINE_ADDR, CMDLINE_MAX, EBDA_START, HIGHMEM_START, MEMMAP_ADDR, START_INFO_ADDR,
 };
+use super::linux::{self, BzImagePlan, LoadedBzImage};
 use crate::arch::error::{BootError, MemoryError};
 
 /// `hvm_start_info.magic`: "xEn3" with the top bit of the last byte set.
@@ -27,6 +30,54 @@ const XEN_HVM_START_MAGIC: u32 = 0x336e_c578;
 const E820_RAM: u32 = 1;
 /// E820 type of the legacy VGA/BIOS hole.
 const E820_RESERVED: u32 = 2;
+
+/// Where PVH's module list (the initrd) goes: just past `hvm_start_info`.
+const MODLIST_ADDR: u64 = START_INFO_ADDR + 0x800;
+
+/// What a kernel image loads and how it starts: a PVH ELF or a bzImage,
+/// checked before any VM exists.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KernelPlan {
+    /// A PVH ELF (the embedded guest, a Linux `vmlinux`).
+    Elf(ImagePlan),
+    /// A bzImage, booted by the Linux boot protocol.
+    BzImage(BzImagePlan),
+}
+
+impl KernelPlan {
+    /// The platform the image needs.
+    pub fn platform(&self) -> Platform {
+        match self {
+            KernelPlan::Elf(plan) => Platform::for_image(plan),
+            KernelPlan::BzImage(_) => Platform::Pc,
+        }
+    }
+
+    /// The guest ranges the load writes, to fault in first.
+    pub fn load_ranges(&self) -> Vec<(u64, u64)> {
+        match self {
+            KernelPlan::Elf(plan) => plan.segments.iter().map(|s| (s.paddr, s.filesz)).collect(),
+            KernelPlan::BzImage(plan) => vec![(HIGHMEM_START, plan.kernel_bytes)],
+        }
+    }
+
+    /// The first address an initrd may take: past the kernel, and for a
+    /// bzImage past the room it decompresses into.
+    pub fn kernel_end(&self) -> u64 {
+        match self {
+            KernelPlan::Elf(plan) => plan.end,
+            KernelPlan::BzImage(plan) => plan.end,
+        }
+    }
+
+    /// The highest address an initrd may end at.
+    pub fn initrd_limit(&self) -> u64 {
+        match self {
+            KernelPlan::Elf(_) => u64::from(u32::MAX) + 1,
+            KernelPlan::BzImage(plan) => plan.initrd_limit,
+        }
+    }
+}
 
 /// A loaded kernel: where it lives and where to start it.
 #[derive(Clone, Copy, Debug)]
@@ -37,6 +88,33 @@ pub struct LoadedKernel {
     pub entry64: Option<u64>,
     /// First byte past the loaded segments.
     pub end: u64,
+    /// A bzImage's 64-bit entry and setup header (PVH ELF: none).
+    pub bzimage: Option<LoadedBzImage>,
+}
+
+/// The machine a kernel gets. The embedded guest (and any other image)
+/// needs nothing but RAM, COM1 (polled) and the protocol's ports; a Linux
+/// kernel (one whose Xen guest-OS note says "linux") gets a PC: an
+/// in-kernel irqchip and PIT, COM1 on IRQ 4, the MP table and the i8042
+/// reset, for any vCPU count (see `crate::vstate::pc`). The embedded
+/// guest's machine, and so its start-up cost, stays what it was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Platform {
+    /// The embedded guest's machine.
+    Minimal,
+    /// A PC, as Firecracker and Cloud Hypervisor give a Linux guest.
+    Pc,
+}
+
+impl Platform {
+    /// The platform the image `plan` describes needs.
+    pub fn for_image(plan: &ImagePlan) -> Platform {
+        if plan.linux {
+            Platform::Pc
+        } else {
+            Platform::Minimal
+        }
+    }
 }
 
 /// Which entry `vmm` may start a kernel at (`vmm run --entry`).
@@ -58,6 +136,9 @@ pub enum BootEntry {
     Pvh(u64),
     /// vmm's direct entry: long mode on the VMM's page tables.
     Direct64(u64),
+    /// The Linux boot protocol's 64-bit entry: long mode on the VMM's
+    /// page tables, `%rsi` at the zero page.
+    Linux64(u64),
 }
 
 impl BootEntry {
@@ -66,6 +147,7 @@ impl BootEntry {
         match self {
             Self::Pvh(_) => "pvh",
             Self::Direct64(_) => "direct64",
+            Self::Linux64(_) => "linux64",
         }
     }
 }
@@ -73,6 +155,10 @@ impl BootEntry {
 impl LoadedKernel {
     /// The entry `choice` selects for this kernel.
     pub fn boot_entry(&self, choice: EntryChoice) -> BootEntry {
+        if let Some(bz) = &self.bzimage {
+            // A bzImage has one entry.
+            return BootEntry::Linux64(bz.entry64);
+        }
         match (choice, self.entry64) {
             (EntryChoice::Auto, Some(e)) => BootEntry::Direct64(e),
             _ => BootEntry::Pvh(self.entry),
@@ -91,8 +177,20 @@ pub fn load_kernel(
     mem: &GuestMemoryMmap,
     image: &[u8],
     name: &str,
-    plan: &ImagePlan,
+    plan: &KernelPlan,
 ) -> Result<LoadedKernel, BootError> {
+    let plan = match plan {
+        KernelPlan::Elf(plan) => plan,
+        KernelPlan::BzImage(_) => {
+            let bz = linux::load_bzimage(mem, image, name)?;
+            return Ok(LoadedKernel {
+                entry: bz.entry64,
+                entry64: None,
+                end: bz.end,
+                bzimage: Some(bz),
+            });
+        }
+    };
     let mut cursor = Cursor::new(image);
     Elf::load(mem, None, &mut cursor, Some(GuestAddress(HIGHMEM_START))).map_err(|source| {
         BootError::ElfLoad {
@@ -104,21 +202,39 @@ pub fn load_kernel(
         entry: plan.entry,
         entry64: plan.entry64,
         end: plan.end,
+        bzimage: None,
     })
 }
 
-/// Check a kernel image for a guest with `ram_bytes` of RAM (see
-/// [`super::elf`]), naming the image in the error: done before any VM
-/// exists.
-pub fn check_kernel(image: &[u8], name: &str, ram_bytes: u64) -> Result<ImagePlan, BootError> {
-    check_image(image, ram_bytes).map_err(|source| BootError::Image {
-        image: name.to_string(),
-        source,
-    })
+/// Check a kernel image for a guest with `ram_bytes` of RAM: a PVH ELF
+/// (see [`super::elf`]) or a bzImage (see [`super::linux`]), naming the
+/// image in the error: done before any VM exists.
+pub fn check_kernel(image: &[u8], name: &str, ram_bytes: u64) -> Result<KernelPlan, BootError> {
+    if !image.starts_with(ELF_MAGIC) && linux::is_bzimage(image) {
+        return linux::check_bzimage(image, ram_bytes)
+            .map(KernelPlan::BzImage)
+            .map_err(|source| BootError::BzImage {
+                image: name.to_string(),
+                source,
+            });
+    }
+    check_image(image, ram_bytes)
+        .map(KernelPlan::Elf)
+        .map_err(|source| BootError::Image {
+            image: name.to_string(),
+            source,
+        })
 }
 
-/// Write the command line, memory map and `hvm_start_info`.
-pub fn write_boot_info(mem: &GuestMemoryMmap, cmdline: &str) -> Result<(), MemoryError> {
+/// Write the command line and, for `kernel`, the zero page (bzImage) or
+/// the memory map and `hvm_start_info` (PVH), each naming the initrd at
+/// `initrd` (address, size) when there is one.
+pub fn write_boot_info(
+    mem: &GuestMemoryMmap,
+    cmdline: &str,
+    kernel: &LoadedKernel,
+    initrd: Option<(u64, u64)>,
+) -> Result<(), MemoryError> {
     if cmdline.len() >= CMDLINE_MAX || cmdline.as_bytes().contains(&0) {
         return Err(MemoryError::Cmdline(cmdline.len()));
     }
@@ -138,16 +254,33 @@ pub fn write_boot_info(mem: &GuestMemoryMmap, cmdline: &str) -> Result<(), Memor
         })
         .collect();
     let memmap = memmap(&regions);
+    if let Some(bz) = &kernel.bzimage {
+        let e820: Vec<(u64, u64, u32)> = memmap.iter().map(|e| (e.addr, e.size, e.type_)).collect();
+        return linux::write_zero_page(mem, bz, cmdline.len(), initrd, &e820);
+    }
+    let modlist: Vec<hvm_modlist_entry> = initrd
+        .map(|(paddr, size)| hvm_modlist_entry {
+            paddr,
+            size,
+            ..Default::default()
+        })
+        .into_iter()
+        .collect();
     let start_info = hvm_start_info {
         magic: XEN_HVM_START_MAGIC,
         version: 1,
         cmdline_paddr: CMDLINE_ADDR,
         memmap_paddr: MEMMAP_ADDR,
         memmap_entries: memmap.len() as u32,
+        nr_modules: modlist.len() as u32,
+        modlist_paddr: if modlist.is_empty() { 0 } else { MODLIST_ADDR },
         ..Default::default()
     };
     let mut params = BootParams::new(&start_info, GuestAddress(START_INFO_ADDR));
     params.set_sections(&memmap, GuestAddress(MEMMAP_ADDR));
+    if !modlist.is_empty() {
+        params.set_modules(&modlist, GuestAddress(MODLIST_ADDR));
+    }
     PvhBootConfigurator::write_bootparams::<GuestMemoryMmap>(&params, mem)
         .map_err(MemoryError::BootParams)?;
     Ok(())
@@ -219,7 +352,13 @@ mod tests {
     #[test]
     fn a_16_gib_guest_gets_its_high_ram_in_the_map() {
         let mem = crate::vstate::machine::allocate_ram(16 << 10).unwrap();
-        write_boot_info(&mem, "quiet").unwrap();
+        let kernel = LoadedKernel {
+            entry: 0,
+            entry64: None,
+            end: 0,
+            bzimage: None,
+        };
+        write_boot_info(&mem, "quiet", &kernel, None).unwrap();
         let n: u32 = mem.read_obj(GuestAddress(START_INFO_ADDR + 0x30)).unwrap();
         assert_eq!(n, 4);
         let last = MEMMAP_ADDR + 3 * 24;

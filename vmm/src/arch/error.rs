@@ -171,8 +171,12 @@ pub enum BootError {
     /// file of a kernel's size.
     #[error(transparent)]
     KernelFile(#[from] crate::input::InputError),
-    /// The file does not start with the ELF magic.
-    #[error("kernel image {image}: not an ELF file ({len} bytes, no \\x7fELF magic)")]
+    /// The file does not start with the ELF magic and has no bzImage
+    /// header.
+    #[error(
+        "kernel image {image}: not an ELF file ({len} bytes, no \\x7fELF magic) nor a bzImage \
+         (no \"HdrS\" at 0x202)"
+    )]
     NotElf {
         /// The image's name.
         image: String,
@@ -188,6 +192,50 @@ pub enum BootError {
         #[source]
         source: crate::arch::elf::ImageError,
     },
+    /// The bzImage breaks a rule of `arch::linux` (checked before any VM
+    /// exists).
+    #[error("kernel image {image}: invalid bzImage: {source}")]
+    BzImage {
+        /// The image's name.
+        image: String,
+        /// The rule it breaks.
+        #[source]
+        source: BzImageError,
+    },
+    /// linux-loader's bzImage loader refused the image.
+    #[error("kernel image {image}: bzImage load failed: {source}")]
+    BzImageLoad {
+        /// The image's name.
+        image: String,
+        /// What linux-loader said.
+        #[source]
+        source: linux_loader::loader::Error,
+    },
+    /// A snapshot was asked of a Linux kernel, whose PC (PIT, COM1's
+    /// IRQ) a snapshot does not hold.
+    #[error(
+        "--snapshot-file: {image} is a Linux kernel, and snapshots of its PC (PIT, COM1's IRQ) \
+         are not built"
+    )]
+    LinuxSnapshot {
+        /// The image's name.
+        image: String,
+    },
+    /// The initrd does not fit in guest RAM above the kernel.
+    #[error(
+        "initrd {initrd}: {size} bytes do not fit in guest RAM between the kernel's end {kernel_end:#x} \
+         and {top:#x} (the end of low RAM the kernel may address); give more --mem"
+    )]
+    InitrdTooBig {
+        /// The initrd's name.
+        initrd: String,
+        /// Its size.
+        size: u64,
+        /// The first address it could take.
+        kernel_end: u64,
+        /// The highest end it could have.
+        top: u64,
+    },
     /// The ELF loader refused the image.
     #[error("kernel image {image}: ELF load failed: {source}")]
     ElfLoad {
@@ -196,5 +244,67 @@ pub enum BootError {
         /// What linux-loader said.
         #[source]
         source: linux_loader::loader::Error,
+    },
+}
+
+/// Why a file is not a bzImage this VMM can boot.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BzImageError {
+    /// Shorter than its header.
+    #[error("truncated: {len} bytes, shorter than the boot protocol header (0x264 bytes)")]
+    ShortHeader {
+        /// The file's size.
+        len: u64,
+    },
+    /// No `HdrS` at 0x202.
+    #[error("no \"HdrS\" boot protocol header at 0x202")]
+    NoHeader,
+    /// Too old a boot protocol.
+    #[error("boot protocol {major}.{minor:02} has no 64-bit entry (2.12 or later needed)")]
+    OldProtocol {
+        /// Major version.
+        major: u8,
+        /// Minor version.
+        minor: u8,
+    },
+    /// Not a 64-bit kernel, or one that must not be loaded high.
+    #[error("not a 64-bit kernel loadable at 1 MiB (loadflags {loadflags:#x}, xloadflags {xloadflags:#x})")]
+    Not64 {
+        /// `loadflags`.
+        loadflags: u8,
+        /// `xloadflags`.
+        xloadflags: u16,
+    },
+    /// The kernel asks to be loaded below 1 MiB.
+    #[error("code32_start {0:#x} is below 1 MiB: the kernel must load at 1 MiB")]
+    LowLoad(u64),
+    /// The file ends before the kernel its header describes.
+    #[error(
+        "truncated: {len} bytes, the header describes {need} (setup {setup} + kernel {kernel})"
+    )]
+    Truncated {
+        /// The file's size.
+        len: u64,
+        /// What the header describes.
+        need: u64,
+        /// The setup code's bytes.
+        setup: u64,
+        /// The protected-mode kernel's bytes.
+        kernel: u64,
+    },
+    /// The kernel needs more RAM than the guest has below the 32-bit hole.
+    #[error(
+        "needs RAM up to {need:#x} to decompress itself (init_size {init_size:#x} from its \
+         preferred address {pref:#x}); the guest's low RAM ends at {ram:#x}"
+    )]
+    TooBigForRam {
+        /// The end it needs.
+        need: u64,
+        /// Its preferred load address (at least 1 MiB).
+        pref: u64,
+        /// `init_size`.
+        init_size: u64,
+        /// The end of the guest's low RAM.
+        ram: u64,
     },
 }

@@ -1,7 +1,8 @@
 //! The x86 PC platform the guest boots on: where things sit in guest
 //! physical memory (`layout`), which kernel images are acceptable
 //! ([`elf`]), how a PVH kernel is loaded and told about its memory
-//! ([`boot`]), how it learns its CPUs ([`mptable`]), the register state it
+//! ([`boot`]), the Linux boot protocol of a bzImage ([`linux`]), how it
+//! learns its CPUs ([`mptable`]), the register state it
 //! starts in (`regs`), with the page tables of the direct 64-bit entry
 //! (`paging`), and the host permission dynamic xfeatures (AMX tile data)
 //! need ([`amx`]).
@@ -14,6 +15,7 @@ pub mod boot;
 pub mod elf;
 pub(crate) mod error;
 pub mod layout;
+pub mod linux;
 pub mod mptable;
 pub(crate) mod paging;
 pub(crate) mod regs;

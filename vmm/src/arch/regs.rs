@@ -105,6 +105,13 @@ pub fn setup_entry(
     match entry {
         BootEntry::Pvh(at) => setup_vcpu_regs(mem, sregs, at),
         BootEntry::Direct64(at) => setup_vcpu_regs_direct(mem, sregs, at),
+        // The same long-mode state; the boot protocol wants the zero page
+        // in %rsi and nothing else.
+        BootEntry::Linux64(at) => Ok(kvm_regs {
+            rbx: 0,
+            rsi: crate::arch::linux::ZERO_PAGE_ADDR,
+            ..setup_vcpu_regs_direct(mem, sregs, at)?
+        }),
     }
 }
 

@@ -12,6 +12,8 @@
 //! | 67 | [`EXIT_PROTOCOL_VIOLATION`] |
 //! | 68 | [`EXIT_USAGE`] |
 //! | 69 | [`EXIT_SNAPSHOT_MEMORY`] |
+//! | 70 | [`EXIT_GUEST_RESET`] |
+//! | 71 | [`EXIT_XSTATE_MISMATCH`] |
 //!
 //! A guest cannot produce 64 and above: a debug-exit value above 63 is
 //! itself a protocol violation (67).
@@ -38,3 +40,9 @@ pub const EXIT_USAGE: i32 = 68;
 /// next free status above the VMM's range (sysexits' `EX_UNAVAILABLE`, a
 /// coincidence: nothing else here follows sysexits).
 pub const EXIT_SNAPSHOT_MEMORY: i32 = 69;
+/// Process exit status when the guest reset the machine (a Linux guest's
+/// `reboot`, or its `panic=N` after a panic: the i8042 reset command).
+pub const EXIT_GUEST_RESET: i32 = 70;
+/// Process exit status when a Linux guest's `x86/fpu:` lines differ from
+/// vmm's xstate layout for the policy (the report names each field).
+pub const EXIT_XSTATE_MISMATCH: i32 = 71;

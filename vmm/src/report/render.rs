@@ -323,6 +323,18 @@ impl RunSummary {
             );
         }
         let _ = writeln!(s, "  XINUSE at end     {}", mask_names(self.guest_xinuse));
+        if let Some(l) = &self.linux_xstate {
+            // Linux's own account, then what differs from vmm's layout.
+            for line in &l.lines {
+                let _ = writeln!(s, "  linux  {line}");
+            }
+            let verdict = if l.mismatches.is_empty() {
+                "every value agrees with vmm's layout".to_string()
+            } else {
+                l.mismatches.join("; ")
+            };
+            let _ = writeln!(s, "  linux vs vmm      {verdict}");
+        }
         if let Some(c) = &self.guest_cpuid {
             let _ = writeln!(
                 s,

@@ -84,6 +84,8 @@ impl SnapshotView {
                 RunEnd::Snapshotted(_) => "stopped",
                 RunEnd::ProtocolViolation(_) => "broke the protocol",
                 RunEnd::SnapshotMemory(_) => "was stopped (its snapshot's memory failed)",
+                RunEnd::Reset => "reset the machine",
+                RunEnd::XstateMismatch(_) => "disagreed with vmm's xstate layout",
             };
             if let Some(first) = outcome.snapshot_errors.first() {
                 // The write failed and the guest went on: that is what

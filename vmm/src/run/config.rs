@@ -33,20 +33,24 @@ impl KernelImage {
     }
 
     /// A kernel read from a file: a regular file of at most
-    /// [`MAX_KERNEL_BYTES`] that starts with the ELF magic, checked in that
-    /// order before the rest is read (so `/dev/zero`, a FIFO or a huge
-    /// sparse file is refused at once, naming the rule).
+    /// [`MAX_KERNEL_BYTES`] that starts with the ELF magic or carries the
+    /// bzImage header, checked in that order before the rest is read (so
+    /// `/dev/zero`, a FIFO or a huge sparse file is refused at once,
+    /// naming the rule).
     pub fn from_file(path: &std::path::Path) -> Result<Self> {
         let mut file =
             input::open_regular(path, "kernel", MAX_KERNEL_BYTES).map_err(BootError::from)?;
+        let not_kernel = |len| BootError::NotElf {
+            image: path.display().to_string(),
+            len,
+        };
         match file.check_magic(ELF_MAGIC, "the ELF magic") {
             Ok(()) => {}
             Err(InputError::BadMagic { .. }) => {
-                return Err(BootError::NotElf {
-                    image: path.display().to_string(),
-                    len: file.len(),
+                let head = file.read_head(0x206).map_err(BootError::from)?;
+                if !crate::arch::linux::is_bzimage(&head) {
+                    return Err(not_kernel(file.len()).into());
                 }
-                .into())
             }
             Err(e) => return Err(BootError::from(e).into()),
         }
@@ -54,6 +58,23 @@ impl KernelImage {
         Ok(Self {
             name: path.display().to_string(),
             bytes: bytes.into(),
+        })
+    }
+}
+
+/// The largest `--initrd` read.
+pub const MAX_INITRD_BYTES: u64 = 1 << 30;
+
+impl KernelImage {
+    /// An initrd read from a file: a regular file of at most
+    /// `MAX_INITRD_BYTES` (1 GiB); whether it fits the guest's RAM is checked
+    /// once the kernel is known.
+    pub fn initrd_from_file(path: &std::path::Path) -> Result<Self> {
+        let file =
+            input::open_regular(path, "initrd", MAX_INITRD_BYTES).map_err(BootError::from)?;
+        Ok(Self {
+            name: path.display().to_string(),
+            bytes: file.read_all().map_err(BootError::from)?.into(),
         })
     }
 }
@@ -92,6 +113,8 @@ pub struct RunConfig {
     pub vcpus: u32,
     /// Which entry the kernel may be started at (`--entry`).
     pub entry: EntryChoice,
+    /// The initramfs to load (`--initrd`), for a Linux kernel.
+    pub initrd: Option<KernelImage>,
     /// Interleave native repetitions of every workload row with the
     /// guest's (None: the guest runs each row once, unobserved).
     pub interleave: Option<StartNative>,
@@ -189,6 +212,7 @@ impl Default for RunConfig {
             snapshot_file: None,
             snapshot_force: false,
             entry: EntryChoice::Auto,
+            initrd: None,
             interleave: None,
             hugepages: None,
             vcpus: 1,

@@ -13,26 +13,28 @@ use super::config::{RunConfig, Xfeatures};
 use super::outcome::{xcr0_violation, RunEnd, RunOutcome};
 use super::prepared::{keep_last_serial, monotonic_ns, BootClock, Launch};
 use super::runner::VcpuRunner;
-use crate::arch::boot;
+use crate::arch::boot::{self, Platform};
 use crate::arch::layout::{MAX_MEM_MIB, MIN_MEM_MIB};
 use crate::arch::mptable;
 use crate::cpuid::{validate_policy, GuestCpuid, Policy};
-use crate::devices::Devices;
+use crate::devices::{Devices, SerialIrq};
 use crate::error::{Error, MemoryError, Result};
 use crate::kvm::HostKvm;
 use crate::snapshot::save::{self, SaveContext};
 use crate::vstate::dump::RegisterDump;
 use crate::vstate::machine::{Ap, Machine, VmWithVcpus};
-use crate::vstate::smp;
 use crate::vstate::stop::{supervise, Deadlines};
 use crate::vstate::vcpu;
 use crate::vstate::RamBacking;
+use crate::vstate::{pc, smp};
 use crate::xstate_manager::XstateManager;
 
 /// Boot a guest and run it to the end.
 pub fn run(mut config: RunConfig) -> Result<RunOutcome> {
     let start = Instant::now();
     let plan = check_request(&config)?;
+    let platform = plan.platform();
+    let initrd = initrd_place(&config, &plan)?;
     // The VM and its vCPUs are built and the kernel is loaded into the RAM
     // on this thread while another reads KVM's CPUID table: none of it
     // depends on the table (see `HostKvm::open_overlapping`).
@@ -40,11 +42,15 @@ pub fn run(mut config: RunConfig) -> Result<RunOutcome> {
     // Before anything touches guest RAM, so the kernel load faults in huge
     // pages already (hugetlbfs RAM is huge pages already).
     let hugepages = config.hugepages.map(|b| (b, advise(&ram, b)));
-    let (host, (mut machine, ap_fds), kernel, xcr0) = build_and_load(&mut config, &ram, &plan)?;
+    let (host, (mut machine, ap_fds), kernel, xcr0) =
+        build_and_load(&mut config, &ram, &plan, platform)?;
     // The CPU count reaches the guest through the MP table (below), as
     // on a PC; a `cpus=` word of the caller's still overrides it.
     let cmdline = with_xfeatures_hint(&config.cmdline, xcr0);
-    boot::write_boot_info(&machine.mem, &cmdline)?;
+    if let (Some(image), Some(at)) = (&config.initrd, initrd) {
+        load_initrd(&machine.mem, image, at.0)?;
+    }
+    boot::write_boot_info(&machine.mem, &cmdline, &kernel, initrd)?;
     let entry = kernel.boot_entry(config.entry);
 
     // The TSC rate is a vCPU property; it goes into the guest's CPUID so the
@@ -61,9 +67,10 @@ pub fn run(mut config: RunConfig) -> Result<RunOutcome> {
         host.xsave2_size,
     )?;
     policy.cpuid_check = Some(check);
-    if config.vcpus > 1 {
+    if config.vcpus > 1 || platform == Platform::Pc {
         write_mptable(&machine, &guest_cpuid, config.vcpus)?;
     }
+    let xsaves = super::linux_xstate::guest_has_xsaves(&guest_cpuid);
     let ap_start = configure_aps(&mut machine, ap_fds, &guest_cpuid, &host, &policy, &config)?;
     let snapshot = match &config.snapshot_file {
         Some(path) => Some(SaveContext {
@@ -82,7 +89,7 @@ pub fn run(mut config: RunConfig) -> Result<RunOutcome> {
         None => None,
     };
     let boot = BootClock::new(entry, &machine.vcpu);
-    let mut devices = Devices::new(config.serial);
+    let mut devices = platform_devices(platform, &machine.vm, config.serial)?;
     if let Some(start_native) = config.interleave.take() {
         devices.native = Some(start_native(u64::from(tsc_khz)).map_err(Error::Argument)?);
     }
@@ -111,17 +118,44 @@ pub fn run(mut config: RunConfig) -> Result<RunOutcome> {
     outcome.hugepages = hugepages
         .map(|(backing, advised)| hugepages_record(&ram, backing, advised, config.mem_mib));
     outcome.ap_start = ap_start;
+    if platform == Platform::Pc {
+        super::linux_xstate::linux_oracle(&mut outcome, &host.xstate.info, xsaves);
+    }
     drop(ram);
     Ok(outcome)
+}
+
+/// The port bus for `platform`: a PC (a Linux guest) gets the in-kernel
+/// PIT, COM1 on IRQ 4 and the i8042 reset; the minimal platform a polled
+/// COM1 and nothing more.
+fn platform_devices(
+    platform: Platform,
+    vm: &kvm_ioctls::VmFd,
+    sink: crate::devices::SerialSink,
+) -> Result<Devices> {
+    Ok(match platform {
+        Platform::Minimal => Devices::with_serial_irq(sink, SerialIrq::Polled),
+        Platform::Pc => {
+            pc::create_pit(vm)?;
+            let mut devices = Devices::with_serial_irq(sink, pc::serial_irq(vm)?);
+            devices.i8042 = true;
+            devices
+        }
+    })
 }
 
 /// Everything about a run request that can be refused before KVM is
 /// opened: the image first (a bad one never opens KVM, let alone creates a
 /// VM it could corrupt), the snapshot options and destination, the
 /// command-line words the VMM owns. Returns the image's load plan.
-fn check_request(config: &RunConfig) -> Result<crate::arch::elf::ImagePlan> {
+fn check_request(config: &RunConfig) -> Result<boot::KernelPlan> {
     let ram_bytes = ram_bytes(config.mem_mib)?;
     let plan = boot::check_kernel(&config.kernel.bytes, &config.kernel.name, ram_bytes)?;
+    // A PC's PIT and COM1 IRQ are not in a snapshot: refused, not lost.
+    if plan.platform() == Platform::Pc && config.snapshot_file.is_some() {
+        let image = config.kernel.name.clone();
+        return Err(crate::error::BootError::LinuxSnapshot { image }.into());
+    }
     // Dynamic xfeatures (AMX) need the host's permission before KVM's table
     // and KVM_CAP_XSAVE2 are read and before any vCPU exists; a resolved
     // `--xfeatures` asked for it already.
@@ -137,6 +171,39 @@ fn check_request(config: &RunConfig) -> Result<crate::arch::elf::ImagePlan> {
     // the VMM's alone.
     check_cmdline_words(&config.cmdline)?;
     Ok(plan)
+}
+
+/// Where `--initrd` goes (address, size): the top of the RAM the kernel
+/// may address, above the kernel; refused, naming the sizes, when it does
+/// not fit. Decided before any VM exists.
+fn initrd_place(config: &RunConfig, plan: &boot::KernelPlan) -> Result<Option<(u64, u64)>> {
+    let Some(initrd) = &config.initrd else {
+        return Ok(None);
+    };
+    let size = initrd.bytes.len() as u64;
+    let ram = config.mem_mib << 20;
+    let (limit, end) = (plan.initrd_limit(), plan.kernel_end());
+    match crate::arch::linux::initrd_address(ram, limit, end, size) {
+        Some(at) => Ok(Some((at, size))),
+        None => Err(crate::error::BootError::InitrdTooBig {
+            initrd: initrd.name.clone(),
+            size,
+            kernel_end: end,
+            top: ram.min(crate::arch::layout::LOW_RAM_END).min(limit),
+        }
+        .into()),
+    }
+}
+
+/// Copy the initrd into guest RAM at `at` ([`initrd_place`] chose it).
+fn load_initrd(mem: &GuestMemoryMmap, initrd: &super::config::KernelImage, at: u64) -> Result<()> {
+    use vm_memory::Bytes;
+    mem.write_slice(&initrd.bytes, vm_memory::GuestAddress(at))
+        .map_err(|source| MemoryError::Write {
+            what: "the initrd",
+            source,
+        })?;
+    Ok(())
 }
 
 /// `--hugepages`: advise THP on guest RAM (hugetlbfs RAM is huge pages
@@ -166,20 +233,28 @@ type Built = (
 fn build_and_load(
     config: &mut RunConfig,
     ram: &GuestMemoryMmap,
-    plan: &crate::arch::elf::ImagePlan,
+    plan: &boot::KernelPlan,
+    platform: Platform,
 ) -> Result<Built> {
     let vcpus = config.vcpus;
     let kernel = &config.kernel;
     let build = |kvm: &kvm_ioctls::Kvm| -> Result<_> {
         // Bad counts are refused before any VM exists.
         smp::check_vcpus(vcpus, smp::kvm_max_vcpus(kvm))?;
-        let irqchip = smp::Irqchip::for_new_vm(kvm, vcpus);
+        // The PIT and COM1's IRQ need the PICs and the IOAPIC.
+        let irqchip = match platform {
+            Platform::Minimal => smp::Irqchip::for_new_vm(kvm, vcpus),
+            Platform::Pc => smp::Irqchip::Full,
+        };
         let vm = VmWithVcpus::create(kvm, ram.clone(), vcpus, irqchip)?;
         // Best effort: without it the copy, and later the boot
         // structures, fault the pages in one by one (see
         // `populate_for_write`).
-        let segments = plan.segments.iter().map(|seg| (seg.paddr, seg.filesz));
-        for (at, len) in segments.chain(crate::arch::layout::BOOT_DATA) {
+        for (at, len) in plan
+            .load_ranges()
+            .into_iter()
+            .chain(crate::arch::layout::BOOT_DATA)
+        {
             let _ =
                 crate::vstate::machine::populate_for_write(ram, vm_memory::GuestAddress(at), len);
         }
@@ -338,7 +413,11 @@ pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
     }
     // The VM stays open until the run's results are read.
     let Machine {
-        vm: _vm, vcpu, mem, ..
+        vm: _vm,
+        vcpu,
+        mem,
+        irqchip,
+        ..
     } = l.machine;
     let xstate_sync = l.xstate.policy();
     let deadlines = Deadlines {
@@ -427,7 +506,8 @@ pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
         vcpus: Vec::new(),
         ended_by: 0,
         ap_start: None,
-        irqchip: smp::Irqchip::Absent,
+        irqchip,
+        linux_xstate: None,
     })
 }
 

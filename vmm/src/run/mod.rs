@@ -14,9 +14,12 @@
 //! - `smp_run`: several vCPUs, one thread each, under one supervisor.
 //! - [`restore`]: resuming a snapshot in a new VM.
 //! - `outcome`: what a run produced ([`RunOutcome`], [`RunEnd`]).
+//! - [`linux_xstate`]: a Linux guest's `x86/fpu:` lines, compared with
+//!   vmm's layout.
 
 pub(crate) mod config;
 pub(crate) mod launch;
+pub mod linux_xstate;
 pub(crate) mod outcome;
 pub(crate) mod prepared;
 pub mod restore;

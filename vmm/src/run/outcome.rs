@@ -37,6 +37,13 @@ pub enum RunEnd {
     /// ([`crate::snapshot::pager::PageError`]): the VMM's loss, not the
     /// guest's doing. The sentence names the page and the section.
     SnapshotMemory(String),
+    /// The guest reset the machine (the i8042's reset command: how Linux
+    /// reboots a PC without ACPI, and what `panic=N` ends in).
+    Reset,
+    /// A Linux guest's account of its xstate differs from vmm's layout
+    /// for the policy (see [`super::linux_xstate`]); the sentence names
+    /// the fields.
+    XstateMismatch(String),
 }
 
 impl RunEnd {
@@ -69,6 +76,10 @@ impl RunEnd {
             RunEnd::SnapshotMemory(why) => Some(format!(
                 "the restored guest was stopped: its snapshot's memory failed: {why}"
             )),
+            RunEnd::Reset => Some("the guest reset the machine".into()),
+            RunEnd::XstateMismatch(why) => {
+                Some(format!("Linux's xstate differs from vmm's layout: {why}"))
+            }
         }
     }
 }
@@ -207,6 +218,9 @@ pub struct RunOutcome {
     pub ap_start: Option<crate::vstate::smp::ApStart>,
     /// The VM's interrupt hardware.
     pub irqchip: crate::vstate::smp::Irqchip,
+    /// A Linux guest's account of its xstate, compared with vmm's (the
+    /// PC platform only; null when the console held no `x86/fpu:` line).
+    pub linux_xstate: Option<super::linux_xstate::LinuxXstate>,
     /// The interleaved native repetitions, when they were asked for.
     pub native: Option<Box<dyn NativeSide>>,
     /// What `--hugepages` did, when asked for.

@@ -227,6 +227,7 @@ impl VcpuRunner {
             match action {
                 PortAction::Continue => {}
                 PortAction::Exit(status) => return Ok(LoopExit::Ended(RunEnd::guest_exit(status))),
+                PortAction::Reset => return Ok(LoopExit::Ended(RunEnd::Reset)),
                 PortAction::Mark(v) => self.marks.push((v, self.start.elapsed())),
                 PortAction::EditXmm(reg) => self.edit_xmm(reg)?,
                 // The machine is saved once every vCPU has stopped.
@@ -519,11 +520,40 @@ fn internal_error(vcpu: &mut VcpuFd) -> String {
         _ => "unknown suberror",
     };
     let n = (internal.ndata as usize).min(internal.data.len());
-    format!(
-        "KVM_EXIT_INTERNAL_ERROR suberror {}: {what}; data {:x?}",
-        internal.suberror,
-        &internal.data[..n]
-    )
+    let data = &internal.data[..n];
+    let mut text = format!(
+        "KVM_EXIT_INTERNAL_ERROR suberror {}: {what}",
+        internal.suberror
+    );
+    if internal.suberror == KVM_INTERNAL_ERROR_EMULATION {
+        if let Some(bytes) = emulation_failure_bytes(data) {
+            text.push_str(&format!("; instruction bytes {bytes}"));
+        }
+    }
+    if let Ok(regs) = vcpu.get_regs() {
+        let cpl = vcpu.get_sregs().map(|s| s.cs.dpl).unwrap_or(0);
+        text.push_str(&format!(" at rip {:#x} (CPL{cpl})", regs.rip));
+    }
+    text.push_str(&format!("; data {data:x?}"));
+    text
+}
+
+/// The instruction bytes of an emulation failure's data, when KVM gave
+/// them (`KVM_INTERNAL_ERROR_EMULATION_FLAG_INSTRUCTION_BYTES` in
+/// `data[0]`, then `insn_size` and up to 15 bytes packed from `data[1]`,
+/// as `struct kvm_run.emulation_failure` lays them out), as hex.
+pub(crate) fn emulation_failure_bytes(data: &[u64]) -> Option<String> {
+    const FLAG_INSTRUCTION_BYTES: u64 = 1;
+    if data.len() < 2 || data[0] & FLAG_INSTRUCTION_BYTES == 0 {
+        return None;
+    }
+    let packed: Vec<u8> = data[1..].iter().flat_map(|w| w.to_le_bytes()).collect();
+    let size = usize::from(packed[0]).min(15).min(packed.len() - 1);
+    let bytes: Vec<String> = packed[1..=size]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    (!bytes.is_empty()).then(|| bytes.join(" "))
 }
 
 #[cfg(test)]

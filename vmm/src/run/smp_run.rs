@@ -124,6 +124,7 @@ pub(super) fn execute_smp(l: Launch) -> Result<RunOutcome> {
         ap_start: None,
         irqchip,
         stopped_at: c.stopped_at,
+        linux_xstate: None,
     })
 }
 

@@ -20,7 +20,7 @@ use super::format::{Container, FormatError, SectionInfo, PAGES_SECTION};
 use super::state::{bounds, IrqchipState, Meta, Snapshot, VcpuState, IRQCHIP_SECTIONS};
 use crate::arch::layout::MAX_MEM_MIB;
 use crate::cpuid::{GuestCpuid, Policy};
-use crate::devices::{Devices, NoInterrupt, SerialSink};
+use crate::devices::{Devices, SerialIrq, SerialSink};
 use crate::error::{Error, Result, VcpuError};
 use crate::vstate::vcpu;
 
@@ -374,7 +374,7 @@ pub(crate) fn restored_devices(sink: SerialSink, meta: &Meta) -> Result<Devices>
     let fresh = Devices::new(sink);
     let out = fresh.serial.into_writer();
     let state = vm_superio::serial::SerialState::from(&meta.serial);
-    let serial = Serial::from_state(&state, NoInterrupt, vm_superio::serial::NoEvents, out)
+    let serial = Serial::from_state(&state, SerialIrq::Polled, vm_superio::serial::NoEvents, out)
         .map_err(|e| VcpuError::UartState(format!("{e:?}")))?;
     Ok(Devices { serial, ..fresh })
 }

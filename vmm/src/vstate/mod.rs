@@ -10,10 +10,12 @@
 //! - `deadline`: one vCPU's deadlines as requests and a kicking timer,
 //!   without a watching thread.
 //! - `smp`: `--vcpus N`: the limits, the irqchip, how APs start.
+//! - `pc`: the PIT and COM1 interrupt a stock Linux kernel needs.
 
 pub(crate) mod deadline;
 pub(crate) mod dump;
 pub(crate) mod machine;
+pub(crate) mod pc;
 pub(crate) mod smp;
 pub(crate) mod stop;
 pub mod vcpu;

@@ -41,6 +41,8 @@ pub const TARGETS: &[Target] = &[
     ("firmware_tables", firmware_tables),
     ("http_response", http_response),
     ("import_formats", import_formats),
+    ("bzimage_header", bzimage_header),
+    ("linux_console", linux_console),
 ];
 
 /// A whole snapshot file: header, section table, checksums
@@ -221,6 +223,7 @@ pub fn elf_loader(data: &[u8]) {
     );
     let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), ELF_RAM)])
         .expect("4 MiB of anonymous memory");
+    let plan = vmm::arch::boot::KernelPlan::Elf(plan);
     match vmm::arch::boot::load_kernel(&mem, data, "fuzz", &plan) {
         Ok(k) => assert!(
             k.end <= ELF_RAM as u64,
@@ -545,4 +548,51 @@ pub fn import_formats(data: &[u8]) {
     if let Err(e) = vmm::fuzzing::import(text) {
         assert!(!e.is_empty());
     }
+}
+
+/// Guest RAM the bzImage target's images must fit.
+const BZ_RAM: u64 = 64 << 20;
+
+/// A bzImage's header (`arch::linux::check_bzimage`, before any VM
+/// exists, as `vmm run` does), then, for an image it accepts, linux-loader's
+/// bzImage loader.
+pub fn bzimage_header(data: &[u8]) {
+    let plan = match vmm::arch::linux::check_bzimage(data, BZ_RAM) {
+        Ok(plan) => plan,
+        Err(e) => {
+            let _ = e.to_string();
+            return;
+        }
+    };
+    assert!(
+        plan.end <= BZ_RAM,
+        "accepted an image needing {:#x}",
+        plan.end
+    );
+    let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), BZ_RAM as usize)])
+        .expect("64 MiB of anonymous memory");
+    if let Err(e) = vmm::arch::linux::load_bzimage(&mem, data, "fuzz") {
+        let _ = e.to_string();
+    }
+}
+
+/// A guest console read for Linux's `x86/fpu:` lines
+/// (`run::linux_xstate`), compared with a layout (QEMU TCG's leaf 0xD)
+/// in both formats: differences are named, never a panic.
+pub fn linux_console(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let Some(mut found) = vmm::run::linux_xstate::LinuxXstate::parse(&text) else {
+        return;
+    };
+    let info = XsaveInfo::from_leaf_0xd(|subleaf| match subleaf {
+        0 => xstate::CpuidRegs::new(0x207, 2696, 2696, 0),
+        1 => xstate::CpuidRegs::new(0x5, 0, 0, 0),
+        2 => xstate::CpuidRegs::new(256, 576, 0, 0),
+        9 => xstate::CpuidRegs::new(8, 2688, 0, 0),
+        _ => xstate::CpuidRegs::default(),
+    })
+    .expect("a valid leaf 0xD");
+    let mut compacted = found.clone();
+    found.compare(&info, XfeatureMask::from_bits(0x207), false);
+    compacted.compare(&info, XfeatureMask::from_bits(0x7), true);
 }

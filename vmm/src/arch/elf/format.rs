@@ -22,6 +22,8 @@ pub(super) const PT_LOAD: u32 = 1;
 pub(super) const PT_NOTE: u32 = 4;
 /// The note type that carries the PVH 32-bit entry point.
 pub(super) const XEN_ELFNOTE_PHYS32_ENTRY: u32 = 18;
+/// `XEN_ELFNOTE_GUEST_OS`: the kernel's name, "linux" for Linux.
+pub(super) const XEN_ELFNOTE_GUEST_OS: u32 = 6;
 /// The PVH note's name, NUL included.
 pub(super) const XEN_NOTE_NAME: &[u8; 4] = b"Xen\0";
 /// The name of vmm's own notes, NUL included.

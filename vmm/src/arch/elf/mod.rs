@@ -72,6 +72,10 @@ pub struct ImagePlan {
     /// vmm's direct 64-bit entry point, when the image declares one
     /// (guest physical, below `DIRECT_MAP_END`).
     pub entry64: Option<u64>,
+    /// The image names itself Linux (a Xen guest-OS note "linux", which a
+    /// PVH Linux built with Xen support carries): see
+    /// `crate::arch::boot::Platform`.
+    pub linux: bool,
     /// Its `PT_LOAD` segments with any bytes, in program header order.
     pub segments: Vec<LoadSegment>,
     /// First byte past the highest segment.
@@ -91,6 +95,7 @@ pub fn check_image(bytes: &[u8], ram_bytes: u64) -> Result<ImagePlan, ImageError
     let mut segments = Vec::new();
     let mut pvh: Option<(u16, u64)> = None;
     let mut entry64: Option<(u16, u64)> = None;
+    let mut linux = false;
     for index in 0..phnum {
         let at = phoff + u64::from(index) * PHDR_SIZE;
         // Inside the table, checked above.
@@ -116,6 +121,7 @@ pub fn check_image(bytes: &[u8], ram_bytes: u64) -> Result<ImagePlan, ImageError
                     len,
                 })?;
                 let found = entry_notes(data, &p)?;
+                linux |= found.linux;
                 if let Some(entry) = found.pvh {
                     if let Some((first, _)) = pvh {
                         return Err(ImageError::DuplicatePvh {
@@ -156,6 +162,7 @@ pub fn check_image(bytes: &[u8], ram_bytes: u64) -> Result<ImagePlan, ImageError
     Ok(ImagePlan {
         entry,
         entry64,
+        linux,
         segments,
         end,
     })

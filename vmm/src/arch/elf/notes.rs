@@ -3,8 +3,8 @@
 
 use super::error::ImageError;
 use super::format::{
-    span, u32_at, Phdr, NHDR_SIZE, VMM_NOTE_ENTRY64, VMM_NOTE_NAME, XEN_ELFNOTE_PHYS32_ENTRY,
-    XEN_NOTE_NAME,
+    span, u32_at, Phdr, NHDR_SIZE, VMM_NOTE_ENTRY64, VMM_NOTE_NAME, XEN_ELFNOTE_GUEST_OS,
+    XEN_ELFNOTE_PHYS32_ENTRY, XEN_NOTE_NAME,
 };
 
 /// The entry points one `PT_NOTE` segment declares.
@@ -14,6 +14,9 @@ pub(super) struct EntryNotes {
     pub pvh: Option<u64>,
     /// vmm's direct 64-bit entry (`"vmm"`, type 1).
     pub entry64: Option<u64>,
+    /// The image names itself Linux (`"Xen"`, `XEN_ELFNOTE_GUEST_OS`
+    /// "linux"): it gets the PC platform.
+    pub linux: bool,
 }
 
 /// Walk the notes of a `PT_NOTE` segment (`data`, its file bytes) as the
@@ -57,6 +60,9 @@ pub(super) fn entry_notes(data: &[u8], p: &Phdr) -> Result<EntryNotes, ImageErro
                 });
             }
             found.pvh = Some(entry);
+        }
+        if n_type == XEN_ELFNOTE_GUEST_OS && name == XEN_NOTE_NAME {
+            found.linux |= desc.strip_suffix(b"\0").unwrap_or(desc) == b"linux";
         }
         if n_type == VMM_NOTE_ENTRY64 && name == VMM_NOTE_NAME {
             let [a, b, c, d, e, f, g, h] = *desc else {

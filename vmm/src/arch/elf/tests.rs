@@ -424,3 +424,23 @@ fn refuses_bad_direct_entries_naming_the_rule() {
         "vmm 64-bit entry 0x40000000 is above the first GiB, which is all the direct entry's page tables map"
     );
 }
+
+/// A Xen guest-OS note "linux" (what a PVH Linux carries) marks the image
+/// Linux, and only that note: another name, type or owner does not; the
+/// embedded guest is not Linux.
+#[test]
+fn reads_the_linux_guest_os_note() {
+    let with = |extra: Vec<u8>| {
+        let mut n = pvh_note_bytes(LOAD_AT);
+        n.extend(extra);
+        check_image(&elf(&[load(LOAD_AT, &[0; 16]), notes(n)]), RAM)
+            .unwrap()
+            .linux
+    };
+    assert!(with(note(XEN_NOTE_NAME, 6, b"linux\0")));
+    assert!(!with(note(XEN_NOTE_NAME, 6, b"netbsd\0")));
+    assert!(!with(note(XEN_NOTE_NAME, 7, b"linux\0")));
+    assert!(!with(note(b"GNU\0", 6, b"linux\0")));
+    assert!(!check_image(&good(), RAM).unwrap().linux);
+    assert!(!check_image(crate::GUEST_KERNEL, RAM).unwrap().linux);
+}

@@ -13,7 +13,8 @@ use super::{
     RunSummary, SkipRow, SmpView, SwitchFigure, Timing, VcpuRow,
 };
 use crate::report::exit::{
-    EXIT_GUEST_CRASH, EXIT_PROTOCOL_VIOLATION, EXIT_SNAPSHOT_MEMORY, EXIT_TIMEOUT,
+    EXIT_GUEST_CRASH, EXIT_GUEST_RESET, EXIT_PROTOCOL_VIOLATION, EXIT_SNAPSHOT_MEMORY,
+    EXIT_TIMEOUT, EXIT_XSTATE_MISMATCH,
 };
 use crate::report::parallel::Measured;
 use crate::run::{RunEnd, RunOutcome};
@@ -155,6 +156,7 @@ impl RunSummary {
             exit_status,
             exit_reason,
             exit_description,
+            linux_xstate: outcome.linux_xstate.clone(),
             guest_xcr0: report.map(|r| XfeatureMask::from_bits(r.xcr0)),
             guest_xcr0_hardware: report.map(|r| XfeatureMask::from_bits(r.xcr0_hardware)),
             guest_xinuse: report.and_then(reported_xinuse),
@@ -273,6 +275,20 @@ fn run_end(end: &RunEnd) -> (Option<u32>, &'static str, String, i32, Option<Cras
                 "the restored guest was stopped: a page of its snapshot failed, not the guest: {why}"
             ),
             EXIT_SNAPSHOT_MEMORY,
+            None,
+        ),
+        RunEnd::Reset => (
+            None,
+            "reset",
+            "the guest reset the machine (i8042 reset command)".to_string(),
+            EXIT_GUEST_RESET,
+            None,
+        ),
+        RunEnd::XstateMismatch(why) => (
+            None,
+            "xstate_mismatch",
+            format!("Linux's xstate differs from vmm's layout: {why}"),
+            EXIT_XSTATE_MISMATCH,
             None,
         ),
         RunEnd::Snapshotted(p) => (

@@ -329,7 +329,11 @@ pub struct SmpView {
 pub struct RunSummary {
     /// The guest's debug-exit value (null when it crashed or timed out).
     pub exit_status: Option<u32>,
-    /// `exited`, `crashed`, `timed_out`, `snapshotted` or `protocol_violation`.
+    /// A Linux guest's `x86/fpu:` lines and how they compare with vmm's
+    /// layout (null for other guests, or a console without those lines).
+    pub linux_xstate: Option<crate::run::linux_xstate::LinuxXstate>,
+    /// `exited`, `crashed`, `timed_out`, `snapshotted`, `protocol_violation`,
+    /// `reset` or `xstate_mismatch`.
     pub exit_reason: &'static str,
     /// The end of the run in words.
     pub exit_description: String,

@@ -182,3 +182,22 @@ fn a_stop_is_a_timeout_only_with_the_limit_that_caused_it() {
         RunEnd::TimedOut(d) if d.is_zero()
     ));
 }
+
+/// kvm_pvm's emulation failure in Linux's SLUB (`lock cmpxchg16b`), as
+/// `KVM_EXIT_INTERNAL_ERROR` gave it: its 15 instruction bytes decoded;
+/// no flag, or no room, gives none, never a panic.
+#[test]
+fn emulation_failure_instruction_bytes_are_decoded() {
+    let data = [1, 0x7420_4dc7_0f48_f00f, 0x894d_0824_448b_4c66, 0x1000];
+    assert_eq!(
+        emulation_failure_bytes(&data).as_deref(),
+        Some("f0 48 0f c7 4d 20 74 66 4c 8b 44 24 08 4d 89")
+    );
+    assert_eq!(emulation_failure_bytes(&[0, 0x0f]), None);
+    assert_eq!(emulation_failure_bytes(&[1]), None);
+    assert_eq!(emulation_failure_bytes(&[1, 0x00]), None);
+    assert_eq!(
+        emulation_failure_bytes(&[1, 0x90ff]).as_deref(),
+        Some("90 00 00 00 00 00 00")
+    );
+}

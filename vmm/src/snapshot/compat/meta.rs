@@ -127,7 +127,7 @@ fn check_modes(snap: &Snapshot) -> Result<(InitMode, SyncPolicy), Fault> {
     let state = vm_superio::serial::SerialState::from(&m.serial);
     vm_superio::serial::Serial::from_state(
         &state,
-        crate::devices::NoInterrupt,
+        crate::devices::SerialIrq::Polled,
         vm_superio::serial::NoEvents,
         std::io::sink(),
     )

@@ -1,0 +1,8 @@
+//! cargo-fuzz target `bzimage_header`: the body is shared with the stable replay
+//! test (`vmm/tests/fuzz_replay.rs`); see `vmm/tests/fuzz_bodies/mod.rs`.
+#![no_main]
+
+#[path = "../../vmm/tests/fuzz_bodies/mod.rs"]
+mod bodies;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| bodies::bzimage_header(data));

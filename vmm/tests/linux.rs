@@ -1,0 +1,392 @@
+//! A stock Linux guest: Debian's cloud kernel booted by `vmm run` on the
+//! PC platform (in-kernel irqchip and PIT, COM1 on IRQ 4, the i8042
+//! reset), its `x86/fpu:` lines compared with vmm's layout for each
+//! policy.
+//!
+//! The kernel comes from `scripts/hw-kvm.sh`'s cache: `VMM_LINUX_DIR` (the
+//! harness sets it) or `target/hw-kvm/linux`, made from the cached
+//! package's `vmlinuz` by `scripts/linux_guest.py` when missing. Linux
+//! boots only on a hardware-style KVM (kvm_amd, kvm_intel; the harness
+//! runs this binary on kvm_amd): on kvm_pvm, which emulates every CPL0
+//! instruction, the same command must end with the emulation failure
+//! named, and that is what is tested there.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::{hex, in_hw_kvm_harness, kvm_or_skip, vmm_json};
+
+/// The command line: the console on COM1, KERN_INFO shown (`loglevel=7`
+/// shows the levels below 7: the x86/fpu lines), a reset right after the
+/// panic a boot without a root ends in.
+const CMDLINE: &str = "console=ttyS0 loglevel=7 panic=-1";
+
+/// The directory with `vmlinux` and `bzImage`, or why there is none.
+fn linux_dir() -> Result<PathBuf, String> {
+    if let Some(dir) = std::env::var_os("VMM_LINUX_DIR") {
+        return Ok(PathBuf::from(dir));
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = root.join("target/hw-kvm/linux");
+    if dir.join("vmlinux").is_file() {
+        return Ok(dir);
+    }
+    let boot = root.join("target/hw-kvm/kernel/boot");
+    let vmlinuz = std::fs::read_dir(&boot)
+        .map_err(|e| {
+            format!(
+                "no Debian kernel cached in {} ({e}); run scripts/hw-kvm.sh --install-only",
+                boot.display()
+            )
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-"))
+        })
+        .ok_or_else(|| format!("no vmlinuz-* in {}", boot.display()))?;
+    let out = Command::new("python3")
+        .arg(root.join("scripts/linux_guest.py"))
+        .arg(&vmlinuz)
+        .arg(&dir)
+        .output()
+        .map_err(|e| format!("cannot run python3: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "scripts/linux_guest.py failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(dir)
+}
+
+/// The kernel file `name` in [`linux_dir`], or a skip naming why (a
+/// failure inside the harness, which always carries it).
+fn kernel_or_skip(test: &str, name: &str) -> Option<String> {
+    match linux_dir() {
+        Ok(dir) => Some(dir.join(name).display().to_string()),
+        Err(why) if in_hw_kvm_harness() => panic!("{test}: the harness carries no Linux: {why}"),
+        Err(why) => {
+            eprintln!("SKIPPED {test}: {why}");
+            None
+        }
+    }
+}
+
+/// Boot Linux with `--xfeatures policy` and return the JSON report.
+fn boot(kernel: &str, entry: &str, policy: &str) -> (std::process::Output, serde_json::Value) {
+    let mut args = vec![
+        "run",
+        "--kernel",
+        kernel,
+        "--mem",
+        "256",
+        "--no-native",
+        "--timeout",
+        "900",
+        "--cmdline",
+        CMDLINE,
+    ];
+    if entry == "pvh" {
+        args.extend(["--entry", "pvh"]);
+    }
+    if policy != "kvm" {
+        args.extend(["--xfeatures", policy]);
+    }
+    let (out, v) = vmm_json(&args);
+    // Known, not understood: about one boot in twenty on kvm_amd under
+    // TCG triple-faults in Linux's late initcalls, mid-way through a
+    // console line (docs/hw-kvm.md). One retry, said on stderr; a second
+    // triple fault fails the test.
+    if in_hw_kvm_harness()
+        && v["exit_description"]
+            .as_str()
+            .is_some_and(|d| d.contains("KVM_EXIT_SHUTDOWN"))
+    {
+        eprintln!(
+            "RETRY {policy}: the first boot ended with {}",
+            v["exit_description"]
+        );
+        return vmm_json(&args);
+    }
+    (out, v)
+}
+
+/// On a hardware-style KVM, Linux boots through PVH for each policy (0x3,
+/// 0x7, the full XCR0 KVM offers and that less PKRU), prints its x86/fpu
+/// lines, panics for want of a root and resets the machine: the run ends
+/// with `reset` (exit status 70) and Linux's values agree with vmm's.
+#[test]
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
+fn linux_xstate_report_matches_vmm_for_each_policy() {
+    let test = "linux_xstate_report_matches_vmm_for_each_policy";
+    if !kvm_or_skip(test) {
+        return;
+    }
+    if !in_hw_kvm_harness() {
+        eprintln!(
+            "SKIPPED {test}: Linux needs a hardware-style KVM (scripts/hw-kvm.sh); \
+             kvm_pvm emulates CPL0 (see linux_on_kvm_pvm_ends_with_the_emulation_failure)"
+        );
+        return;
+    }
+    let Some(vmlinux) = kernel_or_skip(test, "vmlinux") else {
+        return;
+    };
+    // The full XCR0 first: the other policies are derived from it.
+    let t0 = std::time::Instant::now();
+    let (out, full) = boot(&vmlinux, "pvh", "kvm");
+    eprintln!(
+        "linux boot (pvh, full xcr0) took {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    check_boot(&out, &full, "kvm");
+    let kvm = hex(&full["policy_xfeatures"]);
+    let mut policies = vec![0x3u64, 0x7];
+    if kvm & 0x200 != 0 {
+        policies.push(kvm & !0x200);
+    }
+    policies.dedup();
+    for p in policies.into_iter().filter(|&p| p != kvm) {
+        let policy = format!("{p:#x}");
+        let t0 = std::time::Instant::now();
+        let (out, v) = boot(&vmlinux, "pvh", &policy);
+        eprintln!(
+            "linux boot (pvh, {policy}) took {:.1} s",
+            t0.elapsed().as_secs_f64()
+        );
+        check_boot(&out, &v, &policy);
+    }
+}
+
+/// A boot ended by Linux's reset, with an oracle that agrees.
+fn check_boot(out: &std::process::Output, v: &serde_json::Value, policy: &str) {
+    let oracle = &v["linux_xstate"];
+    assert_eq!(
+        v["exit_reason"],
+        "reset",
+        "{policy}: {}\n{oracle:#}\nstderr: {}",
+        v["exit_description"],
+        common::stderr(out)
+    );
+    assert_eq!(out.status.code(), Some(70), "{policy}");
+    assert_eq!(
+        oracle["mismatches"],
+        serde_json::json!([]),
+        "{policy}: {oracle:#}"
+    );
+    let want = hex(&v["policy_xfeatures"]);
+    assert_eq!(hex(&oracle["enabled"]) & want, want, "{policy}: {oracle:#}");
+    eprintln!("{policy}: {}", oracle["lines"]);
+}
+
+/// On kvm_pvm, which emulates every CPL0 instruction, Linux cannot boot:
+/// the run must end, well before its time limit, with the emulation
+/// failure named with its instruction bytes and where it was; never a
+/// hang.
+#[test]
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
+fn linux_on_kvm_pvm_ends_with_the_emulation_failure() {
+    let test = "linux_on_kvm_pvm_ends_with_the_emulation_failure";
+    if !kvm_or_skip(test) {
+        return;
+    }
+    if in_hw_kvm_harness() {
+        eprintln!("SKIPPED {test}: kvm_amd boots Linux (the policy test runs instead)");
+        return;
+    }
+    let Some(vmlinux) = kernel_or_skip(test, "vmlinux") else {
+        return;
+    };
+    let (out, v) = boot(&vmlinux, "pvh", "kvm");
+    if v["exit_reason"] == "reset" {
+        eprintln!("SKIPPED {test}: this KVM boots Linux (a hardware-style KVM)");
+        return;
+    }
+    let why = v["exit_description"].as_str().unwrap_or_default();
+    assert_eq!(
+        v["exit_reason"],
+        "crashed",
+        "{why}\n{}",
+        common::stderr(&out)
+    );
+    assert!(
+        why.contains("emulation failure") && why.contains("instruction bytes"),
+        "{why}"
+    );
+    assert!(why.contains("at rip 0x"), "{why}");
+}
+
+/// The bzImage through the Linux boot protocol with `--initrd`, under
+/// `--xfeatures 0x3`: Linux finds the initramfs in its zero page
+/// (`RAMDISK:`), runs its `/init`, which prints `/proc/cpuinfo`'s flags
+/// on its tty (COM1's transmit interrupt, IRQ 4 through the irqchip) and
+/// reboots: the run ends with `reset`, the oracle agrees, and the flags
+/// the policy hides are absent. `nolapic`: without an IOAPIC (this kernel
+/// reads no MP table, and vmm writes no ACPI) the PIC's interrupts reach
+/// the CPU only with the LAPIC off (see docs/run.md).
+#[test]
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
+fn linux_bzimage_boots_its_initrd_and_reboots() {
+    let test = "linux_bzimage_boots_its_initrd_and_reboots";
+    if !kvm_or_skip(test) {
+        return;
+    }
+    if !in_hw_kvm_harness() {
+        eprintln!("SKIPPED {test}: Linux needs a hardware-style KVM (scripts/hw-kvm.sh)");
+        return;
+    }
+    let (Some(bz), Some(initrd)) = (
+        kernel_or_skip(test, "bzImage"),
+        kernel_or_skip(test, "initrd.cpio"),
+    ) else {
+        return;
+    };
+    let cmdline = format!("{CMDLINE} nolapic");
+    let t0 = std::time::Instant::now();
+    let (out, v) = vmm_json(&[
+        "run",
+        "--kernel",
+        &bz,
+        "--initrd",
+        &initrd,
+        "--mem",
+        "256",
+        "--no-native",
+        "--serial",
+        "--xfeatures",
+        "0x3",
+        "--timeout",
+        "900",
+        "--cmdline",
+        &cmdline,
+    ]);
+    eprintln!(
+        "linux boot (bzImage + initrd) took {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    check_boot(&out, &v, "0x3");
+    assert_eq!(v["timing_ms"]["boot_entry"], "linux64");
+    // The console (on stderr with --json): the initrd was found where the
+    // zero page says and its init wrote through the tty.
+    let console = common::stderr(&out);
+    for want in ["RAMDISK: [mem ", "Run /init as init process"] {
+        assert!(
+            console.contains(want),
+            "no {want:?} in the console:\n{console}"
+        );
+    }
+    let flags = console
+        .lines()
+        .find(|l| l.starts_with("VMM-INITRD flags"))
+        .unwrap_or_else(|| panic!("no flags line from the initrd's init:\n{console}"));
+    let words: Vec<&str> = flags.split_whitespace().collect();
+    assert!(words.contains(&"sse2"), "{flags}");
+    for hidden in ["avx", "avx2", "fma", "f16c", "pku", "vaes"] {
+        assert!(
+            !words.contains(&hidden),
+            "{hidden} shown under 0x3: {flags}"
+        );
+    }
+    eprintln!("{flags}");
+}
+
+/// Bad kernels and initrds are refused before any VM exists, naming the
+/// fault: a file that is neither an ELF nor a bzImage, a truncated
+/// bzImage, one too big for --mem, an initrd that does not fit.
+#[test]
+fn bad_bzimages_and_initrds_are_refused_naming_the_fault() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, bytes: &[u8]| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, bytes).unwrap();
+        p.display().to_string()
+    };
+    // A minimal valid header (protocol 2.15, 64-bit, init_size 32 MiB
+    // from 16 MiB), 64 KiB of kernel.
+    let mut bz = vec![0u8; 5 * 512 + 0x1_0000];
+    bz[0x1f1] = 4;
+    bz[0x1f4..0x1f8].copy_from_slice(&(0x1_0000u32 / 16).to_le_bytes());
+    bz[0x202..0x206].copy_from_slice(b"HdrS");
+    bz[0x206..0x208].copy_from_slice(&0x020fu16.to_le_bytes());
+    bz[0x211] = 1;
+    bz[0x214..0x218].copy_from_slice(&(1u32 << 20).to_le_bytes());
+    bz[0x22c..0x230].copy_from_slice(&0x7fff_ffffu32.to_le_bytes());
+    bz[0x236] = 1;
+    bz[0x258..0x260].copy_from_slice(&(16u64 << 20).to_le_bytes());
+    bz[0x260..0x264].copy_from_slice(&(32u32 << 20).to_le_bytes());
+    let cases = [
+        (
+            write("junk", &[0x55; 4096]),
+            None,
+            "mem",
+            "nor a bzImage (no \"HdrS\" at 0x202)",
+        ),
+        (
+            write("cut", &bz[..0x1000]),
+            None,
+            "64",
+            "invalid bzImage: truncated: 4096 bytes",
+        ),
+        (
+            write("bz", &bz),
+            None,
+            "40",
+            "needs RAM up to 0x3000000 to decompress itself",
+        ),
+        (
+            write("bz2", &bz),
+            Some(write("big", &vec![0; 20 << 20])),
+            "64",
+            "bytes do not fit in guest RAM between the kernel's end 0x3000000",
+        ),
+    ];
+    for (kernel, initrd, mem, want) in cases {
+        let mem = if mem == "mem" { "64" } else { mem };
+        let mut args = vec!["run", "--kernel", &kernel, "--mem", mem, "--no-native"];
+        if let Some(i) = &initrd {
+            args.extend(["--initrd", i.as_str()]);
+        }
+        let out = common::vmm(&args);
+        let err = common::stderr(&out);
+        assert_eq!(out.status.code(), Some(64), "{kernel}: {err}");
+        assert!(err.contains(want), "{kernel}: want {want:?} in {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+/// A snapshot of a Linux guest would lose its PIT and COM1's IRQ: asking
+/// for one is refused before any VM exists, naming why.
+#[test]
+fn a_snapshot_of_a_linux_guest_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let kernel = dir.path().join("bzImage");
+    let mut bz = vec![0u8; 5 * 512 + 0x1_0000];
+    bz[0x1f1] = 4;
+    bz[0x1f4..0x1f8].copy_from_slice(&(0x1_0000u32 / 16).to_le_bytes());
+    bz[0x202..0x206].copy_from_slice(b"HdrS");
+    bz[0x206..0x208].copy_from_slice(&0x020fu16.to_le_bytes());
+    bz[0x211] = 1;
+    bz[0x214..0x218].copy_from_slice(&(1u32 << 20).to_le_bytes());
+    bz[0x236] = 1;
+    std::fs::write(&kernel, &bz).unwrap();
+    let snap = dir.path().join("snap");
+    let out = common::vmm(&[
+        "run",
+        "--kernel",
+        kernel.to_str().unwrap(),
+        "--snapshot-file",
+        snap.to_str().unwrap(),
+        "--snapshot-after",
+        "1",
+    ]);
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(
+        err.contains("is a Linux kernel, and snapshots of its PC"),
+        "{err}"
+    );
+    assert!(!snap.exists());
+}
