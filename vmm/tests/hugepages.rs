@@ -131,11 +131,17 @@ fn hugetlbfs_runs_or_names_the_pages_it_needs() {
         return;
     }
     let Some((_, free, page_kib)) = pool() else {
-        eprintln!("SKIPPED hugetlbfs_runs_or_names_the_pages_it_needs: no huge-page pool in /proc/meminfo");
+        common::skip(
+            "hugetlbfs_runs_or_names_the_pages_it_needs",
+            "no huge-page pool in /proc/meminfo",
+        );
         return;
     };
     if page_kib != 2048 {
-        eprintln!("SKIPPED hugetlbfs_runs_or_names_the_pages_it_needs: default huge pages are {page_kib} kB, not 2 MiB");
+        common::skip(
+            "hugetlbfs_runs_or_names_the_pages_it_needs",
+            &format!("default huge pages are {page_kib} kB, not 2 MiB"),
+        );
         return;
     }
     let short = |mib: u64| {

@@ -69,7 +69,7 @@ fn kernel_or_skip(test: &str, name: &str) -> Option<String> {
         Ok(dir) => Some(dir.join(name).display().to_string()),
         Err(why) if in_hw_kvm_harness() => panic!("{test}: the harness carries no Linux: {why}"),
         Err(why) => {
-            eprintln!("SKIPPED {test}: {why}");
+            common::skip(test, &why);
             None
         }
     }
@@ -126,9 +126,10 @@ fn linux_xstate_report_matches_vmm_for_each_policy() {
         return;
     }
     if !in_hw_kvm_harness() {
-        eprintln!(
-            "SKIPPED {test}: Linux needs a hardware-style KVM (scripts/hw-kvm.sh); \
-             kvm_pvm emulates CPL0 (see linux_on_kvm_pvm_ends_with_the_emulation_failure)"
+        common::skip(
+            test,
+            "Linux needs a hardware-style KVM (scripts/hw-kvm.sh); \
+             kvm_pvm emulates CPL0 (see linux_on_kvm_pvm_ends_with_the_emulation_failure)",
         );
         return;
     }
@@ -194,7 +195,7 @@ fn linux_on_kvm_pvm_ends_with_the_emulation_failure() {
         return;
     }
     if in_hw_kvm_harness() {
-        eprintln!("SKIPPED {test}: kvm_amd boots Linux (the policy test runs instead)");
+        common::skip(test, "kvm_amd boots Linux (the policy test runs instead)");
         return;
     }
     let Some(vmlinux) = kernel_or_skip(test, "vmlinux") else {
@@ -202,7 +203,7 @@ fn linux_on_kvm_pvm_ends_with_the_emulation_failure() {
     };
     let (out, v) = boot(&vmlinux, "pvh", "kvm");
     if v["exit_reason"] == "reset" {
-        eprintln!("SKIPPED {test}: this KVM boots Linux (a hardware-style KVM)");
+        common::skip(test, "this KVM boots Linux (a hardware-style KVM)");
         return;
     }
     let why = v["exit_description"].as_str().unwrap_or_default();
@@ -235,7 +236,7 @@ fn linux_bzimage_boots_its_initrd_and_reboots() {
         return;
     }
     if !in_hw_kvm_harness() {
-        eprintln!("SKIPPED {test}: Linux needs a hardware-style KVM (scripts/hw-kvm.sh)");
+        common::skip(test, "Linux needs a hardware-style KVM (scripts/hw-kvm.sh)");
         return;
     }
     let (Some(bz), Some(initrd)) = (

@@ -467,9 +467,9 @@ fn every_documented_command_works() {
         // native comparison are slow under TCG. The host runs them in the
         // same CI run; what differs on kvm_amd is covered by the run,
         // snapshot, smp and hostile tests.
-        eprintln!(
-            "SKIPPED every_documented_command_works: needs cc and QEMU, which \
-             the hardware-KVM harness's machine lacks"
+        common::skip(
+            "every_documented_command_works",
+            "needs cc and QEMU, which the hardware-KVM harness's machine lacks",
         );
         return;
     }

@@ -338,7 +338,10 @@ fn amx_snapshot_is_refused_on_a_host_without_amx() {
     let _ = vmm::arch::amx::permit_policy(XfeatureMask::from_bits(0x602e7));
     let host = vmm::kvm::HostKvm::open().expect("KVM opens");
     if host.xstate.supported_xcr0().contains_all(XfeatureMask::AMX) {
-        eprintln!("SKIPPED the AMX refusal: this host's KVM supports AMX");
+        common::skip(
+            "amx_snapshot_is_refused_on_a_host_without_amx",
+            "this host's KVM supports AMX",
+        );
         return;
     }
     let snap = tiny_snapshot("amx");
@@ -701,7 +704,10 @@ fn a_restored_runs_native_ratios_say_they_were_timed_once() {
     if v["exit_reason"] != "snapshotted" {
         // The guest was done before the deadline: nothing to restore.
         let _ = std::fs::remove_file(&snap);
-        eprintln!("SKIPPED a_restored_runs_native_ratios_say_they_were_timed_once: no snapshot");
+        common::skip(
+            "a_restored_runs_native_ratios_say_they_were_timed_once",
+            "the guest was done before the snapshot deadline: nothing to restore",
+        );
         return;
     }
     let out = vmm(&["restore", s, "--timeout", "120"]);

@@ -66,7 +66,10 @@ fn a_closed_pipe_ends_a_run_quietly_with_141() {
 #[test]
 fn a_full_device_is_an_error_naming_standard_output() {
     let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
-        eprintln!("SKIPPED a_full_device_is_an_error_naming_standard_output: no /dev/full");
+        common::skip(
+            "a_full_device_is_an_error_naming_standard_output",
+            "no /dev/full",
+        );
         return;
     };
     let out = Command::new(vmm_bin())

@@ -6,6 +6,29 @@ use std::process::{Command, Output};
 
 pub mod crafted;
 
+/// Skip the rest of `test`, saying why: a `SKIPPED test: why` line on
+/// stderr (the hardware-KVM harness runs with `--nocapture` and counts
+/// those), and the same line appended to the file `VMM_SKIP_LOG` names,
+/// when set (`.ci/run` sets it: libtest calls a test that returned early
+/// `ok`, and CI counts the logged ones as skipped, not passed).
+pub fn skip(test: &str, why: &str) {
+    let line = format!("SKIPPED {test}: {why}");
+    eprintln!("{line}");
+    if let Some(path) = std::env::var_os("VMM_SKIP_LOG") {
+        use std::io::Write;
+        // One write of a short line with O_APPEND: concurrent tests and
+        // binaries do not interleave within a line.
+        let logged = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes()));
+        if let Err(e) = logged {
+            panic!("{test}: cannot log the skip to VMM_SKIP_LOG {path:?}: {e}");
+        }
+    }
+}
+
 /// Whether KVM tests can run. Where `/dev/kvm` cannot be opened the test
 /// skips and says why, unless `VMM_REQUIRE_KVM=1` (set by CI wherever
 /// `/dev/kvm` exists), in which case the skip is a failure.
@@ -20,7 +43,7 @@ pub fn kvm_or_skip(test: &str) -> bool {
             if std::env::var("VMM_REQUIRE_KVM").as_deref() == Ok("1") {
                 panic!("{test}: VMM_REQUIRE_KVM=1 but /dev/kvm cannot be opened: {e}");
             }
-            eprintln!("SKIPPED {test}: /dev/kvm cannot be opened ({e})");
+            skip(test, &format!("/dev/kvm cannot be opened ({e})"));
             false
         }
     }
@@ -316,13 +339,16 @@ pub fn tool_or_skip(test: &str, program: &str, package: &str) -> bool {
         .is_ok_and(|o| o.status.success());
     if !ok {
         if in_hw_kvm_harness() {
-            eprintln!("SKIPPED {test}: the hardware-KVM harness carries no {program}");
+            skip(
+                test,
+                &format!("the hardware-KVM harness carries no {program}"),
+            );
             return false;
         }
         if std::env::var("VMM_REQUIRE_KVM").as_deref() == Ok("1") {
             panic!("{test}: {program} is missing (Debian package {package})");
         }
-        eprintln!("SKIPPED {test}: {program} is not installed");
+        skip(test, &format!("{program} is not installed"));
     }
     ok
 }
