@@ -554,8 +554,9 @@ pub fn import_formats(data: &[u8]) {
 const BZ_RAM: u64 = 64 << 20;
 
 /// A bzImage's header (`arch::linux::check_bzimage`, before any VM
-/// exists, as `vmm run` does), then, for an image it accepts, linux-loader's
-/// bzImage loader.
+/// exists, as `vmm run` does), then, for an image it accepts, where an
+/// initrd goes (`initrd_address`, of a size taken from the image's last 8
+/// bytes: from none to twice the RAM) and linux-loader's bzImage loader.
 pub fn bzimage_header(data: &[u8]) {
     let plan = match vmm::arch::linux::check_bzimage(data, BZ_RAM) {
         Ok(plan) => plan,
@@ -569,6 +570,23 @@ pub fn bzimage_header(data: &[u8]) {
         "accepted an image needing {:#x}",
         plan.end
     );
+    let tail: [u8; 8] = data[data.len() - 8..].try_into().expect("8 bytes");
+    let initrd = u64::from_le_bytes(tail) % (2 * BZ_RAM + 1);
+    if let Some(at) = vmm::arch::linux::initrd_address(BZ_RAM, plan.initrd_limit, plan.end, initrd)
+    {
+        assert_eq!(at % 4096, 0, "initrd at {at:#x}");
+        assert!(
+            at >= plan.end,
+            "initrd at {at:#x} under the kernel's {:#x}",
+            plan.end
+        );
+        let top = at.checked_add(initrd).expect("no overflow");
+        assert!(
+            top <= BZ_RAM && top <= plan.initrd_limit,
+            "initrd of {initrd:#x} at {at:#x} past RAM or the limit {:#x}",
+            plan.initrd_limit
+        );
+    }
     let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), BZ_RAM as usize)])
         .expect("64 MiB of anonymous memory");
     if let Err(e) = vmm::arch::linux::load_bzimage(&mem, data, "fuzz") {
