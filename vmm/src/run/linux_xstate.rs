@@ -79,6 +79,9 @@ fn number(s: &str) -> Option<u64> {
     }
 }
 
+/// What starts each line Linux's FPU code prints.
+const PREFIX: &str = "x86/fpu: ";
+
 /// `text` between `before` and `after` (after `before`'s first occurrence).
 fn between<'a>(text: &'a str, before: &str, after: &str) -> Option<&'a str> {
     let rest = &text[text.find(before)? + before.len()..];
@@ -93,7 +96,7 @@ impl LinuxXstate {
     pub fn parse(console: &str) -> Option<LinuxXstate> {
         let mut found = LinuxXstate::default();
         for line in console.lines() {
-            let Some(at) = line.find("x86/fpu: ") else {
+            let Some(at) = line.find(PREFIX) else {
                 continue;
             };
             if found.lines.len() == MAX_LINES {
@@ -102,9 +105,11 @@ impl LinuxXstate {
                 ));
                 break;
             }
+            // The values are what follows the prefix, trimmed on their
+            // own: a line that ends with the prefix's space has none.
             let text = line[at..].trim_end();
             found.lines.push(text.to_string());
-            if !found.take(&text["x86/fpu: ".len()..]) {
+            if !found.take(line[at + PREFIX.len()..].trim_end()) {
                 found.mismatches.push(format!("unreadable line {text:?}"));
             }
         }

@@ -119,6 +119,13 @@ fn bad_console_text_never_panics() {
         );
         got.compare(&tcg_info(), XfeatureMask::from_bits(0x7), false);
     }
+    // A line that ends with the prefix (and its space, or more): trimmed
+    // whole, it is shorter than the prefix (a fuzzer found the panic).
+    for bare in ["[  ] x86/fpu: ", "x86/fpu:   \n", "x86/fpu: \r\n256"] {
+        let got = LinuxXstate::parse(bare).expect(bare);
+        assert_eq!(got.lines.len(), 1, "{bare:?}");
+        assert!(got.mismatches.is_empty(), "{bare:?}: {:?}", got.mismatches);
+    }
     let flood = "x86/fpu: x87 FPU will use FXSAVE\n".repeat(1000);
     let got = LinuxXstate::parse(&flood).unwrap();
     assert_eq!(got.lines.len(), MAX_LINES);
