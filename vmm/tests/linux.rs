@@ -114,6 +114,23 @@ fn boot(kernel: &str, entry: &str, policy: &str) -> (std::process::Output, serde
     (out, v)
 }
 
+/// Whether `test` runs here: a KVM that boots Linux, which is the
+/// hardware-KVM harness's kvm_amd; else it skips, saying why.
+fn hw_kvm_or_skip(test: &str) -> bool {
+    if !kvm_or_skip(test) {
+        return false;
+    }
+    if !in_hw_kvm_harness() {
+        common::skip(
+            test,
+            "Linux needs a hardware-style KVM (scripts/hw-kvm.sh); \
+             kvm_pvm emulates CPL0 (see linux_on_kvm_pvm_ends_with_the_emulation_failure)",
+        );
+        return false;
+    }
+    true
+}
+
 /// On a hardware-style KVM, Linux boots through PVH for each policy (0x3,
 /// 0x7, the full XCR0 KVM offers and that less PKRU), prints its x86/fpu
 /// lines, panics for want of a root and resets the machine: the run ends
@@ -122,15 +139,7 @@ fn boot(kernel: &str, entry: &str, policy: &str) -> (std::process::Output, serde
 #[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 fn linux_xstate_report_matches_vmm_for_each_policy() {
     let test = "linux_xstate_report_matches_vmm_for_each_policy";
-    if !kvm_or_skip(test) {
-        return;
-    }
-    if !in_hw_kvm_harness() {
-        common::skip(
-            test,
-            "Linux needs a hardware-style KVM (scripts/hw-kvm.sh); \
-             kvm_pvm emulates CPL0 (see linux_on_kvm_pvm_ends_with_the_emulation_failure)",
-        );
+    if !hw_kvm_or_skip(test) {
         return;
     }
     let Some(vmlinux) = kernel_or_skip(test, "vmlinux") else {
@@ -232,11 +241,7 @@ fn linux_on_kvm_pvm_ends_with_the_emulation_failure() {
 #[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 fn linux_bzimage_boots_its_initrd_and_reboots() {
     let test = "linux_bzimage_boots_its_initrd_and_reboots";
-    if !kvm_or_skip(test) {
-        return;
-    }
-    if !in_hw_kvm_harness() {
-        common::skip(test, "Linux needs a hardware-style KVM (scripts/hw-kvm.sh)");
+    if !hw_kvm_or_skip(test) {
         return;
     }
     let (Some(bz), Some(initrd)) = (
