@@ -299,19 +299,10 @@ fn linux_bzimage_boots_its_initrd_and_reboots() {
     eprintln!("{flags}");
 }
 
-/// Bad kernels and initrds are refused before any VM exists, naming the
-/// fault: a file that is neither an ELF nor a bzImage, a truncated
-/// bzImage, one too big for --mem, an initrd that does not fit.
-#[test]
-fn bad_bzimages_and_initrds_are_refused_naming_the_fault() {
-    let dir = tempfile::tempdir().unwrap();
-    let write = |name: &str, bytes: &[u8]| {
-        let p = dir.path().join(name);
-        std::fs::write(&p, bytes).unwrap();
-        p.display().to_string()
-    };
-    // A minimal valid header (protocol 2.15, 64-bit, init_size 32 MiB
-    // from 16 MiB), 64 KiB of kernel.
+/// A minimal valid bzImage: protocol 2.15, 64-bit, 64 KiB of kernel
+/// loaded at 1 MiB, initrds anywhere below 2 GiB, and `init_size` 32 MiB
+/// from its preferred 16 MiB (so it needs RAM up to 0x3000000).
+fn minimal_bzimage() -> Vec<u8> {
     let mut bz = vec![0u8; 5 * 512 + 0x1_0000];
     bz[0x1f1] = 4;
     bz[0x1f4..0x1f8].copy_from_slice(&(0x1_0000u32 / 16).to_le_bytes());
@@ -323,11 +314,26 @@ fn bad_bzimages_and_initrds_are_refused_naming_the_fault() {
     bz[0x236] = 1;
     bz[0x258..0x260].copy_from_slice(&(16u64 << 20).to_le_bytes());
     bz[0x260..0x264].copy_from_slice(&(32u32 << 20).to_le_bytes());
+    bz
+}
+
+/// Bad kernels and initrds are refused before any VM exists, naming the
+/// fault: a file that is neither an ELF nor a bzImage, a truncated
+/// bzImage, one too big for --mem, an initrd that does not fit.
+#[test]
+fn bad_bzimages_and_initrds_are_refused_naming_the_fault() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, bytes: &[u8]| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, bytes).unwrap();
+        p.display().to_string()
+    };
+    let bz = minimal_bzimage();
     let cases = [
         (
             write("junk", &[0x55; 4096]),
             None,
-            "mem",
+            "64",
             "nor a bzImage (no \"HdrS\" at 0x202)",
         ),
         (
@@ -350,7 +356,6 @@ fn bad_bzimages_and_initrds_are_refused_naming_the_fault() {
         ),
     ];
     for (kernel, initrd, mem, want) in cases {
-        let mem = if mem == "mem" { "64" } else { mem };
         let mut args = vec!["run", "--kernel", &kernel, "--mem", mem, "--no-native"];
         if let Some(i) = &initrd {
             args.extend(["--initrd", i.as_str()]);
@@ -369,15 +374,7 @@ fn bad_bzimages_and_initrds_are_refused_naming_the_fault() {
 fn a_snapshot_of_a_linux_guest_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let kernel = dir.path().join("bzImage");
-    let mut bz = vec![0u8; 5 * 512 + 0x1_0000];
-    bz[0x1f1] = 4;
-    bz[0x1f4..0x1f8].copy_from_slice(&(0x1_0000u32 / 16).to_le_bytes());
-    bz[0x202..0x206].copy_from_slice(b"HdrS");
-    bz[0x206..0x208].copy_from_slice(&0x020fu16.to_le_bytes());
-    bz[0x211] = 1;
-    bz[0x214..0x218].copy_from_slice(&(1u32 << 20).to_le_bytes());
-    bz[0x236] = 1;
-    std::fs::write(&kernel, &bz).unwrap();
+    std::fs::write(&kernel, minimal_bzimage()).unwrap();
     let snap = dir.path().join("snap");
     let out = common::vmm(&[
         "run",
