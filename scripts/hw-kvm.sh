@@ -251,6 +251,20 @@ sh /exec.sh >&3 2>&3
 say "EXEC end rc=$?"
 EOF
 fi
+cat >>"$rootfs/init" <<EOF
+HW_ROOT=$root
+EOF
+cat >>"$rootfs/init" <<'EOF'
+# What a test binary left running: a program under the tree's target/
+# (the test binaries, vmm) still alive after the binary exited; one line
+# each, its pid and its command line. (busybox here has no pgrep.)
+leftovers() {
+    for d in /proc/[0-9]*; do
+        c=$(tr '\0' ' ' <"$d/cmdline" 2>/dev/null) || continue
+        case "$c" in "$HW_ROOT/target/"*) echo "${d#/proc/} $c" ;; esac
+    done
+}
+EOF
 i=0
 for b in "${bins[@]}"; do
     cat >>"$rootfs/init" <<EOF
@@ -261,7 +275,17 @@ t0=\$(date +%s)
 timeout 600 $b --test-threads=2 --nocapture $filter >/tmp/out 2>&1
 rc=\$?
 grep -E 'test .* \.\.\. |SKIPPED|^---- |panicked at|^test result:' /tmp/out >&3
-[ \$rc = 0 ] || { say "FAILOUT ${names[$i]} rc=\$rc"; tail -c 20000 /tmp/out >&3; }
+[ \$rc = 0 ] || { say "FAILOUT ${names[$i]} rc=\$rc"; tail -c 20000 /tmp/out >&3; say "HARNESS memory: \$(grep -E '^(MemFree|MemAvailable|Shmem):' /proc/meminfo | tr -s ' \n' ' ')"; }
+# busybox timeout kills the test binary alone: a vmm it started (a guest
+# still running) would go on taking a core and memory from every binary
+# after it. Whatever the binary left running is killed and named, and
+# fails the binary: a test must reap what it starts.
+left=\$(leftovers)
+if [ -n "\$left" ]; then
+    say "LEFTOVER ${names[$i]}: \$(echo "\$left" | cut -d' ' -f2- | cut -c1-200 | sort | uniq -c | tr -s ' \n' ' ')"
+    kill -KILL \$(echo "\$left" | cut -d' ' -f1) 2>/dev/null
+    rc=99
+fi
 say "BINEND ${names[$i]} rc=\$rc \$((\$(date +%s) - t0))s"
 EOF
     i=$((i + 1))
@@ -300,9 +324,9 @@ if [ -n "$exec_cmd" ]; then
     grep -q '^EXEC end rc=0$' "$results"
     exit
 fi
-python3 - "$results" "$qrc" "$boot_s" "$(($(date +%s) - started))" <<'EOF'
+python3 - "$results" "$qrc" "$boot_s" "$(($(date +%s) - started))" "$console" <<'EOF'
 import re, sys
-path, qrc, boot_s, total_s = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+path, qrc, boot_s, total_s, console = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 text = open(path, errors="replace").read()
 passed = failed = skipped = 0
 # Per binary: its test lines, and the tests that said SKIPPED (a test that
@@ -346,7 +370,7 @@ for binary, body in zip(blocks[1::2], blocks[2::2]):
                 failed += (n - named[res]) if res == "FAILED" else 0
                 skipped += (n - named[res]) if res == "ignored" else 0
     for line in body.splitlines():
-        if line.startswith(("BINEND", "FAILOUT", "HARNESS")):
+        if line.startswith(("BINEND", "FAILOUT", "HARNESS", "LEFTOVER")):
             print(line)
     # A binary that failed with no failing test (it did not start, crashed
     # or hung) is one failure of its own.
@@ -357,7 +381,15 @@ for binary, body in zip(blocks[1::2], blocks[2::2]):
         failed += 1
 if not "HARNESS done" in text:
     why = "timed out" if qrc == 124 else f"QEMU exited {qrc}"
-    print(f"hw-kvm: the TCG machine did not finish ({why}); see the console log")
+    print(f"hw-kvm: the TCG machine did not finish ({why}); the console's last lines:")
+    # Where a CI run keeps no files, the console's end is the only record
+    # of why the machine stopped (a panic, the OOM killer, a reset).
+    try:
+        tail = open(console, errors="replace").read().replace("\r", "").splitlines()[-40:]
+    except OSError as e:
+        tail = [f"(no console: {e})"]
+    for line in tail:
+        print(f"console: {line}")
     failed += 1
 print(f"hw-kvm: boot and tests {boot_s}s, whole harness {total_s}s")
 print(f"{passed} passed, {failed} failed, {skipped} skipped")
