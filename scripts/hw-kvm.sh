@@ -125,13 +125,17 @@ if [ ! -f "$linux/initrd.cpio" ] || [ "$0" -nt "$linux/initrd.cpio" ]; then
     ird=$(mktemp -d)
     mkdir -p "$ird/bin" "$ird/proc"
     cp /bin/busybox "$ird/bin/busybox"
-    # The flags through the tty (COM1's IRQ 4), then a line through the
-    # kernel log that says the tty let it through.
+    # The flags and the CPU count through the tty (COM1's IRQ 4), a line
+    # through the kernel log that says the tty let them through, a second's
+    # sleep (the timer's interrupts), then the interrupt counts again.
     printf '%s\n' '#!/bin/busybox sh' \
         '/bin/busybox mount -t proc proc /proc' \
-        'echo "VMM-INITRD init runs: $(/bin/busybox grep -E "ttyS|timer|^ *4:" /proc/interrupts)" >/dev/kmsg' \
+        'echo "VMM-INITRD init runs: $(/bin/busybox grep -E "ttyS|timer|LOC|^ *4:" /proc/interrupts)" >/dev/kmsg' \
         'echo "VMM-INITRD $(/bin/busybox grep -m1 "^flags" /proc/cpuinfo)"' \
+        'echo "VMM-INITRD cpus $(/bin/busybox grep -c "^processor" /proc/cpuinfo)"' \
         'echo "VMM-INITRD tty done: $(/bin/busybox grep ttyS /proc/interrupts)" >/dev/kmsg' \
+        '/bin/busybox sleep 1' \
+        'echo "VMM-INITRD slept: $(/bin/busybox grep -E "ttyS|LOC" /proc/interrupts)"' \
         '/bin/busybox reboot -f' >"$ird/init"
     chmod +x "$ird/init"
     (cd "$ird" && find . | cpio -o -H newc --quiet) >"$linux/initrd.cpio"

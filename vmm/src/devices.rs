@@ -36,7 +36,7 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use vm_superio::Serial;
 
 mod pc;
-pub use pc::{SerialIrq, I8042_COMMAND_PORT, I8042_RESET};
+pub use pc::{Com1, SerialIrq, SharedCom1, I8042_COMMAND_PORT, I8042_RESET};
 
 /// Where the guest's serial output goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,6 +88,15 @@ pub struct SerialOut {
 }
 
 impl SerialOut {
+    /// An empty output to `sink`.
+    pub fn new(sink: SerialSink) -> Self {
+        Self {
+            sink,
+            buf: Vec::new(),
+            written: 0,
+        }
+    }
+
     /// Where the output goes (an AP's serial writes go to the same place).
     pub fn sink(&self) -> SerialSink {
         self.sink
@@ -219,8 +228,11 @@ pub fn bounded_reason(mut reason: String) -> String {
 
 /// The port bus.
 pub struct Devices {
-    /// COM1.
-    pub serial: Serial<SerialIrq, vm_superio::serial::NoEvents, SerialOut>,
+    /// COM1 (unused while [`Devices::shared_com1`] holds it).
+    pub serial: Com1,
+    /// COM1 shared with the other vCPUs of a PC guest (see
+    /// [`Devices::share_com1`]); `None` for the embedded guest.
+    pub shared_com1: Option<SharedCom1>,
     /// The last valid report the guest handed over.
     pub report: Option<Box<Report>>,
     /// Valid reports a later one replaced.
@@ -278,14 +290,8 @@ impl Devices {
     /// A fresh bus whose COM1 raises `irq`.
     pub fn with_serial_irq(sink: SerialSink, irq: SerialIrq) -> Self {
         Self {
-            serial: Serial::new(
-                irq,
-                SerialOut {
-                    sink,
-                    buf: Vec::new(),
-                    written: 0,
-                },
-            ),
+            serial: Serial::new(irq, SerialOut::new(sink)),
+            shared_com1: None,
             report: None,
             reports_dropped: 0,
             report_errors: FirstN::new(MAX_REPORT_ERRORS),
@@ -303,10 +309,13 @@ impl Devices {
         match port {
             p if (SERIAL_PORT..SERIAL_PORT + SERIAL_SPAN).contains(&p) => {
                 let offset = (p - SERIAL_PORT) as u8;
-                for &b in data {
-                    // The 8250 model never fails for a trigger that cannot.
-                    let _ = self.serial.write(offset, b);
-                }
+                self.com1(|com1| {
+                    for &b in data {
+                        // A failure (the output's, the IRQ eventfd's)
+                        // costs that byte or interrupt; the guest goes on.
+                        let _ = com1.write(offset, b);
+                    }
+                });
                 PortAction::Continue
             }
             DEBUG_EXIT_PORT => PortAction::Exit(le_value(data)),
@@ -366,9 +375,11 @@ impl Devices {
         match port {
             p if (SERIAL_PORT..SERIAL_PORT + SERIAL_SPAN).contains(&p) => {
                 let offset = (p - SERIAL_PORT) as u8;
-                for b in data.iter_mut() {
-                    *b = self.serial.read(offset);
-                }
+                self.com1(|com1| {
+                    for b in data.iter_mut() {
+                        *b = com1.read(offset);
+                    }
+                });
             }
             REP_PORT if self.native.is_some() => {
                 put_le(data, self.native.as_ref().map_or(1, |n| n.reps()));

@@ -14,7 +14,7 @@ use xstate::kvm::KvmXsaveError;
 use xstate::XfeatureMask;
 use xstate::{BufferError, ConvertError, InfoError, LayoutError, MaskError, Xcr0Error};
 
-pub use crate::arch::error::{BootError, MemoryError, MpTableError};
+pub use crate::arch::error::{AcpiError, BootError, MemoryError, MpTableError};
 use crate::arch::layout::{MAX_MEM_MIB, MIN_MEM_MIB};
 
 /// A `--vcpus` value refused before any VM exists.

@@ -95,8 +95,9 @@ pub struct LoadedKernel {
 /// The machine a kernel gets. The embedded guest (and any other image)
 /// needs nothing but RAM, COM1 (polled) and the protocol's ports; a Linux
 /// kernel (one whose Xen guest-OS note says "linux") gets a PC: an
-/// in-kernel irqchip and PIT, COM1 on IRQ 4, the MP table and the i8042
-/// reset, for any vCPU count (see `crate::vstate::pc`). The embedded
+/// in-kernel irqchip and PIT, COM1 on IRQ 4, the MP table, the ACPI
+/// tables (`super::acpi`) and the i8042 reset, for any vCPU count (see
+/// `crate::vstate::pc`). The embedded
 /// guest's machine, and so its start-up cost, stays what it was.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Platform {
@@ -228,12 +229,18 @@ pub fn check_kernel(image: &[u8], name: &str, ram_bytes: u64) -> Result<KernelPl
 
 /// Write the command line and, for `kernel`, the zero page (bzImage) or
 /// the memory map and `hvm_start_info` (PVH), each naming the initrd at
-/// `initrd` (address, size) when there is one.
+/// `initrd` (address, size) and the ACPI RSDP at `rsdp` when there are
+/// ones.
+///
+/// # Errors
+///
+/// A command line too long or holding a NUL, or a write failing.
 pub fn write_boot_info(
     mem: &GuestMemoryMmap,
     cmdline: &str,
     kernel: &LoadedKernel,
     initrd: Option<(u64, u64)>,
+    rsdp: Option<u64>,
 ) -> Result<(), MemoryError> {
     if cmdline.len() >= CMDLINE_MAX || cmdline.as_bytes().contains(&0) {
         return Err(MemoryError::Cmdline(cmdline.len()));
@@ -256,7 +263,7 @@ pub fn write_boot_info(
     let memmap = memmap(&regions);
     if let Some(bz) = &kernel.bzimage {
         let e820: Vec<(u64, u64, u32)> = memmap.iter().map(|e| (e.addr, e.size, e.type_)).collect();
-        return linux::write_zero_page(mem, bz, cmdline.len(), initrd, &e820);
+        return linux::write_zero_page(mem, bz, cmdline.len(), initrd, rsdp, &e820);
     }
     let modlist: Vec<hvm_modlist_entry> = initrd
         .map(|(paddr, size)| hvm_modlist_entry {
@@ -274,6 +281,7 @@ pub fn write_boot_info(
         memmap_entries: memmap.len() as u32,
         nr_modules: modlist.len() as u32,
         modlist_paddr: if modlist.is_empty() { 0 } else { MODLIST_ADDR },
+        rsdp_paddr: rsdp.unwrap_or(0),
         ..Default::default()
     };
     let mut params = BootParams::new(&start_info, GuestAddress(START_INFO_ADDR));
@@ -358,7 +366,7 @@ mod tests {
             end: 0,
             bzimage: None,
         };
-        write_boot_info(&mem, "quiet", &kernel, None).unwrap();
+        write_boot_info(&mem, "quiet", &kernel, None, None).unwrap();
         let n: u32 = mem.read_obj(GuestAddress(START_INFO_ADDR + 0x30)).unwrap();
         assert_eq!(n, 4);
         let last = MEMMAP_ADDR + 3 * 24;
@@ -366,5 +374,34 @@ mod tests {
         let size: u64 = mem.read_obj(GuestAddress(last + 8)).unwrap();
         let type_: u32 = mem.read_obj(GuestAddress(last + 16)).unwrap();
         assert_eq!((addr, size, type_), (4 << 30, 13 << 30, E820_RAM));
+        // No ACPI tables named: the embedded guest's start info as always.
+        let rsdp: u64 = mem.read_obj(GuestAddress(START_INFO_ADDR + 0x20)).unwrap();
+        assert_eq!(rsdp, 0);
+    }
+
+    /// A PC guest's start info names the RSDP (`rsdp_paddr`), and the
+    /// ACPI tables, at their largest, lie in a range the map reserves:
+    /// Linux never takes them for RAM.
+    #[test]
+    fn the_acpi_tables_are_named_and_reserved() {
+        use crate::arch::acpi;
+        let mem = crate::vstate::machine::allocate_ram(64).unwrap();
+        let kernel = LoadedKernel {
+            entry: 0,
+            entry64: None,
+            end: 0,
+            bzimage: None,
+        };
+        write_boot_info(&mem, "quiet", &kernel, None, Some(acpi::RSDP_ADDR)).unwrap();
+        let rsdp: u64 = mem.read_obj(GuestAddress(START_INFO_ADDR + 0x20)).unwrap();
+        assert_eq!(rsdp, 0xe_0000);
+        let end = acpi::ACPI_START + acpi::build(254).unwrap().bytes.len() as u64;
+        let map = memmap(&ram_regions(64 << 20));
+        assert!(
+            map.iter().any(|e| e.type_ == E820_RESERVED
+                && e.addr <= acpi::ACPI_START
+                && end <= e.addr + e.size),
+            "{end:#x}"
+        );
     }
 }

@@ -17,6 +17,18 @@ pub enum MpTableError {
     TooManyCpus(u32),
 }
 
+/// Why the ACPI tables ([`crate::arch::acpi`]) could not be built.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AcpiError {
+    /// No CPU to describe.
+    #[error("ACPI tables need at least one CPU")]
+    NoCpus,
+    /// More CPUs than 8-bit APIC IDs below the IOAPIC's (and the
+    /// broadcast ID 0xff) can number.
+    #[error("{0} CPUs do not fit the MADT's 8-bit APIC IDs beside the IOAPIC's")]
+    TooManyCpus(u32),
+}
+
 /// Why guest RAM could not be set up, read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum MemoryError {
@@ -53,6 +65,9 @@ pub enum MemoryError {
     /// The MP table could not be built.
     #[error("building the MP table: {0}")]
     MpTable(#[source] MpTableError),
+    /// The ACPI tables could not be built.
+    #[error("building the ACPI tables: {0}")]
+    Acpi(#[source] AcpiError),
     /// A snapshot's pages could not be written back.
     #[error("writing {len} bytes at RAM offset {addr:#x}: {source}")]
     Restore {

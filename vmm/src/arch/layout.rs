@@ -16,6 +16,8 @@
 //! 0x0000_7000  memory map (hvm_memmap_table_entry[])
 //! 0x0000_9000  the direct entry's page tables: PML4, PDPT, PD (3 pages)
 //! 0x0002_0000  kernel command line (NUL-terminated, < 4 KiB)
+//! 0x0009_fc00  the MP table (the EBDA: reserved up to 1 MiB)
+//! 0x000e_0000  a PC guest's ACPI tables, the RSDP first (`arch::acpi`)
 //! 0x0010_0000  kernel image (ELF PT_LOAD segments, at their physical addresses)
 //! mem_size     end of the low region: all of RAM up to 3 GiB (LOW_RAM_END);
 //!              the 3-4 GiB hole stays unbacked so guest MMIO there exits

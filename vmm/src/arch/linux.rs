@@ -191,7 +191,9 @@ pub fn initrd_address(ram_bytes: u64, limit: u64, kernel_end: u64, size: u64) ->
 
 /// Write the zero page for `loaded`: its setup header with the command
 /// line (already at `CMDLINE_ADDR`, `cmdline_len` bytes), the initrd
-/// (`(address, size)`) and the e820 map of `memmap`.
+/// (`(address, size)`), the ACPI RSDP's address (`acpi_rsdp_addr`,
+/// protocol 2.14; an older kernel scans for it) and the e820 map of
+/// `memmap`.
 ///
 /// # Errors
 ///
@@ -201,10 +203,12 @@ pub fn write_zero_page(
     loaded: &LoadedBzImage,
     cmdline_len: usize,
     initrd: Option<(u64, u64)>,
+    rsdp: Option<u64>,
     memmap: &[(u64, u64, u32)],
 ) -> Result<(), MemoryError> {
     let mut params = boot_params {
         hdr: loaded.header,
+        acpi_rsdp_addr: rsdp.unwrap_or(0),
         ..Default::default()
     };
     params.hdr.type_of_loader = LOADER_UNDEFINED;

@@ -3,14 +3,29 @@
 //! reset, the way Linux reboots a PC without ACPI (`reboot=k`, and
 //! `panic=N` after a panic).
 //!
+//! With several vCPUs, Linux drives COM1 from whichever CPU it runs on:
+//! one CPU enables the transmit interrupt, another takes it and reads the
+//! interrupt identification. Every vCPU's bus then reaches the one COM1
+//! behind a lock ([`Devices::share_com1`], [`Devices::pc_ap`]), and each
+//! decodes the i8042 (a panic on an AP resets the machine too).
+//!
 //! The embedded guest polls COM1 and never touches the i8042: its bus
-//! decodes neither ([`SerialIrq::Polled`], [`Devices::i8042`] off), so its
-//! exits stay what `vmm bench exits` measured.
+//! decodes neither ([`SerialIrq::Polled`], [`Devices::i8042`] off), and
+//! each of its vCPUs keeps a COM1 of its own, so its exits stay what
+//! `vmm bench exits` measured.
 
-use vm_superio::Trigger;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use vm_superio::serial::NoEvents;
+use vm_superio::{Serial, Trigger};
 use vmm_sys_util::eventfd::EventFd;
 
-use super::{Devices, PortAction};
+use super::{Devices, PortAction, SerialOut, SerialSink};
+
+/// The 8250 model of COM1.
+pub type Com1 = Serial<SerialIrq, NoEvents, SerialOut>;
+/// COM1 reached by every vCPU of a PC guest.
+pub type SharedCom1 = Arc<Mutex<Com1>>;
 
 /// The i8042's command/status port.
 pub const I8042_COMMAND_PORT: u16 = 0x64;
@@ -44,6 +59,50 @@ impl Devices {
             PortAction::Reset
         } else {
             PortAction::Continue
+        }
+    }
+
+    /// Move COM1 (its registers, its IRQ line, its output) behind a lock
+    /// this bus and every AP's ([`Devices::pc_ap`]) reach; this bus keeps
+    /// a polled COM1 with nothing written in its place until
+    /// [`Devices::unshare_com1`].
+    pub fn share_com1(&mut self) -> SharedCom1 {
+        let spare = Serial::new(
+            SerialIrq::Polled,
+            SerialOut::new(self.serial.writer().sink()),
+        );
+        let com1 = std::mem::replace(&mut self.serial, spare);
+        let shared = Arc::new(Mutex::new(com1));
+        self.shared_com1 = Some(Arc::clone(&shared));
+        shared
+    }
+
+    /// Take the shared COM1 back (the vCPUs have stopped), with what the
+    /// guest wrote through any of them; the APs' buses keep a polled one
+    /// with nothing written.
+    pub fn unshare_com1(&mut self) {
+        if let Some(shared) = self.shared_com1.take() {
+            let mut com1 = shared.lock().unwrap_or_else(PoisonError::into_inner);
+            let sink = com1.writer().sink();
+            let spare = Serial::new(SerialIrq::Polled, SerialOut::new(sink));
+            self.serial = std::mem::replace(&mut *com1, spare);
+        }
+    }
+
+    /// The bus of a PC guest's application processor: the boot
+    /// processor's COM1 ([`Devices::share_com1`]) and the i8042 reset.
+    pub fn pc_ap(sink: SerialSink, com1: SharedCom1) -> Self {
+        let mut devices = Devices::new(sink);
+        devices.shared_com1 = Some(com1);
+        devices.i8042 = true;
+        devices
+    }
+
+    /// Run `f` on COM1: the shared one when there is one, else this bus's.
+    pub(super) fn com1<R>(&mut self, f: impl FnOnce(&mut Com1) -> R) -> R {
+        match &self.shared_com1 {
+            Some(shared) => f(&mut shared.lock().unwrap_or_else(PoisonError::into_inner)),
+            None => f(&mut self.serial),
         }
     }
 
@@ -92,5 +151,39 @@ mod tests {
         // IER: THR empty interrupt.
         d.port_write(&mem, guest::protocol::SERIAL_PORT + 1, &[0x02]);
         assert_eq!(evt.read().unwrap(), 1);
+    }
+
+    /// A PC guest's APs reach the boot processor's COM1: a register one
+    /// vCPU writes another reads, the interrupt line is the boot
+    /// processor's, every vCPU's bytes end up in one output, which the
+    /// boot processor's bus holds again once unshared; each AP decodes
+    /// the i8042 reset.
+    #[test]
+    fn a_pc_guests_vcpus_share_one_com1() {
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 1 << 20)]).unwrap();
+        let evt = EventFd::new(libc::EFD_NONBLOCK).unwrap();
+        let mut bsp =
+            Devices::with_serial_irq(SerialSink::Null, SerialIrq::Line(evt.try_clone().unwrap()));
+        bsp.i8042 = true;
+        let port = guest::protocol::SERIAL_PORT;
+        bsp.port_write(&mem, port, b"a");
+        let com1 = bsp.share_com1();
+        let mut ap = Devices::pc_ap(SerialSink::Null, com1);
+        // The AP enables the transmit interrupt: the BSP's line fires,
+        // and the BSP reads the interrupt enable register back.
+        ap.port_write(&mem, port + 1, &[0x02]);
+        assert_eq!(evt.read().unwrap(), 1);
+        let mut ier = [0u8];
+        bsp.port_read(port + 1, &mut ier);
+        assert_eq!(ier, [0x02]);
+        ap.port_write(&mem, port, b"b");
+        bsp.port_write(&mem, port, b"c");
+        assert_eq!(ap.port_write(&mem, 0x64, &[0xfe]), PortAction::Reset);
+        bsp.unshare_com1();
+        assert_eq!(bsp.serial_output(), b"abc");
+        assert!(ap.serial_output().is_empty());
+        // Unshared, the BSP's COM1 is its own again.
+        bsp.port_write(&mem, port, b"d");
+        assert_eq!(bsp.serial_output(), b"abcd");
     }
 }

@@ -15,7 +15,7 @@ use super::prepared::{keep_last_serial, monotonic_ns, BootClock, Launch};
 use super::runner::VcpuRunner;
 use crate::arch::boot::{self, Platform};
 use crate::arch::layout::{MAX_MEM_MIB, MIN_MEM_MIB};
-use crate::arch::mptable;
+use crate::arch::{acpi, mptable};
 use crate::cpuid::{validate_policy, GuestCpuid, Policy};
 use crate::devices::{Devices, SerialIrq};
 use crate::error::{Error, MemoryError, Result};
@@ -50,7 +50,9 @@ pub fn run(mut config: RunConfig) -> Result<RunOutcome> {
     if let (Some(image), Some(at)) = (&config.initrd, initrd) {
         load_initrd(&machine.mem, image, at.0)?;
     }
-    boot::write_boot_info(&machine.mem, &cmdline, &kernel, initrd)?;
+    // A PC guest's ACPI tables (written below) start with the RSDP there.
+    let rsdp = (platform == Platform::Pc).then_some(acpi::RSDP_ADDR);
+    boot::write_boot_info(&machine.mem, &cmdline, &kernel, initrd, rsdp)?;
     let entry = kernel.boot_entry(config.entry);
 
     // The TSC rate is a vCPU property; it goes into the guest's CPUID so the
@@ -69,6 +71,9 @@ pub fn run(mut config: RunConfig) -> Result<RunOutcome> {
     policy.cpuid_check = Some(check);
     if config.vcpus > 1 || platform == Platform::Pc {
         write_mptable(&machine, &guest_cpuid, config.vcpus)?;
+    }
+    if platform == Platform::Pc {
+        acpi::write(&machine.mem, config.vcpus)?;
     }
     let xsaves = super::linux_xstate::guest_has_xsaves(&guest_cpuid);
     let ap_start = configure_aps(&mut machine, ap_fds, &guest_cpuid, &host, &policy, &config)?;

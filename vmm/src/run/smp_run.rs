@@ -49,9 +49,17 @@ pub(super) fn execute_smp(l: Launch) -> Result<RunOutcome> {
         r.pages = l.pages.clone();
         r
     };
-    let mut runners = vec![runner(vcpu, l.devices, l.xstate)];
+    // A PC guest (the bus decodes the i8042) drives COM1 from any CPU:
+    // every vCPU reaches the boot processor's (see `devices::pc`).
+    let mut bsp_devices = l.devices;
+    let com1 = bsp_devices.i8042.then(|| bsp_devices.share_com1());
+    let mut runners = vec![runner(vcpu, bsp_devices, l.xstate)];
     for ap in aps {
-        runners.push(runner(ap.vcpu, Devices::new(serial_sink), ap.xstate));
+        let devices = match &com1 {
+            Some(com1) => Devices::pc_ap(serial_sink, com1.clone()),
+            None => Devices::new(serial_sink),
+        };
+        runners.push(runner(ap.vcpu, devices, ap.xstate));
     }
     let machine = SmpMachine {
         vm: &vm,
@@ -70,8 +78,12 @@ pub(super) fn execute_smp(l: Launch) -> Result<RunOutcome> {
     let run_time = run_start.elapsed();
     let ended_by = supervised.ended_by;
     let stopped_by_supervisor = supervised.timed_out && ended_by.is_none();
+    let mut results = supervised.results;
+    if let Some((bsp, _, _)) = results.first_mut() {
+        bsp.devices.unshare_com1();
+    }
     let c = collect(
-        supervised.results,
+        results,
         ended_by,
         stopped_by_supervisor,
         &supervised.spans,

@@ -93,7 +93,7 @@ fn initrd_goes_at_the_top_of_addressable_ram() {
 }
 
 /// The zero page written for a loaded bzImage: the header's magic, the
-/// loader type, the command line, the initrd and the e820 map.
+/// loader type, the command line, the initrd, the RSDP and the e820 map.
 #[test]
 fn the_zero_page_carries_cmdline_initrd_and_e820() {
     use vm_memory::Bytes;
@@ -101,7 +101,8 @@ fn the_zero_page_carries_cmdline_initrd_and_e820() {
     let loaded = load_bzimage(&mem, &header(), "test").unwrap();
     assert_eq!(loaded.entry64, HIGHMEM_START + 0x200);
     let map = [(0, 0x9fc00, 1), (0x9fc00, 0x60400, 2), (MIB, 63 * MIB, 1)];
-    write_zero_page(&mem, &loaded, 12, Some((60 * MIB, 4096)), &map).unwrap();
+    let rsdp = Some(crate::arch::acpi::RSDP_ADDR);
+    write_zero_page(&mem, &loaded, 12, Some((60 * MIB, 4096)), rsdp, &map).unwrap();
     let at = |off: u64| GuestAddress(ZERO_PAGE_ADDR + off);
     let read32 = |off| mem.read_obj::<u32>(at(off)).unwrap();
     assert_eq!(read32(0x202), u32::from_le_bytes(*b"HdrS"));
@@ -110,6 +111,8 @@ fn the_zero_page_carries_cmdline_initrd_and_e820() {
     assert_eq!(read32(0x238), 12);
     assert_eq!((read32(0x218), read32(0x21c)), (60 << 20, 4096));
     assert_eq!(mem.read_obj::<u8>(at(0x1e8)).unwrap(), 3);
+    // `acpi_rsdp_addr` (protocol 2.14).
+    assert_eq!(mem.read_obj::<u64>(at(0x70)).unwrap(), 0xe_0000);
     let last = 0x2d0 + 2 * 20;
     assert_eq!(mem.read_obj::<u64>(at(last)).unwrap(), MIB);
     assert_eq!(mem.read_obj::<u64>(at(last + 8)).unwrap(), 63 * MIB);
