@@ -12,8 +12,8 @@ use guest::protocol::{
     MAX_SKIPPED, NAME_LEN, REASON_LEN, REPORT_COMPONENTS,
 };
 use kvm_bindings::{
-    kvm_cpuid_entry2, kvm_debugregs, kvm_irqchip, kvm_lapic_state, kvm_pit_state2, kvm_regs,
-    kvm_sregs, kvm_vcpu_events,
+    kvm_clock_data, kvm_cpuid_entry2, kvm_debugregs, kvm_irqchip, kvm_lapic_state, kvm_pit_state2,
+    kvm_regs, kvm_sregs, kvm_vcpu_events,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -157,6 +157,7 @@ fn meta(mem_mib: u64) -> impl Strategy<Value = Meta> {
             msrs_unreadable: c.4,
             vcpus: 1,
             memory_write: String::new(),
+            platform: "minimal".into(),
         })
 }
 
@@ -186,6 +187,7 @@ fn snapshot() -> impl Strategy<Value = Snapshot> {
                 pod::<kvm_irqchip>(),
                 pod::<kvm_irqchip>(),
                 proptest::option::of(pod::<kvm_pit_state2>()),
+                proptest::option::of(pod::<kvm_clock_data>()),
             )),
         )
             .prop_map(move |(mut meta, serial_output, vcpus, ram, chips)| {
@@ -198,11 +200,14 @@ fn snapshot() -> impl Strategy<Value = Snapshot> {
                     memory,
                     serial_output,
                     vcpus,
-                    irqchip: chips.map(|(pic_master, pic_slave, ioapic, pit)| IrqchipState {
-                        pic_master,
-                        pic_slave,
-                        ioapic,
-                        pit,
+                    irqchip: chips.map(|(pic_master, pic_slave, ioapic, pit, clock)| {
+                        IrqchipState {
+                            pic_master,
+                            pic_slave,
+                            ioapic,
+                            pit,
+                            clock,
+                        }
                     }),
                 }
             })
@@ -248,6 +253,7 @@ proptest! {
             (
                 [&i.pic_master, &i.pic_slave, &i.ioapic].map(|c| c.as_bytes().to_vec()),
                 i.pit,
+                i.clock.map(|c| c.as_bytes().to_vec()),
             )
         });
         prop_assert_eq!(chips(&back), chips(&s));

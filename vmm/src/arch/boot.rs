@@ -116,6 +116,21 @@ impl Platform {
             Platform::Minimal
         }
     }
+
+    /// Its name in a snapshot's `meta.platform`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Platform::Minimal => "minimal",
+            Platform::Pc => "pc",
+        }
+    }
+
+    /// The platform `name` ([`Platform::name`]) names, if any.
+    pub fn from_name(name: &str) -> Option<Platform> {
+        [Platform::Minimal, Platform::Pc]
+            .into_iter()
+            .find(|p| p.name() == name)
+    }
 }
 
 /// Which entry `vmm` may start a kernel at (`vmm run --entry`).

@@ -226,16 +226,6 @@ pub enum BootError {
         #[source]
         source: linux_loader::loader::Error,
     },
-    /// A snapshot was asked of a Linux kernel, whose PC (PIT, COM1's
-    /// IRQ) a snapshot does not hold.
-    #[error(
-        "--snapshot-file: {image} is a Linux kernel, and snapshots of its PC (PIT, COM1's IRQ) \
-         are not built"
-    )]
-    LinuxSnapshot {
-        /// The image's name.
-        image: String,
-    },
     /// The initrd does not fit in guest RAM above the kernel.
     #[error(
         "initrd {initrd}: {size} bytes do not fit in guest RAM between the kernel's end {kernel_end:#x} \

@@ -106,6 +106,32 @@ impl Devices {
         }
     }
 
+    /// COM1's registers, the shared COM1's while the vCPUs share it: what
+    /// a snapshot keeps of the UART.
+    pub fn com1_state(&self) -> vm_superio::serial::SerialState {
+        match &self.shared_com1 {
+            Some(shared) => shared
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .state(),
+            None => self.serial.state(),
+        }
+    }
+
+    /// What the guest wrote to COM1 (the kept tail), through the shared
+    /// COM1 while the vCPUs share it.
+    pub fn com1_output(&self) -> Vec<u8> {
+        match &self.shared_com1 {
+            Some(shared) => shared
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .writer()
+                .captured()
+                .to_vec(),
+            None => self.serial_output().to_vec(),
+        }
+    }
+
     /// An `in` from the i8042 status port: both buffers empty, so a guest
     /// waiting to send its reset command (Linux's `kb_wait`) sends it at
     /// once, and its i8042 driver finds no device to read.

@@ -75,11 +75,12 @@ pub fn run(mut config: RunConfig) -> Result<RunOutcome> {
     if platform == Platform::Pc {
         acpi::write(&machine.mem, config.vcpus)?;
     }
-    let xsaves = super::linux_xstate::guest_has_xsaves(&guest_cpuid);
+    let xsaves = super::linux_xstate::guest_has_xsaves(guest_cpuid.cpuid.as_slice());
     let ap_start = configure_aps(&mut machine, ap_fds, &guest_cpuid, &host, &policy, &config)?;
     let snapshot = match &config.snapshot_file {
         Some(path) => Some(SaveContext {
             force: config.snapshot_force,
+            platform,
             ..SaveContext::new(
                 &host,
                 path.clone(),
@@ -156,11 +157,6 @@ fn platform_devices(
 fn check_request(config: &RunConfig) -> Result<boot::KernelPlan> {
     let ram_bytes = ram_bytes(config.mem_mib)?;
     let plan = boot::check_kernel(&config.kernel.bytes, &config.kernel.name, ram_bytes)?;
-    // A PC's PIT and COM1 IRQ are not in a snapshot: refused, not lost.
-    if plan.platform() == Platform::Pc && config.snapshot_file.is_some() {
-        let image = config.kernel.name.clone();
-        return Err(crate::error::BootError::LinuxSnapshot { image }.into());
-    }
     // Dynamic xfeatures (AMX) need the host's permission before KVM's table
     // and KVM_CAP_XSAVE2 are read and before any vCPU exists; a resolved
     // `--xfeatures` asked for it already.
@@ -413,7 +409,9 @@ pub(crate) fn check_snapshot_options(after: Option<Duration>, file: Option<&Path
 
 /// Run a configured machine to the end and collect what it produced.
 pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
-    if !l.machine.aps.is_empty() {
+    // A PC's one vCPU too: its full irqchip, PIT and KVM clock go into a
+    // snapshot with it, and its COM1 is shared as with several.
+    if !l.machine.aps.is_empty() || l.machine.irqchip == crate::vstate::smp::Irqchip::Full {
         return super::smp_run::execute_smp(l);
     }
     // The VM stays open until the run's results are read.

@@ -257,10 +257,8 @@ impl LinuxXstate {
 
 /// Whether the guest's CPUID offers XSAVES (leaf 0xD.1 EAX bit 3): Linux
 /// then keeps its xstate in the compacted format.
-pub(crate) fn guest_has_xsaves(guest_cpuid: &crate::cpuid::GuestCpuid) -> bool {
+pub(crate) fn guest_has_xsaves(guest_cpuid: &[kvm_bindings::kvm_cpuid_entry2]) -> bool {
     guest_cpuid
-        .cpuid
-        .as_slice()
         .iter()
         .any(|e| e.function == 0xd && e.index == 1 && e.eax & (1 << 3) != 0)
 }

@@ -157,7 +157,12 @@ pub fn restore_keeping(
         };
     let mut launch = build(&snap, validated, &host, &opts, start, Some(ram)).map_err(vmm_err)?;
     launch.pages = pages.clone();
-    let outcome = execute(launch).map_err(vmm_err)?;
+    let mut outcome = execute(launch).map_err(vmm_err)?;
+    // A restored Linux is held to its x86/fpu lines as a booted one is.
+    if snap.meta.platform == crate::arch::boot::Platform::Pc.name() {
+        let xsaves = crate::run::linux_xstate::guest_has_xsaves(&snap.vcpus[0].cpuid);
+        crate::run::linux_xstate::linux_oracle(&mut outcome, &host.xstate.info, xsaves);
+    }
     let memory = match &pages {
         // The pager is done by now unless the run was very short.
         Some(p) => p.wait().map(|()| p.kept()).unwrap_or_default(),
@@ -239,10 +244,12 @@ pub(crate) fn build(
         load_irqchip(&machine.vm, irq)?;
     }
 
-    let devices = restored_devices(opts.serial, meta)?;
+    let devices = restored_devices(opts.serial, meta, &machine.vm)?;
     let snapshot = match &opts.snapshot_file {
         Some(p) => Some(SaveContext {
             force: opts.snapshot_force,
+            platform: crate::arch::boot::Platform::from_name(&meta.platform)
+                .unwrap_or(crate::arch::boot::Platform::Minimal),
             ..SaveContext::new(
                 host,
                 p.clone(),

@@ -11,18 +11,19 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use kvm_bindings::{kvm_mp_state, kvm_pit_config, CpuId};
+use kvm_bindings::{kvm_clock_data, kvm_mp_state, CpuId};
 
 use vm_superio::Serial;
 
 use super::error::SnapshotError;
 use super::format::{Container, FormatError, SectionInfo, PAGES_SECTION};
 use super::state::{bounds, IrqchipState, Meta, Snapshot, VcpuState, IRQCHIP_SECTIONS};
+use crate::arch::boot::Platform;
 use crate::arch::layout::MAX_MEM_MIB;
 use crate::cpuid::{GuestCpuid, Policy};
 use crate::devices::{Devices, SerialIrq, SerialSink};
 use crate::error::{Error, Result, VcpuError};
-use crate::vstate::vcpu;
+use crate::vstate::vcpu::{self, MSR_IA32_TSC_DEADLINE};
 
 /// The largest snapshot file this vmm reads: the largest guest RAM stored
 /// page by page, plus 64 MiB for everything else (run list, vCPU state,
@@ -181,12 +182,26 @@ pub(crate) fn load_irqchip(vm: &kvm_ioctls::VmFd, irq: &IrqchipState) -> Result<
             })?;
     }
     if let Some(pit) = &irq.pit {
-        vm.create_pit2(kvm_pit_config::default())
-            .map_err(Error::kvm("KVM_CREATE_PIT2"))?;
+        // As `vmm run` made it: the speaker port answered in the kernel.
+        crate::vstate::pc::create_pit(vm)?;
         vm.set_pit2(pit)
             .map_err(|source| VcpuError::VmStateRefused {
                 ioctl: "KVM_SET_PIT2",
                 section: "pit".into(),
+                source,
+            })?;
+    }
+    if let Some(clock) = &irq.clock {
+        // The time it had, not the flags KVM_GET_CLOCK reported with it
+        // (KVM_SET_CLOCK refuses most of them).
+        let clock = kvm_clock_data {
+            clock: clock.clock,
+            ..Default::default()
+        };
+        vm.set_clock(&clock)
+            .map_err(|source| VcpuError::VmStateRefused {
+                ioctl: "KVM_SET_CLOCK",
+                section: "clock".into(),
                 source,
             })?;
     }
@@ -225,7 +240,25 @@ pub(crate) fn load_vcpu(
     let tsc_khz = keep_tsc_rate(vcpu, saved_tsc_khz);
     set_registers(vcpu, v)?;
     set_apic_and_events(vcpu, v)?;
+    // KVM ignores a TSC deadline unless the LAPIC just loaded has its
+    // timer in TSC-deadline mode: lost before it, the restored Linux's
+    // next timer interrupt never comes.
+    let deadline: Vec<(u32, u64)> = v
+        .msrs
+        .iter()
+        .copied()
+        .filter(|&(i, _)| loaded_after_the_lapic(v, i))
+        .collect();
+    if !deadline.is_empty() {
+        vcpu::set_msrs(vcpu, &deadline)?;
+    }
     Ok(tsc_khz)
+}
+
+/// Whether MSR `index` of `v` is loaded after its LAPIC: the TSC deadline,
+/// when the vCPU has an in-kernel LAPIC.
+fn loaded_after_the_lapic(v: &VcpuState, index: u32) -> bool {
+    index == MSR_IA32_TSC_DEADLINE && v.lapic.is_some()
 }
 
 /// The guest converts cycles with the rate it was told: keep it, when
@@ -288,7 +321,13 @@ fn set_registers(vcpu: &kvm_ioctls::VcpuFd, v: &VcpuState) -> Result<()> {
         )(source),
         e => e,
     })?;
-    vcpu::set_msrs(vcpu, &v.msrs)?;
+    let early: Vec<(u32, u64)> = v
+        .msrs
+        .iter()
+        .copied()
+        .filter(|&(i, _)| !loaded_after_the_lapic(v, i))
+        .collect();
+    vcpu::set_msrs(vcpu, &early)?;
     Ok(())
 }
 
@@ -370,11 +409,29 @@ pub(crate) fn refused(
 }
 
 /// The port bus with COM1 in its saved state.
-pub(crate) fn restored_devices(sink: SerialSink, meta: &Meta) -> Result<Devices> {
+///
+/// A PC (`meta.platform` `pc`) gets its devices back as `vmm run` made
+/// them: COM1's interrupt on IRQ 4 through `vm`'s irqchip (loaded before),
+/// the i8042 reset.
+pub(crate) fn restored_devices(
+    sink: SerialSink,
+    meta: &Meta,
+    vm: &kvm_ioctls::VmFd,
+) -> Result<Devices> {
+    let pc = meta.platform == Platform::Pc.name();
     let fresh = Devices::new(sink);
     let out = fresh.serial.into_writer();
+    let irq = if pc {
+        crate::vstate::pc::serial_irq(vm)?
+    } else {
+        SerialIrq::Polled
+    };
     let state = vm_superio::serial::SerialState::from(&meta.serial);
-    let serial = Serial::from_state(&state, SerialIrq::Polled, vm_superio::serial::NoEvents, out)
+    let serial = Serial::from_state(&state, irq, vm_superio::serial::NoEvents, out)
         .map_err(|e| VcpuError::UartState(format!("{e:?}")))?;
-    Ok(Devices { serial, ..fresh })
+    Ok(Devices {
+        serial,
+        i8042: pc,
+        ..fresh
+    })
 }

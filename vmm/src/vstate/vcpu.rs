@@ -42,8 +42,38 @@ pub const SAVED_MSRS: &[(u32, &str)] = &[
     (0xc000_0102, "KERNEL_GS_BASE"),
     (0xc000_0103, "TSC_AUX"),
     (0x0000_003b, "IA32_TSC_ADJUST"),
+    // KVM's paravirtual MSRs, which a Linux guest that finds KVM's
+    // signature leaf enables: its clock (kvmclock), wall clock, steal
+    // time, paravirtual EOI, async page faults (the interrupt vector
+    // before the enable, which KVM checks against it) and poll control.
+    // Each holds a guest address KVM writes to; lost, the restored guest's
+    // kvmclock page stops being updated and its time stands still.
+    (0x4b56_4d00, "KVM_WALL_CLOCK_NEW"),
+    (0x4b56_4d01, "KVM_SYSTEM_TIME_NEW"),
+    (0x4b56_4d03, "KVM_STEAL_TIME"),
+    (0x4b56_4d04, "KVM_PV_EOI_EN"),
+    (0x4b56_4d06, "KVM_ASYNC_PF_INT"),
+    (0x4b56_4d02, "KVM_ASYNC_PF_EN"),
+    (0x4b56_4d05, "KVM_POLL_CONTROL"),
     (0x0000_0010, "IA32_TSC"),
+    // After the TSC it is compared with; loaded after the LAPIC too
+    // (`snapshot::load`), as KVM ignores it unless the LAPIC timer is in
+    // TSC-deadline mode.
+    (MSR_IA32_TSC_DEADLINE, "IA32_TSC_DEADLINE"),
 ];
+
+/// Whether MSR `index` at 0 is what a new vCPU has and means "not in use"
+/// (KVM's paravirtual MSRs: off; the TSC deadline: disarmed): a snapshot
+/// leaves it out then. A guest that never enabled them (ours) then needs
+/// none of them, and KVM refuses some even at 0 without an in-kernel LAPIC
+/// (`KVM_ASYNC_PF_INT`).
+pub fn zero_is_unused(index: u32) -> bool {
+    index == MSR_IA32_TSC_DEADLINE || (0x4b56_4d00..=0x4b56_4dff).contains(&index)
+}
+
+/// `IA32_TSC_DEADLINE`: the LAPIC timer's deadline in TSC-deadline mode
+/// (Linux's timer on a CPU that offers it).
+pub const MSR_IA32_TSC_DEADLINE: u32 = 0x0000_06e0;
 
 /// `IA32_XSS`: the supervisor state components enabled (XCR0's counterpart).
 pub const MSR_IA32_XSS: u32 = 0x0000_0da0;

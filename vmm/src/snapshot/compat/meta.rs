@@ -7,6 +7,7 @@ use xstate::{InitMode, XfeatureMask, XsaveInfo};
 
 use super::fault::{incompatible, invalid, Fault};
 use super::host::HostFacts;
+use crate::arch::boot::Platform;
 use crate::arch::layout::{ram_regions, RamRegion, CMDLINE_MAX, MAX_MEM_MIB, MIN_MEM_MIB};
 use crate::snapshot::save::Trigger;
 use crate::snapshot::sparse::REGIONS_SECTION;
@@ -220,6 +221,37 @@ fn check_source(snap: &Snapshot, source: &XsaveInfo) -> Result<(), Fault> {
     Ok(())
 }
 
+/// `meta.platform`, and what a PC needs: the full irqchip (`meta.irqchip`
+/// `kvm`) with its PIT, whatever the vCPU count (a stock Linux takes its
+/// interrupts through the IOAPIC and calibrates against the PIT).
+fn check_platform(snap: &Snapshot, kind: Irqchip) -> Result<Platform, Fault> {
+    let name = &snap.meta.platform;
+    let platform = Platform::from_name(name).ok_or_else(|| {
+        invalid(
+            "meta.platform",
+            format!("{name:?} is not \"minimal\" or \"pc\""),
+        )
+    })?;
+    if platform == Platform::Pc {
+        if kind != Irqchip::Full {
+            return Err(invalid(
+                "meta.irqchip",
+                format!(
+                    "{:?} on a PC (meta.platform \"pc\"): a PC has the full irqchip, \"kvm\"",
+                    snap.meta.irqchip
+                ),
+            ));
+        }
+        if snap.irqchip.as_ref().is_some_and(|c| c.pit.is_none()) {
+            return Err(invalid(
+                "pit",
+                "missing: a PC (meta.platform \"pc\") has an in-kernel PIT",
+            ));
+        }
+    }
+    Ok(platform)
+}
+
 /// `meta.vcpus` against the vCPU sections, this vmm's guest kernel and
 /// this KVM; the interrupt hardware (`meta.irqchip`) against the count,
 /// the sections and this KVM: several vCPUs need LAPICs (one `vcpuN.lapic`
@@ -259,7 +291,9 @@ fn check_vcpu_count(snap: &Snapshot, host: &HostFacts) -> Result<Irqchip, Fault>
             format!("{name:?} is not \"none\", \"kvm\" or \"split\""),
         )
     })?;
-    if (n == 1) == kind.has_lapics() {
+    // A PC has the full irqchip for one vCPU too (checked there).
+    let pc = check_platform(snap, kind)? == Platform::Pc;
+    if !pc && (n == 1) == kind.has_lapics() {
         return Err(invalid(
             "meta.irqchip",
             if n == 1 {

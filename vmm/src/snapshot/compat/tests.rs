@@ -317,6 +317,13 @@ fn mp_states_follow_the_lapic_and_the_vcpu() {
 /// beyond what the chip holds is named.
 #[test]
 fn irqchip_fields_are_within_the_chips() {
+    let good = reset_chips();
+    assert_eq!(chips::check_irqchip(&good), Ok(()));
+    irqchip_edits_are_named(&good);
+}
+
+/// The full irqchip's chips and PIT as KVM resets them.
+fn reset_chips() -> IrqchipState {
     use kvm_bindings::{kvm_irqchip, kvm_pit_state2};
     use zerocopy::{FromZeros, IntoBytes};
     let chip = |id: u32, bytes: &[u8]| {
@@ -336,13 +343,18 @@ fn irqchip_fields_are_within_the_chips() {
         c.mode = 0xff;
         c.count = 0x1_0000;
     }
-    let good = IrqchipState {
+    IrqchipState {
         pic_master: chip(0, &pic),
         pic_slave: chip(1, &slave),
         ioapic: chip(2, &ioapic),
         pit: Some(pit),
-    };
-    assert_eq!(chips::check_irqchip(&good), Ok(()));
+        clock: None,
+    }
+}
+
+/// Each edit of `good` beyond what a chip holds is refused, naming it.
+fn irqchip_edits_are_named(good: &IrqchipState) {
+    use zerocopy::IntoBytes;
     type ChipEdit = fn(&mut IrqchipState);
     let cases: &[(ChipEdit, &str)] = &[
         (|i| i.pic_master.chip_id = 2, "irqchip.pic_master.chip_id"),
@@ -386,6 +398,58 @@ fn irqchip_fields_are_within_the_chips() {
         match chips::check_irqchip(&i) {
             Err(Fault::Invalid { field: f, .. }) => assert_eq!(&f, field),
             other => panic!("{field}: {other:?}"),
+        }
+    }
+}
+
+/// `meta.platform`: a PC has the full irqchip with its PIT whatever the
+/// vCPU count, one vCPU included; the minimal platform's one vCPU none;
+/// an unknown platform is named.
+#[test]
+fn the_platform_decides_the_irqchip() {
+    fn pc(s: &mut Snapshot) {
+        s.meta.platform = "pc".into();
+        s.meta.irqchip = "kvm".into();
+        s.irqchip = Some(reset_chips());
+        s.vcpus[0].lapic = Some(kvm_bindings::kvm_lapic_state::default());
+    }
+    let cases: &[(Edit, &str)] = &[
+        (
+            |s| s.meta.platform = "isa".into(),
+            "meta.platform: \"isa\" is not \"minimal\" or \"pc\"",
+        ),
+        (
+            |s| s.meta.platform = "pc".into(),
+            "meta.irqchip: \"none\" on a PC",
+        ),
+        (
+            |s| {
+                s.meta.irqchip = "kvm".into();
+                s.irqchip = Some(reset_chips());
+            },
+            "meta.irqchip: \"kvm\" for one vCPU",
+        ),
+        (
+            |s| {
+                pc(s);
+                s.irqchip.as_mut().unwrap().pit = None;
+            },
+            "pit: missing: a PC",
+        ),
+    ];
+    for (edit, want) in cases {
+        let mut s = seed();
+        edit(&mut s);
+        let got = verdict(&s).unwrap_err();
+        assert!(got.contains(want), "want {want:?}, got {got}");
+    }
+    // A one-vCPU PC passes the platform's rules (whatever its zeroed
+    // LAPIC then fails).
+    let mut s = seed();
+    pc(&mut s);
+    if let Err(e) = verdict(&s) {
+        for rule in ["meta.platform", "meta.irqchip", "irqchip.ioapic", ": pit"] {
+            assert!(!e.contains(rule), "{e}");
         }
     }
 }

@@ -29,6 +29,7 @@ use xstate::{CpuidProfile, XsaveInfo};
 
 use super::sparse::PagesInPlace;
 use super::state::{IrqchipState, Meta, SerialRegs, Snapshot, VcpuState, IRQCHIP_SECTIONS};
+use crate::arch::boot::Platform;
 use crate::cpuid::Policy;
 use crate::devices::Devices;
 use crate::error::{Error, MemoryError, Result};
@@ -143,6 +144,9 @@ pub struct SaveContext {
     pub msrs: Vec<u32>,
     /// This KVM lists the XFD MSRs ([`xfd::supported`]).
     pub xfd: bool,
+    /// The platform the VM is, for `meta.platform`: a restore rebuilds its
+    /// devices (see [`crate::arch::boot::Platform`]).
+    pub platform: Platform,
 }
 
 impl SaveContext {
@@ -184,6 +188,7 @@ impl SaveContext {
             cpuid,
             msrs,
             xfd,
+            platform: Platform::Minimal,
         })
     }
 }
@@ -268,7 +273,8 @@ fn capture_vcpu(
     let regs = vcpu.get_regs().map_err(Error::kvm("KVM_GET_REGS"))?;
     let sregs = vcpu.get_sregs().map_err(Error::kvm("KVM_GET_SREGS"))?;
     let xcrs = vcpu::get_xcrs(vcpu)?;
-    let (msrs, unreadable) = vcpu::get_msrs(vcpu, &ctx.msrs)?;
+    let (mut msrs, unreadable) = vcpu::get_msrs(vcpu, &ctx.msrs)?;
+    msrs.retain(|&(index, value)| value != 0 || !vcpu::zero_is_unused(index));
     // The rest is read in the order written: KVM is asked for each field
     // as the literal reaches it.
     let state = VcpuState {
@@ -325,12 +331,13 @@ fn meta(
         xsave2_size: ctx.xsave2_size as u64,
         tsc_khz: ctx.tsc_khz,
         irqchip: irqchip.into(),
-        serial: SerialRegs::from(&devices.serial.state()),
+        serial: SerialRegs::from(&devices.com1_state()),
         exits,
         guest_ran_ms: ran.as_secs_f64() * 1e3,
         msrs_unreadable: Vec::new(),
         vcpus,
         memory_write: MEMORY_WRITE.into(),
+        platform: ctx.platform.name().into(),
     }
 }
 
@@ -415,6 +422,7 @@ fn capture_smp_in_place<'m>(
             ioapic: chip(IRQCHIP_SECTIONS[2].0)?,
             // No KVM_CREATE_PIT2 here: a VM without a PIT has no state to keep.
             pit: vm_fd.get_pit2().ok(),
+            clock: vm_fd.get_clock().ok(),
         })
     } else {
         None
@@ -426,7 +434,7 @@ fn capture_smp_in_place<'m>(
             ..meta(ctx, trigger, devices, exits, ran, n, kind.name())
         },
         memory: pages.memory.clone(),
-        serial_output: devices.serial_output().to_vec(),
+        serial_output: devices.com1_output(),
         vcpus: states,
         irqchip,
     };

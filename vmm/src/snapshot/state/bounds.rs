@@ -6,7 +6,7 @@
 //!
 //! | kind | bound |
 //! |------|-------|
-//! | `regs`, `sregs`, `events`, `mp_state`, `debugregs`, `lapic`, `irqchip.*`, `pit`, `xfd` | exactly their structure's size |
+//! | `regs`, `sregs`, `events`, `mp_state`, `debugregs`, `lapic`, `irqchip.*`, `pit`, `clock`, `xfd` | exactly their structure's size |
 //! | `cpuid`, `xcrs`, `msrs` | whole entries, at most as many as KVM (or this vmm) can load |
 //! | `xstate` | an xsave header to [`XSTATE_MAX`] |
 //! | `meta` | [`META_MAX`] |
@@ -18,8 +18,8 @@
 //! [`check_region`].
 
 use kvm_bindings::{
-    kvm_cpuid_entry2, kvm_debugregs, kvm_irqchip, kvm_lapic_state, kvm_pit_state2, kvm_regs,
-    kvm_sregs, kvm_vcpu_events, KVM_MAX_CPUID_ENTRIES, KVM_MAX_XCRS,
+    kvm_clock_data, kvm_cpuid_entry2, kvm_debugregs, kvm_irqchip, kvm_lapic_state, kvm_pit_state2,
+    kvm_regs, kvm_sregs, kvm_vcpu_events, KVM_MAX_CPUID_ENTRIES, KVM_MAX_XCRS,
 };
 use xstate::buffer::XSAVE_MIN_SIZE;
 
@@ -109,6 +109,7 @@ fn bound(name: &str) -> Option<Bound> {
             Bound::Exact(size::<kvm_irqchip>())
         }
         "pit" => Bound::Exact(size::<kvm_pit_state2>()),
+        "clock" => Bound::Exact(size::<kvm_clock_data>()),
         "cpuid" => Bound::Entries {
             size: size::<kvm_cpuid_entry2>(),
             max: KVM_MAX_CPUID_ENTRIES as u64,
@@ -302,7 +303,7 @@ mod tests {
                 "257 entries of 40 bytes, at most 256",
             ),
             ("vcpu0.xcrs", 16 * 17, "at most 16 can be loaded"),
-            ("vcpu0.msrs", 16 * 18, "at most 17 can be loaded"),
+            ("vcpu0.msrs", 16 * 26, "at most 25 can be loaded"),
             ("vcpu0.mp_state", 8, "exactly 4"),
             ("vcpu0.xstate", big, "its kind is 576 to 16384 bytes"),
             ("vcpu0.xstate", 575, "its kind is 576 to 16384 bytes"),

@@ -20,6 +20,12 @@
 //! | `vcpuN.lapic` | `struct kvm_lapic_state` (1024 bytes), when the VM has an in-kernel irqchip, split or full (`--vcpus` above 1) |
 //! | `irqchip.pic_master`, `irqchip.pic_slave`, `irqchip.ioapic` | `struct kvm_irqchip` (520 bytes each, `KVM_GET_IRQCHIP` chips 0, 1, 2), when the VM has a full in-kernel irqchip (`meta.irqchip` `kvm`) |
 //! | `pit` | `struct kvm_pit_state2` (112 bytes), when the VM has an in-kernel PIT |
+//! | `clock` | `struct kvm_clock_data` (48 bytes, `KVM_GET_CLOCK`), with the full irqchip: the KVM clock a guest's kvmclock reads (Linux's clocksource), which a new VM would start from zero |
+//!
+//! `meta.platform` says which platform the VM was: `minimal` (our guest:
+//! COM1 polled, absent in older files) or `pc` (a stock Linux: the full
+//! irqchip with the PIT and the KVM clock, COM1 on IRQ 4, the i8042 reset,
+//! for any vCPU count); a restore rebuilds the same devices.
 //!
 //! `meta.vcpus` says how many vCPUs the file holds (1 when absent: files
 //! written before SMP); `super::compat` refuses a file whose sections
@@ -29,8 +35,8 @@
 //! which the kernel never changes incompatibly.
 
 use kvm_bindings::{
-    kvm_cpuid_entry2, kvm_debugregs, kvm_irqchip, kvm_lapic_state, kvm_pit_state2, kvm_regs,
-    kvm_sregs, kvm_vcpu_events,
+    kvm_clock_data, kvm_cpuid_entry2, kvm_debugregs, kvm_irqchip, kvm_lapic_state, kvm_pit_state2,
+    kvm_regs, kvm_sregs, kvm_vcpu_events,
 };
 use serde::{Deserialize, Serialize};
 use xstate::{CpuidEntry, CpuidProfile, XfeatureMask, XsaveBuf, XsaveInfo};
@@ -43,6 +49,9 @@ use crate::vstate::xfd::XfdMsrs;
 
 pub mod bounds;
 mod codec;
+mod serial;
+
+pub use serial::SerialRegs;
 
 use codec::{
     cpuid_from, cpuid_to_bytes, pairs_from, pairs_to_bytes, pod_bytes, pod_from, xfd_from,
@@ -65,7 +74,8 @@ pub struct Snapshot {
 }
 
 /// The VM-wide in-kernel interrupt hardware (`KVM_CREATE_IRQCHIP`): the two
-/// 8259 PICs, the IOAPIC and, when the VM has one, the 8254 PIT.
+/// 8259 PICs, the IOAPIC and, when the VM has one, the 8254 PIT; with them
+/// the VM's KVM clock.
 #[derive(Clone, Debug)]
 pub struct IrqchipState {
     /// `KVM_GET_IRQCHIP` chip 0 (`KVM_IRQCHIP_PIC_MASTER`).
@@ -76,6 +86,10 @@ pub struct IrqchipState {
     pub ioapic: kvm_irqchip,
     /// `KVM_GET_PIT2`, when the VM has a PIT (`KVM_CREATE_PIT2`).
     pub pit: Option<kvm_pit_state2>,
+    /// `KVM_GET_CLOCK` (absent in older files, and where KVM has none): a
+    /// Linux guest's kvmclock counts from it, so a restore that left the
+    /// new VM's at zero would move the guest's time back by its uptime.
+    pub clock: Option<kvm_clock_data>,
 }
 
 /// The `KVM_GET_IRQCHIP` chip numbers with their section names.
@@ -84,57 +98,6 @@ pub const IRQCHIP_SECTIONS: [(u32, &str); 3] = [
     (1, "irqchip.pic_slave"),
     (2, "irqchip.ioapic"),
 ];
-
-/// The 8250 UART's registers (vm-superio's `SerialState`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SerialRegs {
-    /// DLL.
-    pub baud_divisor_low: u8,
-    /// DLM.
-    pub baud_divisor_high: u8,
-    /// IER.
-    pub interrupt_enable: u8,
-    /// IIR.
-    pub interrupt_identification: u8,
-    /// LCR.
-    pub line_control: u8,
-    /// LSR.
-    pub line_status: u8,
-    /// MCR.
-    pub modem_control: u8,
-    /// MSR (the UART's modem status register).
-    pub modem_status: u8,
-    /// SCR.
-    pub scratch: u8,
-    /// Bytes received and not yet read by the guest.
-    pub in_buffer: Vec<u8>,
-}
-
-/// `From<&$from> for $to`, copying the UART's registers and its input
-/// buffer field by field: one list for both directions.
-macro_rules! serial_regs_from {
-    ($from:ty => $to:ty) => {
-        impl From<&$from> for $to {
-            fn from(s: &$from) -> Self {
-                Self {
-                    baud_divisor_low: s.baud_divisor_low,
-                    baud_divisor_high: s.baud_divisor_high,
-                    interrupt_enable: s.interrupt_enable,
-                    interrupt_identification: s.interrupt_identification,
-                    line_control: s.line_control,
-                    line_status: s.line_status,
-                    modem_control: s.modem_control,
-                    modem_status: s.modem_status,
-                    scratch: s.scratch,
-                    in_buffer: s.in_buffer.clone(),
-                }
-            }
-        }
-    };
-}
-
-serial_regs_from!(vm_superio::serial::SerialState => SerialRegs);
-serial_regs_from!(SerialRegs => vm_superio::serial::SerialState);
 
 /// The `meta` section.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -194,6 +157,14 @@ pub struct Meta {
     /// before this was recorded).
     #[serde(default)]
     pub memory_write: String,
+    /// The platform the VM was (`crate::arch::boot::Platform`): `minimal`
+    /// (absent: every file from before the PC platform) or `pc`.
+    #[serde(default = "minimal_platform")]
+    pub platform: String,
+}
+
+fn minimal_platform() -> String {
+    "minimal".into()
 }
 
 fn one_vcpu() -> u32 {
@@ -268,6 +239,7 @@ pub const GLOBAL_SECTIONS: &[&str] = &[
     "irqchip.pic_slave",
     "irqchip.ioapic",
     "pit",
+    "clock",
 ];
 
 /// Every section name is one this format defines, and every `vcpuN.*`
@@ -456,6 +428,9 @@ impl Snapshot {
             if let Some(p) = &irq.pit {
                 c.push("pit", pod_bytes(p));
             }
+            if let Some(clock) = &irq.clock {
+                c.push("clock", pod_bytes(clock));
+            }
         }
         c.push("serial", self.serial_output.clone());
         c.push("memory", self.memory.index_bytes());
@@ -557,12 +532,13 @@ impl Snapshot {
                 pic_slave,
                 ioapic,
                 pit: c.get("pit").map(|b| pod_from("pit", b)).transpose()?,
+                clock: c.get("clock").map(|b| pod_from("clock", b)).transpose()?,
             }),
-            (None, None, None) if c.get("pit").is_none() => None,
+            (None, None, None) if c.get("pit").is_none() && c.get("clock").is_none() => None,
             _ => {
                 return Err(FormatError::Malformed(
                     "the irqchip sections (irqchip.pic_master, irqchip.pic_slave, \
-                     irqchip.ioapic; pit only with them) come all together or not at all"
+                     irqchip.ioapic; pit and clock only with them) come all together or not at all"
                         .into(),
                 ))
             }
