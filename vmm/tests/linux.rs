@@ -514,6 +514,7 @@ fn a_linux_guest_snapshotted_mid_boot_finishes_in_a_new_process() {
             );
         }
         assert_eq!(info["restorable_here"], true, "{info:#}");
+        assert_eq!(info["platform"], "pc", "{info:#}");
         let t1 = std::time::Instant::now();
         let (out, v) = vmm_json(&["restore", snap, "--no-native", "--timeout", BOOT_TIMEOUT_S]);
         let after = common::stderr(&out);

@@ -52,6 +52,9 @@ pub struct SnapshotInfo {
     pub cmdline: String,
     /// Interrupt controllers and timers of the VM.
     pub irqchip: String,
+    /// The platform the VM was: `minimal` (our guest) or `pc` (a stock
+    /// Linux: the irqchip, PIT and KVM clock, COM1 on IRQ 4, the i8042).
+    pub platform: String,
     /// Exits to user space before the snapshot.
     pub exits_before: u64,
     /// Wall time the guest had run.
@@ -214,6 +217,7 @@ pub fn info(path: &Path) -> Result<SnapshotInfo, SnapshotError> {
         memory_write: m.memory_write.clone(),
         cmdline: m.cmdline.clone(),
         irqchip: m.irqchip.clone(),
+        platform: m.platform.clone(),
         exits_before: m.exits,
         guest_ran_ms: m.guest_ran_ms,
         vcpus,
@@ -341,6 +345,7 @@ impl SnapshotInfo {
             self.source_kvm_xcr0, self.source_kvm_xss, self.tsc_khz
         );
         let _ = writeln!(s, "irqchip/PIT   {}", self.irqchip);
+        let _ = writeln!(s, "platform      {}", self.platform);
         let _ = writeln!(
             s,
             "guest ran     {:.1} ms, {} exits before the snapshot",
