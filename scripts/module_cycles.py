@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Import cycles between the modules of each crate of the workspace.
 
-Usage: python3 scripts/module_cycles.py [-v]
+Usage: python3 scripts/module_cycles.py [-v] [--top]
 
 Walks every crate root (lib.rs, main.rs) through its `mod` declarations and
 records an edge A -> B whenever module A names an item of module B: a `use`
@@ -9,7 +9,9 @@ of `crate::`, `super::`, `self::` or a child module, or such a path written
 inline in code. Edges to a module's own descendants through `mod` and
 `pub use` re-export lines are not dependencies and are skipped, as is code in
 `#[cfg(test)]` modules. Exits 1 and prints each cycle (strongly connected
-component) when there is one; `-v` also prints every edge.
+component) when there is one; `-v` also prints every edge, `--top` the
+`vmm` library's top-level module graph in layer order (each module and the
+lower ones it uses).
 
 For the `vmm` library it also checks the layer order: the table under
 "## Layers of `vmm`" in ARCHITECTURE.md lists every top-level module, lowest
@@ -290,6 +292,13 @@ def main():
             bad += len(problems)
             if order is not None:
                 print(f"vmm: {len(order)} top-level modules in layer order, {len(problems)} violations")
+                if "--top" in sys.argv:
+                    for m in order:
+                        uses = sorted(
+                            {b[0] for a, b in edges if a and b and a[0] == m and b[0] != m},
+                            key=order.index,
+                        )
+                        print(f"  {m} -> {', '.join(uses) if uses else '(nothing)'}")
     sys.exit(1 if bad else 0)
 
 

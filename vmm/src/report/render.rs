@@ -209,17 +209,7 @@ impl RunSummary {
             }
             self.native_note(s);
             self.hugepages_notes(s);
-            if let Some(m) = &self.restored_memory {
-                let how = match &m.why_up_front {
-                    None => format!("on demand, {} page faults served", m.faults),
-                    Some(why) => format!("read up front ({why})"),
-                };
-                let _ = writeln!(
-                    s,
-                    "  restored memory: {how}; every page in and verified after {:.1} ms",
-                    m.fill_ms
-                );
-            }
+            self.restored_memory_note(s);
             for r in self.results.iter().filter(|r| r.invalid.is_some()) {
                 let _ = writeln!(
                     s,
@@ -230,6 +220,21 @@ impl RunSummary {
                     r.invalid.as_deref().unwrap_or_default()
                 );
             }
+        }
+    }
+
+    /// How a restored guest's pages reached its RAM, and when all were in.
+    fn restored_memory_note(&self, s: &mut String) {
+        if let Some(m) = &self.restored_memory {
+            let how = match &m.why_up_front {
+                None => format!("on demand, {} page faults served", m.faults),
+                Some(why) => format!("read up front ({why})"),
+            };
+            let _ = writeln!(
+                s,
+                "  restored memory: {how}; every page in and verified after {:.1} ms",
+                m.fill_ms
+            );
         }
     }
 

@@ -10,9 +10,9 @@ use vm_memory::GuestMemoryMmap;
 use xstate::XfeatureMask;
 
 use super::config::{RunConfig, Xfeatures};
-use super::outcome::{xcr0_violation, RunEnd, RunOutcome};
-use super::prepared::{keep_last_serial, monotonic_ns, BootClock, Launch};
-use super::runner::VcpuRunner;
+use super::execute::execute;
+use super::outcome::RunOutcome;
+use super::prepared::{BootClock, Launch};
 use crate::arch::boot::{self, Platform};
 use crate::arch::layout::{MAX_MEM_MIB, MIN_MEM_MIB};
 use crate::arch::{acpi, mptable};
@@ -21,9 +21,7 @@ use crate::devices::{Devices, SerialIrq};
 use crate::error::{Error, MemoryError, Result};
 use crate::kvm::HostKvm;
 use crate::snapshot::save::{self, SaveContext};
-use crate::vstate::dump::RegisterDump;
 use crate::vstate::machine::{Ap, Machine, VmWithVcpus};
-use crate::vstate::stop::{supervise, Deadlines};
 use crate::vstate::vcpu;
 use crate::vstate::RamBacking;
 use crate::vstate::{pc, smp};
@@ -405,113 +403,6 @@ pub(crate) fn check_snapshot_options(after: Option<Duration>, file: Option<&Path
         ));
     }
     Ok(())
-}
-
-/// Run a configured machine to the end and collect what it produced.
-pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
-    // A PC's one vCPU too: its full irqchip, PIT and KVM clock go into a
-    // snapshot with it, and its COM1 is shared as with several.
-    if !l.machine.aps.is_empty() || l.machine.irqchip == crate::vstate::smp::Irqchip::Full {
-        return super::smp_run::execute_smp(l);
-    }
-    // The VM stays open until the run's results are read.
-    let Machine {
-        vm: _vm,
-        vcpu,
-        mem,
-        irqchip,
-        ..
-    } = l.machine;
-    let xstate_sync = l.xstate.policy();
-    let deadlines = Deadlines {
-        timeout: l.timeout,
-        // Only armed when a snapshot can be written.
-        snapshot_after: l.snapshot_after.filter(|_| l.snapshot.is_some()),
-    };
-    let run_start = Instant::now();
-    let mut devices = l.devices;
-    devices.snapshots = l.snapshot.is_some();
-    let mut runner = VcpuRunner::new(vcpu, devices, l.xstate, &mem, (run_start, l.start), l.raw);
-    runner.snapshot = l.snapshot;
-    runner.pages = l.pages.clone();
-    let supervised = supervise(deadlines, move |stop| {
-        let mut runner = runner;
-        let end = runner.run_loop(stop);
-        (runner, end)
-    })?;
-    let (runner, exit) = supervised.value;
-    let timeout = supervised.timed_out.then_some(l.timeout).flatten();
-    let mut end = exit?.into_end(timeout);
-    if supervised.timed_out && !matches!(end, RunEnd::Snapshotted(_)) {
-        end = RunEnd::TimedOut(l.timeout.unwrap_or_default());
-    }
-    // A snapshot page that failed explains whatever the guest did after;
-    // one the guest never read still fails the restore (every page is
-    // checked, and is in by now unless the run was very short).
-    if let Some(e) = l.pages.as_ref().and_then(|p| p.wait().err()) {
-        end = RunEnd::SnapshotMemory(e.to_string());
-    }
-    let run_time = run_start.elapsed();
-
-    let first_instruction = l
-        .boot
-        .and_then(|b| b.first_instruction(&runner.mem, l.start, l.tsc_khz));
-    let mut runner = runner;
-    let final_xcr0 = runner.xcr0().ok();
-    // The last check of the guest's XCR0: a guest that left the policy and
-    // then only spun, or exited, still broke it. A crash keeps its own
-    // diagnosis (and register dump).
-    if let (Some(xcr0), RunEnd::Exited(_) | RunEnd::TimedOut(_)) = (final_xcr0, &end) {
-        if let Some(why) = xcr0_violation(xcr0, l.policy.xcr0) {
-            end = RunEnd::ProtocolViolation(why);
-        }
-    }
-    // Where the guest was, once the end is known to be the timeout (a
-    // violation found above ends it otherwise).
-    let stopped_at =
-        matches!(end, RunEnd::TimedOut(_)).then(|| Box::new(RegisterDump::capture(&runner.vcpu)));
-    let devices = runner.devices;
-    let writer = devices.serial.writer();
-    let mut serial = l.earlier_serial;
-    serial.extend_from_slice(writer.captured());
-    let mut serial_bytes_dropped = writer.dropped();
-    serial_bytes_dropped += keep_last_serial(&mut serial);
-    Ok(RunOutcome {
-        policy: l.policy,
-        end,
-        report: devices.report,
-        reports_dropped: devices.reports_dropped,
-        report_errors_dropped: devices.report_errors.dropped(),
-        report_errors: devices.report_errors.into_items(),
-        requests_refused: devices.refused_requests.total(),
-        refused_requests: devices.refused_requests.into_items(),
-        serial,
-        serial_bytes_dropped,
-        exits: runner.exits,
-        unhandled_ports: devices.unhandled_ports,
-        final_xcr0,
-        tsc_khz: l.tsc_khz as u64,
-        marks_dropped: runner.marks.dropped(),
-        marks: runner.marks.into_items(),
-        xstate_sync,
-        xstate_stats: runner.xstate.stats(),
-        setup_time: l.setup_time,
-        run_time,
-        first_exit: runner.first_exit,
-        first_instruction,
-        boot_entry: l.boot.map(|b| b.entry.name()),
-        start_clock_monotonic_ns: monotonic_ns(l.start),
-        snapshot_time: runner.snapshot_time,
-        snapshot_errors: runner.snapshot_errors,
-        native: devices.native,
-        hugepages: None,
-        stopped_at,
-        vcpus: Vec::new(),
-        ended_by: 0,
-        ap_start: None,
-        irqchip,
-        linux_xstate: None,
-    })
 }
 
 /// Refuse a guest command line the VMM cannot pass whole: one with words

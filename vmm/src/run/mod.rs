@@ -7,8 +7,9 @@
 //! bus through [`crate::devices::NativeSide`], which the caller supplies.
 //!
 //! - `config`: what a run is asked to do ([`RunConfig`]).
-//! - `launch`: booting a guest ([`run`]) and running a configured machine
-//!   (what restore uses too).
+//! - `launch`: booting a guest ([`run`]).
+//! - `execute`: running a configured machine, booted or restored, to its
+//!   end.
 //! - `prepared`: a machine ready to run (`Launch`), the boot's clock.
 //! - `runner`: the run loops and exit decoding.
 //! - `smp_run`: several vCPUs, one thread each, under one supervisor.
@@ -18,6 +19,7 @@
 //!   vmm's layout.
 
 pub(crate) mod config;
+pub(crate) mod execute;
 pub(crate) mod launch;
 pub mod linux_xstate;
 pub(crate) mod outcome;

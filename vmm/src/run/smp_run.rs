@@ -49,16 +49,9 @@ pub(super) fn execute_smp(l: Launch) -> Result<RunOutcome> {
         r.pages = l.pages.clone();
         r
     };
-    // A PC guest (the bus decodes the i8042) drives COM1 from any CPU:
-    // every vCPU reaches the boot processor's (see `devices::pc`).
-    let mut bsp_devices = l.devices;
-    let com1 = bsp_devices.i8042.then(|| bsp_devices.share_com1());
-    let mut runners = vec![runner(vcpu, bsp_devices, l.xstate)];
-    for ap in aps {
-        let devices = match &com1 {
-            Some(com1) => Devices::pc_ap(serial_sink, com1.clone()),
-            None => Devices::new(serial_sink),
-        };
+    let mut buses = vcpu_buses(l.devices, aps.len(), serial_sink).into_iter();
+    let mut runners = vec![runner(vcpu, buses.next().expect("the BSP's bus"), l.xstate)];
+    for (ap, devices) in aps.into_iter().zip(buses) {
         runners.push(runner(ap.vcpu, devices, ap.xstate));
     }
     let machine = SmpMachine {
@@ -93,13 +86,7 @@ pub(super) fn execute_smp(l: Launch) -> Result<RunOutcome> {
         l.start,
     )?;
     let devices = c.devices;
-    // A snapshot page that failed explains whatever the guest did after;
-    // one the guest never read still fails the restore (every page is
-    // checked, and is in by now unless the run was very short).
-    let end = match l.pages.as_ref().and_then(|p| p.wait().err()) {
-        Some(e) => RunEnd::SnapshotMemory(e.to_string()),
-        None => c.end,
-    };
+    let end = super::execute::unless_a_page_failed(l.pages.as_ref(), c.end);
     Ok(RunOutcome {
         policy: l.policy,
         end,
@@ -138,6 +125,20 @@ pub(super) fn execute_smp(l: Launch) -> Result<RunOutcome> {
         stopped_at: c.stopped_at,
         linux_xstate: None,
     })
+}
+
+/// The port bus of each vCPU, the boot processor's first: a PC guest (the
+/// bus decodes the i8042) drives COM1 from any CPU, so every vCPU reaches
+/// the boot processor's (see `devices::pc`); the embedded guest's APs get
+/// a COM1 each.
+fn vcpu_buses(mut bsp: Devices, aps: usize, sink: crate::devices::SerialSink) -> Vec<Devices> {
+    let com1 = bsp.i8042.then(|| bsp.share_com1());
+    let mut buses = vec![bsp];
+    buses.extend((0..aps).map(|_| match &com1 {
+        Some(com1) => Devices::pc_ap(sink, com1.clone()),
+        None => Devices::new(sink),
+    }));
+    buses
 }
 
 /// What the vCPU threads of a run left behind, and who ended it.

@@ -91,6 +91,20 @@ impl ExitBench {
                 ],
             );
         }
+        self.noise_summary(&mut s);
+        self.eager_summary(&mut s);
+        for n in &self.notes {
+            let _ = writeln!(s, "note: {n}");
+        }
+        let _ = writeln!(s, "measured in {:.1} s", self.wall_s);
+        if let Some(c) = &self.comparison {
+            s.push_str(&c.to_table());
+        }
+        s
+    }
+
+    /// How many policy rows are within noise of the raw loop, if any.
+    fn noise_summary(&self, s: &mut String) {
         let noisy = self
             .rows
             .iter()
@@ -103,15 +117,6 @@ impl ExitBench {
                 self.rows.iter().filter(|r| r.policy != "raw").count()
             );
         }
-        self.eager_summary(&mut s);
-        for n in &self.notes {
-            let _ = writeln!(s, "note: {n}");
-        }
-        let _ = writeln!(s, "measured in {:.1} s", self.wall_s);
-        if let Some(c) = &self.comparison {
-            s.push_str(&c.to_table());
-        }
-        s
     }
 
     /// The verdict line: on how many rows with upper state live
