@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+pub mod cpio;
 pub mod crafted;
 pub mod linux;
 
