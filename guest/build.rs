@@ -1,4 +1,5 @@
-//! Link arguments for the bare-metal guest kernel (bin `guest-kernel`).
+//! Link arguments for the bare-metal guest kernel (bin `guest-kernel`) and
+//! the static Linux user program (bin `linux-probe`).
 //!
 //! The kernel is a `#![no_std]` `#![no_main]` ELF for the host target: no C
 //! runtime, no libc, statically linked at the addresses `linker.ld` gives
@@ -31,6 +32,19 @@ fn main() {
         "-Wl,-u,vmm_native_row2".to_string(),
     ] {
         println!("cargo:rustc-link-arg-bin=guest-kernel={arg}");
+    }
+    // The Linux user program: no crt0 (its `_start` is in src/probe/),
+    // no libc, a static position-dependent ELF that Linux loads as is.
+    for arg in [
+        "-nostartfiles",
+        "-nostdlib",
+        "-static",
+        "-no-pie",
+        "-Wl,--build-id=none",
+        "-Wl,--gc-sections",
+        "-Wl,-z,noexecstack",
+    ] {
+        println!("cargo:rustc-link-arg-bin=linux-probe={arg}");
     }
     println!("cargo:rerun-if-changed={}", script.display());
     println!("cargo:rerun-if-changed=build.rs");

@@ -1,5 +1,7 @@
 //! Builds the guest kernel (`guest/`, binary `guest-kernel`) and embeds it in
-//! the `vmm` binary, so a bare `vmm run` boots our own guest.
+//! the `vmm` binary, so a bare `vmm run` boots our own guest; and the static
+//! Linux user program `linux-probe` (same crate), whose path the tests get
+//! as `VMM_LINUX_PROBE` to embed it in the initramfs they build.
 //!
 //! The guest is a `#![no_std]` `#![no_main]` ELF for the host target: it only
 //! needs `-C relocation-model=static` for its own crate (passed with
@@ -35,17 +37,6 @@ fn main() {
     }
     test_environment();
 
-    // A prebuilt guest (e.g. one under development) can stand in for the
-    // embedded one.
-    println!("cargo:rerun-if-env-changed=VMM_GUEST_KERNEL_PREBUILT");
-    if let Some(prebuilt) = env::var_os("VMM_GUEST_KERNEL_PREBUILT") {
-        println!(
-            "cargo:rustc-env=VMM_GUEST_KERNEL={}",
-            PathBuf::from(prebuilt).display()
-        );
-        return;
-    }
-
     for dir in ["guest", "xstate/src", "xstate/Cargo.toml"] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
@@ -54,17 +45,40 @@ fn main() {
         root.join("Cargo.lock").display()
     );
 
+    // A prebuilt guest (e.g. one under development) can stand in for the
+    // embedded one.
+    println!("cargo:rerun-if-env-changed=VMM_GUEST_KERNEL_PREBUILT");
+    let kernel = match env::var_os("VMM_GUEST_KERNEL_PREBUILT") {
+        Some(prebuilt) => PathBuf::from(prebuilt),
+        None => build_guest_bin(&cargo, &root, &target_dir, "guest-kernel"),
+    };
+    println!("cargo:rustc-env=VMM_GUEST_KERNEL={}", kernel.display());
+    // The static Linux user program the stock-Linux tests run as /init
+    // (vmm/tests/linux_probe.rs embeds it). The guest library is shared
+    // with the kernel's build (same features and profile): only the small
+    // binary is compiled and linked again.
+    let probe = build_guest_bin(&cargo, &root, &target_dir, "linux-probe");
+    println!("cargo:rustc-env=VMM_LINUX_PROBE={}", probe.display());
+}
+
+/// Builds the guest crate's binary `bin` (`guest-kernel` or `linux-probe`)
+/// in `target_dir` and returns its path.
+///
+/// Both binaries are built with both features, so the second build reuses
+/// the first one's guest library; each binary's own link arguments come
+/// from `guest/build.rs` (`cargo:rustc-link-arg-bin`).
+fn build_guest_bin(cargo: &OsStr, root: &Path, target_dir: &Path, bin: &str) -> PathBuf {
     let mut cmd = Command::new(cargo);
-    cmd.current_dir(&root)
+    cmd.current_dir(root)
         .args(["rustc", "--release", "--offline", "-p", "guest"])
         // Bare metal has no unwinder; one codegen unit with LTO keeps the
         // image small and lets the workloads inline across crates.
         .args(["--config", "profile.release.panic=\"abort\""])
         .args(["--config", "profile.release.lto=true"])
         .args(["--config", "profile.release.codegen-units=1"])
-        .args(["--bin", "guest-kernel", "--features", "kernel"])
+        .args(["--bin", bin, "--features", "kernel,linux-probe"])
         .arg("--target-dir")
-        .arg(&target_dir)
+        .arg(target_dir)
         .args(["--", "-C", "relocation-model=static"]);
     // The outer build's flags and wrappers (clippy, coverage, a host-tuned
     // target-cpu) are for host code, not for the guest.
@@ -82,15 +96,15 @@ fn main() {
     }
     let status = cmd
         .status()
-        .unwrap_or_else(|e| panic!("cannot run cargo to build the guest kernel: {e}"));
+        .unwrap_or_else(|e| panic!("cannot run cargo to build the guest's {bin}: {e}"));
     if !status.success() {
-        panic!("building the guest kernel (guest/, bin guest-kernel) failed: {status}");
+        panic!("building the guest's {bin} (guest/, bin {bin}) failed: {status}");
     }
-    let kernel = target_dir.join("release").join("guest-kernel");
-    if !kernel.is_file() {
-        panic!("guest kernel not found at {}", kernel.display());
+    let path = target_dir.join("release").join(bin);
+    if !path.is_file() {
+        panic!("guest binary {bin} not found at {}", path.display());
     }
-    println!("cargo:rustc-env=VMM_GUEST_KERNEL={}", kernel.display());
+    path
 }
 
 /// Link GCC's unwinder into everything this package links statically

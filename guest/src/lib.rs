@@ -4,6 +4,7 @@
 //! - [`workloads`]: the compute workloads.
 //! - [`bench`](mod@bench): exit, xstate-check and context-switch benchmarks.
 //! - [`firmware`]: the CPU count from the ACPI MADT or the MP table.
+//! - [`linux_probe`]: the checksum of the `linux-probe` Linux program.
 //!
 //! The kernel itself (`src/main.rs`, feature `kernel`) is built by
 //! `vmm/build.rs` with bare-metal link flags and embedded in the `vmm` binary.
@@ -11,5 +12,6 @@
 
 pub mod bench;
 pub mod firmware;
+pub mod linux_probe;
 pub mod protocol;
 pub mod workloads;

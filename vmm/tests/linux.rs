@@ -13,73 +13,10 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::Command;
-
+use common::linux::{
+    check_boot, hw_kvm_or_skip, kernel_or_skip, vmm_json_retrying, BOOT_TIMEOUT_S, CMDLINE,
+};
 use common::{hex, in_hw_kvm_harness, kvm_or_skip, vmm_json};
-
-/// The command line: the console on COM1, KERN_INFO shown (`loglevel=7`
-/// shows the levels below 7: the x86/fpu lines), a reset right after the
-/// panic a boot without a root ends in.
-const CMDLINE: &str = "console=ttyS0 loglevel=7 panic=-1";
-
-/// Each boot's `--timeout`: a boot takes 12-36 s on kvm_amd under TCG
-/// (docs/hw-kvm.md), the harness gives this binary 600 s for its five
-/// boots on two threads. A boot that hangs must end here, as a failing
-/// test that shows its console, not as a binary killed with nothing said.
-const BOOT_TIMEOUT_S: &str = "150";
-
-/// The directory with `vmlinux` and `bzImage`, or why there is none.
-fn linux_dir() -> Result<PathBuf, String> {
-    if let Some(dir) = std::env::var_os("VMM_LINUX_DIR") {
-        return Ok(PathBuf::from(dir));
-    }
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let dir = root.join("target/hw-kvm/linux");
-    if dir.join("vmlinux").is_file() {
-        return Ok(dir);
-    }
-    let boot = root.join("target/hw-kvm/kernel/boot");
-    let vmlinuz = std::fs::read_dir(&boot)
-        .map_err(|e| {
-            format!(
-                "no Debian kernel cached in {} ({e}); run scripts/hw-kvm.sh --install-only",
-                boot.display()
-            )
-        })?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-"))
-        })
-        .ok_or_else(|| format!("no vmlinuz-* in {}", boot.display()))?;
-    let out = Command::new("python3")
-        .arg(root.join("scripts/linux_guest.py"))
-        .arg(&vmlinuz)
-        .arg(&dir)
-        .output()
-        .map_err(|e| format!("cannot run python3: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "scripts/linux_guest.py failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(dir)
-}
-
-/// The kernel file `name` in [`linux_dir`], or a skip naming why (a
-/// failure inside the harness, which always carries it).
-fn kernel_or_skip(test: &str, name: &str) -> Option<String> {
-    match linux_dir() {
-        Ok(dir) => Some(dir.join(name).display().to_string()),
-        Err(why) if in_hw_kvm_harness() => panic!("{test}: the harness carries no Linux: {why}"),
-        Err(why) => {
-            common::skip(test, &why);
-            None
-        }
-    }
-}
 
 /// Boot Linux with `--xfeatures policy` and return the JSON report.
 fn boot(kernel: &str, entry: &str, policy: &str) -> (std::process::Output, serde_json::Value) {
@@ -102,44 +39,6 @@ fn boot(kernel: &str, entry: &str, policy: &str) -> (std::process::Output, serde
         args.extend(["--xfeatures", policy]);
     }
     vmm_json_retrying(&args, policy)
-}
-
-/// `vmm run` with `args`, retried once after a triple fault. Known, not
-/// understood: about one boot in twenty on kvm_amd under TCG
-/// triple-faults in Linux's late initcalls, mid-way through a console
-/// line (docs/hw-kvm.md). The retry is said on stderr; a second triple
-/// fault fails the test.
-fn vmm_json_retrying(args: &[&str], what: &str) -> (std::process::Output, serde_json::Value) {
-    let (out, v) = vmm_json(args);
-    if in_hw_kvm_harness()
-        && v["exit_description"]
-            .as_str()
-            .is_some_and(|d| d.contains("KVM_EXIT_SHUTDOWN"))
-    {
-        eprintln!(
-            "RETRY {what}: the first boot ended with {}",
-            v["exit_description"]
-        );
-        return vmm_json(args);
-    }
-    (out, v)
-}
-
-/// Whether `test` runs here: a KVM that boots Linux, which is the
-/// hardware-KVM harness's kvm_amd; else it skips, saying why.
-fn hw_kvm_or_skip(test: &str) -> bool {
-    if !kvm_or_skip(test) {
-        return false;
-    }
-    if !in_hw_kvm_harness() {
-        common::skip(
-            test,
-            "Linux needs a hardware-style KVM (scripts/hw-kvm.sh); \
-             kvm_pvm emulates CPL0 (see linux_on_kvm_pvm_ends_with_the_emulation_failure)",
-        );
-        return false;
-    }
-    true
 }
 
 /// On a hardware-style KVM, Linux boots through PVH for each policy (0x3,
@@ -180,27 +79,6 @@ fn linux_xstate_report_matches_vmm_for_each_policy() {
         );
         check_boot(&out, &v, &policy);
     }
-}
-
-/// A boot ended by Linux's reset, with an oracle that agrees.
-fn check_boot(out: &std::process::Output, v: &serde_json::Value, policy: &str) {
-    let oracle = &v["linux_xstate"];
-    assert_eq!(
-        v["exit_reason"],
-        "reset",
-        "{policy}: {}\n{oracle:#}\nstderr: {}",
-        v["exit_description"],
-        common::stderr(out)
-    );
-    assert_eq!(out.status.code(), Some(70), "{policy}");
-    assert_eq!(
-        oracle["mismatches"],
-        serde_json::json!([]),
-        "{policy}: {oracle:#}"
-    );
-    let want = hex(&v["policy_xfeatures"]);
-    assert_eq!(hex(&oracle["enabled"]) & want, want, "{policy}: {oracle:#}");
-    eprintln!("{policy}: {}", oracle["lines"]);
 }
 
 /// On kvm_pvm, which emulates every CPL0 instruction, Linux cannot boot:

@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+pub mod cpio;
 pub mod crafted;
+pub mod linux;
 
 /// Skip the rest of `test`, saying why: a `SKIPPED test: why` line on
 /// stderr (the hardware-KVM harness runs with `--nocapture` and counts
