@@ -15,7 +15,7 @@ use common::cpio::Cpio;
 use common::linux::{
     check_boot, hw_kvm_or_skip, kernel_or_skip, vmm_json_retrying, BOOT_TIMEOUT_S, CMDLINE,
 };
-use common::{hex, in_hw_kvm_harness};
+use common::{hex, in_hw_kvm_harness, vmm_json};
 use guest::linux_probe::{self, Block, LANES, PROBE_BLOCKS, PROBE_ROUNDS};
 
 /// The program, as `vmm/build.rs` built it.
@@ -248,4 +248,88 @@ fn the_probe_initrd_is_a_newc_archive() {
     assert!(lines[1].ends_with(" dev/console"), "{list}");
     assert!(lines[3].starts_with("-rwxr-xr-x") && lines[3].ends_with(" init"));
     assert!(lines[3].contains(&PROBE.len().to_string()), "{list}");
+}
+
+/// The probe snapshotted at its own request, half-way through its loop
+/// with the sums live in vector registers (`ymm0`-`ymm1` under the full
+/// XCR0, `xmm0`-`xmm3` under 0x3), and restored in a new process, finishes
+/// with the checksum of an uninterrupted run, the scalar reference: the
+/// guest's xstate, its PC and its time survived the snapshot. The file
+/// says the guest asked for it, was a PC, and keeps the vector state in
+/// use (compacted, within the policy).
+#[test]
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
+fn the_probe_snapshotted_mid_loop_finishes_with_the_same_checksum() {
+    let test = "the_probe_snapshotted_mid_loop_finishes_with_the_same_checksum";
+    if !hw_kvm_or_skip(test) {
+        return;
+    }
+    let Some(bz) = kernel_or_skip(test, "bzImage") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let initrd = dir.path().join("probe.cpio");
+    std::fs::write(&initrd, probe_initrd()).unwrap();
+    let initrd = initrd.display().to_string();
+    for policy in [None, Some("0x3")] {
+        let name = policy.unwrap_or("full xcr0");
+        let snap = dir.path().join(format!("probe-{name}.snap"));
+        let snap = snap.to_str().unwrap();
+        let mut args = vec![
+            "run",
+            "--kernel",
+            &bz,
+            "--initrd",
+            &initrd,
+            "--mem",
+            "256",
+            "--no-native",
+            "--timeout",
+            BOOT_TIMEOUT_S,
+            "--cmdline",
+            CMDLINE,
+            "--snapshot-file",
+            snap,
+        ];
+        if let Some(p) = policy {
+            args.extend(["--xfeatures", p]);
+        }
+        let t0 = std::time::Instant::now();
+        let (out, v) = vmm_json_retrying(&args, name);
+        let before = common::stderr(&out);
+        assert_eq!(
+            v["exit_reason"], "snapshotted",
+            "{name}: {}\n{before}",
+            v["exit_description"]
+        );
+        assert!(before.contains("VMM-PROBE xcr0"), "{name}: {before}");
+        assert!(!before.contains("VMM-PROBE checksum"), "{name}: {before}");
+
+        let (_, info) = vmm_json(&["snapshot", "info", snap]);
+        assert_eq!(info["trigger"], "guest", "{info:#}");
+        assert_eq!(info["platform"], "pc", "{info:#}");
+        let policy_xcr0 = hex(&info["policy_xcr0"]);
+        let in_use = hex(&info["vcpus"][0]["xstate_bv"]);
+        assert_eq!(in_use & !policy_xcr0, 0, "{name}: {info:#}");
+        let t1 = std::time::Instant::now();
+        let (out, report) =
+            vmm_json(&["restore", snap, "--no-native", "--timeout", BOOT_TIMEOUT_S]);
+        let after = common::stderr(&out);
+        eprintln!(
+            "{name}: boot to the snapshot {:.1} s, restored run {:.1} s",
+            (t1 - t0).as_secs_f64(),
+            t1.elapsed().as_secs_f64()
+        );
+        check_boot(&out, &report, policy.unwrap_or("kvm"));
+        assert!(!after.contains("VMM-PROBE error"), "{name}: {after}");
+        assert_eq!(probe_line(&after, "done"), "", "{after}");
+        let run = ProbeRun {
+            report,
+            console: format!("{before}{after}"),
+        };
+        let path = check_probe(&run, name);
+        if path == "avx2" {
+            assert_ne!(in_use & 0x4, 0, "{name}: the live ymm sums: {info:#}");
+        }
+    }
 }
