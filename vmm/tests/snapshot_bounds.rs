@@ -92,7 +92,7 @@ fn a_claimed_gigabyte_is_refused_before_it_is_read() {
         ("serial", "its kind is 0 to 1048576 bytes"),
         ("meta", "its kind is 2 to 65536 bytes"),
         ("vcpu0.cpuid", "not a whole number of 40-byte entries"),
-        ("vcpu0.msrs", "at most 17 can be loaded"),
+        ("vcpu0.msrs", "at most 25 can be loaded"),
         ("vcpu0.xstate", "its kind is 576 to 16384 bytes"),
         ("vcpu0.regs", "its kind is exactly 144"),
         (
