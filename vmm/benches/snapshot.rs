@@ -26,8 +26,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use vmm::devices::SerialSink;
 use vmm::run::restore::{restore, RestoreOptions};
+use vmm::run::SerialSink;
 use vmm::run::{self, KernelImage, RunConfig, RunEnd};
 use vmm::snapshot::sparse::SparseMemory;
 use xstate::{CpuidProfile, Format, InitMode, XfeatureMask, XsaveBuf, XsaveInfo};

@@ -29,7 +29,7 @@ use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Instant;
 
-use vmm::snapshot::save::scan::{present_by_read, present_by_scan};
+use vmm::internal::snapshot::save::scan::{present_by_read, present_by_scan};
 
 const PAGE: usize = 4096;
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use guest::protocol::MARK_END;
-use vmm::devices::SerialSink;
+use vmm::run::SerialSink;
 use vmm::run::{self, RunConfig, RunEnd};
 use vmm::xstate_manager::SyncPolicy;
 

@@ -29,8 +29,8 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use guest::workloads::aes::gcm::{Gcm128, GcmKey, GcmVariant};
 use guest::workloads::aes::xts::{Xts256, XtsKeys, XtsVariant};
 use guest::workloads::{CpuFeatures, Dgemm, GemmVariant};
-use vmm::bench::openssl::openssl_speed;
-use vmm::bench::stats::Spread;
+use vmm::internal::bench::openssl::openssl_speed;
+use vmm::internal::bench::stats::Spread;
 
 type CblasDgemm = unsafe extern "C" fn(
     c_int,

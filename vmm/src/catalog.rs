@@ -95,7 +95,7 @@ pub fn schema_text(doc: Document) -> String {
 
 /// Write every schema into `dir` (created if missing); returns the files.
 /// Each is written as every file `vmm` writes
-/// ([`crate::output::write_atomic`]): a regular file of the same name is
+/// (`crate::output::write_atomic`): a regular file of the same name is
 /// replaced, anything else there (a symlink, device, FIFO) refused, every
 /// destination checked before the first is written.
 ///

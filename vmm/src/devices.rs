@@ -36,7 +36,7 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use vm_superio::Serial;
 
 mod pc;
-pub use pc::{Com1, SerialIrq, SharedCom1, I8042_COMMAND_PORT, I8042_RESET};
+pub use pc::{Com1, SerialIrq, SharedCom1, I8042_COMMAND_PORT};
 
 /// Where the guest's serial output goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,7 +65,7 @@ pub const MAX_MARKS: usize = 4096;
 /// Longest reason string kept, in bytes (longer ones are cut).
 pub const MAX_REASON_LEN: usize = 512;
 /// Upper bound of what the bounded channels above can hold at once: the
-/// serial buffer (up to twice its tail, see [`SerialOut`]), one kept report
+/// serial buffer (up to twice its tail, see `SerialOut`), one kept report
 /// plus the one being validated, the reasons and the markers.
 pub const GUEST_RETAINED_MAX: usize = 2 * SERIAL_CAPTURE_MAX
     + 2 * Report::SIZE

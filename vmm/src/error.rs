@@ -97,7 +97,7 @@ pub enum Error {
     #[error("guest error: {0}")]
     Guest(String),
     /// The snapshot file could not be written (nothing at its path was
-    /// modified; see [`crate::output`]).
+    /// modified; see `crate::output`).
     #[error("output: cannot write snapshot {}: {source}", path.display())]
     SnapshotWrite {
         /// The snapshot's final name.

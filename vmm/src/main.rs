@@ -19,11 +19,9 @@ use std::time::Duration;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use guest::workloads::Selection;
-use vmm::devices::SerialSink;
-use vmm::input::parse_seconds;
-use vmm::output::stdout::{self, StdoutError, EXIT_CLOSED_PIPE};
+use vmm::internal::cli::{self, parse_seconds, stdout, StdoutError, EXIT_CLOSED_PIPE};
 use vmm::report::{RunSummary, EXIT_SNAPSHOT_MEMORY, EXIT_USAGE, EXIT_VMM_ERROR};
-use vmm::run::{self, KernelImage, RunConfig, Xfeatures};
+use vmm::run::{self, KernelImage, RunConfig, SerialSink, Xfeatures};
 use vmm::schema::Document;
 use vmm::session;
 use vmm::xstate_manager::SyncPolicy;
@@ -45,13 +43,13 @@ enum Command {
     /// Boot a guest kernel (by default the embedded one) and print what it reports.
     Run(RunArgs),
     /// Benchmarks that boot the guest several times and compare.
-    Bench(vmm::bench::BenchArgs),
+    Bench(cli::BenchArgs),
     /// Compare guest-visible xstate: host CPU, KVM, policy, guest; host profiles.
-    Features(vmm::features::FeaturesArgs),
+    Features(cli::FeaturesArgs),
     /// Resume a snapshot (from `vmm run --snapshot-file`) in a new VM.
     Restore(RestoreArgs),
     /// Inspect snapshot files.
-    Snapshot(vmm::report::snapshot_info::SnapshotArgs),
+    Snapshot(cli::SnapshotArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(CompletionsArgs),
     /// Print the manual page (roff), or write one page per subcommand.
@@ -159,10 +157,10 @@ struct RunArgs {
     /// image declares one (the embedded guest does), else PVH; `pvh` = the
     /// 32-bit PVH entry other VMMs use.
     #[arg(long, value_enum, default_value = "auto")]
-    entry: vmm::arch::boot::EntryChoice,
+    entry: vmm::run::EntryChoice,
     /// Guest/native repetition pairs per workload row, interleaved (guest,
     /// native, guest, native ...); the ratio is their median (1..=15).
-    #[arg(long, value_name = "N", default_value_t = vmm::native::interleave::DEFAULT_REPS,
+    #[arg(long, value_name = "N", default_value_t = cli::DEFAULT_REPS,
           value_parser = clap::value_parser!(u32).range(1..=guest::protocol::MAX_ROW_REPS as i64))]
     native_reps: u32,
     /// Back guest RAM with huge pages: `thp` (bare --hugepages) advises
@@ -170,7 +168,7 @@ struct RunArgs {
     /// host's 2 MiB pool (--mem even; a short pool is an error saying how
     /// many to reserve). The report says what backed it.
     #[arg(long, value_name = "KIND", num_args = 0..=1, default_missing_value = "thp", value_enum)]
-    hugepages: Option<vmm::vstate::RamBacking>,
+    hugepages: Option<vmm::run::RamBacking>,
     #[command(flatten)]
     session: SessionArgs,
 }
@@ -242,7 +240,7 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
         return Ok(EXIT_USAGE);
     }
     if let Some(p) = &args.plot {
-        vmm::report::plot::check_target(p, args.session.force)?;
+        cli::plot::check_target(p, args.session.force)?;
     }
     let kernel = match &args.kernel {
         Some(p) => KernelImage::from_file(p)?,
@@ -328,8 +326,8 @@ fn print_summary(
     };
     stdout::print(&text)?;
     if let Some((path, force)) = plot {
-        let charts = vmm::report::plot::run_charts(summary);
-        vmm::report::plot::write_svg(path, &charts, 1200, force)?;
+        let charts = cli::plot::run_charts(summary);
+        cli::plot::write_svg(path, &charts, 1200, force)?;
     }
     Ok(summary.process_exit)
 }
@@ -402,8 +400,7 @@ fn man(args: ManArgs) -> Result<i32, vmm::Error> {
                     ))
                 })
                 .collect::<Result<Vec<_>, std::io::Error>>()?;
-            vmm::output::write_set(&files)
-                .map_err(|(path, source)| vmm::Error::Output { path, source })?;
+            cli::write_set(&files).map_err(|(path, source)| vmm::Error::Output { path, source })?;
             eprintln!("vmm: manual pages written to {}", dir.display());
         }
         None => {
@@ -509,10 +506,10 @@ fn vmm_main() -> libc::c_int {
     };
     let result = match cli.command {
         Command::Run(args) => run(args),
-        Command::Bench(args) => vmm::bench::main(args),
-        Command::Features(args) => vmm::features::main(args),
+        Command::Bench(args) => cli::bench(args),
+        Command::Features(args) => cli::features(args),
         Command::Restore(args) => restore(args),
-        Command::Snapshot(args) => Ok(vmm::report::snapshot_info::main(args)),
+        Command::Snapshot(args) => Ok(cli::snapshot(args)),
         Command::Completions(args) => completions(args),
         Command::Man(args) => man(args),
         Command::Schema(args) => schema(args),

@@ -34,7 +34,7 @@ pub enum Document {
     BenchExits,
     /// `vmm bench init-xstate --json`: `crate::bench::init_xstate::InitBench`.
     BenchInitXstate,
-    /// `vmm snapshot info --json`: [`crate::report::snapshot_info::SnapshotInfo`].
+    /// `vmm snapshot info --json`: `crate::report::snapshot_info::SnapshotInfo`.
     SnapshotInfo,
     /// `vmm features --list-profiles --json`: `crate::features::bundled::ProfileList`.
     ProfileList,

@@ -51,8 +51,8 @@ fn xfeatures_amx_is_granted_or_refused_by_name() {
     // ask it the way vmm does, in this process, to know which to expect.
     let granted = cpu_has_amx()
         && matches!(
-            vmm::arch::amx::permit_guest(Some("amx")),
-            Ok(vmm::arch::amx::Permit::Granted(_))
+            vmm::internal::arch::amx::permit_guest(Some("amx")),
+            Ok(vmm::internal::arch::amx::Permit::Granted(_))
         );
     if granted {
         let (out, v) = vmm_json(&args);
@@ -162,7 +162,7 @@ fn xfd_section_follows_the_host() {
     }
     let kvm = kvm_ioctls::Kvm::new().expect("KVM opens");
     let listed = kvm.get_msr_index_list().expect("KVM_GET_MSR_INDEX_LIST");
-    let has_xfd = vmm::vstate::xfd::supported(listed.as_slice());
+    let has_xfd = vmm::internal::vstate::xfd::supported(listed.as_slice());
     let dir = tempfile::tempdir().unwrap();
     let snap = dir.path().join("xfd.snap");
     let snap_s = snap.to_str().unwrap();

@@ -65,7 +65,11 @@ fn rows(lines: &[&str]) -> Vec<Vec<String>> {
 fn declared_modules() -> BTreeSet<String> {
     let lib = std::fs::read_to_string(root().join("vmm/src/lib.rs")).expect("lib.rs");
     lib.lines()
-        .filter_map(|l| l.trim().strip_prefix("pub mod "))
+        .filter_map(|l| {
+            let l = l.trim();
+            l.strip_prefix("pub mod ")
+                .or_else(|| l.strip_prefix("pub(crate) mod "))
+        })
         .map(|m| m.trim_end_matches(';').to_string())
         .collect()
 }

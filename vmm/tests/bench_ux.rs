@@ -78,7 +78,7 @@ fn widths(xcr0: u64) -> Vec<(&'static str, u64)> {
 /// permission, as `vmm` asks it) and its OS has enabled: what `vmm bench
 /// exits --quick` must measure.
 fn full_xcr0() -> (u64, xstate::XsaveInfo) {
-    vmm::arch::amx::permit_guest(None).expect("the AMX permission decision");
+    vmm::internal::arch::amx::permit_guest(None).expect("the AMX permission decision");
     let host = vmm::kvm::HostKvm::open().expect("/dev/kvm");
     let kvm = host.xstate.supported_xcr0().bits();
     let os = xstate::native::host_xcr0()

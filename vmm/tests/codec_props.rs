@@ -17,10 +17,10 @@ use kvm_bindings::{
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
+use vmm::internal::vstate::xfd::XfdMsrs;
 use vmm::snapshot::format::Container;
 use vmm::snapshot::sparse::{SparseMemory, PAGE_SIZE};
 use vmm::snapshot::state::{IrqchipState, Meta, SerialRegs, Snapshot, VcpuState};
-use vmm::vstate::xfd::XfdMsrs;
 use xstate::{CpuidEntry, Hex32, XsaveBuf};
 use zerocopy::{FromBytes, IntoBytes};
 

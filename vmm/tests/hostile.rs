@@ -1,6 +1,6 @@
 //! A guest cannot hurt the VMM: floods of reports, refused reports,
 //! benchmark markers and serial output leave the VMM's memory flat (bounded
-//! by `vmm::devices::GUEST_RETAINED_MAX`, asserted here as at most 64 MiB
+//! by `vmm::internal::devices::GUEST_RETAINED_MAX`, asserted here as at most 64 MiB
 //! above an idle run's peak RSS) and are counted in the JSON; forged exit
 //! statuses, refused requests and an XCR0 outside the policy end or go on
 //! with a report naming the fault. The guest misbehaves through its
@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 
 use common::{hex, kvm_or_skip, run_bare_json, stderr, vmm, vmm_to_files};
 use serde_json::Value;
-use vmm::devices::{MAX_MARKS, MAX_REPORT_ERRORS, SERIAL_CAPTURE_MAX};
+use vmm::internal::devices::{MAX_MARKS, MAX_REPORT_ERRORS, SERIAL_CAPTURE_MAX};
 use vmm::report::{EXIT_PROTOCOL_VIOLATION, EXIT_TIMEOUT, EXIT_USAGE};
 
 /// How long each flood runs. Long enough for thousands of exits on a

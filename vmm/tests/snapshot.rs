@@ -335,7 +335,7 @@ fn amx_snapshot_is_refused_on_a_host_without_amx() {
     }
     // As `vmm restore` does before it reads KVM's table: where AMX can be
     // had, KVM only lists it once this process may give it to guests.
-    let _ = vmm::arch::amx::permit_policy(XfeatureMask::from_bits(0x602e7));
+    let _ = vmm::internal::arch::amx::permit_policy(XfeatureMask::from_bits(0x602e7));
     let host = vmm::kvm::HostKvm::open().expect("KVM opens");
     if host.xstate.supported_xcr0().contains_all(XfeatureMask::AMX) {
         common::skip(

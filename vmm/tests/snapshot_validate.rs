@@ -18,7 +18,7 @@ use common::crafted::{
     entry_at, info_args, real_snapshot, refusal, restore_args, take_snapshot, temp_snapshot,
 };
 use common::{kvm_or_skip, vmm};
-use vmm::arch::layout::RamRegion;
+use vmm::internal::arch::layout::RamRegion;
 use vmm::snapshot::format::{reseal, Container};
 use vmm::snapshot::state::Snapshot;
 use xstate::XsaveBuf;
@@ -297,7 +297,7 @@ fn every_rule_kvm_applies_is_checked_before_kvm() {
         refused(name, &s.to_bytes(), needle, true);
     }
     // A policy and a leaf 0xD that both claim AMX, on a host without it.
-    let _ = vmm::arch::amx::permit_policy(xstate::XfeatureMask::AMX);
+    let _ = vmm::internal::arch::amx::permit_policy(xstate::XfeatureMask::AMX);
     let host = vmm::kvm::HostKvm::open().expect("KVM opens");
     if !host
         .xstate

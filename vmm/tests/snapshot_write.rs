@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use common::{
     kvm_or_skip, rows_named, snapshot_check_args, snapshot_regs_kernel, tiny_pvh_elf, vmm_bin,
 };
-use vmm::output::{self, TEMP_MARKER};
+use vmm::internal::output::{self, TEMP_MARKER};
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -177,7 +177,8 @@ fn an_existing_file_needs_force_and_keeps_its_narrow_permissions() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(v["exit_reason"], "snapshotted", "{v}");
     assert_eq!(mode(&snap), 0o600, "0600 stays 0600");
-    let info = vmm::report::snapshot_info::info(&snap).expect("a valid snapshot replaced the file");
+    let info = vmm::internal::report::snapshot_info::info(&snap)
+        .expect("a valid snapshot replaced the file");
     assert_eq!(info.trigger, "guest");
 
     // A world-readable file is narrowed, never the other way round.

@@ -101,7 +101,7 @@ fn edits_are_written_back_only_when_dirty_and_exactly() {
     assert!(err.contains("XCR0 0x1"), "{err}");
     assert_eq!(m.stats().writebacks, 0);
     // ... and accepted once the guest has enabled it.
-    vmm::vstate::vcpu::set_xcr0(&vcpu, xcr0.bits()).unwrap();
+    vmm::internal::vstate::vcpu::set_xcr0(&vcpu, xcr0.bits()).unwrap();
     let mut m = XstateManager::new(SyncPolicy::Lazy, info, xcr0, size);
     // Nothing happens on the exit path, nor before a run without edits.
     m.on_exit(&vcpu).unwrap();
@@ -123,7 +123,7 @@ fn edits_are_written_back_only_when_dirty_and_exactly() {
     assert_eq!((m.stats().fetches, m.stats().writebacks), (1, 1));
 
     // KVM holds exactly the edit.
-    let back = vmm::vstate::vcpu::get_xsave(&vcpu, size).unwrap();
+    let back = vmm::internal::vstate::vcpu::get_xsave(&vcpu, size).unwrap();
     assert_eq!(back.xmm(7), pattern);
     for r in (0..16).filter(|&r| r != 7) {
         assert_eq!(back.xmm(r), [0; 16], "xmm{r}");

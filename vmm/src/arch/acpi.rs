@@ -89,7 +89,7 @@ pub struct AcpiTables {
 /// # Examples
 ///
 /// ```
-/// use vmm::arch::acpi::{build, RSDP_ADDR};
+/// use vmm::internal::arch::acpi::{build, RSDP_ADDR};
 /// let t = build(2).unwrap();
 /// assert_eq!(&t.bytes[..8], b"RSD PTR ");
 /// assert_eq!(t.tables[0], (*b"XSDT", RSDP_ADDR + 48));

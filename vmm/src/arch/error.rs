@@ -5,7 +5,7 @@
 
 use crate::arch::layout::{CMDLINE_MAX, MAX_MEM_MIB, MIN_MEM_MIB};
 
-/// Why the MP table ([`crate::arch::mptable`]) could not be built.
+/// Why the MP table (`crate::arch::mptable`) could not be built.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum MpTableError {
     /// No CPU to describe.
@@ -17,7 +17,7 @@ pub enum MpTableError {
     TooManyCpus(u32),
 }
 
-/// Why the ACPI tables ([`crate::arch::acpi`]) could not be built.
+/// Why the ACPI tables (`crate::arch::acpi`) could not be built.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AcpiError {
     /// No CPU to describe.

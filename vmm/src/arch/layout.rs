@@ -87,14 +87,14 @@ impl RamRegion {
 }
 
 /// The RAM regions of a guest with `bytes` of RAM, ascending: `[0,
-/// bytes)` up to [`LOW_RAM_END`], the rest from [`HIGH_RAM_START`]. RAM
+/// bytes)` up to `LOW_RAM_END`, the rest from `HIGH_RAM_START`. RAM
 /// offsets (a snapshot's page index counts them) run through the regions
 /// in this order.
 ///
 /// # Examples
 ///
 /// ```
-/// use vmm::arch::layout::{ram_regions, RamRegion};
+/// use vmm::internal::arch::layout::{ram_regions, RamRegion};
 /// assert_eq!(ram_regions(64 << 20), [RamRegion { addr: 0, len: 64 << 20 }]);
 /// assert_eq!(
 ///     ram_regions(16 << 30),
@@ -161,7 +161,7 @@ const _: () = assert!(
 /// # Examples
 ///
 /// ```
-/// use vmm::arch::layout::{ram_pieces, ram_regions};
+/// use vmm::internal::arch::layout::{ram_pieces, ram_regions};
 /// let regions = ram_regions(4 << 30);
 /// assert_eq!(
 ///     ram_pieces(&regions, (3 << 30) - 4096, 8192),

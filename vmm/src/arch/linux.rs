@@ -76,7 +76,7 @@ fn le(bytes: &[u8], at: usize, n: usize) -> u64 {
 ///
 /// # Errors
 ///
-/// The [`BzImageError`] naming the broken rule.
+/// The `BzImageError` naming the broken rule.
 pub fn check_bzimage(bytes: &[u8], ram_bytes: u64) -> Result<BzImagePlan, BzImageError> {
     let len = bytes.len() as u64;
     if bytes.len() < HEADER_END {

@@ -76,7 +76,7 @@ pub struct CpuSignature {
 
 /// The bytes of the floating pointer structure followed by the
 /// configuration table for `cpus` CPUs, with the IOAPIC and its ISA
-/// interrupts when `ioapic`, to be placed at [`MPTABLE_ADDR`]. A pure
+/// interrupts when `ioapic`, to be placed at `MPTABLE_ADDR`. A pure
 /// function.
 pub fn build(cpus: u32, sig: CpuSignature, ioapic: bool) -> Result<Vec<u8>, MpTableError> {
     if cpus == 0 {

@@ -15,7 +15,9 @@
 use std::process::Command;
 
 use super::stats::Spread;
-pub use crate::report::yardstick::{render, VariantRatio, Yardstick, RUNS, SEED_ICE_LAKE_XTS_4K};
+#[cfg(test)]
+use crate::report::yardstick::render;
+pub use crate::report::yardstick::{VariantRatio, Yardstick, RUNS, SEED_ICE_LAKE_XTS_4K};
 
 /// The modes the guest reports that openssl can time, by row name (the
 /// row names are openssl's cipher names).

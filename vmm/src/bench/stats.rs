@@ -54,7 +54,7 @@ impl Spread {
     }
 
     /// The spread of the negated samples: a figure where more is better
-    /// (throughput) turned into a cost, for [`Change::of`].
+    /// (throughput) turned into a cost, for `Change::of`.
     pub fn negated(&self) -> Spread {
         Spread {
             min: -self.p90,
@@ -117,6 +117,8 @@ impl Verdict {
 }
 
 /// A row of this run against the same row of a baseline, criterion-style.
+// `NoChange` reads as the report prints it ("no change").
+#[allow(clippy::enum_variant_names)]
 #[derive(schemars::JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Change {
     /// Cheaper than the baseline, outside both runs' spreads.

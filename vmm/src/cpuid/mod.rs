@@ -15,9 +15,9 @@ pub(crate) mod policy;
 
 pub use crate::error::PolicyError;
 pub use crate::kvm::KvmXstate;
-pub use flags::{flag_set, GatedFlag, GATED_FLAGS};
-pub use guest::{guest_cpuid, verify, CpuidCheck, GuestCpuid, TSC_FREQ_LEAF};
-pub use leaf::{entry, Reg};
+pub(crate) use flags::{GatedFlag, GATED_FLAGS};
+pub(crate) use guest::{guest_cpuid, verify, CpuidCheck, GuestCpuid};
+pub(crate) use leaf::{entry, Reg};
 pub use policy::{
     describe_resolution, parse_xfeatures, resolve_policy, resolve_xfeatures, validate_policy,
     validate_policy_resolution, Policy,

@@ -96,7 +96,7 @@
 //! Saved profiles: see [`profile`].
 
 //!
-//! Modules: [`inputs`] gathers the columns, `diff` finds the
+//! Modules: `inputs` gathers the columns, `diff` finds the
 //! disagreements, `view` assembles the serialisable view and `render`
 //! prints it; `compare` compares host profiles; [`profile`] is the profile
 //! format; `error` the command's errors. This module holds the command
@@ -109,7 +109,7 @@ pub(crate) mod error;
 pub(crate) mod export;
 pub(crate) mod guest_log;
 pub(crate) mod import;
-pub mod inputs;
+pub(crate) mod inputs;
 pub(crate) mod lint;
 pub mod profile;
 pub(crate) mod render;

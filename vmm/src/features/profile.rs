@@ -356,7 +356,7 @@ pub fn record_host(
 }
 
 /// Writes a recorded profile to `path` as every file `vmm` writes
-/// ([`crate::output::write_atomic`]): an existing regular file only with
+/// (`crate::output::write_atomic`): an existing regular file only with
 /// `force`, never through a symlink or into a device or FIFO, atomically.
 pub fn write_new(path: &Path, json: &str, force: bool) -> Result<(), FeaturesError> {
     // write_atomic checks the destination itself (check_new is for callers

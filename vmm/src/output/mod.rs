@@ -50,11 +50,14 @@ pub mod stdout;
 mod sys;
 mod temp;
 
-pub use atomic::{write_atomic, write_set, write_with, Written};
-pub use destination::{available_space, check, check_space, Destination, Existing};
+pub use atomic::{write_atomic, write_set, write_with};
+pub use destination::check;
+#[cfg(test)]
+pub(crate) use destination::check_space;
 pub use error::WriteError;
-pub use signals::install_signal_cleanup;
-pub use temp::{remove_stale_temporaries, temp_name, temp_pid};
+pub use temp::temp_name;
+#[cfg(test)]
+pub(crate) use temp::temp_pid;
 
 /// The marker in a temporary file's name: `.<name>` + this + `<pid>.<hex>`.
 pub const TEMP_MARKER: &str = ".vmm-snapshot-tmp.";

@@ -39,7 +39,7 @@ impl From<io::Error> for StdoutError {
 ///
 /// # Examples
 /// ```
-/// vmm::output::stdout::print("").unwrap();
+/// vmm::internal::cli::stdout::print("").unwrap();
 /// ```
 pub fn print(text: &str) -> Result<(), StdoutError> {
     write_to(&mut io::stdout().lock(), text)

@@ -39,17 +39,17 @@
 //! | `xfeatures_resolution` | how `--xfeatures` was understood: `spec`, `requested`, `removed`, `implied` (prerequisites added), `dropped` (dependents removed), `result` (hex strings), `result_names`; null without `--xfeatures` |
 //! | `snapshot` | with `--snapshot-file`: `requested_after_s`, `written`, `path`, `save_ms` (stopped vCPU to file written), and `reason` when nothing was written (e.g. the guest exited before `--snapshot-after`); null otherwise |
 
-//! - [`summary`]: the serialisable model ([`RunSummary`]) built from a run.
+//! - `summary`: the serialisable model ([`RunSummary`]) built from a run.
 //! - `views`: the `--xfeatures` resolution and the requested snapshot, as
 //!   the JSON shows them.
 //! - `spanning`: the row a restored run cannot time (it spans the snapshot).
 //! - `row_id`: what makes two result rows the same measurement.
 //! - `render`: its human table.
-//! - [`snapshot_info`]: `vmm snapshot info`: what a snapshot file holds.
+//! - `snapshot_info`: `vmm snapshot info`: what a snapshot file holds.
 //! - `table`: column alignment for every text table.
 //! - `hex`: masks serialised as hex strings.
 //! - `exit`: process exit statuses.
-//! - [`plot`]: SVG bar charts for `--plot`.
+//! - `plot`: SVG bar charts for `--plot`.
 //! - `yardstick`: the host's `openssl speed` beside the guest's AES rows.
 
 pub(crate) mod copy;
@@ -57,12 +57,12 @@ pub(crate) mod exit;
 pub(crate) mod hex;
 pub(crate) mod native_view;
 pub(crate) mod parallel;
-pub mod plot;
+pub(crate) mod plot;
 pub(crate) mod render;
 pub(crate) mod row_id;
-pub mod snapshot_info;
+pub(crate) mod snapshot_info;
 pub(crate) mod spanning;
-pub mod summary;
+pub(crate) mod summary;
 pub(crate) mod table;
 pub(crate) mod views;
 pub(crate) mod yardstick;

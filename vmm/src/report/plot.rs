@@ -101,7 +101,7 @@ fn colour(i: usize) -> RGBColor {
 /// Refuse a `--plot` path that cannot take the chart, before a long
 /// measurement rather than after it: a missing directory, a directory that
 /// refuses writes, anything there but a regular file, and a regular file
-/// unless `force` (see [`crate::output`]).
+/// unless `force` (see `crate::output`).
 pub fn check_target(path: &Path, force: bool) -> Result<(), PlotError> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
@@ -124,7 +124,8 @@ pub fn check_target(path: &Path, force: bool) -> Result<(), PlotError> {
 /// Pixel height of one chart.
 const CHART_HEIGHT: u32 = 460;
 
-/// Draw `charts` one above the other as SVG text.
+/// Draw `charts` one above the other as SVG text (the tests read it).
+#[cfg(test)]
 pub fn render_svg(charts: &[BarChart], width: u32) -> Result<String, PlotError> {
     let mut svg = String::new();
     draw(&mut svg, charts, width).map_err(|source| PlotError::Draw {
@@ -135,7 +136,7 @@ pub fn render_svg(charts: &[BarChart], width: u32) -> Result<String, PlotError> 
 }
 
 /// Draw `charts` into the SVG file `path`, written as every file `vmm`
-/// writes ([`crate::output::write_atomic`]: a regular file replaced only
+/// writes (`crate::output::write_atomic`: a regular file replaced only
 /// with `force`, atomically, nothing left behind on failure).
 pub fn write_svg(
     path: &Path,

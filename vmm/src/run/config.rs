@@ -33,7 +33,7 @@ impl KernelImage {
     }
 
     /// A kernel read from a file: a regular file of at most
-    /// [`MAX_KERNEL_BYTES`] that starts with the ELF magic or carries the
+    /// `MAX_KERNEL_BYTES` that starts with the ELF magic or carries the
     /// bzImage header, checked in that order before the rest is read (so
     /// `/dev/zero`, a FIFO or a huge sparse file is refused at once,
     /// naming the rule).
@@ -106,7 +106,7 @@ pub struct RunConfig {
     /// through `SNAPSHOT_PORT`. Without it the guest's requests are ignored.
     pub snapshot_file: Option<PathBuf>,
     /// `--force`: a regular file already at `snapshot_file` may be replaced
-    /// (never anything else; see [`crate::output`]).
+    /// (never anything else; see `crate::output`).
     pub snapshot_force: bool,
     /// `--vcpus`: how many vCPUs, each a host thread (see
     /// `crate::vstate::smp`); 1 is the VM `vmm` always built.

@@ -34,14 +34,14 @@ pub enum RunEnd {
     ProtocolViolation(String),
     /// A restored guest was stopped because a page of its snapshot failed
     /// its checksum or could no longer be read
-    /// ([`crate::snapshot::pager::PageError`]): the VMM's loss, not the
+    /// (`crate::snapshot::pager::PageError`): the VMM's loss, not the
     /// guest's doing. The sentence names the page and the section.
     SnapshotMemory(String),
     /// The guest reset the machine (the i8042's reset command: how Linux
     /// reboots a PC without ACPI, and what `panic=N` ends in).
     Reset,
     /// A Linux guest's account of its xstate differs from vmm's layout
-    /// for the policy (see [`super::linux_xstate`]); the sentence names
+    /// for the policy (see `super::linux_xstate`); the sentence names
     /// the fields.
     XstateMismatch(String),
 }
@@ -157,7 +157,7 @@ pub struct RunOutcome {
     /// Refused reports beyond those in `report_errors`.
     pub report_errors_dropped: u64,
     /// Guest requests the VMM refused (answered to the guest, the run went
-    /// on): the first [`MAX_REFUSED_REQUESTS`](crate::devices::MAX_REFUSED_REQUESTS) reasons.
+    /// on): the first `MAX_REFUSED_REQUESTS` reasons.
     pub refused_requests: Vec<String>,
     /// How many requests were refused in all.
     pub requests_refused: u64,

@@ -3,7 +3,7 @@
 //! Guest memory: the page index (`memory`) and the pages' checksums
 //! (`memory.crc32`) are read and checksummed with the other sections; the
 //! stored pages themselves (`memory.pages`) are copied into anonymous RAM
-//! by [`crate::snapshot::pager`], each checked against its CRC32 before the
+//! by `crate::snapshot::pager`, each checked against its CRC32 before the
 //! guest can read it: on demand (the first `KVM_RUN` waits for none of
 //! them, the file is leased until the last is in), or all before the first
 //! `KVM_RUN` with `--verify-memory` or where on demand is not possible.
@@ -14,13 +14,13 @@
 //! guest.
 //!
 //! Everything that can be checked is checked before a VM exists: the file
-//! is opened as a regular file of bounded size ([`crate::input`]), its
+//! is opened as a regular file of bounded size (`crate::input`), its
 //! header and section table are checked before any section is read, then
 //! the sections (the stored pages left in the file) and their decoding
 //! ([`open`]); then THE
 //! validation `vmm snapshot info` also reports ([`validate`], see
 //! `crate::snapshot::compat`). Only then is the VM built from the [`Validated`]
-//! state, and handed to [`crate::vstate`] to run as a booted one would be.
+//! state, and handed to `crate::vstate` to run as a booted one would be.
 //! Should KVM still refuse a state, the error names the ioctl, the vCPU,
 //! the section and the fields that commonly cause it.
 //!
@@ -100,7 +100,7 @@ pub struct Restored {
     /// a guest point).
     pub trigger: String,
     /// The guest's report record as the snapshot held it, (guest address,
-    /// bytes) ([`Pages::kept`]).
+    /// bytes) (`Pages::kept`).
     pub memory: Vec<(u64, Vec<u8>)>,
     /// How the stored pages reached RAM.
     pub pages: Option<Pages>,

@@ -117,7 +117,7 @@ fn open_with<T>(
 
 /// [`open`], for a restore: the snapshot, the open file, and whether it
 /// holds a read lease, taken as soon as it was open, before a byte of it
-/// was read ([`super::pager::take_lease`]: whoever would write it waits
+/// was read (`super::pager::take_lease`: whoever would write it waits
 /// until the restore has every page it needs).
 ///
 /// # Errors

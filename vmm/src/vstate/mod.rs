@@ -23,4 +23,4 @@ pub mod xfd;
 
 pub use dump::RegisterDump;
 pub use machine::RamBacking;
-pub use smp::{ApStart, VcpuCountError, VcpuPhases};
+pub use smp::{ApStart, VcpuPhases};

@@ -136,10 +136,10 @@ pub fn report_record(data: &[u8]) {
         );
     }
     let _ = field_str(&r.switch_strategy);
-    for row in vmm::report::summary::result_rows(&r, r.tsc_khz) {
+    for row in vmm::report::result_rows(&r, r.tsc_khz) {
         let _ = (row.cycles_per_op(), row.throughput(), row.unit());
     }
-    let _ = vmm::features::inputs::GuestSeen::from_report(&r);
+    let _ = vmm::features::GuestSeen::from_report(&r);
 }
 
 /// The xfeature mask grammar (`XfeatureMask::parse`), the XCR0 rules on the
@@ -204,7 +204,7 @@ const ELF_RAM: usize = 4 << 20;
 pub fn elf_loader(data: &[u8]) {
     // The validator runs first, before any VM exists, exactly as `vmm run`
     // does; only an image it accepts reaches linux-loader.
-    let plan = match vmm::arch::elf::check_image(data, ELF_RAM as u64) {
+    let plan = match vmm::internal::arch::elf::check_image(data, ELF_RAM as u64) {
         Ok(plan) => plan,
         Err(e) => {
             let _ = e.to_string();
@@ -223,8 +223,8 @@ pub fn elf_loader(data: &[u8]) {
     );
     let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), ELF_RAM)])
         .expect("4 MiB of anonymous memory");
-    let plan = vmm::arch::boot::KernelPlan::Elf(plan);
-    match vmm::arch::boot::load_kernel(&mem, data, "fuzz", &plan) {
+    let plan = vmm::internal::arch::boot::KernelPlan::Elf(plan);
+    match vmm::internal::arch::boot::load_kernel(&mem, data, "fuzz", &plan) {
         Ok(k) => assert!(
             k.end <= ELF_RAM as u64,
             "kernel end {:#x} past the RAM",
@@ -297,7 +297,7 @@ pub fn firmware_tables(data: &[u8]) {
 /// ACPI 2.0 RSDP -> XSDT -> MADT and an ACPI 1.0 RSDP -> RSDT -> MADT as
 /// QEMU microvm and Cloud Hypervisor give them.
 pub fn firmware_seeds() -> Vec<FirmwareSeed> {
-    use vmm::arch::mptable::{build, CpuSignature};
+    use vmm::internal::arch::mptable::{build, CpuSignature};
     let checksum = |b: &mut [u8], at: usize| {
         b[at] = 0;
         b[at] = 0u8.wrapping_sub(b.iter().fold(0u8, |a, x| a.wrapping_add(*x)));
@@ -558,7 +558,7 @@ const BZ_RAM: u64 = 64 << 20;
 /// initrd goes (`initrd_address`, of a size taken from the image's last 8
 /// bytes: from none to twice the RAM) and linux-loader's bzImage loader.
 pub fn bzimage_header(data: &[u8]) {
-    let plan = match vmm::arch::linux::check_bzimage(data, BZ_RAM) {
+    let plan = match vmm::internal::arch::linux::check_bzimage(data, BZ_RAM) {
         Ok(plan) => plan,
         Err(e) => {
             let _ = e.to_string();
@@ -572,7 +572,8 @@ pub fn bzimage_header(data: &[u8]) {
     );
     let tail: [u8; 8] = data[data.len() - 8..].try_into().expect("8 bytes");
     let initrd = u64::from_le_bytes(tail) % (2 * BZ_RAM + 1);
-    if let Some(at) = vmm::arch::linux::initrd_address(BZ_RAM, plan.initrd_limit, plan.end, initrd)
+    if let Some(at) =
+        vmm::internal::arch::linux::initrd_address(BZ_RAM, plan.initrd_limit, plan.end, initrd)
     {
         assert_eq!(at % 4096, 0, "initrd at {at:#x}");
         assert!(
@@ -589,7 +590,7 @@ pub fn bzimage_header(data: &[u8]) {
     }
     let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), BZ_RAM as usize)])
         .expect("64 MiB of anonymous memory");
-    if let Err(e) = vmm::arch::linux::load_bzimage(&mem, data, "fuzz") {
+    if let Err(e) = vmm::internal::arch::linux::load_bzimage(&mem, data, "fuzz") {
         let _ = e.to_string();
     }
 }
@@ -599,7 +600,7 @@ pub fn bzimage_header(data: &[u8]) {
 /// in both formats: differences are named, never a panic.
 pub fn linux_console(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
-    let Some(mut found) = vmm::run::linux_xstate::LinuxXstate::parse(&text) else {
+    let Some(mut found) = vmm::internal::run::linux_xstate::LinuxXstate::parse(&text) else {
         return;
     };
     let info = XsaveInfo::from_leaf_0xd(|subleaf| match subleaf {

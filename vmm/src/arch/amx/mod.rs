@@ -255,7 +255,7 @@ pub fn request_permission(
     Ok(permitted)
 }
 
-/// What [`permit_for_request`] did.
+/// What `permit_for_request` did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Permit {
     /// No dynamic component is wanted: nothing was asked.
@@ -324,7 +324,7 @@ pub fn permit_for_request(
     }
 }
 
-/// [`permit_for_request`] with the real system call and this CPU's leaf
+/// `permit_for_request` with the real system call and this CPU's leaf
 /// 0xD; a default policy's refusal is printed as a warning on stderr.
 pub fn permit_guest(spec: Option<&str>) -> Result<Permit, PermissionError> {
     if spec.is_none() && nothing_left_to_grant(&mut ArchPrctl) {

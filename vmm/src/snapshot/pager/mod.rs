@@ -44,7 +44,7 @@ mod upfront;
 use vm_memory::GuestMemoryMmap;
 
 pub use lease::take_lease;
-pub use shared::{PageError, Pages, PagesMode, VcpuEntry};
+pub use shared::{PageError, Pages, PagesMode};
 pub use source::PageSource;
 
 impl PageSource {

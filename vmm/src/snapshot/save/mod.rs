@@ -210,7 +210,8 @@ pub struct Running<'a> {
     pub ran: Duration,
 }
 
-/// Capture the VM's state.
+/// Capture the VM's state (the restore tests build their files so).
+#[cfg(test)]
 pub fn capture(ctx: &SaveContext, trigger: Trigger, vm: Running<'_>) -> Result<Snapshot> {
     let (mut snap, pages) = capture_in_place(ctx, trigger, vm)?;
     snap.memory = pages.to_owned_memory();
@@ -370,14 +371,15 @@ pub struct PausedSmp<'a> {
 
 /// Capture a paused SMP machine: every vCPU (with its LAPIC), with a full
 /// irqchip both PICs, the IOAPIC and the PIT when the VM has one, and
-/// RAM.
+/// RAM (the restore tests build their files so).
+#[cfg(test)]
 pub fn capture_smp(ctx: &SaveContext, trigger: Trigger, vm: PausedSmp<'_>) -> Result<Snapshot> {
     let (mut snap, pages) = capture_smp_in_place(ctx, trigger, vm)?;
     snap.memory = pages.to_owned_memory();
     Ok(snap)
 }
 
-/// [`capture_smp`] with the stored pages left in guest memory (as
+/// [`save_smp`]'s capture, with the stored pages left in guest memory (as
 /// [`capture_in_place`]).
 fn capture_smp_in_place<'m>(
     ctx: &SaveContext,
@@ -441,7 +443,7 @@ fn capture_smp_in_place<'m>(
     Ok((snap, pages))
 }
 
-/// [`save`] for a paused SMP machine ([`capture_smp`]).
+/// [`save`] for a paused SMP machine ([`capture_smp_in_place`]).
 pub fn save_smp(ctx: &SaveContext, trigger: Trigger, vm: PausedSmp<'_>) -> Result<PathBuf> {
     check_destination(&ctx.path, ctx.force)?;
     let (snap, pages) = capture_smp_in_place(ctx, trigger, vm)?;

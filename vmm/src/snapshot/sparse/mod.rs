@@ -22,13 +22,13 @@
 //!
 //! `memory.crc32` lets a restore check every page on its own, as it
 //! arrives, and name the one that is corrupt; files written before it
-//! have only the whole section's CRC32 (see [`crate::snapshot::pager`]).
+//! have only the whole section's CRC32 (see `crate::snapshot::pager`).
 //!
 //! Because `memory.pages` starts on a page boundary and holds whole pages,
 //! run `k` lies at a page-aligned file offset (the section's offset plus
 //! the pages of the runs before it): a restore copies each page of a run
 //! into guest RAM at its guest address, and the gaps stay fresh anonymous
-//! (zero) memory. See [`crate::snapshot::pager`].
+//! (zero) memory. See `crate::snapshot::pager`.
 //!
 //! [`SparseMemory::to_bytes`] / [`SparseMemory::from_bytes`] are the two
 //! sections back to back in one buffer (the index, then the pages), for
@@ -340,7 +340,7 @@ impl SparseMemory {
 
     /// Each run as (RAM offset, offset of its pages in `memory.pages`,
     /// length in bytes), in order. The RAM offset is the guest address
-    /// below the 32-bit hole; [`crate::arch::layout::ram_pieces`] places
+    /// below the 32-bit hole; `crate::arch::layout::ram_pieces` places
     /// it in [`Self::ram_regions`].
     pub fn placed_runs(&self) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
         let page = PAGE_SIZE as u64;

@@ -15,7 +15,7 @@
 //! | `vcpuN.events` | `struct kvm_vcpu_events` (64 bytes), when KVM has it |
 //! | `vcpuN.mp_state` | `struct kvm_mp_state` (4 bytes), when KVM has it |
 //! | `vcpuN.debugregs` | `struct kvm_debugregs` (128 bytes), when KVM has it |
-//! | `vcpuN.xfd` | `IA32_XFD` and `IA32_XFD_ERR` as (index u32, 0 u32, value u64), exactly those two, when KVM lists them (hosts with XFD, see [`crate::vstate::xfd`]); optional: a snapshot without it restores as before |
+//! | `vcpuN.xfd` | `IA32_XFD` and `IA32_XFD_ERR` as (index u32, 0 u32, value u64), exactly those two, when KVM lists them (hosts with XFD, see `crate::vstate::xfd`); optional: a snapshot without it restores as before |
 //! | `vcpuN.xstate` | the extended state **compacted with only the components in use**: an XSAVEC-format image whose XCOMP_BV (bit 63 set) equals its XSTATE_BV, laid out by the source KVM's leaf 0xD in `meta` |
 //! | `vcpuN.lapic` | `struct kvm_lapic_state` (1024 bytes), when the VM has an in-kernel irqchip, split or full (`--vcpus` above 1) |
 //! | `irqchip.pic_master`, `irqchip.pic_slave`, `irqchip.ioapic` | `struct kvm_irqchip` (520 bytes each, `KVM_GET_IRQCHIP` chips 0, 1, 2), when the VM has a full in-kernel irqchip (`meta.irqchip` `kvm`) |
@@ -378,7 +378,7 @@ impl Snapshot {
     /// The file's bytes up to its stored pages, which the caller writes
     /// after them (`pages_len` bytes whose CRC32 is `pages_crc`): how a
     /// snapshot is saved without copying guest memory (see
-    /// [`super::save`]). `self.memory.data` is not read.
+    /// `super::save`). `self.memory.data` is not read.
     pub fn head_bytes(&self, pages_len: u64, pages_crc: u32) -> Vec<u8> {
         self.sections_but_pages().head_bytes(External {
             name: PAGES_SECTION,
