@@ -60,7 +60,7 @@ fn execute_one(l: Launch) -> Result<RunOutcome> {
     if supervised.timed_out && !matches!(end, RunEnd::Snapshotted(_)) {
         end = RunEnd::TimedOut(l.timeout.unwrap_or_default());
     }
-    let mut end = unless_a_page_failed(l.pages.as_ref(), end);
+    let mut end = super::outcome::unless_a_page_failed(l.pages.as_ref(), end);
     let run_time = run_start.elapsed();
 
     let first_instruction = l
@@ -110,20 +110,6 @@ fn execute_one(l: Launch) -> Result<RunOutcome> {
         irqchip,
         linux_xstate: None,
     })
-}
-
-/// `end`, unless a page of the snapshot this guest was restored from
-/// failed: that explains whatever the guest did after, and one the guest
-/// never read still fails the restore (every page is checked, and is in by
-/// now unless the run was very short).
-pub(super) fn unless_a_page_failed(
-    pages: Option<&crate::snapshot::pager::Pages>,
-    end: RunEnd,
-) -> RunEnd {
-    match pages.and_then(|p| p.wait().err()) {
-        Some(e) => RunEnd::SnapshotMemory(e.to_string()),
-        None => end,
-    }
 }
 
 /// The guest's XCR0 at the end, checked one last time: a guest that left

@@ -265,6 +265,20 @@ pub struct NativeScratch {
     pub huge_kib: Option<u64>,
 }
 
+/// `end`, unless a page of the snapshot this guest was restored from
+/// failed: that explains whatever the guest did after, and one the guest
+/// never read still fails the restore (every page is checked, and is in by
+/// now unless the run was very short).
+pub(super) fn unless_a_page_failed(
+    pages: Option<&crate::snapshot::pager::Pages>,
+    end: RunEnd,
+) -> RunEnd {
+    match pages.and_then(|p| p.wait().err()) {
+        Some(e) => RunEnd::SnapshotMemory(e.to_string()),
+        None => end,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

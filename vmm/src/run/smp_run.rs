@@ -86,7 +86,7 @@ pub(super) fn execute_smp(l: Launch) -> Result<RunOutcome> {
         l.start,
     )?;
     let devices = c.devices;
-    let end = super::execute::unless_a_page_failed(l.pages.as_ref(), c.end);
+    let end = super::outcome::unless_a_page_failed(l.pages.as_ref(), c.end);
     Ok(RunOutcome {
         policy: l.policy,
         end,
