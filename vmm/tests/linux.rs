@@ -14,24 +14,14 @@
 mod common;
 
 use common::linux::{
-    check_boot, hw_kvm_or_skip, kernel_or_skip, vmm_json_retrying, BOOT_TIMEOUT_S, CMDLINE,
+    bzimage_args, check_boot, hw_kvm_or_skip, kernel_or_skip, linux_args, restore_linux,
+    snapshotted, vmm_json_retrying,
 };
 use common::{hex, in_hw_kvm_harness, kvm_or_skip, vmm_json};
 
 /// Boot Linux with `--xfeatures policy` and return the JSON report.
 fn boot(kernel: &str, entry: &str, policy: &str) -> (std::process::Output, serde_json::Value) {
-    let mut args = vec![
-        "run",
-        "--kernel",
-        kernel,
-        "--mem",
-        "256",
-        "--no-native",
-        "--timeout",
-        BOOT_TIMEOUT_S,
-        "--cmdline",
-        CMDLINE,
-    ];
+    let mut args = linux_args(kernel, &[]);
     if entry == "pvh" {
         args.extend(["--entry", "pvh"]);
     }
@@ -131,25 +121,11 @@ fn boot_initrd(test: &str, vcpus: &str) -> Option<(serde_json::Value, String)> {
     };
     let t0 = std::time::Instant::now();
     let what = format!("bzImage + initrd, {vcpus} vCPUs");
-    let args = [
-        "run",
-        "--kernel",
+    let args = bzimage_args(
         &bz,
-        "--initrd",
         &initrd,
-        "--mem",
-        "256",
-        "--vcpus",
-        vcpus,
-        "--no-native",
-        "--serial",
-        "--xfeatures",
-        "0x3",
-        "--timeout",
-        BOOT_TIMEOUT_S,
-        "--cmdline",
-        CMDLINE,
-    ];
+        &["--vcpus", vcpus, "--serial", "--xfeatures", "0x3"],
+    );
     let (out, v) = vmm_json_retrying(&args, &what);
     eprintln!(
         "linux boot ({what}) took {:.1} s",
@@ -350,57 +326,33 @@ fn a_linux_guest_snapshotted_mid_boot_finishes_in_a_new_process() {
         let snap = dir.path().join("linux.snap");
         let snap = snap.to_str().unwrap();
         let t0 = std::time::Instant::now();
-        let (out, v) = vmm_json(&[
-            "run",
-            "--kernel",
+        let (out, v) = vmm_json(&bzimage_args(
             &bz,
-            "--initrd",
             &initrd,
-            "--mem",
-            "256",
-            "--vcpus",
-            vcpus,
-            "--no-native",
-            "--xfeatures",
-            "0x3",
-            "--timeout",
-            BOOT_TIMEOUT_S,
-            "--cmdline",
-            CMDLINE,
-            "--snapshot-file",
-            snap,
-            "--snapshot-after",
-            "3",
-        ]);
-        let before = common::stderr(&out);
-        assert_eq!(
-            v["exit_reason"], "snapshotted",
-            "{vcpus} vCPUs: {}\n{before}",
-            v["exit_description"]
-        );
-        assert_eq!(out.status.code(), Some(0), "{vcpus} vCPUs");
+            &[
+                "--vcpus",
+                vcpus,
+                "--xfeatures",
+                "0x3",
+                "--snapshot-file",
+                snap,
+                "--snapshot-after",
+                "3",
+            ],
+        ));
+        let what = format!("{vcpus} vCPUs");
+        let (before, info) = snapshotted(&what, &out, &v, snap);
+        let to_snapshot = t0.elapsed().as_secs_f64();
         assert!(
             !before.contains("VMM-INITRD"),
-            "{vcpus} vCPUs: the boot reached its init before the snapshot:\n{before}"
+            "{what}: the boot reached its init before the snapshot:\n{before}"
         );
-        let (_, info) = vmm_json(&["snapshot", "info", snap]);
         let names = common::section_names(&info);
         for want in ["irqchip.ioapic", "pit", "clock", "vcpu0.lapic"] {
-            assert!(
-                names.contains(&want),
-                "{vcpus} vCPUs: no {want} in {names:?}"
-            );
+            assert!(names.contains(&want), "{what}: no {want} in {names:?}");
         }
-        assert_eq!(info["restorable_here"], true, "{info:#}");
-        assert_eq!(info["platform"], "pc", "{info:#}");
-        let t1 = std::time::Instant::now();
-        let (out, v) = vmm_json(&["restore", snap, "--no-native", "--timeout", BOOT_TIMEOUT_S]);
-        let after = common::stderr(&out);
-        eprintln!(
-            "{vcpus} vCPUs: boot to the snapshot {:.1} s, restored run {:.1} s",
-            (t1 - t0).as_secs_f64(),
-            t1.elapsed().as_secs_f64()
-        );
+        let (out, v, after, restored) = restore_linux(snap);
+        eprintln!("{what}: boot to the snapshot {to_snapshot:.1} s, restored run {restored:.1} s");
         check_boot(&out, &v, "0x3");
         assert!(
             initrd_line(&after, "cpus").ends_with(&format!("cpus {vcpus}")),

@@ -13,9 +13,10 @@ mod common;
 
 use common::cpio::Cpio;
 use common::linux::{
-    check_boot, hw_kvm_or_skip, kernel_or_skip, vmm_json_retrying, BOOT_TIMEOUT_S, CMDLINE,
+    bzimage_args, check_boot, hw_kvm_or_skip, kernel_or_skip, restore_linux, snapshotted,
+    vmm_json_retrying,
 };
-use common::{hex, in_hw_kvm_harness, vmm_json};
+use common::{hex, in_hw_kvm_harness};
 use guest::linux_probe::{self, Block, LANES, PROBE_BLOCKS, PROBE_ROUNDS};
 
 /// The program, as `vmm/build.rs` built it.
@@ -36,6 +37,13 @@ fn probe_initrd() -> Vec<u8> {
         .dir("proc", 0o755)
         .file("init", 0o755, PROBE);
     cpio.finish()
+}
+
+/// [`probe_initrd`] written into `dir`; its path.
+fn probe_initrd_file(dir: &tempfile::TempDir) -> String {
+    let initrd = dir.path().join("probe.cpio");
+    std::fs::write(&initrd, probe_initrd()).unwrap();
+    initrd.display().to_string()
 }
 
 /// The checksum the program must print: the scalar reference over its
@@ -68,27 +76,12 @@ struct ProbeRun {
 fn boot_probe(test: &str, policy: Option<&str>) -> Option<ProbeRun> {
     let bz = kernel_or_skip(test, "bzImage")?;
     let dir = tempfile::tempdir().unwrap();
-    let initrd = dir.path().join("probe.cpio");
-    std::fs::write(&initrd, probe_initrd()).unwrap();
-    let initrd = initrd.display().to_string();
-    let mut args = vec![
-        "run",
-        "--kernel",
-        &bz,
-        "--initrd",
-        &initrd,
-        "--mem",
-        "256",
-        "--no-native",
-        "--serial",
-        "--timeout",
-        BOOT_TIMEOUT_S,
-        "--cmdline",
-        CMDLINE,
-    ];
+    let initrd = probe_initrd_file(&dir);
+    let mut extra = vec!["--serial"];
     if let Some(p) = policy {
-        args.extend(["--xfeatures", p]);
+        extra.extend(["--xfeatures", p]);
     }
+    let args = bzimage_args(&bz, &initrd, &extra);
     let what = format!("bzImage + linux-probe, {}", policy.unwrap_or("full xcr0"));
     let t0 = std::time::Instant::now();
     let (out, report) = vmm_json_retrying(&args, &what);
@@ -268,58 +261,27 @@ fn the_probe_snapshotted_mid_loop_finishes_with_the_same_checksum() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let initrd = dir.path().join("probe.cpio");
-    std::fs::write(&initrd, probe_initrd()).unwrap();
-    let initrd = initrd.display().to_string();
+    let initrd = probe_initrd_file(&dir);
     for policy in [None, Some("0x3")] {
         let name = policy.unwrap_or("full xcr0");
         let snap = dir.path().join(format!("probe-{name}.snap"));
         let snap = snap.to_str().unwrap();
-        let mut args = vec![
-            "run",
-            "--kernel",
-            &bz,
-            "--initrd",
-            &initrd,
-            "--mem",
-            "256",
-            "--no-native",
-            "--timeout",
-            BOOT_TIMEOUT_S,
-            "--cmdline",
-            CMDLINE,
-            "--snapshot-file",
-            snap,
-        ];
+        let mut extra = vec!["--snapshot-file", snap];
         if let Some(p) = policy {
-            args.extend(["--xfeatures", p]);
+            extra.extend(["--xfeatures", p]);
         }
         let t0 = std::time::Instant::now();
-        let (out, v) = vmm_json_retrying(&args, name);
-        let before = common::stderr(&out);
-        assert_eq!(
-            v["exit_reason"], "snapshotted",
-            "{name}: {}\n{before}",
-            v["exit_description"]
-        );
+        let (out, v) = vmm_json_retrying(&bzimage_args(&bz, &initrd, &extra), name);
+        let (before, info) = snapshotted(name, &out, &v, snap);
+        let to_snapshot = t0.elapsed().as_secs_f64();
         assert!(before.contains("VMM-PROBE xcr0"), "{name}: {before}");
         assert!(!before.contains("VMM-PROBE checksum"), "{name}: {before}");
-
-        let (_, info) = vmm_json(&["snapshot", "info", snap]);
         assert_eq!(info["trigger"], "guest", "{info:#}");
-        assert_eq!(info["platform"], "pc", "{info:#}");
         let policy_xcr0 = hex(&info["policy_xcr0"]);
         let in_use = hex(&info["vcpus"][0]["xstate_bv"]);
         assert_eq!(in_use & !policy_xcr0, 0, "{name}: {info:#}");
-        let t1 = std::time::Instant::now();
-        let (out, report) =
-            vmm_json(&["restore", snap, "--no-native", "--timeout", BOOT_TIMEOUT_S]);
-        let after = common::stderr(&out);
-        eprintln!(
-            "{name}: boot to the snapshot {:.1} s, restored run {:.1} s",
-            (t1 - t0).as_secs_f64(),
-            t1.elapsed().as_secs_f64()
-        );
+        let (out, report, after, restored) = restore_linux(snap);
+        eprintln!("{name}: boot to the snapshot {to_snapshot:.1} s, restored run {restored:.1} s");
         check_boot(&out, &report, policy.unwrap_or("kvm"));
         assert!(!after.contains("VMM-PROBE error"), "{name}: {after}");
         assert_eq!(probe_line(&after, "done"), "", "{after}");

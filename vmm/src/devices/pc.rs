@@ -109,26 +109,20 @@ impl Devices {
     /// COM1's registers, the shared COM1's while the vCPUs share it: what
     /// a snapshot keeps of the UART.
     pub fn com1_state(&self) -> vm_superio::serial::SerialState {
-        match &self.shared_com1 {
-            Some(shared) => shared
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .state(),
-            None => self.serial.state(),
-        }
+        self.read_com1(Com1::state)
     }
 
     /// What the guest wrote to COM1 (the kept tail), through the shared
     /// COM1 while the vCPUs share it.
     pub fn com1_output(&self) -> Vec<u8> {
+        self.read_com1(|c| c.writer().captured().to_vec())
+    }
+
+    /// `f` of COM1 as the guest sees it: the shared one when there is one.
+    fn read_com1<R>(&self, f: impl FnOnce(&Com1) -> R) -> R {
         match &self.shared_com1 {
-            Some(shared) => shared
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .writer()
-                .captured()
-                .to_vec(),
-            None => self.serial_output().to_vec(),
+            Some(shared) => f(&shared.lock().unwrap_or_else(PoisonError::into_inner)),
+            None => f(&self.serial),
         }
     }
 

@@ -132,3 +132,62 @@ pub fn check_boot(out: &std::process::Output, v: &serde_json::Value, policy: &st
     assert_eq!(hex(&oracle["enabled"]) & want, want, "{policy}: {oracle:#}");
     eprintln!("{policy}: {}", oracle["lines"]);
 }
+
+/// `vmm run` of the Linux `kernel` as every test boots it (256 MiB, no
+/// native runs, [`BOOT_TIMEOUT_S`], [`CMDLINE`]), then `extra`.
+pub fn linux_args<'a>(kernel: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "run",
+        "--kernel",
+        kernel,
+        "--mem",
+        "256",
+        "--no-native",
+        "--timeout",
+        BOOT_TIMEOUT_S,
+        "--cmdline",
+        CMDLINE,
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+/// [`linux_args`] of the bzImage `bz` with the initramfs `initrd`.
+pub fn bzimage_args<'a>(bz: &'a str, initrd: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = linux_args(bz, &["--initrd", initrd]);
+    args.extend_from_slice(extra);
+    args
+}
+
+/// A Linux run given `--snapshot-file snap` that must have ended in its
+/// snapshot: returns the console it printed so far (stderr with `--json`)
+/// and `vmm snapshot info` of the file, which must be a PC's and
+/// restorable here.
+pub fn snapshotted(
+    what: &str,
+    out: &std::process::Output,
+    v: &serde_json::Value,
+    snap: &str,
+) -> (String, serde_json::Value) {
+    let before = super::stderr(out);
+    assert_eq!(
+        v["exit_reason"], "snapshotted",
+        "{what}: {}\n{before}",
+        v["exit_description"]
+    );
+    assert_eq!(out.status.code(), Some(0), "{what}");
+    let (_, info) = vmm_json(&["snapshot", "info", snap]);
+    assert_eq!(info["platform"], "pc", "{what}: {info:#}");
+    assert_eq!(info["restorable_here"], true, "{what}: {info:#}");
+    (before, info)
+}
+
+/// `vmm restore snap` in a new process (no native runs,
+/// [`BOOT_TIMEOUT_S`]): its output, report and console (stderr), and how
+/// long it took.
+pub fn restore_linux(snap: &str) -> (std::process::Output, serde_json::Value, String, f64) {
+    let t0 = std::time::Instant::now();
+    let (out, v) = vmm_json(&["restore", snap, "--no-native", "--timeout", BOOT_TIMEOUT_S]);
+    let console = super::stderr(&out);
+    (out, v, console, t0.elapsed().as_secs_f64())
+}
