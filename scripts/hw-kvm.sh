@@ -31,7 +31,9 @@
 #   With --install-only, step 1 alone (.ci/run calls it first, so that the
 #   tests that run QEMU on the host use the same QEMU).
 # Environment:
-#   HW_KVM_TIMEOUT   seconds for the whole boot (default 1500)
+#   HW_KVM_TIMEOUT   seconds for every boot of the machine together
+#                    (default 2100: the tests take about 1300, a restart
+#                    after the machine stopped runs again what was left)
 #   HW_KVM_MEM       guest RAM of the TCG machine (default 6G)
 #   HW_KVM_FILTER    a libtest filter passed to every binary
 #   HW_KVM_DIR       work directory (default target/hw-kvm)
@@ -47,7 +49,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 work=${HW_KVM_DIR:-$root/target/hw-kvm}
-timeout_s=${HW_KVM_TIMEOUT:-1500}
+timeout_s=${HW_KVM_TIMEOUT:-2100}
 mem=${HW_KVM_MEM:-6G}
 filter=${HW_KVM_FILTER:-}
 panic_in=${HW_KVM_PANIC_IN:-}
