@@ -7,7 +7,7 @@
 /// and the pieces of the foundation it prints and exits through.
 pub mod cli {
     pub use crate::bench::{main as bench, BenchArgs};
-    pub use crate::features::{main as features, FeaturesArgs};
+    pub use crate::features::cli::{main as features, FeaturesArgs};
     pub use crate::input::parse_seconds;
     pub use crate::native::interleave::DEFAULT_REPS;
     pub use crate::output::stdout::{self, StdoutError, EXIT_CLOSED_PIPE};

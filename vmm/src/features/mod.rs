@@ -24,7 +24,7 @@
 //!   ([`xstate::restorable_on`]).
 //!
 //! Exit status: 0 when the report was produced (disagreements and
-//! unrestorable hosts are findings, not failures); 68 ([`EXIT_USAGE`])
+//! unrestorable hosts are findings, not failures); 68 (`EXIT_USAGE`)
 //! for a bad option value (a malformed or architecturally invalid mask),
 //! whatever the host; 64 ([`EXIT_VMM_ERROR`]) for the other errors:
 //! unreadable or malformed profiles, an existing file without `--force`,
@@ -99,10 +99,11 @@
 //! Modules: `inputs` gathers the columns, `diff` finds the
 //! disagreements, `view` assembles the serialisable view and `render`
 //! prints it; `compare` compares host profiles; [`profile`] is the profile
-//! format; `error` the command's errors. This module holds the command
-//! line and dispatches.
+//! format; `error` the command's errors. `cli` holds the command line and
+//! dispatches to the commands here.
 
 pub(crate) mod bundled;
+pub(crate) mod cli;
 pub(crate) mod compare;
 pub(crate) mod diff;
 pub(crate) mod error;
@@ -115,168 +116,14 @@ pub mod profile;
 pub(crate) mod render;
 pub(crate) mod view;
 
-use std::path::PathBuf;
-use std::time::Duration;
-
-use clap::Subcommand;
 use xstate::XfeatureMask;
 
-use crate::report::{EXIT_USAGE, EXIT_VMM_ERROR};
+use crate::report::EXIT_VMM_ERROR;
 use crate::schema::Document;
+use cli::{gather, CompareArgs, ImportArgs, LintArgs, SaveArgs, ShowArgs};
 pub use error::FeaturesError;
 pub use inputs::{GuestSeen, GuestState, Inputs, Request};
 pub use view::{FeaturesDocument, FeaturesView};
-
-/// `vmm features`.
-#[derive(clap::Args, Debug)]
-#[command(args_conflicts_with_subcommands = true)]
-pub struct FeaturesArgs {
-    /// `save` or `compare`; none shows the table.
-    #[command(subcommand)]
-    pub command: Option<FeaturesCommand>,
-    /// Options of the table.
-    #[command(flatten)]
-    pub show: ShowArgs,
-}
-
-/// The table of `vmm features` without a subcommand.
-#[derive(clap::Args, Debug)]
-pub struct ShowArgs {
-    /// Show a recorded CPU instead of this host (no KVM, no boot): the name
-    /// of a bundled profile (see --list-profiles) or a profile file
-    /// (`vmm features save` output). A bundled name wins over a file of the
-    /// same name; write ./NAME for the file.
-    #[arg(long, value_name = "NAME|FILE")]
-    pub profile: Option<PathBuf>,
-    /// List the CPU profiles bundled with vmm (name, CPU, XCR0, source).
-    #[arg(long, conflicts_with_all = ["profile", "xfeatures", "no_boot"])]
-    pub list_profiles: bool,
-    /// The policy, as for `vmm run`: `0x7`, `x87,sse`, `avx512`,
-    /// `host,-avx`, `-avx`, `all`. Default: everything KVM (or the profile)
-    /// supports.
-    #[arg(long, value_name = "MASK", allow_hyphen_values = true)]
-    pub xfeatures: Option<String>,
-    /// Do not boot the guest (no guest column).
-    #[arg(long)]
-    pub no_boot: bool,
-    /// Take the guest column from the VMMREC1 record in a serial log of
-    /// our guest under any VMM (no boot). Alone, the CPU column is the
-    /// CPUID the guest saw; with --profile, the profile's.
-    #[arg(long, value_name = "FILE")]
-    pub guest_log: Option<PathBuf>,
-    /// Stop the guest after this many seconds (0: no limit; at most 7 days).
-    #[arg(long, value_name = "SECONDS", default_value = "60",
-          value_parser = crate::input::parse_seconds)]
-    pub timeout: Duration,
-    /// Print one JSON object instead of the table.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// The subcommands of `vmm features`.
-#[derive(Subcommand, Debug)]
-pub enum FeaturesCommand {
-    /// Record this host's CPUID profile (leaf 0xD, leaves 1/7, KVM's set).
-    Save(SaveArgs),
-    /// Compare host profiles: common components, layouts, safe baseline.
-    Compare(CompareArgs),
-    /// Check that leaves 1, 7, 0xD, 0x14, 0x19, 0x1D/0x1E and XCR0 agree, in
-    /// KVM's table, the VMM's guest table, this CPU, the guest's view or a
-    /// profile; exits 1 on a violation.
-    Lint(LintArgs),
-    /// Convert a CPUID dump (`cpuid -r`, InstLatx64, Firecracker template
-    /// dump, or a profile) into a vmm profile file.
-    Import(ImportArgs),
-}
-
-/// `vmm features import`.
-#[derive(clap::Args, Debug)]
-pub struct ImportArgs {
-    /// The dump to read (format detected from its content), or a bundled
-    /// profile's name (a bundled name wins over a file of the same name).
-    #[arg(value_name = "DUMP|NAME")]
-    pub input: PathBuf,
-    /// Where to write the profile (`-` for stdout).
-    #[arg(value_name = "FILE")]
-    pub output: PathBuf,
-    /// The microarchitecture to record (CPUID does not name it).
-    #[arg(long, value_name = "NAME")]
-    pub microarchitecture: Option<String>,
-    /// Where the dump comes from, recorded as the profile's `source`
-    /// (default: the format and the file name).
-    #[arg(long, value_name = "TEXT")]
-    pub source: Option<String>,
-    /// Overwrite an existing file.
-    #[arg(long)]
-    pub force: bool,
-}
-
-/// `vmm features lint`.
-#[derive(clap::Args, Debug)]
-pub struct LintArgs {
-    /// Lint a recorded CPUID profile (its CPU's leaves and, where recorded,
-    /// its KVM's) instead of this host: no KVM and no boot.
-    #[arg(long, value_name = "FILE")]
-    pub profile: Option<PathBuf>,
-    /// Do not boot the guest (no "what the guest saw" source).
-    #[arg(long)]
-    pub no_boot: bool,
-    /// Stop the guest after this many seconds (0: no limit; at most 7 days).
-    #[arg(long, value_name = "SECONDS", default_value = "60",
-          value_parser = crate::input::parse_seconds)]
-    pub timeout: Duration,
-    /// Print one JSON object instead of the table.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// `vmm features save`.
-#[derive(clap::Args, Debug)]
-pub struct SaveArgs {
-    /// Where to write the profile (`-` for stdout).
-    #[arg(value_name = "FILE")]
-    pub file: PathBuf,
-    /// The microarchitecture to record (CPUID does not name it).
-    #[arg(long, value_name = "NAME")]
-    pub microarchitecture: Option<String>,
-    /// Overwrite an existing file.
-    #[arg(long)]
-    pub force: bool,
-}
-
-/// `vmm features compare`.
-#[derive(clap::Args, Debug)]
-pub struct CompareArgs {
-    /// Profiles to compare: bundled profile names (see
-    /// `vmm features --list-profiles`), profile files (`vmm features save`
-    /// output), and serial logs of our guest under any VMM (their VMMREC1
-    /// record), files told apart by content; a bundled name wins over a
-    /// file of the same name.
-    #[arg(value_name = "NAME|FILE|LOG", required = true, num_args = 1..)]
-    pub profiles: Vec<PathBuf>,
-    /// Check on which hosts state with this XSTATE_BV can be restored.
-    #[arg(long, value_name = "MASK")]
-    pub xstate_bv: Option<String>,
-    /// The saved XCR0 that goes with --xstate-bv (default: the smallest
-    /// valid XCR0 holding that state).
-    #[arg(long, value_name = "MASK", requires = "xstate_bv")]
-    pub xcr0: Option<String>,
-    /// Exit 1 unless the --xstate-bv state is restorable on every host.
-    #[arg(long, requires = "xstate_bv")]
-    pub check: bool,
-    /// Print one JSON object instead of the report.
-    #[arg(long)]
-    pub json: bool,
-    /// Print only the safe baseline, as another VMM takes it: a Firecracker
-    /// custom CPU template (JSON), a QEMU `-cpu` value, or our --xfeatures.
-    #[arg(long, value_name = "FORMAT", conflicts_with_all = ["json", "xstate_bv"])]
-    pub export: Option<export::ExportFormat>,
-    /// With `--export qemu`: the QEMU binary to ask (`-cpu help`) which
-    /// flag names it knows; names it does not know are left out, with a
-    /// warning.
-    #[arg(long, value_name = "PATH", requires = "export")]
-    pub qemu: Option<PathBuf>,
-}
 
 /// Hints live with the command (not in `error`) because they name the
 /// bundled profiles, which load through the error type.
@@ -310,61 +157,16 @@ impl FeaturesError {
     }
 }
 
-/// `vmm features`: prints errors other than VMM errors itself (as `vmm: ...`)
-/// and returns the exit status.
-pub fn main(args: FeaturesArgs) -> crate::Result<i32> {
-    match run(args) {
-        Ok(code) => Ok(code),
-        Err(FeaturesError::Vmm(e)) => Err(e),
-        Err(e) => {
-            crate::error::eprint(&e, e.hint());
-            Ok(if e.is_usage() {
-                EXIT_USAGE
-            } else {
-                EXIT_VMM_ERROR
-            })
-        }
-    }
-}
-
 /// A command's result on standard output (a closed pipe or a full device is
 /// a [`crate::Error::Stdout`], never a panic).
 fn out(text: &str) -> Result<(), FeaturesError> {
     crate::output::stdout::print(text).map_err(|e| FeaturesError::Vmm(e.into()))
 }
 
-/// `vmm features` with typed errors.
-pub fn run(args: FeaturesArgs) -> Result<i32, FeaturesError> {
-    match args.command {
-        None => show(&args.show),
-        Some(FeaturesCommand::Save(a)) => save(&a),
-        Some(FeaturesCommand::Compare(a)) => compare_cmd(&a),
-        Some(FeaturesCommand::Lint(a)) => lint_cmd(&a),
-        Some(FeaturesCommand::Import(a)) => import_cmd(&a),
-    }
-}
-
 fn print_json(doc: Document, v: &impl serde::Serialize) -> Result<(), FeaturesError> {
     let s =
         crate::schema::to_json(doc, v).map_err(|e| FeaturesError::Host(format!("JSON: {e}")))?;
     out(&format!("{s}\n"))
-}
-
-impl ShowArgs {
-    /// What to gather for these options.
-    pub fn request(&self) -> Request<'_> {
-        Request {
-            profile: self.profile.as_deref(),
-            xfeatures: self.xfeatures.as_deref(),
-            boot: !self.no_boot,
-            timeout: (!self.timeout.is_zero()).then_some(self.timeout),
-        }
-    }
-}
-
-/// Collects the inputs of the view for a profile or this host.
-pub fn gather(args: &ShowArgs) -> Result<Inputs, FeaturesError> {
-    inputs::gather(&args.request())
 }
 
 fn show(args: &ShowArgs) -> Result<i32, FeaturesError> {
