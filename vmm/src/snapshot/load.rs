@@ -238,19 +238,18 @@ pub(crate) fn load_vcpu(
 
     // The guest converts cycles with the rate it was told: keep it.
     let tsc_khz = keep_tsc_rate(vcpu, saved_tsc_khz);
-    set_registers(vcpu, v)?;
-    set_apic_and_events(vcpu, v)?;
     // KVM ignores a TSC deadline unless the LAPIC just loaded has its
     // timer in TSC-deadline mode: lost before it, the restored Linux's
     // next timer interrupt never comes.
-    let deadline: Vec<(u32, u64)> = v
+    let (after_lapic, msrs): (Vec<_>, Vec<_>) = v
         .msrs
         .iter()
         .copied()
-        .filter(|&(i, _)| loaded_after_the_lapic(v, i))
-        .collect();
-    if !deadline.is_empty() {
-        vcpu::set_msrs(vcpu, &deadline)?;
+        .partition(|&(i, _)| loaded_after_the_lapic(v, i));
+    set_registers(vcpu, v, &msrs)?;
+    set_apic_and_events(vcpu, v)?;
+    if !after_lapic.is_empty() {
+        vcpu::set_msrs(vcpu, &after_lapic)?;
     }
     Ok(tsc_khz)
 }
@@ -277,9 +276,10 @@ fn keep_tsc_rate(vcpu: &kvm_ioctls::VcpuFd, saved_tsc_khz: u32) -> u32 {
     tsc_khz
 }
 
-/// The special and general registers, the XCRs and the MSRs, in KVM's
-/// order, each refusal naming the fields that commonly cause it.
-fn set_registers(vcpu: &kvm_ioctls::VcpuFd, v: &VcpuState) -> Result<()> {
+/// The special and general registers, the XCRs and `msrs` (the vCPU's
+/// MSRs but those loaded after its LAPIC), in KVM's order, each refusal
+/// naming the fields that commonly cause it.
+fn set_registers(vcpu: &kvm_ioctls::VcpuFd, v: &VcpuState, msrs: &[(u32, u64)]) -> Result<()> {
     let s = &v.sregs;
     vcpu.set_sregs(s).map_err(refused(
         "KVM_SET_SREGS",
@@ -321,13 +321,7 @@ fn set_registers(vcpu: &kvm_ioctls::VcpuFd, v: &VcpuState) -> Result<()> {
         )(source),
         e => e,
     })?;
-    let early: Vec<(u32, u64)> = v
-        .msrs
-        .iter()
-        .copied()
-        .filter(|&(i, _)| !loaded_after_the_lapic(v, i))
-        .collect();
-    vcpu::set_msrs(vcpu, &early)?;
+    vcpu::set_msrs(vcpu, msrs)?;
     Ok(())
 }
 
