@@ -96,8 +96,11 @@ pub(super) fn check_events(v: &VcpuState, lapics: bool) -> Result<(), Fault> {
 
 /// The exception being injected: a vector of 0-31 that names an
 /// exception (not the NMI), an error code exactly where the CPU would
-/// push one; nothing pending (KVM reports pending exceptions only with
-/// payloads enabled).
+/// push one. Without `KVM_CAP_EXCEPTION_PAYLOAD` KVM (Linux 6.1 and
+/// later) reports a pending exception as pending *and* injected, and
+/// `KVM_SET_VCPU_EVENTS` takes it as injected: that is a saved state; a
+/// pending one not also injected, or a payload, is not (KVM would drop
+/// it).
 fn check_exception(v: &VcpuState, e: &kvm_bindings::kvm_vcpu_events) -> Result<(), Fault> {
     let x = &e.exception;
     let field = format!("vcpu{}.events.exception", v.id);
@@ -113,11 +116,14 @@ fn check_exception(v: &VcpuState, e: &kvm_bindings::kvm_vcpu_events) -> Result<(
             ),
         ));
     }
-    if x.pending != 0 || e.exception_has_payload != 0 || e.exception_payload != 0 {
+    if (x.pending != 0 && x.injected == 0)
+        || e.exception_has_payload != 0
+        || e.exception_payload != 0
+    {
         return Err(invalid(
             field,
-            "a pending exception or a payload: KVM reports these only with \
-             KVM_CAP_EXCEPTION_PAYLOAD, which this vmm does not enable",
+            "a pending exception not also injected, or a payload: KVM reports these only \
+             with KVM_CAP_EXCEPTION_PAYLOAD, which this vmm does not enable",
         ));
     }
     if x.injected == 0 {

@@ -182,7 +182,8 @@ fn every_field_rule_names_its_field() {
         (|s| { let e = &mut s.vcpus[0].events.as_mut().unwrap().exception; e.injected = 1; e.nr = 15; }, "vector 15 is reserved"),
         (|s| { let e = &mut s.vcpus[0].events.as_mut().unwrap().exception; e.injected = 1; e.nr = 6; e.has_error_code = 1; }, "vector 6 pushes no error code; has_error_code is 1"),
         (|s| s.vcpus[0].events.as_mut().unwrap().exception.pending = 1, "vcpu0.events.exception: a pending exception"),
-        (|s| s.vcpus[0].events.as_mut().unwrap().exception_payload = 1, "a pending exception or a payload"),
+        (|s| s.vcpus[0].events.as_mut().unwrap().exception_payload = 1, "a pending exception not also injected, or a payload"),
+        (|s| s.vcpus[0].events.as_mut().unwrap().exception.pending = 1, "a pending exception not also injected, or a payload"),
         (|s| s.vcpus[0].events.as_mut().unwrap().interrupt.shadow = 4, "vcpu0.events.interrupt: injected 0 soft 0 shadow 0x4"),
         (|s| s.vcpus[0].events.as_mut().unwrap().nmi.masked = 2, "vcpu0.events.nmi"),
         (|s| s.vcpus[0].events.as_mut().unwrap().sipi_vector = 1, "vcpu0.events.sipi_vector"),
@@ -452,4 +453,20 @@ fn the_platform_decides_the_irqchip() {
             assert!(!e.contains(rule), "{e}");
         }
     }
+}
+
+/// Without `KVM_CAP_EXCEPTION_PAYLOAD`, KVM (Linux 6.1) reports a pending
+/// exception as pending and injected, and loads it as injected: such a
+/// state restores. A two-vCPU Linux snapshotted 3 s into its boot on
+/// kvm_amd had one (a page fault on its way in), and its file was refused.
+#[test]
+fn a_pending_exception_kvm_also_calls_injected_restores() {
+    let mut s = seed();
+    let e = s.vcpus[0].events.as_mut().unwrap();
+    e.exception.injected = 1;
+    e.exception.pending = 1;
+    e.exception.nr = 14;
+    e.exception.has_error_code = 1;
+    e.exception.error_code = 2;
+    assert_eq!(verdict(&s), Ok(Vec::new()));
 }
