@@ -253,6 +253,7 @@ cd $root
 # After a restart (below) the machine starts at binary hwkvm_from.
 from=\$(sed -n 's/.*hwkvm_from=\([0-9]*\).*/\1/p' /proc/cmdline)
 from=\${from:-0}
+restart=\$(sed -n 's/.*hwkvm_restart=\([0-9]*\).*/\1/p' /proc/cmdline)
 EOF
 if [ -n "$exec_cmd" ]; then
     mkdir -p "$rootfs/usr/bin"
@@ -300,7 +301,7 @@ if [ -n "\$left" ]; then
     kill -KILL \$(echo "\$left" | cut -d' ' -f1) 2>/dev/null
     rc=99
 fi
-[ "\$from" = 0 ] && [ "${names[$i]}" = "$panic_in" ] && echo c >/proc/sysrq-trigger
+[ "\$restart" = 0 ] && [ "${names[$i]}" = "$panic_in" ] && echo c >/proc/sysrq-trigger
 say "BINEND ${names[$i]} rc=\$rc \$((\$(date +%s) - t0))s"
 fi
 EOF
@@ -338,7 +339,7 @@ while :; do
     timeout "$left" qemu-system-x86_64 \
         -accel tcg,thread=multi -cpu max -smp 2 -m "$mem" \
         -kernel "$vmlinuz" -initrd "$work/initramfs.cpio" \
-        -append "console=ttyS0 rdinit=/init panic=-1 quiet hwkvm_from=$from" \
+        -append "console=ttyS0 rdinit=/init panic=-1 quiet hwkvm_from=$from hwkvm_restart=$restarts" \
         -display none -no-reboot -monitor none \
         -serial "file:$console" -serial "file:$part" </dev/null
     qrc=$?
