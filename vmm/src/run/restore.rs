@@ -160,7 +160,7 @@ pub fn restore_keeping(
     launch.pages = pages.clone();
     let mut outcome = execute(launch).map_err(vmm_err)?;
     // A restored Linux is held to its x86/fpu lines as a booted one is.
-    if snap.meta.platform == crate::arch::boot::Platform::Pc.name() {
+    if snap.meta.platform() == Some(crate::arch::boot::Platform::Pc) {
         let xsaves = crate::run::linux_xstate::guest_has_xsaves(&snap.vcpus[0].cpuid);
         crate::run::linux_xstate::linux_oracle(&mut outcome, &host.xstate.info, xsaves);
     }
@@ -249,7 +249,8 @@ pub(crate) fn build(
     let snapshot = match &opts.snapshot_file {
         Some(p) => Some(SaveContext {
             force: opts.snapshot_force,
-            platform: crate::arch::boot::Platform::from_name(&meta.platform)
+            platform: meta
+                .platform()
                 .unwrap_or(crate::arch::boot::Platform::Minimal),
             ..SaveContext::new(
                 host,

@@ -412,7 +412,7 @@ pub(crate) fn restored_devices(
     meta: &Meta,
     vm: &kvm_ioctls::VmFd,
 ) -> Result<Devices> {
-    let pc = meta.platform == Platform::Pc.name();
+    let pc = meta.platform() == Some(Platform::Pc);
     let fresh = Devices::new(sink);
     let out = fresh.serial.into_writer();
     let irq = if pc {

@@ -226,7 +226,7 @@ fn check_source(snap: &Snapshot, source: &XsaveInfo) -> Result<(), Fault> {
 /// interrupts through the IOAPIC and calibrates against the PIT).
 fn check_platform(snap: &Snapshot, kind: Irqchip) -> Result<Platform, Fault> {
     let name = &snap.meta.platform;
-    let platform = Platform::from_name(name).ok_or_else(|| {
+    let platform = snap.meta.platform().ok_or_else(|| {
         invalid(
             "meta.platform",
             format!("{name:?} is not \"minimal\" or \"pc\""),

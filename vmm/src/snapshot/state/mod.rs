@@ -357,6 +357,12 @@ impl Meta {
     pub fn policy(&self) -> XfeatureMask {
         XfeatureMask::from_bits(self.policy_xcr0)
     }
+
+    /// The platform `meta.platform` names (`None`: a name this vmm does
+    /// not know, which validation refuses before a restore).
+    pub fn platform(&self) -> Option<crate::arch::boot::Platform> {
+        crate::arch::boot::Platform::from_name(&self.platform)
+    }
 }
 
 impl Snapshot {
