@@ -287,6 +287,50 @@ fn runaway_guest_times_out() {
     );
 }
 
+/// An SMP guest that hangs: `--timeout` reports where every vCPU was,
+/// not only the boot CPU (a CPU spinning while another waits is what an
+/// SMP hang looks like).
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
+#[test]
+fn runaway_smp_guest_reports_every_vcpu() {
+    if !kvm_or_skip("runaway_smp_guest_reports_every_vcpu") {
+        return;
+    }
+    let path = temp_file("spin2.elf", &tiny_pvh_elf(&[0xeb, 0xfe], true));
+    let (out, v) = vmm_json(&[
+        "run",
+        "--kernel",
+        path.to_str().unwrap(),
+        "--vcpus",
+        "2",
+        "--timeout",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(66), "{v:#}");
+    let vcpus = v["smp"]["vcpus"].as_array().expect("an SMP section");
+    assert_eq!(vcpus.len(), 2, "{v:#}");
+    // The boot CPU at its `jmp $`; the AP never got its SIPI, so it is
+    // where a CPU comes out of INIT: the reset vector's offset.
+    assert_eq!(vcpus[0]["stopped_at"]["regs"]["rip"], 0x10_0000, "{v:#}");
+    assert_eq!(vcpus[0]["stopped_at"], v["stopped_at"], "{v:#}");
+    assert_eq!(vcpus[1]["stopped_at"]["regs"]["rip"], 0xfff0, "{v:#}");
+    let out = vmm(&[
+        "run",
+        "--kernel",
+        path.to_str().unwrap(),
+        "--vcpus",
+        "2",
+        "--timeout",
+        "1",
+    ]);
+    let _ = std::fs::remove_file(&path);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("vCPU 1 stopped by --timeout at:\n  rip 0x000000000000fff0"),
+        "{text}"
+    );
+}
+
 #[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn exit_status_mirrors_the_guest() {

@@ -35,6 +35,13 @@ impl RunSummary {
             let _ = writeln!(s, "guest stopped by --timeout at:");
             let _ = write!(s, "{r}");
         }
+        // The other CPUs of an SMP guest: a hang is often one CPU spinning
+        // while another waits for it.
+        let others = self.smp.iter().flat_map(|m| &m.vcpus).skip(1);
+        for (i, r) in others.filter_map(|v| Some((v.index, v.stopped_at.as_ref()?))) {
+            let _ = writeln!(s, "vCPU {i} stopped by --timeout at:");
+            let _ = write!(s, "{r}");
+        }
         let _ = writeln!(
             s,
             "exit: {} ({}), {} exits, setup {:.1} ms, run {:.1} ms",

@@ -139,6 +139,10 @@ pub struct VcpuOutcome {
     /// When its thread started, first exited and left its loop (the run's
     /// last stretch after a snapshot that could not be written).
     pub phases: crate::vstate::smp::VcpuPhases,
+    /// Its registers when `--timeout` stopped the guest (`None` for any
+    /// other end): in an SMP guest that hangs, where each CPU was, not
+    /// only the boot CPU.
+    pub stopped_at: Option<Box<RegisterDump>>,
 }
 
 /// Everything a run produced.

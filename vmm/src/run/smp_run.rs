@@ -323,10 +323,9 @@ fn collect(
         let writer = runner.devices.serial.writer();
         serial.extend_from_slice(writer.captured());
         serial_bytes_dropped += writer.dropped();
+        let own_stop = stopped_by_supervisor.then(|| Box::new(RegisterDump::capture(&runner.vcpu)));
         if i == 0 {
-            if stopped_by_supervisor {
-                stopped_at = Some(Box::new(RegisterDump::capture(&runner.vcpu)));
-            }
+            stopped_at = own_stop.clone();
             first_exit = runner.first_exit;
             marks_dropped = runner.marks.dropped();
             marks = runner.marks.into_items();
@@ -347,6 +346,7 @@ fn collect(
                     smp::VcpuPhases::new(start, entered, runner.first_exit, left)
                 })
                 .unwrap_or_default(),
+            stopped_at: own_stop,
         });
         if i == 0 {
             bsp_devices = Some(devices);

@@ -58,6 +58,7 @@ fn smp_view(outcome: &RunOutcome, tsc_khz: u64) -> Option<SmpView> {
                 exits: v.exits.total,
                 xstate_stats: v.xstate_stats,
                 phases: v.phases,
+                stopped_at: v.stopped_at.as_deref().cloned(),
             }
         })
         .collect();

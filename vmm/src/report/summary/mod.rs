@@ -297,6 +297,9 @@ pub struct VcpuRow {
     /// When its thread started, first exited and left its loop, in ms
     /// since the run began: the SMP path's breakdown.
     pub phases: crate::vstate::VcpuPhases,
+    /// Its registers when `--timeout` stopped the guest (null for any
+    /// other end): where this CPU was spinning or stuck.
+    pub stopped_at: Option<RegisterDump>,
 }
 
 /// The SMP part of a run: how the APs started and each vCPU.
