@@ -421,15 +421,16 @@ for binary, body in zip(blocks[1::2], blocks[2::2]):
         if line.startswith(("BINEND", "FAILOUT", "HARNESS", "LEFTOVER")):
             print(line)
     # Why a binary failed, where CI keeps no results file: each panic in
-    # its output's tail with the 12 lines after it, 120 lines at most.
+    # its output's tail with the 47 lines after it (a failing boot's
+    # message leads with its console's last 40), 200 lines at most.
     tail = body.split("\nFAILOUT ", 1)[1] if "\nFAILOUT " in body else ""
     tail = tail.split("\nBINEND ", 1)[0].splitlines()
     shown = 0
     for i, line in enumerate(tail):
-        if "panicked at" in line and shown < 120:
-            for l in tail[i:i + 13]:
+        if "panicked at" in line and shown < 200:
+            for l in tail[i:i + 48]:
                 print(f"{binary}| {l[:300]}")
-            shown += 13
+            shown += 48
     # A binary that failed with no failing test (it did not start, crashed
     # or hung) is one failure of its own.
     if re.search(r"^BINEND \S+ rc=[1-9]", body, re.M) and not any(

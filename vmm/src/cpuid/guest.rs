@@ -25,6 +25,21 @@ const XSAVE_FEATURE_XFD: u32 = 1 << 4;
 pub const TSC_FREQ_LEAF: u32 = 0x4000_0010;
 /// The hypervisor signature leaf; its EAX is the highest hypervisor leaf.
 const HYPERVISOR_BASE_LEAF: u32 = 0x4000_0000;
+/// KVM's paravirtual feature leaf (EAX: `KVM_FEATURE_*` bits).
+const KVM_FEATURES_LEAF: u32 = 0x4000_0001;
+/// KVM's asynchronous page faults: `KVM_FEATURE_ASYNC_PF` (bit 4),
+/// `KVM_FEATURE_ASYNC_PF_VMEXIT` (10) and `KVM_FEATURE_ASYNC_PF_INT` (14),
+/// the one Linux 5.10 and later need before they enable it.
+///
+/// Never offered. A guest task waiting for an async page fault waits for
+/// KVM's "page ready" for its token, and no KVM interface saves the faults
+/// in flight: a snapshot taken meanwhile restores a guest that waits for
+/// ever (Firecracker issue 3020). And an on-demand restore is exactly where
+/// KVM starts them: every first touch of a page the `userfaultfd` pager
+/// has not copied in yet. On kvm_amd, restored two-vCPU Linux guests with
+/// it hung about one restore in twenty (docs/hw-kvm.md); the vCPU that
+/// waits for a page simply blocks until the pager has it.
+pub const KVM_FEATURE_ASYNC_PF_BITS: u32 = (1 << 4) | (1 << 10) | (1 << 14);
 
 /// The CPUID a guest gets for a validated xfeature mask.
 #[derive(Clone, Debug)]
@@ -131,6 +146,9 @@ pub fn guest_cpuid(
     if let Some(e) = entry_mut(&mut cpuid, 1, 0) {
         e.ecx |= leaf_1_ecx::XSAVE | leaf_1_ecx::HYPERVISOR;
     }
+    if let Some(e) = entry_mut(&mut cpuid, KVM_FEATURES_LEAF, 0) {
+        e.eax &= !KVM_FEATURE_ASYNC_PF_BITS;
+    }
     if tsc_khz != 0 {
         publish_tsc_khz(&mut cpuid, tsc_khz)?;
     }
@@ -230,6 +248,22 @@ mod tests {
             leaf(0x4000_0000, 0, 0x4000_0001, 0, 0),
         ])
         .unwrap()
+    }
+
+    /// KVM offers async page faults (and its clock, bits 3 and 24); the
+    /// guest gets the rest of the leaf, never async page faults.
+    #[test]
+    fn async_page_faults_are_never_offered() {
+        let mut entries = kvm_amd_like().as_slice().to_vec();
+        let offered = (1 << 3) | (1 << 4) | (1 << 10) | (1 << 14) | (1 << 24);
+        entries.push(leaf(KVM_FEATURES_LEAF, 0, offered, 0, 0));
+        let supported = CpuId::from_entries(&entries).unwrap();
+        let kvm = KvmXstate {
+            info: XsaveInfo::from_kvm_cpuid(&supported).unwrap(),
+        };
+        let g = guest_cpuid(&supported, &kvm, XfeatureMask::LEGACY, 0).unwrap();
+        let e = entry(&g.cpuid, KVM_FEATURES_LEAF, 0).unwrap();
+        assert_eq!(e.eax, (1 << 3) | (1 << 24), "{:#x}", e.eax);
     }
 
     #[test]

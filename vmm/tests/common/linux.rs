@@ -74,22 +74,25 @@ pub fn kernel_or_skip(test: &str, name: &str) -> Option<String> {
     }
 }
 
-/// `vmm run` with `args`, retried once after a triple fault. Known, not
-/// understood: about one boot in twenty on kvm_amd under TCG
-/// triple-faults in Linux's late initcalls, mid-way through a console
-/// line (docs/hw-kvm.md). The retry is said on stderr; a second triple
-/// fault fails the test.
+/// Why a Linux run on kvm_amd under TCG ended in a way known there and
+/// not yet understood, which earns it one retry: a triple fault
+/// (`KVM_EXIT_SHUTDOWN`) or a run past [`BOOT_TIMEOUT_S`]. About one boot
+/// in twenty did the first before the ACPI tables; after them, about one
+/// restore in fifteen of a Linux snapshotted mid-boot (on one vCPU or
+/// two) and one CI boot did either (docs/hw-kvm.md). `None` outside the
+/// harness: elsewhere every end counts.
+pub fn known_flake(v: &serde_json::Value) -> Option<String> {
+    let desc = v["exit_description"].as_str().unwrap_or_default();
+    let flaky = desc.contains("KVM_EXIT_SHUTDOWN") || v["exit_reason"] == "timed_out";
+    (in_hw_kvm_harness() && flaky).then(|| desc.to_string())
+}
+
+/// `vmm run` with `args`, retried once after a [`known_flake`]; the retry
+/// is said on stderr (`RETRY`), and a second one fails the test.
 pub fn vmm_json_retrying(args: &[&str], what: &str) -> (std::process::Output, serde_json::Value) {
     let (out, v) = vmm_json(args);
-    if in_hw_kvm_harness()
-        && v["exit_description"]
-            .as_str()
-            .is_some_and(|d| d.contains("KVM_EXIT_SHUTDOWN"))
-    {
-        eprintln!(
-            "RETRY {what}: the first boot ended with {}",
-            v["exit_description"]
-        );
+    if let Some(why) = known_flake(&v) {
+        eprintln!("RETRY {what}: the first run ended with {why}");
         return vmm_json(args);
     }
     (out, v)
@@ -112,15 +115,28 @@ pub fn hw_kvm_or_skip(test: &str) -> bool {
     true
 }
 
+/// The last `n` lines of a boot's console (stderr with `--json`), each
+/// prefixed `console:`: where CI keeps only a failure's first lines, a
+/// failing boot's message leads with how its console ended.
+pub fn console_tail(out: &std::process::Output, n: usize) -> String {
+    let text = super::stderr(out);
+    let lines: Vec<&str> = text.lines().collect();
+    let from = lines.len().saturating_sub(n);
+    lines[from..]
+        .iter()
+        .map(|l| format!("console: {l}\n"))
+        .collect()
+}
+
 /// A boot ended by Linux's reset, with an oracle that agrees.
 pub fn check_boot(out: &std::process::Output, v: &serde_json::Value, policy: &str) {
     let oracle = &v["linux_xstate"];
     assert_eq!(
         v["exit_reason"],
         "reset",
-        "{policy}: {}\n{oracle:#}\nstderr: {}",
+        "{policy}: {}\n{}oracle: {oracle}",
         v["exit_description"],
-        super::stderr(out)
+        console_tail(out, 40)
     );
     assert_eq!(out.status.code(), Some(70), "{policy}");
     assert_eq!(
@@ -187,7 +203,8 @@ pub fn snapshotted(
 /// long it took.
 pub fn restore_linux(snap: &str) -> (std::process::Output, serde_json::Value, String, f64) {
     let t0 = std::time::Instant::now();
-    let (out, v) = vmm_json(&["restore", snap, "--no-native", "--timeout", BOOT_TIMEOUT_S]);
+    let args = ["restore", snap, "--no-native", "--timeout", BOOT_TIMEOUT_S];
+    let (out, v) = vmm_json_retrying(&args, &format!("restore of {snap}"));
     let console = super::stderr(&out);
     (out, v, console, t0.elapsed().as_secs_f64())
 }
