@@ -128,14 +128,42 @@ pub fn console_tail(out: &std::process::Output, n: usize) -> String {
         .collect()
 }
 
+/// Where each vCPU was when a run crashed or was stopped, a line each:
+/// RIP, RSP, CR2 and CR3, from the crash dump or `--timeout`'s registers.
+fn where_stopped(v: &serde_json::Value) -> String {
+    let line = |who: &str, r: &serde_json::Value| {
+        let x = |v: &serde_json::Value| format!("{:#x}", v.as_u64().unwrap_or(0));
+        format!(
+            "{who}: rip {} rsp {} cr2 {} cr3 {}\n",
+            x(&r["regs"]["rip"]),
+            x(&r["regs"]["rsp"]),
+            x(&r["sregs"]["cr2"]),
+            x(&r["sregs"]["cr3"])
+        )
+    };
+    let mut s = String::new();
+    if v["crash"].is_object() {
+        s += &line("crashed at", &v["crash"]["registers"]);
+    }
+    let vcpus = v["smp"]["vcpus"].as_array().cloned().unwrap_or_default();
+    for c in vcpus.iter().filter(|c| c["stopped_at"].is_object()) {
+        s += &line(&format!("vCPU {} stopped at", c["index"]), &c["stopped_at"]);
+    }
+    if vcpus.is_empty() && v["stopped_at"].is_object() {
+        s += &line("stopped at", &v["stopped_at"]);
+    }
+    s
+}
+
 /// A boot ended by Linux's reset, with an oracle that agrees.
 pub fn check_boot(out: &std::process::Output, v: &serde_json::Value, policy: &str) {
     let oracle = &v["linux_xstate"];
     assert_eq!(
         v["exit_reason"],
         "reset",
-        "{policy}: {}\n{}oracle: {oracle}",
+        "{policy}: {}\n{}{}oracle: {oracle}",
         v["exit_description"],
+        where_stopped(v),
         console_tail(out, 40)
     );
     assert_eq!(out.status.code(), Some(70), "{policy}");
