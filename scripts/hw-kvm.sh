@@ -289,7 +289,7 @@ t0=\$(date +%s)
 # binary that hangs is killed after 600 s and the next one runs.
 timeout 600 $b --test-threads=2 --nocapture $filter >/tmp/out 2>&1
 rc=\$?
-grep -E 'test .* \.\.\. |SKIPPED|^---- |panicked at|^test result:' /tmp/out >&3
+grep -E 'test .* \.\.\. |SKIPPED|^RETRY |^---- |panicked at|^test result:' /tmp/out >&3
 [ \$rc = 0 ] || { say "FAILOUT ${names[$i]} rc=\$rc"; tail -c 20000 /tmp/out >&3; say "HARNESS memory: \$(grep -E '^(MemFree|MemAvailable|Shmem):' /proc/meminfo | tr -s ' \n' ' ')"; }
 # busybox timeout kills the test binary alone: a vmm it started (a guest
 # still running) would go on taking a core and memory from every binary
@@ -376,7 +376,7 @@ python3 - "$results" "$qrc" "$boot_s" "$(($(date +%s) - started))" "$console" <<
 import re, sys
 path, qrc, boot_s, total_s, console = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 text = open(path, errors="replace").read()
-passed = failed = skipped = 0
+passed = failed = skipped = retried = 0
 # Per binary: its test lines, and the tests that said SKIPPED (a test that
 # skips returns early and libtest calls it ok: it counts as skipped here).
 blocks = re.split(r"^BINARY (\S+)$", text, flags=re.M)
@@ -420,6 +420,12 @@ for binary, body in zip(blocks[1::2], blocks[2::2]):
     for line in body.splitlines():
         if line.startswith(("BINEND", "FAILOUT", "HARNESS", "LEFTOVER")):
             print(line)
+    # A Linux run retried after a known end (tests/common/linux.rs): said
+    # even when the retry passed, so that CI counts them.
+    retries = sorted({l for l in body.splitlines() if l.startswith("RETRY ")})
+    for line in retries:
+        print(f"{binary}: {line[:300]}")
+    retried += len(retries)
     # Why a binary failed, where CI keeps no results file: each panic in
     # its output's tail with the 47 lines after it (a failing boot's
     # message leads with its console's last 40), 200 lines at most.
@@ -450,6 +456,8 @@ if not "HARNESS done" in text:
     for line in tail:
         print(f"console: {line}")
     failed += 1
+if retried:
+    print(f"hw-kvm: {retried} Linux run(s) ended in a triple fault or at their time and were run again")
 restarts = text.count("\nHARNESS restart ")
 if restarts:
     print(f"hw-kvm: the TCG machine's kernel stopped {restarts} time(s) (its console above); "
