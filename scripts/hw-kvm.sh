@@ -420,12 +420,13 @@ for binary, body in zip(blocks[1::2], blocks[2::2]):
     for line in body.splitlines():
         if line.startswith(("BINEND", "FAILOUT", "HARNESS", "LEFTOVER")):
             print(line)
-    # A Linux run retried after a known end (tests/common/linux.rs): said
-    # even when the retry passed, so that CI counts them.
-    retries = sorted({l for l in body.splitlines() if l.startswith("RETRY ")})
+    # A Linux run retried after a known end (tests/common/linux.rs), with
+    # where its vCPUs were and its console's last lines: said even when
+    # the retry passed, so that CI counts them and keeps the evidence.
+    retries = list(dict.fromkeys(l for l in body.splitlines() if l.startswith("RETRY ")))
     for line in retries:
         print(f"{binary}: {line[:300]}")
-    retried += len(retries)
+    retried += sum(": the first run ended with " in l for l in retries)
     # Why a binary failed, where CI keeps no results file: each panic in
     # its output's tail with the 47 lines after it (a failing boot's
     # message leads with its console's last 40), 200 lines at most.

@@ -92,7 +92,13 @@ pub fn known_flake(v: &serde_json::Value) -> Option<String> {
 pub fn vmm_json_retrying(args: &[&str], what: &str) -> (std::process::Output, serde_json::Value) {
     let (out, v) = vmm_json(args);
     if let Some(why) = known_flake(&v) {
+        // Where the vCPUs were and how the console ended, each line
+        // marked: the harness keeps RETRY lines of a binary that passed.
+        let detail = where_stopped(&v) + &console_tail(&out, 8);
         eprintln!("RETRY {what}: the first run ended with {why}");
+        for line in detail.lines() {
+            eprintln!("RETRY   {line}");
+        }
         return vmm_json(args);
     }
     (out, v)
