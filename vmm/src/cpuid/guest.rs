@@ -39,7 +39,7 @@ const KVM_FEATURES_LEAF: u32 = 0x4000_0001;
 /// has not copied in yet. On kvm_amd, restored two-vCPU Linux guests with
 /// it hung about one restore in twenty (docs/hw-kvm.md); the vCPU that
 /// waits for a page simply blocks until the pager has it.
-pub const KVM_FEATURE_ASYNC_PF_BITS: u32 = (1 << 4) | (1 << 10) | (1 << 14);
+const KVM_FEATURE_ASYNC_PF_BITS: u32 = (1 << 4) | (1 << 10) | (1 << 14);
 
 /// The CPUID a guest gets for a validated xfeature mask.
 #[derive(Clone, Debug)]
