@@ -175,7 +175,7 @@ pub fn mptable_cpus(mem: &impl PhysRead) -> Option<u32> {
         while at + 16 <= to {
             // The signature alone first: most of the 65 KiB searched holds
             // none, and reading guest memory a byte at a time is what the
-            // search costs (a one-vCPU VM from vmm has no table at all).
+            // search costs (when a VMM writes no table at all).
             let mut sig = [0u8; 4];
             if !mem.read(at, &mut sig) || &sig != b"_MP_" {
                 at += 16;

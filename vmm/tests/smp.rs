@@ -656,3 +656,28 @@ fn a_file_claiming_more_vcpus_than_its_sections_is_refused() {
     let _ = std::fs::remove_file(p);
     let _ = std::fs::remove_file(snap);
 }
+
+/// One vCPU without an irqchip gets an MP table too, and the guest counts
+/// itself from it: without one it searched all of 0xf0000..0x100000, a
+/// page fault on each of sixteen pages before its first measurement.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
+#[test]
+fn one_vcpu_counts_itself_from_the_mp_table() {
+    if !common::kvm_or_skip("one_vcpu_counts_itself_from_the_mp_table") {
+        return;
+    }
+    let outcome = vmm::run::run(vmm::run::RunConfig {
+        cmdline: "quiet workload=none".into(),
+        serial: vmm::run::SerialSink::Null,
+        timeout: Some(std::time::Duration::from_secs(60)),
+        ..vmm::run::RunConfig::default()
+    })
+    .expect("the run");
+    assert_eq!(outcome.end.failure(), None);
+    let report = outcome.report.expect("the guest's report");
+    assert_eq!(report.cpus_wanted, 1);
+    assert_eq!(
+        report.cpus_source,
+        guest::firmware::CpuCountSource::MpTable as u32
+    );
+}
