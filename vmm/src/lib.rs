@@ -73,4 +73,15 @@ pub mod xstate_manager;
 pub use error::{Error, Result};
 
 /// The guest kernel built from `guest/` by `build.rs`.
-pub static GUEST_KERNEL: &[u8] = include_bytes!(env!("VMM_GUEST_KERNEL"));
+///
+/// It starts on a page of the executable, so a run maps its pages into
+/// guest RAM from the executable's file instead of copying them.
+pub static GUEST_KERNEL: &[u8] = &PAGE_ALIGNED_GUEST_KERNEL.0;
+
+/// Bytes that start on a page.
+#[repr(C, align(4096))]
+struct PageAligned<T: ?Sized>(T);
+
+/// [`GUEST_KERNEL`], page-aligned.
+static PAGE_ALIGNED_GUEST_KERNEL: &PageAligned<[u8]> =
+    &PageAligned(*include_bytes!(env!("VMM_GUEST_KERNEL")));

@@ -214,12 +214,19 @@ pub fn load_kernel(
             source,
         }
     })?;
-    Ok(LoadedKernel {
+    Ok(placed_kernel(plan))
+}
+
+/// The kernel `plan` describes, once its segments are in guest RAM by
+/// other means than [`load_kernel`]'s copy (the embedded guest's pages
+/// mapped from the executable, see `vstate::machine`).
+pub fn placed_kernel(plan: &ImagePlan) -> LoadedKernel {
+    LoadedKernel {
         entry: plan.entry,
         entry64: plan.entry64,
         end: plan.end,
         bzimage: None,
-    })
+    }
 }
 
 /// Check a kernel image for a guest with `ram_bytes` of RAM: a PVH ELF

@@ -236,6 +236,7 @@ fn build_and_load(
     platform: Platform,
 ) -> Result<Built> {
     let vcpus = config.vcpus;
+    let huge_pages = config.hugepages.is_some();
     let kernel = &config.kernel;
     let build = |kvm: &kvm_ioctls::Kvm| -> Result<_> {
         // Bad counts are refused before any VM exists.
@@ -246,18 +247,31 @@ fn build_and_load(
             Platform::Pc => smp::Irqchip::Full,
         };
         let vm = VmWithVcpus::create(kvm, ram.clone(), vcpus, irqchip)?;
-        // Best effort: without it the copy, and later the boot
-        // structures, fault the pages in one by one (see
-        // `populate_for_write`).
-        for (at, len) in plan
-            .load_ranges()
-            .into_iter()
-            .chain(crate::arch::layout::BOOT_DATA)
-        {
+        // The embedded kernel's pages are mapped from the executable, not
+        // copied (see `place_from_executable`); not into huge-page RAM,
+        // where the mapping would split the first huge page.
+        let placed = match plan {
+            boot::KernelPlan::Elf(elf) if !huge_pages => {
+                crate::vstate::machine::place_from_executable(ram, &kernel.bytes, &elf.segments)
+                    .then(|| boot::placed_kernel(elf))
+            }
+            _ => None,
+        };
+        // Best effort: without it a copy, and later the boot structures,
+        // fault the pages in one by one (see `populate_for_write`).
+        let copy = if placed.is_none() {
+            plan.load_ranges()
+        } else {
+            Vec::new()
+        };
+        for (at, len) in copy.into_iter().chain(crate::arch::layout::BOOT_DATA) {
             let _ =
                 crate::vstate::machine::populate_for_write(ram, vm_memory::GuestAddress(at), len);
         }
-        let loaded = boot::load_kernel(ram, &kernel.bytes, &kernel.name, plan)?;
+        let loaded = match placed {
+            Some(loaded) => loaded,
+            None => boot::load_kernel(ram, &kernel.bytes, &kernel.name, plan)?,
+        };
         Ok((vm, loaded))
     };
     match std::mem::replace(&mut config.xfeatures, Xfeatures::Kvm) {

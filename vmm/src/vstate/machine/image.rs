@@ -1,9 +1,11 @@
-//! A snapshot's stored pages put into fresh guest RAM: each run mapped
-//! with `mmap(MAP_PRIVATE | MAP_FIXED)` of the snapshot file over the
-//! anonymous RAM, so a page is read from the file (page cache) only when
-//! the guest or the VMM first touches it, and a write copies it, never
-//! reaching the file. Start-up then costs one `mmap` per run, not one copy
-//! per byte.
+//! A file's pages put into fresh guest RAM: each run mapped with
+//! `mmap(MAP_PRIVATE | MAP_FIXED)` of the file over the anonymous RAM, so
+//! a page is read from the file (page cache) only when the guest or the
+//! VMM first touches it, and a write copies it, never reaching the file.
+//! Start-up then costs one `mmap` per run, not one copy per byte. The
+//! embedded kernel is put in this way from the executable
+//! ([`super::exe_kernel`]); restores copy a snapshot's pages in instead
+//! (`crate::snapshot::pager`), and the snapshot scan's tests map one.
 //!
 //! Runs are counted in RAM offsets (see [`crate::arch::layout::ram_pieces`]):
 //! a run that crosses from the RAM below the 32-bit hole into the RAM above

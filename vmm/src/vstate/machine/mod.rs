@@ -21,12 +21,14 @@ use crate::arch::layout::{KVM_TSS_ADDR, MAX_MEM_MIB, MIN_MEM_MIB};
 use crate::error::{Error, MemoryError, Result};
 use crate::xstate_manager::XstateManager;
 
-// Test-only since restores copy pages in (`crate::snapshot::pager`): the
-// snapshot scan's tests still build file-backed RAM with it.
-#[cfg(test)]
+mod exe_kernel;
+// Restores copy pages in (`crate::snapshot::pager`); the embedded kernel
+// is mapped with it (`exe_kernel`), and the snapshot scan's tests build
+// file-backed RAM with it.
 mod image;
 mod ram;
 
+pub(crate) use exe_kernel::place_from_executable;
 #[cfg(test)]
 pub use image::RamImage;
 pub use ram::{host_ranges, regions_of, write_ram};
