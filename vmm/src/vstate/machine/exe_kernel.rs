@@ -16,9 +16,10 @@
 //! it.
 //!
 //! Anything unusual (an image that is not the executable's own bytes, a
-//! segment whose file offset and address disagree within a page, RAM of
-//! huge pages, no `/proc/self/exe`) gives `false`, and the caller copies
-//! as before.
+//! segment whose file offset and address disagree within a page, no
+//! `/proc/self/exe`) gives `false`, and the caller copies as before; it
+//! also keeps huge-page RAM to the copy (`run::launch`), where a mapping
+//! would split the first huge page.
 
 use std::fs::File;
 
