@@ -657,9 +657,9 @@ fn a_file_claiming_more_vcpus_than_its_sections_is_refused() {
     let _ = std::fs::remove_file(snap);
 }
 
-/// One vCPU without an irqchip gets an MP table too, and the guest counts
-/// itself from it: without one it searched all of 0xf0000..0x100000, a
-/// page fault on each of sixteen pages before its first measurement.
+/// One vCPU gets an MP table too, and the guest counts itself from it:
+/// without one it searched all of 0xf0000..0x100000, a page fault on each
+/// of sixteen pages before its first measurement.
 #[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn one_vcpu_counts_itself_from_the_mp_table() {
@@ -680,4 +680,60 @@ fn one_vcpu_counts_itself_from_the_mp_table() {
         report.cpus_source,
         guest::firmware::CpuCountSource::MpTable as u32
     );
+}
+
+/// Whether this KVM makes split irqchips (both KVMs of the test bed do).
+fn split_irqchip() -> bool {
+    kvm_ioctls::Kvm::new()
+        .unwrap()
+        .check_extension(kvm_ioctls::Cap::SplitIrqchip)
+}
+
+/// The embedded guest's one vCPU has a LAPIC (the split irqchip), which
+/// spares KVM two cross-CPU code patches per run (see `vstate::smp`); its
+/// snapshot keeps the LAPIC and restores. A kernel without vmm's note keeps
+/// the VM without an irqchip, where a HLT ends the run at once
+/// (`run::halting_guest_ends_the_run`).
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
+#[test]
+fn one_vcpu_of_the_embedded_guest_has_a_lapic() {
+    if !common::kvm_or_skip("one_vcpu_of_the_embedded_guest_has_a_lapic") {
+        return;
+    }
+    let split = split_irqchip();
+    let run = |kernel: vmm::run::KernelImage| {
+        vmm::run::run(vmm::run::RunConfig {
+            kernel,
+            cmdline: "quiet workload=none".into(),
+            serial: vmm::run::SerialSink::Null,
+            timeout: Some(std::time::Duration::from_secs(60)),
+            ..vmm::run::RunConfig::default()
+        })
+        .expect("the run")
+    };
+    let embedded = run(vmm::run::KernelImage::embedded());
+    assert_eq!(embedded.end.failure(), None);
+    assert_eq!(
+        embedded.irqchip.name(),
+        if split { "split" } else { "none" }
+    );
+    let hlt = vmm::run::KernelImage {
+        name: "hlt".into(),
+        bytes: std::borrow::Cow::Owned(common::tiny_pvh_elf(&[0xf4], true)),
+    };
+    assert_eq!(run(hlt).irqchip.name(), "none");
+
+    let snap = std::env::temp_dir().join(format!("vmm-one-lapic-{}.snap", std::process::id()));
+    let out = common::vmm(&common::snapshot_check_args(snap.to_str().unwrap()));
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let (info_out, info) = common::vmm_json(&["snapshot", "info", snap.to_str().unwrap()]);
+    assert!(info_out.status.success(), "{}", common::stderr(&info_out));
+    assert_eq!(
+        info["irqchip"],
+        if split { "split" } else { "none" },
+        "{info}"
+    );
+    let names = common::section_names(&info);
+    assert_eq!(names.contains(&"vcpu0.lapic"), split, "{names:?}");
+    common::restore_checked(&snap);
 }

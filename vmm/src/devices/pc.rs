@@ -35,7 +35,8 @@ pub const I8042_RESET: u8 = 0xfe;
 /// COM1's interrupt: none (the guest polls), or an eventfd KVM injects as
 /// IRQ 4 through the in-kernel irqchip (`KVM_IRQFD`).
 pub enum SerialIrq {
-    /// No interrupt: the embedded guest polls, and no irqchip may exist.
+    /// No interrupt: the embedded guest polls, and there is no PIC or
+    /// IOAPIC to raise one (at most the vCPUs' LAPICs).
     Polled,
     /// Signalled on every interrupt condition the 8250 model raises.
     Line(EventFd),

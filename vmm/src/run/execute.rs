@@ -26,7 +26,8 @@ pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
     }
 }
 
-/// [`execute`] with one vCPU and no irqchip (the embedded guest's machine):
+/// [`execute`] with one vCPU and a LAPIC or no irqchip (the embedded
+/// guest's machine, and a minimal one's of another kernel):
 /// the run loop on a thread of its own under the supervisor.
 fn execute_one(l: Launch) -> Result<RunOutcome> {
     // The VM stays open until the run's results are read.

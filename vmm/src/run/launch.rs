@@ -79,6 +79,7 @@ pub fn run(mut config: RunConfig) -> Result<RunOutcome> {
         Some(path) => Some(SaveContext {
             force: config.snapshot_force,
             platform,
+            irqchip: machine.irqchip,
             ..SaveContext::new(
                 &host,
                 path.clone(),
@@ -238,12 +239,15 @@ fn build_and_load(
     let vcpus = config.vcpus;
     let huge_pages = config.hugepages.is_some();
     let kernel = &config.kernel;
+    let speaks_protocol = matches!(plan, boot::KernelPlan::Elf(elf) if elf.entry64.is_some());
     let build = |kvm: &kvm_ioctls::Kvm| -> Result<_> {
         // Bad counts are refused before any VM exists.
         smp::check_vcpus(vcpus, smp::kvm_max_vcpus(kvm))?;
         // The PIT and COM1's IRQ need the PICs and the IOAPIC.
         let irqchip = match platform {
-            Platform::Minimal => smp::Irqchip::for_new_vm(kvm, vcpus),
+            // A kernel with vmm's note ends its runs by the protocol's
+            // port write, never by halting: its one vCPU gets a LAPIC too.
+            Platform::Minimal => smp::Irqchip::for_new_vm(kvm, vcpus, speaks_protocol),
             Platform::Pc => smp::Irqchip::Full,
         };
         let vm = VmWithVcpus::create(kvm, ram.clone(), vcpus, irqchip)?;

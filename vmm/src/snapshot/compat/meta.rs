@@ -256,7 +256,8 @@ fn check_platform(snap: &Snapshot, kind: Irqchip) -> Result<Platform, Fault> {
 /// this KVM; the interrupt hardware (`meta.irqchip`) against the count,
 /// the sections and this KVM: several vCPUs need LAPICs (one `vcpuN.lapic`
 /// each), a full irqchip the `irqchip.*` sections, a split one none of
-/// them and `KVM_CAP_SPLIT_IRQCHIP`, one vCPU no irqchip at all.
+/// them and `KVM_CAP_SPLIT_IRQCHIP`; one vCPU has the split irqchip or
+/// none (`crate::vstate::smp`, "One vCPU"), except on a PC.
 fn check_vcpu_count(snap: &Snapshot, host: &HostFacts) -> Result<Irqchip, Fault> {
     let n = snap.vcpus.len();
     if n == 0 || snap.meta.vcpus as usize != n {
@@ -293,14 +294,18 @@ fn check_vcpu_count(snap: &Snapshot, host: &HostFacts) -> Result<Irqchip, Fault>
     })?;
     // A PC has the full irqchip for one vCPU too (checked there).
     let pc = check_platform(snap, kind)? == Platform::Pc;
-    if !pc && (n == 1) == kind.has_lapics() {
+    if !pc && n == 1 && kind == Irqchip::Full {
         return Err(invalid(
             "meta.irqchip",
-            if n == 1 {
-                format!("{name:?} for one vCPU: this vmm gives a one-vCPU VM no irqchip")
-            } else {
-                format!("\"none\" for {n} vCPUs: their APs start through in-kernel LAPICs")
-            },
+            format!(
+                "{name:?} for one vCPU: this vmm gives a one-vCPU VM the split irqchip or none"
+            ),
+        ));
+    }
+    if n > 1 && !kind.has_lapics() {
+        return Err(invalid(
+            "meta.irqchip",
+            format!("\"none\" for {n} vCPUs: their APs start through in-kernel LAPICs"),
         ));
     }
     let chip = snap.irqchip.is_some();

@@ -403,6 +403,58 @@ fn irqchip_edits_are_named(good: &IrqchipState) {
     }
 }
 
+/// One vCPU of the embedded guest may have the split irqchip (a LAPIC):
+/// then it needs its `vcpu0.lapic`, may be halted, and needs a KVM that
+/// makes split irqchips; without one, no `vcpu0.lapic` and no halting.
+#[test]
+fn one_vcpu_may_have_the_split_irqchip() {
+    fn split(s: &mut Snapshot) {
+        s.meta.irqchip = "split".into();
+        s.vcpus[0].lapic = Some(kvm_bindings::kvm_lapic_state::default());
+    }
+    let mut s = seed();
+    split(&mut s);
+    assert!(verdict(&s).is_ok(), "{:?}", verdict(&s));
+    s.vcpus[0].mp_state = Some(3);
+    assert!(
+        verdict(&s).is_ok(),
+        "HALTED with a LAPIC: {:?}",
+        verdict(&s)
+    );
+    let mut host = HostFacts::as_written(&s).unwrap();
+    host.split_irqchip = false;
+    let e = check(Path::new("t.snap"), &s, &host)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("meta.irqchip: its VM had a split irqchip"),
+        "{e}"
+    );
+    let cases: &[(Edit, &str)] = &[
+        (
+            |s| {
+                split(s);
+                s.vcpus[0].lapic = None;
+            },
+            "vcpu0.lapic: missing",
+        ),
+        (
+            |s| s.vcpus[0].lapic = Some(kvm_bindings::kvm_lapic_state::default()),
+            "vcpu0.lapic: present in a VM without an irqchip",
+        ),
+        (
+            |s| s.vcpus[0].mp_state = Some(3),
+            "vcpu0.mp_state: 3 (HALTED) needs an in-kernel LAPIC",
+        ),
+    ];
+    for (edit, want) in cases {
+        let mut s = seed();
+        edit(&mut s);
+        let got = verdict(&s).unwrap_err();
+        assert!(got.contains(want), "want {want:?}, got {got}");
+    }
+}
+
 /// `meta.platform`: a PC has the full irqchip with its PIT whatever the
 /// vCPU count, one vCPU included; the minimal platform's one vCPU none;
 /// an unknown platform is named.

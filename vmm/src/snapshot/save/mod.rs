@@ -147,6 +147,10 @@ pub struct SaveContext {
     /// The platform the VM is, for `meta.platform`: a restore rebuilds its
     /// devices (see [`crate::arch::boot::Platform`]).
     pub platform: Platform,
+    /// A one-vCPU VM's interrupt hardware, for `meta.irqchip` and
+    /// `vcpu0.lapic` ([`Irqchip::Absent`] after [`SaveContext::new`]; a VM
+    /// of several vCPUs is saved with its machine's own).
+    pub irqchip: Irqchip,
 }
 
 impl SaveContext {
@@ -189,6 +193,7 @@ impl SaveContext {
             msrs,
             xfd,
             platform: Platform::Minimal,
+            irqchip: Irqchip::Absent,
         })
     }
 }
@@ -233,7 +238,7 @@ fn capture_in_place<'m>(
         exits,
         ran,
     } = vm;
-    let (state, unreadable) = capture_vcpu(ctx, 0, vcpu, xstate, false)?;
+    let (state, unreadable) = capture_vcpu(ctx, 0, vcpu, xstate, ctx.irqchip.has_lapics())?;
 
     // After the vCPU: completing its pending I/O may write RAM.
     let pages = scan_memory(mem)?;
@@ -241,7 +246,7 @@ fn capture_in_place<'m>(
     let snap = Snapshot {
         meta: Meta {
             msrs_unreadable: unreadable,
-            ..meta(ctx, trigger, devices, exits, ran, 1, Irqchip::Absent.name())
+            ..meta(ctx, trigger, devices, exits, ran, 1, ctx.irqchip.name())
         },
         memory: pages.memory.clone(),
         serial_output: devices.serial_output().to_vec(),

@@ -132,7 +132,9 @@ pub struct Meta {
     /// The guest's TSC rate in kHz (0: unknown).
     pub tsc_khz: u32,
     /// Interrupt controllers and timers (`vstate::smp::Irqchip`): `none`
-    /// for one vCPU (no irqchip; the guest polls); for several, `split`
+    /// for one vCPU without a LAPIC (a kernel without vmm's ELF note, and
+    /// every one-vCPU file written before the embedded guest got one);
+    /// `split` for one vCPU of the embedded guest, and for several, `split`
     /// (`KVM_CAP_SPLIT_IRQCHIP`: in-kernel LAPICs only, their state in the
     /// `vcpuN.lapic` sections) or `kvm` (`KVM_CREATE_IRQCHIP`, what a KVM
     /// without the split irqchip gives and what earlier versions always

@@ -66,7 +66,6 @@ impl Machine {
     /// created after it gets a LAPIC; [`Irqchip::for_new_vm`] says which a
     /// new VM gets), then the vCPUs and RAM ([`VmWithVcpus`]); the APs'
     /// fds are returned for the caller to configure (see [`super::smp`]).
-    /// One vCPU is exactly the VM `vmm` always built (no irqchip).
     pub fn create_smp(
         kvm: &Kvm,
         mem_mib: u64,
