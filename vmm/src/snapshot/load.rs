@@ -49,10 +49,10 @@ pub struct Opened {
 
 /// Open, verify and decode a snapshot file, reading nothing in bulk: a
 /// regular file of at most [`MAX_SNAPSHOT_BYTES`]; its header and section
-/// table checked, with every section's length against its kind
-/// ([`bounds::check_table`]), before any section body is read; then
-/// `meta`, whose RAM size bounds the memory sections
-/// ([`bounds::check_memory`]); then the other sections (each small by
+/// table checked, with every section's length against its kind (the
+/// rules of docs/snapshot-format.md, "Section lengths"), before any
+/// section body is read; then `meta`, whose RAM size bounds the memory
+/// sections; then the other sections (each small by
 /// now), CRC32 checked; the stored pages are left in the file, their
 /// length checked against the page index. The file is only read.
 ///

@@ -125,6 +125,16 @@ fn verdict(s: &Snapshot) -> Result<Vec<String>, String> {
 
 type Edit = fn(&mut Snapshot);
 
+/// Each edit of the seed is refused with a verdict containing its text.
+fn each_refused(cases: &[(Edit, &str)]) {
+    for (edit, want) in cases {
+        let mut s = seed();
+        edit(&mut s);
+        let got = verdict(&s).unwrap_err();
+        assert!(got.contains(want), "want {want:?}, got {got}");
+    }
+}
+
 fn set_msr(s: &mut Snapshot, index: u32, value: u64) {
     let v = &mut s.vcpus[0];
     match v.msrs.iter_mut().find(|m| m.0 == index) {
@@ -447,12 +457,7 @@ fn one_vcpu_may_have_the_split_irqchip() {
             "vcpu0.mp_state: 3 (HALTED) needs an in-kernel LAPIC",
         ),
     ];
-    for (edit, want) in cases {
-        let mut s = seed();
-        edit(&mut s);
-        let got = verdict(&s).unwrap_err();
-        assert!(got.contains(want), "want {want:?}, got {got}");
-    }
+    each_refused(cases);
 }
 
 /// `meta.platform`: a PC has the full irqchip with its PIT whatever the
@@ -490,12 +495,7 @@ fn the_platform_decides_the_irqchip() {
             "pit: missing: a PC",
         ),
     ];
-    for (edit, want) in cases {
-        let mut s = seed();
-        edit(&mut s);
-        let got = verdict(&s).unwrap_err();
-        assert!(got.contains(want), "want {want:?}, got {got}");
-    }
+    each_refused(cases);
     // A one-vCPU PC passes the platform's rules (whatever its zeroed
     // LAPIC then fails).
     let mut s = seed();

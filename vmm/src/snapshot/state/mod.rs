@@ -47,7 +47,7 @@ use super::format::{
 use super::sparse::{regions_bytes, regions_from, SparseMemory, REGIONS_SECTION};
 use crate::vstate::xfd::XfdMsrs;
 
-pub mod bounds;
+pub(crate) mod bounds;
 mod codec;
 mod serial;
 
