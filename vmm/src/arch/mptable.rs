@@ -15,11 +15,11 @@
 //! specification asks for (every byte of the structure sums to 0 modulo
 //! 256).
 //!
-//! Every machine gets a table, one vCPU too. A guest
-//! that finds none in the EBDA searches the BIOS area, 0xf0000..0x100000,
-//! for it: sixteen pages that are all zero here, and on a KVM that builds
-//! its shadow page tables on demand (kvm_pvm) the first touch of each is
-//! an exit. With the table the search ends in the EBDA's first 16 bytes.
+//! Every machine gets a table, one vCPU too. A guest that finds none in
+//! the EBDA searches the BIOS area, 0xf0000..0x100000, for it: sixteen
+//! pages that are all zero here, and on a KVM that builds its shadow page
+//! tables on demand (kvm_pvm) the first touch of each is an exit. With
+//! the table the search ends in the EBDA's first 16 bytes.
 
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 

@@ -26,9 +26,9 @@ pub(crate) fn execute(l: Launch) -> Result<RunOutcome> {
     }
 }
 
-/// [`execute`] with one vCPU and a LAPIC or no irqchip (the embedded
-/// guest's machine, and a minimal one's of another kernel):
-/// the run loop on a thread of its own under the supervisor.
+/// [`execute`] with one vCPU on the minimal platform (with a LAPIC for
+/// the embedded guest, without an irqchip for other kernels): the run
+/// loop on a thread of its own under the supervisor.
 fn execute_one(l: Launch) -> Result<RunOutcome> {
     // The VM stays open until the run's results are read.
     let Machine {
