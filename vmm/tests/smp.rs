@@ -519,9 +519,7 @@ fn two_vcpu_snapshot_restores_in_a_new_process() {
     }
     // A split irqchip (LAPICs only) where this KVM has one, as the run
     // makes it; the full one's PICs and IOAPIC otherwise.
-    let split = kvm_ioctls::Kvm::new()
-        .unwrap()
-        .check_extension(kvm_ioctls::Cap::SplitIrqchip);
+    let split = split_irqchip();
     assert_eq!(
         info["irqchip"],
         if split { "split" } else { "kvm" },

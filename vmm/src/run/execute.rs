@@ -11,6 +11,7 @@ use super::outcome::{xcr0_violation, RunEnd, RunOutcome};
 use super::prepared::{keep_last_serial, monotonic_ns, Launch};
 use super::runner::VcpuRunner;
 use crate::error::Result;
+use crate::snapshot::save::SaveContext;
 use crate::vstate::dump::RegisterDump;
 use crate::vstate::machine::Machine;
 use crate::vstate::stop::{supervise, Deadlines};
@@ -48,7 +49,8 @@ fn execute_one(l: Launch) -> Result<RunOutcome> {
     let mut devices = l.devices;
     devices.snapshots = l.snapshot.is_some();
     let mut runner = VcpuRunner::new(vcpu, devices, l.xstate, &mem, (run_start, l.start), l.raw);
-    runner.snapshot = l.snapshot;
+    // Its snapshots name the machine's interrupt hardware (a LAPIC or none).
+    runner.snapshot = l.snapshot.map(|ctx| SaveContext { irqchip, ..ctx });
     runner.pages = l.pages.clone();
     let supervised = supervise(deadlines, move |stop| {
         let mut runner = runner;

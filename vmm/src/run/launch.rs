@@ -79,7 +79,6 @@ pub fn run(mut config: RunConfig) -> Result<RunOutcome> {
         Some(path) => Some(SaveContext {
             force: config.snapshot_force,
             platform,
-            irqchip: machine.irqchip,
             ..SaveContext::new(
                 &host,
                 path.clone(),

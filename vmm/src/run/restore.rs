@@ -249,7 +249,6 @@ pub(crate) fn build(
     let snapshot = match &opts.snapshot_file {
         Some(p) => Some(SaveContext {
             force: opts.snapshot_force,
-            irqchip: machine.irqchip,
             platform: meta
                 .platform()
                 .unwrap_or(crate::arch::boot::Platform::Minimal),

@@ -148,8 +148,9 @@ pub struct SaveContext {
     /// devices (see [`crate::arch::boot::Platform`]).
     pub platform: Platform,
     /// A one-vCPU VM's interrupt hardware, for `meta.irqchip` and
-    /// `vcpu0.lapic` ([`Irqchip::Absent`] after [`SaveContext::new`]; a VM
-    /// of several vCPUs is saved with its machine's own).
+    /// `vcpu0.lapic`: [`Irqchip::Absent`] after [`SaveContext::new`], the
+    /// machine's own once its one-vCPU run starts (`run::execute`); a VM of
+    /// several vCPUs is saved with its machine's own.
     pub irqchip: Irqchip,
 }
 
