@@ -6,7 +6,9 @@
 # they are missing.
 set -euo pipefail
 missing=()
-ldconfig -p | grep -q 'libopenblas\.so\.0' || missing+=(libopenblas-dev)
+# Not `ldconfig -p | grep -q`: under pipefail grep's early exit fails the
+# pipeline (SIGPIPE), which read as "missing".
+[[ $(ldconfig -p) == *libopenblas.so.0* ]] || missing+=(libopenblas-dev)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 if [ ${#missing[@]} -eq 0 ]; then
     echo "bench-deps: nothing to install"

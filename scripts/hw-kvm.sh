@@ -95,7 +95,11 @@ if [ "$need_apt" = 1 ]; then
     fi
     apt-get update -qq
     target_release=()
-    apt-cache policy qemu-system-x86 | grep -q bookworm-backports && target_release=(-t bookworm-backports)
+    # Not `apt-cache policy | grep -q`: under pipefail grep's early exit
+    # fails the pipeline (SIGPIPE, 141), and bookworm's 7.2 got installed.
+    if [[ $(apt-cache policy qemu-system-x86) == *bookworm-backports* ]]; then
+        target_release=(-t bookworm-backports)
+    fi
     apt-get install -y -qq --no-install-recommends "${target_release[@]}" qemu-system-x86 >/dev/null
     apt-get install -y -qq --no-install-recommends busybox-static cpio lz4 >/dev/null
 fi
