@@ -83,6 +83,7 @@ pub fn on_panic(info: &core::panic::PanicInfo<'_>) -> ! {
 
 /// Raise the exception `fault=KIND` asks for (see
 /// [`guest::protocol::FAULT_KINDS`]); returns only for an unknown kind.
+#[inline(never)]
 pub fn provoke(kind: &str) {
     // Each sequence below faults on its first memory or arithmetic access
     // and never completes, so no Rust-visible state changes; the fault

@@ -29,6 +29,7 @@ const EDIT_REG: u32 = 3;
 /// Misbehave as `mode` says. Returns the status the run should end with
 /// when the mode lets it go on (`edit-xmm`, `xsetbv-all`); the floods and
 /// `status-N` never return.
+#[inline(never)]
 pub fn run(mode: &str, report: &mut Report, out: &mut Console) -> ExitStatus {
     match mode {
         "idle" => loop {

@@ -60,16 +60,22 @@ impl core::fmt::Display for BootInfoError {
 }
 
 /// What the kernel keeps of the boot information.
+///
+/// `repr(C)` with the arrays last: a copy of a short command line and a
+/// few memory-map entries then writes only the first bytes of the
+/// struct, one page of a static `BootInfo`, not its end as well (each
+/// page touched is a guest page fault).
+#[repr(C)]
 pub struct BootInfo {
     pub version: u32,
-    /// `rsdp_paddr`: the ACPI RSDP's address (0: the VMM provides no ACPI).
-    pub rsdp: u64,
-    cmdline: [u8; MAX_CMDLINE],
-    cmdline_len: usize,
     /// True when the command line was longer than [`MAX_CMDLINE`].
     pub cmdline_truncated: bool,
-    memmap: [MemmapEntry; MAX_MEMMAP],
+    /// `rsdp_paddr`: the ACPI RSDP's address (0: the VMM provides no ACPI).
+    pub rsdp: u64,
+    cmdline_len: usize,
     memmap_len: usize,
+    memmap: [MemmapEntry; MAX_MEMMAP],
+    cmdline: [u8; MAX_CMDLINE],
 }
 
 /// The lowest and highest (exclusive) address the kernel's page tables map
@@ -81,8 +87,31 @@ fn mapped(addr: u64, len: u64) -> bool {
 }
 
 impl BootInfo {
-    /// Read and copy the `hvm_start_info` at guest-physical `addr`.
-    pub fn read(addr: u32) -> Result<BootInfo, BootInfoError> {
+    /// No boot information: every length zero.
+    pub const EMPTY: BootInfo = BootInfo {
+        version: 0,
+        cmdline_truncated: false,
+        rsdp: 0,
+        cmdline_len: 0,
+        memmap_len: 0,
+        memmap: [MemmapEntry {
+            addr: 0,
+            size: 0,
+            kind: 0,
+            reserved: 0,
+        }; MAX_MEMMAP],
+        cmdline: [0; MAX_CMDLINE],
+    };
+
+    /// Read and copy the `hvm_start_info` at guest-physical `addr` into
+    /// `self`, in place: only the bytes copied are written (the lengths say
+    /// how many are valid), so a `BootInfo` in .bss costs the pages the
+    /// copy reaches, not all of its 5.6 KiB. On an error `self` holds no
+    /// command line and no memory map.
+    pub fn read_into(&mut self, addr: u32) -> Result<(), BootInfoError> {
+        self.cmdline_len = 0;
+        self.cmdline_truncated = false;
+        self.memmap_len = 0;
         let addr = u64::from(addr);
         if !mapped(addr, core::mem::size_of::<HvmStartInfo>() as u64) {
             return Err(BootInfoError::BadAddress(addr));
@@ -95,15 +124,9 @@ impl BootInfo {
         if si.magic != HVM_START_MAGIC {
             return Err(BootInfoError::BadMagic(si.magic));
         }
-        let mut info = BootInfo {
-            version: si.version,
-            rsdp: si.rsdp_paddr,
-            cmdline: [0; MAX_CMDLINE],
-            cmdline_len: 0,
-            cmdline_truncated: false,
-            memmap: [MemmapEntry::default(); MAX_MEMMAP],
-            memmap_len: 0,
-        };
+        let info = self;
+        info.version = si.version;
+        info.rsdp = si.rsdp_paddr;
 
         if si.cmdline_paddr != 0 && mapped(si.cmdline_paddr, 1) {
             let limit = (MAPPED.end - si.cmdline_paddr).min(MAX_CMDLINE as u64 + 1) as usize;
@@ -138,7 +161,7 @@ impl BootInfo {
                 info.memmap_len = keep;
             }
         }
-        Ok(info)
+        Ok(())
     }
 
     /// The command line bytes (no NUL).

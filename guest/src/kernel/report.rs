@@ -261,6 +261,7 @@ impl fmt::Display for Variants {
 }
 
 /// Print the human-readable report: one flush per block.
+#[inline(never)]
 pub fn print_human(report: &Report, status: ExitStatus, out: &mut Console) {
     let _ = write_human(report, status, out);
     out.flush();

@@ -75,6 +75,7 @@ pub fn env(report: &Report) -> Option<Env> {
 /// Boot-time choice of the context-switch strategy (when the CPU has XSAVE
 /// and the run has workloads or benchmarks: see `needs_switch_strategy` in
 /// main.rs): fills `switch_*` in the report.
+#[inline(never)]
 pub fn calibrate_switch(report: &mut Report, env: Option<&Env>, quiet: bool, out: &mut Console) {
     let Some(env) = env else {
         return;
@@ -123,6 +124,14 @@ pub fn run(report: &mut Report, cmdline: &Cmdline, env: Option<&Env>, out: &mut 
     if cmdline.bench.is_none() {
         return true;
     }
+    run_named(report, cmdline, env, out)
+}
+
+/// [`run`] once `bench=` names something. Never inlined, for the reason
+/// `run_workload_list` (main.rs) is not: a boot without benchmarks must
+/// not probe their stack frames.
+#[inline(never)]
+fn run_named(report: &mut Report, cmdline: &Cmdline, env: Option<&Env>, out: &mut Console) -> bool {
     let mut ok = true;
     if let Some(bad) = cmdline.unknown_bench() {
         let _ = writeln!(

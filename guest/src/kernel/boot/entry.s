@@ -90,7 +90,8 @@ direct_start64:
 
 /* ---------------------------------------------------------------------- */
 /* 64-bit CPL0: stack, IDT, TSS, XSAVE, then iretq to CPL3.                */
-/* 12 instructions, 23 when the CPU has XSAVE.                             */
+/* 15 instructions, 23 when the CPU has XSAVE. EDX:EAX reach user_entry   */
+/* as CPUID 0xD.0 EDX:EAX (the XCR0 set here), or 0 without XSAVE.        */
 /* ---------------------------------------------------------------------- */
     .code64
 long_entry:
@@ -102,13 +103,16 @@ long_entry:
     movl $1, %eax
     cpuid
     btl $26, %ecx               /* CPUID.1:ECX.XSAVE */
-    jnc 1f
-    movl ${cr4_xsave}, %eax
+    jc 2f
+    xorl %eax, %eax             /* no XSAVE: no XCR0 to hand over */
+    xorl %edx, %edx
+    jmp 1f
+2:  movl ${cr4_xsave}, %eax
     movq %rax, %cr4
     /* XCR0 = exactly the user state CPUID 0xD.0 EDX:EAX enumerates. */
     movl $0xd, %eax
     xorl %ecx, %ecx
-    cpuid
+    cpuid                       /* EDX:EAX kept for user_entry */
     xorl %ecx, %ecx
 boot_xsetbv:
     xsetbv
@@ -122,14 +126,24 @@ boot_xsetbv_done:
     iretq
 
 
+    .popsection
+
 /* ---------------------------------------------------------------------- */
-/* CPL3 trampolines (native on the development host).                      */
+/* CPL3 trampolines (native on the development host). In .text, first     */
+/* (linker.ld): the page they share with the hot start of .text is one    */
+/* guest page fault fewer than a page of .boot of their own, which CPL3   */
+/* would otherwise touch for them alone.                                  */
 /* ---------------------------------------------------------------------- */
+    .pushsection .text.trampolines, "ax", @progbits
 user_entry:
     /* Zero .bss (the loader need not have): stacks, Rust statics. */
     /* Not after the direct entry: its VMM hands over fresh, zero RAM, */
     /* and touching every .bss page costs ~150 page faults.            */
     movq %rdi, %r12
+    shlq $32, %rdx              /* CPUID 0xD.0 EDX:EAX from long_entry */
+    movl %eax, %eax
+    orq %rdx, %rax
+    movq %rax, %r13
     cmpl $0, bss_zeroed
     jne 2f
     movl $__bss_start, %edi
@@ -143,6 +157,7 @@ user_entry:
     fninit
     movl $1, user_ready
     movl %r12d, %edi
+    movq %r13, %rsi
     call user_main              /* main.rs */
     ud2
 

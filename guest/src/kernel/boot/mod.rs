@@ -153,7 +153,9 @@ const USER_RFLAGS: u32 = 0x3002;
 // KBASE + (symbol - boot_start), which needs the stubs and the tables in
 // the same object. AT&T syntax; `.boot` is placed first at KERNEL_BASE by
 // linker.ld. The parts reach Rust through two exported symbols,
-// `user_main` (main.rs) and `kernel_on_fault` (kernel/fault.rs).
+// `user_main` (main.rs: the start info's address, and CPUID 0xD.0 EDX:EAX
+// as the XCR0 the entry set, 0 without XSAVE) and `kernel_on_fault`
+// (kernel/fault.rs).
 core::arch::global_asm!(
     include_str!("entry.s"),
     include_str!("faults.s"),

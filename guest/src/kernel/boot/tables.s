@@ -86,9 +86,12 @@ idt:
 idt_end:
 
 /* ---------------------------------------------------------------------- */
-/* State shared with Rust. In .boot (not .bss): written before .bss is    */
-/* zeroed.                                                                 */
+/* State shared with Rust. In .data (not .bss): written before .bss is    */
+/* zeroed. First in .data (linker.ld), on the page the report starts on,  */
+/* which CPL3 writes anyway: CPL3 reads and writes these flags, and in    */
+/* .boot they cost a guest page fault of their own.                       */
 /* ---------------------------------------------------------------------- */
+    .pushsection .data.boot_shared, "aw", @progbits
     .p2align 3
     .globl kernel_fault
 kernel_fault:                   /* protocol::FaultRecord (40 bytes) per CPU */
@@ -100,6 +103,7 @@ user_ready:
     .long 0
 bss_zeroed:                     /* 1: the entry path found .bss zero */
     .long 0
+    .popsection
 
 /* ---------------------------------------------------------------------- */
 /* Identity-mapped page tables, finished at assembly time. Every entry    */
