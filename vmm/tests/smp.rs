@@ -489,12 +489,13 @@ fn two_vcpu_snapshot_restores_in_a_new_process() {
         return;
     }
     let snap = snap_path("two");
+    let workload = common::harness_sized("aes,gemm");
     let (out, v) = common::vmm_json(&[
         "run",
         "--vcpus",
         "2",
         "--workload",
-        "aes,gemm",
+        &workload,
         "--no-native",
         "--cmdline",
         "xfeatures.cpu1=0x3",

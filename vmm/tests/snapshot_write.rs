@@ -414,7 +414,8 @@ fn a_failed_timed_write_resumes_the_guest_to_completion() {
     let dir = tempfile::tempdir().unwrap();
     let snap = dir.path().join("t.snap");
     let mut c = Command::new(vmm_bin());
-    c.args(["run", "--workload", "aes,gemm", "--snapshot-after", "0.3"])
+    let workload = common::harness_sized("aes,gemm");
+    c.args(["run", "--workload", &workload, "--snapshot-after", "0.3"])
         .args(["--timeout", "300", "--snapshot-file"])
         .arg(&snap)
         .args(["--no-native", "--json"]);

@@ -316,6 +316,19 @@ pub fn in_hw_kvm_harness() -> bool {
     std::env::var("VMM_HW_KVM").as_deref() == Ok("1")
 }
 
+/// `workload` for `--workload`, with `quick` added (the small sizes, the
+/// same rows) inside the hardware-KVM harness: TCG runs the full DGEMM
+/// sizes for minutes (`aes,gemm` on two vCPUs took 267 s on a Zen 3
+/// host), past the 120 s a restored guest is given to finish. For tests
+/// that run a guest's workloads to their end.
+pub fn harness_sized(workload: &str) -> String {
+    if in_hw_kvm_harness() {
+        format!("{workload},quick")
+    } else {
+        workload.to_string()
+    }
+}
+
 /// Whether `qemu-system-x86_64` runs here (see [`tool_or_skip`]).
 pub fn qemu_or_skip(test: &str) -> bool {
     tool_or_skip(test, "qemu-system-x86_64", "qemu-system-x86")
