@@ -19,7 +19,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{in_hw_kvm_harness, kvm_or_skip, stderr, vmm, vmm_bin, vmm_json};
+use common::{kvm_or_skip, stderr, vmm, vmm_bin, vmm_json};
 
 /// Status of a snapshot page that failed (`vmm::report::EXIT_SNAPSHOT_MEMORY`).
 const EXIT_SNAPSHOT_MEMORY: i32 = 69;
@@ -45,12 +45,8 @@ impl Drop for Removed {
 /// hardware-KVM harness, where TCG runs the full DGEMM sizes so slowly that
 /// the nine tests' snapshots and restores took more than its 600 s for one
 /// binary. Either has several DGEMM rows, the largest last.
-fn workload() -> &'static str {
-    if in_hw_kvm_harness() {
-        "gemm,quick"
-    } else {
-        "gemm"
-    }
+fn workload() -> String {
+    common::harness_sized("gemm")
 }
 
 /// When to snapshot the guest: 0.6 of its run, timed once, lands inside
@@ -59,7 +55,7 @@ fn workload() -> &'static str {
 fn after() -> &'static str {
     static AFTER: OnceLock<String> = OnceLock::new();
     AFTER.get_or_init(|| {
-        let (out, v) = vmm_json(&["run", "--workload", workload(), "--no-native"]);
+        let (out, v) = vmm_json(&["run", "--workload", &workload(), "--no-native"]);
         assert!(out.status.success(), "{v}");
         let run_s = v["timing_ms"]["run"].as_f64().unwrap() / 1e3;
         format!("{:.3}", run_s * 0.6)
@@ -71,7 +67,7 @@ fn snapshot_to(path: &Path) {
     let (out, v) = vmm_json(&[
         "run",
         "--workload",
-        workload(),
+        &workload(),
         "--no-native",
         "--snapshot-after",
         after(),
