@@ -366,13 +366,17 @@ impl SparseMemory {
     }
 }
 
-/// The hot loop of a memory snapshot. Each 64-byte block is OR-folded
-/// without an early exit, which the compiler turns into vector ORs; the
-/// early exit is per block.
-pub(super) fn is_zero(page: &[u8]) -> bool {
-    let mut blocks = page.chunks_exact(64);
-    blocks.all(|b| b.iter().fold(0u8, |acc, &x| acc | x) == 0)
-        && blocks.remainder().iter().all(|&x| x == 0)
+/// A page of zeros, what [`is_zero`] compares against.
+static ZERO_PAGE: [u8; PAGE_SIZE] = [0; PAGE_SIZE];
+
+/// The hot loop of a memory snapshot and of a restore's scan: whether
+/// every byte is zero. A byte-slice comparison is the C library's
+/// `memcmp` (vectorised, an early exit at the first nonzero byte) in every
+/// build: 46 GB/s on a Zen 3 against 37 for an OR-fold of 64-byte blocks
+/// when optimised, and 5 GB/s against 0.1 in an unoptimised test build,
+/// which made the gigabyte snapshot tests take minutes under TCG.
+pub(super) fn is_zero(bytes: &[u8]) -> bool {
+    bytes.chunks(PAGE_SIZE).all(|c| c == &ZERO_PAGE[..c.len()])
 }
 
 #[cfg(test)]

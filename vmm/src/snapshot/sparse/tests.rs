@@ -114,3 +114,29 @@ fn appending_blocks_equals_encoding_at_once() {
     assert_eq!(parts, whole);
     assert_eq!(whole.runs, vec![(0, 1), (3, 2), (9, 1), (15, 1)]);
 }
+
+/// `is_zero` finds a single nonzero byte anywhere, in a page, in several
+/// pages at once and in a tail shorter than a page.
+#[test]
+fn is_zero_finds_any_nonzero_byte() {
+    for len in [
+        0,
+        1,
+        63,
+        64,
+        65,
+        PAGE_SIZE - 1,
+        PAGE_SIZE,
+        3 * PAGE_SIZE + 7,
+    ] {
+        let mut b = vec![0u8; len];
+        assert!(is_zero(&b), "len {len}");
+        for at in [0, len / 2, len.saturating_sub(1)] {
+            if at < len {
+                b[at] = 0x80;
+                assert!(!is_zero(&b), "len {len}, byte {at}");
+                b[at] = 0;
+            }
+        }
+    }
+}
