@@ -17,7 +17,8 @@
 #      the shared libraries they load, the source tree at its own absolute
 #      path (tests read data through CARGO_MANIFEST_DIR);
 #   4. boots it under TCG; its init loads kvm_amd and runs every test binary
-#      that uses KVM with VMM_REQUIRE_KVM=1 and VMM_HW_KVM=1;
+#      that uses KVM with VMM_REQUIRE_KVM=1 and VMM_HW_KVM=1 (those that
+#      boot Debian's Linux on the machine's first CPU alone: `one_cpu`);
 #   5. prints one line per test and a closing `N passed, N failed, N
 #      skipped` line, and exits non-zero if any test failed, the harness
 #      itself failed, or nothing ran.
