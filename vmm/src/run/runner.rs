@@ -381,9 +381,17 @@ impl VcpuRunner {
             Fatal::Internal => internal_error(&mut self.vcpu),
             Fatal::Exit(reason) => reason,
         };
+        let mut dump = RegisterDump::capture(&self.vcpu);
+        if dump.is_reset_state() {
+            dump.errors.push(
+                "these are the vCPU's reset values: KVM reset it at this exit \
+                 (kvm_amd does after a triple fault), so they do not show where the guest was"
+                    .into(),
+            );
+        }
         RunEnd::Crashed {
             reason,
-            dump: Box::new(RegisterDump::capture(&self.vcpu)),
+            dump: Box::new(dump),
         }
     }
 }

@@ -18,7 +18,8 @@ pub struct RegisterDump {
     pub sregs: Option<Sregs>,
     /// XCR0 from `KVM_GET_XCRS`, when it worked.
     pub xcr0: Option<u64>,
-    /// Why a part could not be read.
+    /// Why a part could not be read, or why the registers do not show where
+    /// the guest was (KVM reset the vCPU).
     pub errors: Vec<String>,
 }
 
@@ -142,6 +143,15 @@ impl From<&kvm_sregs> for Sregs {
 }
 
 impl RegisterDump {
+    /// Whether the registers are an x86 CPU's reset values (RIP 0xfff0,
+    /// CS base 0xffff_0000). kvm_amd leaves them after a triple fault: it
+    /// reinitialises the VMCB at the shutdown intercept, so they say
+    /// nothing of where the guest was.
+    pub fn is_reset_state(&self) -> bool {
+        matches!((&self.regs, &self.sregs),
+            (Some(r), Some(s)) if r.rip == 0xfff0 && s.cs.base == 0xffff_0000)
+    }
+
     /// Read what can be read; a failing ioctl is noted, not fatal.
     pub fn capture(vcpu: &VcpuFd) -> Self {
         let mut errors = Vec::new();
@@ -220,5 +230,37 @@ impl fmt::Display for RegisterDump {
             writeln!(f, "  ({e})")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kvm_bindings::{kvm_regs, kvm_sregs};
+
+    use super::*;
+
+    fn dump(rip: u64, cs_base: u64) -> RegisterDump {
+        let mut sregs = kvm_sregs::default();
+        sregs.cs.base = cs_base;
+        RegisterDump {
+            regs: Some(Gprs::from(&kvm_regs {
+                rip,
+                ..Default::default()
+            })),
+            sregs: Some(Sregs::from(&sregs)),
+            xcr0: None,
+            errors: Vec::new(),
+        }
+    }
+
+    /// Only RIP 0xfff0 with CS at 0xffff_0000 is the reset state.
+    #[test]
+    fn the_reset_state_is_recognised() {
+        assert!(dump(0xfff0, 0xffff_0000).is_reset_state());
+        assert!(!dump(0xfff0, 0).is_reset_state());
+        assert!(!dump(0x10_0000, 0xffff_0000).is_reset_state());
+        let mut no_sregs = dump(0xfff0, 0xffff_0000);
+        no_sregs.sregs = None;
+        assert!(!no_sregs.is_reset_state());
     }
 }
