@@ -7,7 +7,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{kvm_or_skip, vmm, vmm_json};
+use common::{kvm_or_skip, stderr, vmm, vmm_json};
 use serde_json::Value;
 
 /// A usage error (status 68, `EXIT_USAGE`) whose message names `flag`.
@@ -194,7 +194,7 @@ fn quick_exits_measure_every_width_of_the_full_xcr0() {
     // The table says the same: the headline XCR0, the zmm rows, the verdict.
     let out = vmm(&args);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
+    assert!(out.status.success(), "{text}{}", stderr(&out));
     assert!(
         text.contains(&format!("upper state clean, XCR0 {full:#x}): ")),
         "{text}"

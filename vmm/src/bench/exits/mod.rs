@@ -31,7 +31,7 @@ use xstate::XfeatureMask;
 use crate::bench::progress::Progress;
 use crate::devices::SerialSink;
 use crate::error::{Error, Result};
-use crate::run::{self, RunConfig, RunOutcome};
+use crate::run::{self, RunConfig, RunEnd, RunOutcome};
 use crate::xstate_manager::SyncPolicy;
 use rows::{raw_limit, Boot, Matrix};
 
@@ -214,8 +214,53 @@ fn check_end(outcome: &RunOutcome, what: &str) -> Result<()> {
             )));
         }
     }
-    match outcome.end.failure() {
-        None => Ok(()),
-        Some(why) => Err(Error::Guest(format!("exit benchmark ({what}): {why}"))),
+    end_ok(&outcome.end, what)
+}
+
+/// `Err` naming `what` and why the run ended badly; a crash keeps the
+/// registers it left, which is where debugging a crashed benchmark starts.
+fn end_ok(end: &RunEnd, what: &str) -> Result<()> {
+    let Some(why) = end.failure() else {
+        return Ok(());
+    };
+    let regs = match end {
+        RunEnd::Crashed { dump, .. } => format!("; the registers afterwards:\n{dump}"),
+        _ => String::new(),
+    };
+    Err(Error::Guest(format!(
+        "exit benchmark ({what}): {why}{regs}"
+    )))
+}
+
+#[cfg(test)]
+mod end_tests {
+    use super::*;
+    use crate::vstate::dump::RegisterDump;
+
+    /// A crashed run's error carries its register dump; a clean one is Ok.
+    #[test]
+    fn a_crash_keeps_its_registers() {
+        let dump = RegisterDump {
+            regs: None,
+            sregs: None,
+            xcr0: Some(0x207),
+            errors: vec!["KVM_GET_REGS: test".into()],
+        };
+        let shown = dump.to_string();
+        let end = RunEnd::Crashed {
+            reason: "the guest triple-faulted (KVM_EXIT_SHUTDOWN)".into(),
+            dump: Box::new(dump),
+        };
+        let e = end_ok(&end, "eager-compact").unwrap_err().to_string();
+        assert!(
+            e.contains(
+                "exit benchmark (eager-compact): the guest crashed: the guest triple-faulted"
+            ),
+            "{e}"
+        );
+        assert!(e.ends_with(&shown), "{e}");
+        assert!(end_ok(&RunEnd::Exited(0), "raw").is_ok());
+        let e = end_ok(&RunEnd::Exited(3), "raw").unwrap_err().to_string();
+        assert!(!e.contains("registers"), "{e}");
     }
 }
