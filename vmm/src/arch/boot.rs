@@ -401,6 +401,50 @@ mod tests {
         assert_eq!(rsdp, 0);
     }
 
+    /// What a PVH guest reads of the boot data (the start info, the memory
+    /// map it names, the command line it names) lies in one aligned group
+    /// of eight pages, every page of which up to the last one read is boot
+    /// data the VMM writes: KVM's shadow-MMU PTE prefetch then maps them all
+    /// with the guest's first fault on any (one fault under kvm_pvm, where
+    /// there were three). The largest map fits its room.
+    #[test]
+    fn what_a_guest_reads_shares_one_prefetch_group() {
+        use crate::arch::layout::{BOOT_DATA, MEMMAP_MAX, PAGE_SIZE};
+        let mem = crate::vstate::machine::allocate_ram(64).unwrap();
+        let kernel = LoadedKernel {
+            entry: 0,
+            entry64: None,
+            end: 0,
+            bzimage: None,
+        };
+        let cmdline = "x".repeat(CMDLINE_MAX - 1);
+        write_boot_info(&mem, &cmdline, &kernel, Some((0x40_0000, 4096)), None).unwrap();
+        let at = |off: u64| -> u64 { mem.read_obj(GuestAddress(START_INFO_ADDR + off)).unwrap() };
+        let entries: u32 = mem.read_obj(GuestAddress(START_INFO_ADDR + 0x30)).unwrap();
+        let (cmdline_at, memmap_at, modlist_at) = (at(0x18), at(0x28), at(0x10));
+        let read = [
+            (START_INFO_ADDR, 0x38),
+            (memmap_at, u64::from(entries) * 24),
+            (modlist_at, 32),
+            (cmdline_at, CMDLINE_MAX as u64),
+        ];
+        let group = |a: u64| a / (8 * PAGE_SIZE as u64);
+        let last = read.iter().map(|(a, len)| a + len - 1).max().unwrap();
+        for (a, len) in read {
+            assert_eq!(group(a), group(START_INFO_ADDR), "{a:#x}");
+            assert_eq!(group(a + len - 1), group(START_INFO_ADDR), "{a:#x}+{len}");
+        }
+        let group_start = group(START_INFO_ADDR) * 8 * PAGE_SIZE as u64;
+        assert!(
+            BOOT_DATA
+                .iter()
+                .any(|&(a, len)| a <= group_start && last < a + len),
+            "{group_start:#x}..={last:#x} is not all boot data"
+        );
+        let largest = memmap(&ram_regions(crate::arch::layout::MAX_MEM_MIB << 20));
+        assert!(largest.len() <= MEMMAP_MAX);
+    }
+
     /// A PC guest's start info names the RSDP (`rsdp_paddr`), and the
     /// ACPI tables, at their largest, lie in a range the map reserves:
     /// Linux never takes them for RAM.

@@ -12,10 +12,11 @@
 //! 0x0000_0500  boot GDT (PVH asks for flat 32-bit segments; the direct
 //!              entry's has a 64-bit code segment instead)
 //! 0x0000_5000  the direct entry's boot TSC slot (8 bytes)
-//! 0x0000_6000  hvm_start_info
-//! 0x0000_7000  memory map (hvm_memmap_table_entry[])
+//! 0x0000_7000  a bzImage's zero page (`arch::linux`)
+//! 0x0000_8000  hvm_start_info, then the memory map
+//!              (hvm_memmap_table_entry[]) and the module list
 //! 0x0000_9000  the direct entry's page tables: PML4, PDPT, PD (3 pages)
-//! 0x0002_0000  kernel command line (NUL-terminated, < 4 KiB)
+//! 0x0000_c000  kernel command line (NUL-terminated, < 4 KiB)
 //! 0x0009_fc00  the MP table (the EBDA: reserved up to 1 MiB)
 //! 0x000e_0000  a PC guest's ACPI tables, the RSDP first (`arch::acpi`)
 //! 0x0010_0000  kernel image (ELF PT_LOAD segments, at their physical addresses)
@@ -44,11 +45,25 @@ pub const BOOT_PAGE_TABLES_ADDR: u64 = 0x9000;
 /// `--mem` allows to start there.
 pub const DIRECT_MAP_END: u64 = 1 << 30;
 /// Where `hvm_start_info` lives; the guest finds it in EBX.
-pub const START_INFO_ADDR: u64 = 0x6000;
-/// Where the `hvm_memmap_table_entry` array lives.
-pub const MEMMAP_ADDR: u64 = 0x7000;
-/// Where the NUL-terminated kernel command line lives.
-pub const CMDLINE_ADDR: u64 = 0x2_0000;
+///
+/// It, the memory map, the direct entry's page tables and the command line
+/// fill the 32 KiB-aligned block at 0x8000, all written by the VMM
+/// ([`BOOT_DATA`]). Why: KVM's shadow MMU, on a guest page fault, also maps
+/// the present pages of the faulting page's aligned group of eight (its PTE
+/// prefetch, which stops at the first page it cannot map). With the start
+/// info, the map and the command line on pages 6, 7 and 0x20, a boot took
+/// three faults for them under kvm_pvm (page 0 of their group is the
+/// unmapped null page); in one group it takes one.
+pub const START_INFO_ADDR: u64 = 0x8000;
+/// Where the `hvm_memmap_table_entry` array lives: after the start info,
+/// room for [`MEMMAP_MAX`] entries before the module list.
+pub const MEMMAP_ADDR: u64 = START_INFO_ADDR + 0x100;
+/// The most memory-map entries the room at [`MEMMAP_ADDR`] holds (24 bytes
+/// each, up to the module list at `START_INFO_ADDR + 0x800`).
+pub const MEMMAP_MAX: usize = (0x800 - 0x100) / 24;
+/// Where the NUL-terminated kernel command line lives: the page after the
+/// direct entry's page tables, in the start info's group of eight pages.
+pub const CMDLINE_ADDR: u64 = BOOT_PAGE_TABLES_ADDR + 3 * PAGE_SIZE as u64;
 /// Room for the command line, its NUL included.
 pub const CMDLINE_MAX: usize = 4096;
 /// Where the kernel image may start; also the start of "high" RAM in the map.
@@ -135,21 +150,28 @@ pub fn ram_end(bytes: u64) -> u64 {
 pub const KVM_TSS_ADDR: u64 = 0xfffb_d000;
 
 /// The guest RAM the VMM writes before a booted guest's first instruction,
-/// as (address, length): the boot GDT, the boot TSC slot, `hvm_start_info`,
-/// the memory map and the direct entry's page tables in the first 48 KiB,
-/// and the command line. `vmm run` faults these pages in with one system
-/// call each while KVM's CPUID table is read, instead of a page fault each
-/// as the boot writes them (see `vstate::machine::populate_for_write`).
-pub const BOOT_DATA: [(u64, u64); 2] = [(0, BOOT_LOW_END), (CMDLINE_ADDR, CMDLINE_MAX as u64)];
-/// The end of the boot structures below the command line.
-const BOOT_LOW_END: u64 = BOOT_PAGE_TABLES_ADDR + 3 * PAGE_SIZE as u64;
-// Every structure above lies in `BOOT_DATA`.
+/// as (address, length): the boot GDT, the boot TSC slot, a bzImage's zero
+/// page, `hvm_start_info` with the memory map, the direct entry's page
+/// tables and the command line, all in the first 52 KiB. `vmm run` faults
+/// these pages in with one system call while KVM's CPUID table is read,
+/// instead of a page fault each as the boot writes them (see
+/// `vstate::machine::populate_for_write`); present, they are also what
+/// KVM's PTE prefetch can map (see [`START_INFO_ADDR`]).
+pub const BOOT_DATA: [(u64, u64); 1] = [(0, BOOT_DATA_END)];
+/// The end of the boot structures: the command line's room.
+const BOOT_DATA_END: u64 = CMDLINE_ADDR + CMDLINE_MAX as u64;
+/// Pages in the group KVM's shadow MMU prefetches with a fault.
+const PREFETCH_PAGES: u64 = 8;
+// Every structure above lies in `BOOT_DATA`, and what a booted guest reads
+// (start info, map, module list, command line) in one prefetch group.
 const _: () = assert!(
-    BOOT_GDT_ADDR + 5 * 8 <= BOOT_LOW_END
-        && BOOT_TSC_ADDR + 8 <= BOOT_LOW_END
-        && START_INFO_ADDR + PAGE_SIZE as u64 <= BOOT_LOW_END
-        && MEMMAP_ADDR + PAGE_SIZE as u64 <= BOOT_LOW_END
-        && BOOT_LOW_END <= CMDLINE_ADDR
+    BOOT_GDT_ADDR + 5 * 8 <= BOOT_TSC_ADDR
+        && BOOT_TSC_ADDR + 8 <= START_INFO_ADDR
+        && MEMMAP_ADDR + (MEMMAP_MAX * 24) as u64 <= START_INFO_ADDR + 0x800
+        && START_INFO_ADDR + PAGE_SIZE as u64 <= BOOT_PAGE_TABLES_ADDR
+        && BOOT_PAGE_TABLES_ADDR + 3 * PAGE_SIZE as u64 <= CMDLINE_ADDR
+        && START_INFO_ADDR.is_multiple_of(PREFETCH_PAGES * PAGE_SIZE as u64)
+        && (BOOT_DATA_END - START_INFO_ADDR) <= PREFETCH_PAGES * PAGE_SIZE as u64
 );
 
 /// The pieces of guest memory that `len` bytes of RAM from RAM offset

@@ -25,9 +25,10 @@ use super::layout::{CMDLINE_ADDR, HIGHMEM_START, LOW_RAM_END};
 pub use crate::arch::error::BzImageError;
 use crate::arch::error::{BootError, MemoryError};
 
-/// Where the zero page goes (the PVH memory map's place: a bzImage boot
-/// has none).
-pub const ZERO_PAGE_ADDR: u64 = super::layout::MEMMAP_ADDR;
+/// Where the zero page goes: below the PVH start info, in the boot data
+/// `vmm run` faults in ([`super::layout::BOOT_DATA`]).
+pub const ZERO_PAGE_ADDR: u64 = 0x7000;
+const _: () = assert!(ZERO_PAGE_ADDR + 4096 <= super::layout::START_INFO_ADDR);
 /// `setup_header.type_of_loader`: "undefined" boot loader.
 const LOADER_UNDEFINED: u8 = 0xff;
 /// `xloadflags`: the kernel has the 64-bit entry at load address + 0x200.
