@@ -28,11 +28,11 @@ fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
 }
 
 /// The boot information `user_main` copies out of the VMM's
-/// `hvm_start_info`. A static in .bss, not a local: its 5.6 KiB (a 4 KiB
+/// `hvm_start_info`. A static, not a local: its 5.6 KiB (a 4 KiB
 /// command-line buffer) on the stack grew `user_main`'s frame past two
 /// pages, which the stack probes touch on entry, a guest page fault each
-/// (15 µs under kvm_pvm on Zen 3); here only the pages the copy writes
-/// are touched.
+/// (15 µs under kvm_pvm on Zen 3); here it shares the data pages vmm
+/// faults in before the boot (guest/linker.ld).
 struct BootInfoSlot(core::cell::UnsafeCell<BootInfo>);
 // SAFETY: only `user_main`, on the BSP, ever takes the slot.
 unsafe impl Sync for BootInfoSlot {}

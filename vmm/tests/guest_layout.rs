@@ -157,3 +157,60 @@ fn the_per_ap_reports_end_bss() {
         boot_info.value
     );
 }
+
+/// The functions every boot runs from `user_main` to the exit (found by
+/// tracing a boot's executed code) lie in one run of pages right after the
+/// trampolines, in the order `guest/linker.ld` lists them: a boot touched
+/// 15 pages of `.text` with them scattered, each a shadow-paging fault
+/// under kvm_pvm; together they take 9. Each pattern must still match (a
+/// rename would silently scatter them again).
+#[test]
+fn the_boot_path_code_is_one_run_of_pages() {
+    let (sections, symbols) = read(vmm::GUEST_KERNEL);
+    let text = section(&sections, ".text");
+    // Mangled-name pieces, as the linker script's patterns match them.
+    let boot_path = [
+        "user_main",
+        "6report8fill_cpu17h",
+        "6report24send_everywhere_and_exit17h",
+        "3cpu8prefetch17h",
+        "4xcr010xcr0_given17h",
+        "7syscall4exit17h",
+        "9XsaveInfo8from_raw17h",
+        "7cmdline4Word2of17h",
+        "7Cmdline12runs_nothing17h",
+        "7cmdline8hex_mask17h",
+        "5guest8firmware",
+        "9smallsort25insertion_sort_shift_left17h",
+        "4core3str8converts9from_utf8",
+        "Searcher10next_match",
+        "memcpy",
+        "memset",
+    ];
+    let in_text = |s: &&Symbol| s.size > 0 && (text.addr..text.addr + text.size).contains(&s.value);
+    let mut spans = Vec::new();
+    for piece in boot_path {
+        let found: Vec<&Symbol> = symbols
+            .iter()
+            .filter(in_text)
+            .filter(|s| s.name == piece || (piece.len() > 8 && s.name.contains(piece)))
+            .collect();
+        assert!(!found.is_empty(), "no function in .text matches {piece:?}");
+        spans.extend(found.iter().map(|s| (s.value, s.value + s.size)));
+    }
+    let start = spans.iter().map(|s| s.0).min().unwrap();
+    let end = spans.iter().map(|s| s.1).max().unwrap();
+    let bytes: u64 = spans.iter().map(|s| s.1 - s.0).sum();
+    assert!(
+        start - text.addr < 256,
+        "the boot path starts at {start:#x}, not after the trampolines at {:#x}",
+        text.addr
+    );
+    // Alignment padding between functions (16 bytes at most each) only.
+    assert!(
+        end - start <= bytes + 64 * spans.len() as u64,
+        "the boot path's {bytes} bytes spread over {start:#x}..{end:#x}"
+    );
+    let pages = (end - 1) / 4096 - text.addr / 4096 + 1;
+    assert!(pages <= 10, "the boot path takes {pages} pages");
+}

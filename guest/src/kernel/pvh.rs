@@ -105,7 +105,7 @@ impl BootInfo {
 
     /// Read and copy the `hvm_start_info` at guest-physical `addr` into
     /// `self`, in place: only the bytes copied are written (the lengths say
-    /// how many are valid), so a `BootInfo` in .bss costs the pages the
+    /// how many are valid), so a static `BootInfo` costs the pages the
     /// copy reaches, not all of its 5.6 KiB. On an error `self` holds no
     /// command line and no memory map.
     pub fn read_into(&mut self, addr: u32) -> Result<(), BootInfoError> {

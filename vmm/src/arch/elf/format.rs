@@ -20,6 +20,8 @@ pub(super) const EM_X86_64: u16 = 0x3e;
 pub(super) const PT_LOAD: u32 = 1;
 /// Note segment.
 pub(super) const PT_NOTE: u32 = 4;
+/// `p_flags`: the segment is writable.
+pub(super) const PF_W: u32 = 2;
 /// The note type that carries the PVH 32-bit entry point.
 pub(super) const XEN_ELFNOTE_PHYS32_ENTRY: u32 = 18;
 /// `XEN_ELFNOTE_GUEST_OS`: the kernel's name, "linux" for Linux.
@@ -62,6 +64,7 @@ pub(super) fn span(bytes: &[u8], offset: u64, len: u64) -> Option<&[u8]> {
 pub(super) struct Phdr {
     pub(super) index: u16,
     pub(super) p_type: u32,
+    pub(super) flags: u32,
     pub(super) offset: u64,
     pub(super) paddr: u64,
     pub(super) filesz: u64,

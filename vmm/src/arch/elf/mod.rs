@@ -32,7 +32,7 @@ pub use error::ImageError;
 use super::layout::{DIRECT_MAP_END, HIGHMEM_START, LOW_RAM_END};
 use format::{
     span, u16_at, u32_at, u64_at, Phdr, EHDR_SIZE, ELFCLASS64, ELFDATA2LSB, EM_X86_64, ET_EXEC,
-    PHDR_SIZE, PT_LOAD, PT_NOTE,
+    PF_W, PHDR_SIZE, PT_LOAD, PT_NOTE,
 };
 use notes::entry_notes;
 
@@ -62,6 +62,11 @@ pub struct LoadSegment {
     pub filesz: u64,
     /// Bytes it occupies in guest memory (the rest is zero).
     pub memsz: u64,
+    /// `PF_W`: the kernel writes it (its data), so `vmm run` faults its
+    /// file pages in for writing before the first instruction rather than
+    /// leave each to a copy-on-write fault in the guest
+    /// (`boot::KernelPlan::written_ranges`).
+    pub writable: bool,
 }
 
 /// What a valid image loads and where it starts.
@@ -102,6 +107,7 @@ pub fn check_image(bytes: &[u8], ram_bytes: u64) -> Result<ImagePlan, ImageError
         let p = Phdr {
             index,
             p_type: u32_at(bytes, at).unwrap_or_default(),
+            flags: u32_at(bytes, at + 4).unwrap_or_default(),
             offset: u64_at(bytes, at + 8).unwrap_or_default(),
             paddr: u64_at(bytes, at + 24).unwrap_or_default(),
             filesz: u64_at(bytes, at + 32).unwrap_or_default(),
@@ -271,6 +277,7 @@ fn check_load(bytes: &[u8], p: &Phdr, ram: u64) -> Result<Option<LoadSegment>, I
         offset: p.offset,
         filesz: p.filesz,
         memsz: p.memsz,
+        writable: p.flags & PF_W != 0,
     }))
 }
 

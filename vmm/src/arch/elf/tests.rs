@@ -119,7 +119,8 @@ fn accepts_a_minimal_pvh_kernel_and_the_embedded_guest() {
             paddr: LOAD_AT,
             offset: EHDR_SIZE + 2 * PHDR_SIZE,
             filesz: 16,
-            memsz: 16
+            memsz: 16,
+            writable: false
         }]
     );
     // A 4-byte descriptor is the 32-bit address itself.
@@ -136,8 +137,19 @@ fn accepts_a_minimal_pvh_kernel_and_the_embedded_guest() {
     let plan = check_image(&elf(&[load(LOAD_AT, &[0; 16]), notes(n)]), RAM).unwrap();
     assert_eq!(plan.entry, LOAD_AT + 8);
 
+    // `p_flags` with PF_W: a writable segment.
+    let mut w = good();
+    w[EHDR_SIZE as usize + 4] = 6;
+    assert!(check_image(&w, RAM).unwrap().segments[0].writable);
+
     let plan = check_image(crate::GUEST_KERNEL, RAM).unwrap();
     assert!(plan.entry >= LOAD_AT && plan.end <= RAM, "{plan:?}");
+    // The embedded guest: code and read-only data, then its writable data
+    // from a 32 KiB boundary (one prefetch group of KVM's shadow MMU; see
+    // guest/linker.ld).
+    let kinds: Vec<bool> = plan.segments.iter().map(|s| s.writable).collect();
+    assert_eq!(kinds, [false, true], "{plan:?}");
+    assert!(plan.segments[1].paddr.is_multiple_of(32 << 10), "{plan:?}");
 }
 
 #[test]
