@@ -61,25 +61,6 @@ impl KernelPlan {
         }
     }
 
-    /// The guest ranges of an ELF kernel's writable segments' file bytes:
-    /// its data, which the guest writes first thing. `vmm run` faults these
-    /// in for writing even when it maps the kernel from its executable
-    /// rather than copying it. Why: under kvm_pvm a copy-on-write fault
-    /// taken by the guest costs about 28 µs, one taken up front a few;
-    /// and KVM's shadow MMU maps a group of present pages with one guest
-    /// fault (see `guest/linker.ld`). A bzImage has none: it is copied.
-    pub fn written_ranges(&self) -> Vec<(u64, u64)> {
-        match self {
-            KernelPlan::Elf(plan) => plan
-                .segments
-                .iter()
-                .filter(|s| s.writable)
-                .map(|s| (s.paddr, s.filesz))
-                .collect(),
-            KernelPlan::BzImage(_) => Vec::new(),
-        }
-    }
-
     /// The first address an initrd may take: past the kernel, and for a
     /// bzImage past the room it decompresses into.
     pub fn kernel_end(&self) -> u64 {

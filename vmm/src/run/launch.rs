@@ -261,13 +261,11 @@ fn build_and_load(
             _ => None,
         };
         // Best effort: without it a copy, and later the boot structures,
-        // fault the pages in one by one (see `populate_for_write`). A
-        // mapped kernel's data is faulted in too: the guest writes it first
-        // thing (`KernelPlan::written_ranges`).
+        // fault the pages in one by one (see `populate_for_write`).
         let copy = if placed.is_none() {
             plan.load_ranges()
         } else {
-            plan.written_ranges()
+            Vec::new()
         };
         for (at, len) in copy.into_iter().chain(crate::arch::layout::BOOT_DATA) {
             let _ =

@@ -62,10 +62,9 @@ pub struct LoadSegment {
     pub filesz: u64,
     /// Bytes it occupies in guest memory (the rest is zero).
     pub memsz: u64,
-    /// `PF_W`: the kernel writes it (its data), so `vmm run` faults its
-    /// file pages in for writing before the first instruction rather than
-    /// leave each to a copy-on-write fault in the guest
-    /// (`boot::KernelPlan::written_ranges`).
+    /// `PF_W`: the kernel writes it (its data), so `vmm run` copies it
+    /// into guest RAM even where it maps the rest of the kernel from its
+    /// executable (`vstate::machine::place_from_executable`).
     pub writable: bool,
 }
 

@@ -417,10 +417,9 @@ pub fn populate_for_write(
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?
         .ptr_guard_mut()
         .as_ptr();
-    // SAFETY: advice on `span` bytes of a live mapping owned by `mem`
-    // (get_slice checked the range lies in one region): anonymous RAM, or a
-    // private file mapping over it (a mapped kernel), whose pages this
-    // copies as a write would; populating never changes page contents.
+    // SAFETY: advice on `span` bytes of a live anonymous mapping owned by
+    // `mem` (get_slice checked the range lies in one region); populating
+    // never changes page contents.
     if unsafe { libc::madvise(host.cast(), span, libc::MADV_POPULATE_WRITE) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
