@@ -345,6 +345,17 @@ mod tests {
     use super::*;
     use crate::arch::layout::ram_regions;
 
+    /// A PVH kernel at no address: what `write_boot_info` needs to write
+    /// the start info.
+    fn no_kernel() -> LoadedKernel {
+        LoadedKernel {
+            entry: 0,
+            entry64: None,
+            end: 0,
+            bzimage: None,
+        }
+    }
+
     /// The map the guest reads for 64 MiB, 3 GiB, 4 GiB and 16 GiB: the
     /// low RAM around the legacy hole, nothing between 3 and 4 GiB, the
     /// rest of RAM from 4 GiB; its RAM adds up to `--mem` less the legacy
@@ -382,12 +393,7 @@ mod tests {
     #[test]
     fn a_16_gib_guest_gets_its_high_ram_in_the_map() {
         let mem = crate::vstate::machine::allocate_ram(16 << 10).unwrap();
-        let kernel = LoadedKernel {
-            entry: 0,
-            entry64: None,
-            end: 0,
-            bzimage: None,
-        };
+        let kernel = no_kernel();
         write_boot_info(&mem, "quiet", &kernel, None, None).unwrap();
         let n: u32 = mem.read_obj(GuestAddress(START_INFO_ADDR + 0x30)).unwrap();
         assert_eq!(n, 4);
@@ -411,12 +417,7 @@ mod tests {
     fn what_a_guest_reads_shares_one_prefetch_group() {
         use crate::arch::layout::{BOOT_DATA, MEMMAP_MAX, PAGE_SIZE};
         let mem = crate::vstate::machine::allocate_ram(64).unwrap();
-        let kernel = LoadedKernel {
-            entry: 0,
-            entry64: None,
-            end: 0,
-            bzimage: None,
-        };
+        let kernel = no_kernel();
         let cmdline = "x".repeat(CMDLINE_MAX - 1);
         write_boot_info(&mem, &cmdline, &kernel, Some((0x40_0000, 4096)), None).unwrap();
         let at = |off: u64| -> u64 { mem.read_obj(GuestAddress(START_INFO_ADDR + off)).unwrap() };
@@ -452,12 +453,7 @@ mod tests {
     fn the_acpi_tables_are_named_and_reserved() {
         use crate::arch::acpi;
         let mem = crate::vstate::machine::allocate_ram(64).unwrap();
-        let kernel = LoadedKernel {
-            entry: 0,
-            entry64: None,
-            end: 0,
-            bzimage: None,
-        };
+        let kernel = no_kernel();
         write_boot_info(&mem, "quiet", &kernel, None, Some(acpi::RSDP_ADDR)).unwrap();
         let rsdp: u64 = mem.read_obj(GuestAddress(START_INFO_ADDR + 0x20)).unwrap();
         assert_eq!(rsdp, 0xe_0000);

@@ -160,29 +160,26 @@ mod tests {
         (plan.segments, mem)
     }
 
-    /// Whether the page at host address `addr` is present and a page of a
-    /// file (`/proc/self/pagemap` bit 61), not an anonymous copy.
-    fn is_file_page(addr: u64) -> bool {
+    /// The `/proc/self/pagemap` entry of the page at host address `addr`.
+    fn pagemap_entry(addr: u64) -> u64 {
         use std::os::unix::fs::FileExt;
         let pagemap = File::open("/proc/self/pagemap").unwrap();
         let mut entry = [0u8; 8];
         pagemap
             .read_exact_at(&mut entry, addr / PAGE_SIZE as u64 * 8)
             .unwrap();
-        let entry = u64::from_le_bytes(entry);
-        entry & (1 << 63) != 0 && entry & (1 << 61) != 0
+        u64::from_le_bytes(entry)
     }
 
-    /// Whether the page at host address `addr` is present (`/proc/self/pagemap`
-    /// bit 63).
+    /// Whether the page at host address `addr` is present (bit 63).
     fn is_present(addr: u64) -> bool {
-        use std::os::unix::fs::FileExt;
-        let pagemap = File::open("/proc/self/pagemap").unwrap();
-        let mut entry = [0u8; 8];
-        pagemap
-            .read_exact_at(&mut entry, addr / PAGE_SIZE as u64 * 8)
-            .unwrap();
-        u64::from_le_bytes(entry) & (1 << 63) != 0
+        pagemap_entry(addr) & (1 << 63) != 0
+    }
+
+    /// Whether the page at host address `addr` is present and a page of a
+    /// file (bit 61), not an anonymous copy.
+    fn is_file_page(addr: u64) -> bool {
+        is_present(addr) && pagemap_entry(addr) & (1 << 61) != 0
     }
 
     #[test]
