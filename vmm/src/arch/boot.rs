@@ -19,7 +19,8 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestM
 
 use super::elf::{check_image, ImagePlan, ELF_MAGIC};
 use super::layout::{
-    RamRegion, CMDLINE_ADDR, CMDLINE_MAX, EBDA_START, HIGHMEM_START, MEMMAP_ADDR, START_INFO_ADDR,
+    RamRegion, CMDLINE_ADDR, CMDLINE_MAX, EBDA_START, HIGHMEM_START, MEMMAP_ADDR, MEMMAP_MAX,
+    MODLIST_ADDR, START_INFO_ADDR,
 };
 use super::linux::{self, BzImagePlan, LoadedBzImage};
 use crate::arch::error::{BootError, MemoryError};
@@ -30,9 +31,6 @@ const XEN_HVM_START_MAGIC: u32 = 0x336e_c578;
 const E820_RAM: u32 = 1;
 /// E820 type of the legacy VGA/BIOS hole.
 const E820_RESERVED: u32 = 2;
-
-/// Where PVH's module list (the initrd) goes: just past `hvm_start_info`.
-const MODLIST_ADDR: u64 = START_INFO_ADDR + 0x800;
 
 /// What a kernel image loads and how it starts: a PVH ELF or a bzImage,
 /// checked before any VM exists.
@@ -283,6 +281,8 @@ pub fn write_boot_info(
         })
         .collect();
     let memmap = memmap(&regions);
+    // At most two RAM regions: four entries, far inside their room.
+    debug_assert!(memmap.len() <= MEMMAP_MAX);
     if let Some(bz) = &kernel.bzimage {
         let e820: Vec<(u64, u64, u32)> = memmap.iter().map(|e| (e.addr, e.size, e.type_)).collect();
         return linux::write_zero_page(mem, bz, cmdline.len(), initrd, rsdp, &e820);
@@ -415,7 +415,7 @@ mod tests {
     /// there were three). The largest map fits its room.
     #[test]
     fn what_a_guest_reads_shares_one_prefetch_group() {
-        use crate::arch::layout::{BOOT_DATA, MEMMAP_MAX, PAGE_SIZE};
+        use crate::arch::layout::{BOOT_DATA, PAGE_SIZE};
         let mem = crate::vstate::machine::allocate_ram(64).unwrap();
         let kernel = no_kernel();
         let cmdline = "x".repeat(CMDLINE_MAX - 1);

@@ -58,9 +58,11 @@ pub const START_INFO_ADDR: u64 = 0x8000;
 /// Where the `hvm_memmap_table_entry` array lives: after the start info,
 /// room for [`MEMMAP_MAX`] entries before the module list.
 pub const MEMMAP_ADDR: u64 = START_INFO_ADDR + 0x100;
+/// Where PVH's module list (the initrd) lives, after the memory map.
+pub const MODLIST_ADDR: u64 = START_INFO_ADDR + 0x800;
 /// The most memory-map entries the room at [`MEMMAP_ADDR`] holds (24 bytes
-/// each, up to the module list at `START_INFO_ADDR + 0x800`).
-pub const MEMMAP_MAX: usize = (0x800 - 0x100) / 24;
+/// each, up to [`MODLIST_ADDR`]).
+pub const MEMMAP_MAX: usize = ((MODLIST_ADDR - MEMMAP_ADDR) / 24) as usize;
 /// Where the NUL-terminated kernel command line lives: the page after the
 /// direct entry's page tables, in the start info's group of eight pages.
 pub const CMDLINE_ADDR: u64 = BOOT_PAGE_TABLES_ADDR + 3 * PAGE_SIZE as u64;
@@ -167,7 +169,7 @@ const PREFETCH_PAGES: u64 = 8;
 const _: () = assert!(
     BOOT_GDT_ADDR + 5 * 8 <= BOOT_TSC_ADDR
         && BOOT_TSC_ADDR + 8 <= START_INFO_ADDR
-        && MEMMAP_ADDR + (MEMMAP_MAX * 24) as u64 <= START_INFO_ADDR + 0x800
+        && MODLIST_ADDR + 32 <= START_INFO_ADDR + PAGE_SIZE as u64
         && START_INFO_ADDR + PAGE_SIZE as u64 <= BOOT_PAGE_TABLES_ADDR
         && BOOT_PAGE_TABLES_ADDR + 3 * PAGE_SIZE as u64 <= CMDLINE_ADDR
         && START_INFO_ADDR.is_multiple_of(PREFETCH_PAGES * PAGE_SIZE as u64)
