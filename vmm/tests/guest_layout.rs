@@ -158,44 +158,74 @@ fn the_per_ap_reports_end_bss() {
     );
 }
 
+/// Whether `name` matches the linker-script glob `pattern` (`*` only).
+fn glob_matches(pattern: &str, name: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = name.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    for (i, part) in parts.iter().enumerate() {
+        if i + 1 == parts.len() {
+            return rest.ends_with(part);
+        }
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.is_empty()
+}
+
+/// The section patterns `guest/linker.ld` lists for the boot path: the
+/// input sections between `.text.trampolines` and the catch-all
+/// `*(.text .text.*)`, as symbol-name globs (the `.text.` prefix off).
+fn boot_path_patterns() -> Vec<String> {
+    let script = include_str!("../../guest/linker.ld");
+    let start = script
+        .find("*(.text.trampolines)")
+        .expect("the trampolines line");
+    let end = script.find("*(.text .text.*)").expect("the catch-all line");
+    script[start..end]
+        .lines()
+        .skip(1)
+        .map(str::trim)
+        .filter_map(|l| l.strip_prefix("*(")?.strip_suffix(')'))
+        .flat_map(|l| l.split_whitespace())
+        .map(|p| {
+            p.strip_prefix(".text.")
+                .expect("a .text. pattern")
+                .to_string()
+        })
+        .collect()
+}
+
 /// The functions every boot runs from `user_main` to the exit (found by
-/// tracing a boot's executed code) lie in one run of pages right after the
-/// trampolines, in the order `guest/linker.ld` lists them: a boot touched
-/// 15 pages of `.text` with them scattered, each a shadow-paging fault
-/// under kvm_pvm; together they take 9. Each pattern must still match (a
-/// rename would silently scatter them again).
+/// tracing a boot's executed code), as `guest/linker.ld` lists them, lie
+/// in one run of pages right after the trampolines: a boot touched 15
+/// pages of `.text` with them scattered, each a shadow-paging fault under
+/// kvm_pvm; together they take 9. Each pattern must still match (a rename
+/// would silently scatter them again).
 #[test]
 fn the_boot_path_code_is_one_run_of_pages() {
     let (sections, symbols) = read(vmm::GUEST_KERNEL);
     let text = section(&sections, ".text");
-    // Mangled-name pieces, as the linker script's patterns match them.
-    let boot_path = [
-        "user_main",
-        "6report8fill_cpu17h",
-        "6report24send_everywhere_and_exit17h",
-        "3cpu8prefetch17h",
-        "4xcr010xcr0_given17h",
-        "7syscall4exit17h",
-        "9XsaveInfo8from_raw17h",
-        "7cmdline4Word2of17h",
-        "7Cmdline12runs_nothing17h",
-        "7cmdline8hex_mask17h",
-        "5guest8firmware",
-        "9smallsort25insertion_sort_shift_left17h",
-        "4core3str8converts9from_utf8",
-        "Searcher10next_match",
-        "memcpy",
-        "memset",
-    ];
+    let boot_path = boot_path_patterns();
+    assert!(boot_path.len() >= 15, "{boot_path:?}");
+    assert!(glob_matches("a*c*e", "abcde") && !glob_matches("a*c", "acd"));
     let in_text = |s: &&Symbol| s.size > 0 && (text.addr..text.addr + text.size).contains(&s.value);
     let mut spans = Vec::new();
-    for piece in boot_path {
+    for pattern in &boot_path {
         let found: Vec<&Symbol> = symbols
             .iter()
             .filter(in_text)
-            .filter(|s| s.name == piece || (piece.len() > 8 && s.name.contains(piece)))
+            .filter(|s| glob_matches(pattern, &s.name))
             .collect();
-        assert!(!found.is_empty(), "no function in .text matches {piece:?}");
+        assert!(
+            !found.is_empty(),
+            "no function in .text matches {pattern:?}"
+        );
         spans.extend(found.iter().map(|s| (s.value, s.value + s.size)));
     }
     let start = spans.iter().map(|s| s.0).min().unwrap();
