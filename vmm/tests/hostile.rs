@@ -2,8 +2,8 @@
 //! benchmark markers and serial output leave the VMM's memory flat (bounded
 //! by `vmm::internal::devices::GUEST_RETAINED_MAX`, asserted here as at most 64 MiB
 //! above an idle run's peak RSS) and are counted in the JSON; forged exit
-//! statuses, refused requests and an XCR0 outside the policy end or go on
-//! with a report naming the fault. The guest misbehaves through its
+//! statuses, refused requests, an XCR0 outside the policy and a halt for
+//! good end or go on with a report naming the fault. The guest misbehaves through its
 //! `hostile=MODE` command-line word (`guest/src/kernel/hostile.rs`).
 
 mod common;
@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use common::{hex, kvm_or_skip, run_bare_json, stderr, vmm, vmm_to_files};
 use serde_json::Value;
 use vmm::internal::devices::{MAX_MARKS, MAX_REPORT_ERRORS, SERIAL_CAPTURE_MAX};
-use vmm::report::{EXIT_PROTOCOL_VIOLATION, EXIT_TIMEOUT, EXIT_USAGE};
+use vmm::report::{EXIT_GUEST_CRASH, EXIT_PROTOCOL_VIOLATION, EXIT_TIMEOUT, EXIT_USAGE};
 
 /// How long each flood runs. Long enough for thousands of exits on a
 /// loaded machine; the assertions do not depend on the speed.
@@ -195,6 +195,34 @@ fn serial_flood_keeps_the_tail() {
         "{} bytes of serial output",
         m.stderr_len
     );
+}
+
+/// A guest that halts for good with interrupts off stays in KVM (its
+/// vCPUs have LAPICs): the halt watch ends the run as a crash naming the
+/// wait, long before the timeout, with one vCPU and with several (the APs
+/// have parked the same way once they reported).
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
+#[test]
+fn a_guest_halted_for_good_is_named_before_the_timeout() {
+    if !kvm_or_skip("a_guest_halted_for_good_is_named_before_the_timeout") {
+        return;
+    }
+    for vcpus in ["1", "2"] {
+        let (out, v) = run_bare_json("120", &["--cmdline", "hostile=halt", "--vcpus", vcpus]);
+        assert_eq!(out.status.code(), Some(EXIT_GUEST_CRASH), "{vcpus}: {v:#}");
+        assert_eq!(v["exit_reason"], "crashed", "{vcpus}: {v:#}");
+        let reason = v["crash"]["reason"].as_str().unwrap_or_default();
+        let named = if vcpus == "1" {
+            reason
+                .starts_with("the guest halted with interrupts disabled (HLT, to resume at rip 0x")
+                && reason.contains("nothing can wake it")
+        } else {
+            reason.starts_with("every vCPU waits and none can wake another: vCPU 0 halted with interrupts disabled")
+                && reason.contains("vCPU 1 halted with interrupts disabled")
+        };
+        assert!(named, "{vcpus}: {reason}");
+        assert!(v["crash"]["registers"]["regs"]["rip"].is_u64(), "{v:#}");
+    }
 }
 
 /// A guest cannot pass off as the VMM (64 error, 65 crash, 66 timeout) or

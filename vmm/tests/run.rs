@@ -257,6 +257,44 @@ fn halting_guest_ends_the_run() {
     assert!(v["crash"]["reason"].as_str().unwrap().contains("HLT"));
 }
 
+/// Several vCPUs have LAPICs, where a HLT stays in KVM. `cli; hlt` on the
+/// boot vCPU with the AP never started is a run nothing can go on with:
+/// the halt watch names both waits. Halts that something could still end
+/// are left to the timeout: interrupts on, or LINT1 unmasked in NMI mode.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
+#[test]
+fn only_a_halt_nothing_can_end_is_ended_by_the_watch() {
+    if !kvm_or_skip("only_a_halt_nothing_can_end_is_ended_by_the_watch") {
+        return;
+    }
+    let run = |name: &str, code: &[u8]| {
+        let path = temp_file(name, &tiny_pvh_elf(code, true));
+        let args = ["run", "--kernel", path.to_str().unwrap(), "--vcpus", "2"];
+        let (out, v) = vmm_json(&[&args[..], &["--timeout", "3"]].concat());
+        let _ = std::fs::remove_file(&path);
+        (out.status.code(), v)
+    };
+    // cli; hlt
+    let (code, v) = run("cli-hlt.elf", &[0xfa, 0xf4]);
+    assert_eq!(code, Some(vmm::report::EXIT_GUEST_CRASH), "{v:#}");
+    let reason = v["crash"]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("vCPU 0 halted with interrupts disabled (HLT, to resume at rip 0x100002)")
+            && reason.contains("vCPU 1 waits for INIT-SIPI"),
+        "{reason}"
+    );
+    // sti; hlt: an interrupt may still come.
+    let (code, v) = run("sti-hlt.elf", &[0xfb, 0xf4]);
+    assert_eq!(code, Some(vmm::report::EXIT_TIMEOUT), "{v:#}");
+    // The LAPIC enabled (SVR 0x1ff), LINT1 unmasked in NMI mode, then
+    // cli; hlt: an NMI may still come (32-bit code, paging off).
+    let mut code = vec![0xc7, 0x05, 0xf0, 0x00, 0xe0, 0xfe, 0xff, 0x01, 0x00, 0x00];
+    code.extend_from_slice(&[0xc7, 0x05, 0x60, 0x03, 0xe0, 0xfe, 0x00, 0x04, 0x00, 0x00]);
+    code.extend_from_slice(&[0xfa, 0xf4]);
+    let (code, v) = run("nmi-hlt.elf", &code);
+    assert_eq!(code, Some(vmm::report::EXIT_TIMEOUT), "{v:#}");
+}
+
 #[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn runaway_guest_times_out() {

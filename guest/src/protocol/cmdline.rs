@@ -29,6 +29,7 @@ pub const HOSTILE_MODES: &[&str] = &[
     "bad-report-flood",
     "mark-flood",
     "serial-flood",
+    "halt",
     "edit-xmm",
     "xsetbv-all",
     "status-N",

@@ -44,7 +44,7 @@
 //! | `cpus=N`, `xfeatures.cpuN=MASK`, `fault.cpuN=KIND` | SMP: how many CPUs to bring up (the VMM passes its `--vcpus`), CPU N's own XCR0 (hex: the policy & MASK, so it only narrows), a deliberate exception on AP N once it is up |
 //! | `snapshot=PHASE` | stop at a fixed point of the workloads for a snapshot ([`SNAPSHOT_PHASES`]: `start`, `mid`, `end`; see [`snapshot`]) |
 //! | `selftest` | testing: exercise the kernel's system calls and print what they returned |
-//! | `hostile=MODE` | testing: misbehave on purpose after setup, to show the VMM survives it ([`HOSTILE_MODES`]): `idle` (spin, no exits), `report-flood` (valid reports in a loop), `bad-report-flood` (report addresses outside RAM), `mark-flood` (benchmark markers), `serial-flood` (`rep outsb` to COM1), `edit-xmm` (an xstate edit request, checking the answer the VMM gives), `xsetbv-all` (XCR0 = everything CPUID 0xD.0 offers, ignoring `xfeatures=`), `status-N` (debug exit with `N`). The floods never end: run them with `--timeout` |
+//! | `hostile=MODE` | testing: misbehave on purpose after setup, to show the VMM survives it ([`HOSTILE_MODES`]): `idle` (spin, no exits), `report-flood` (valid reports in a loop), `bad-report-flood` (report addresses outside RAM), `mark-flood` (benchmark markers), `serial-flood` (`rep outsb` to COM1), `halt` (HLT with interrupts off, for good), `edit-xmm` (an xstate edit request, checking the answer the VMM gives), `xsetbv-all` (XCR0 = everything CPUID 0xD.0 offers, ignoring `xfeatures=`), `status-N` (debug exit with `N`). The floods never end: run them with `--timeout` |
 //!
 //! Words the VMM owns ([`VMM_OWNED_WORDS`]: `xfeatures=`) are always
 //! passed by the VMM and refused when a user supplies them.

@@ -13,6 +13,7 @@ use super::runner::VcpuRunner;
 use crate::error::Result;
 use crate::snapshot::save::SaveContext;
 use crate::vstate::dump::RegisterDump;
+use crate::vstate::halt::{self, Board, HaltWatch};
 use crate::vstate::machine::Machine;
 use crate::vstate::stop::{supervise, Deadlines};
 
@@ -40,10 +41,13 @@ fn execute_one(l: Launch) -> Result<RunOutcome> {
         ..
     } = l.machine;
     let xstate_sync = l.xstate.policy();
+    // Without a LAPIC a HLT leaves KVM_RUN and ends the run by itself.
+    let watched = irqchip.has_lapics();
     let deadlines = Deadlines {
         timeout: l.timeout,
         // Only armed when a snapshot can be written.
         snapshot_after: l.snapshot_after.filter(|_| l.snapshot.is_some()),
+        watch_every: watched.then_some(halt::WATCH_EVERY),
     };
     let run_start = Instant::now();
     let mut devices = l.devices;
@@ -52,6 +56,7 @@ fn execute_one(l: Launch) -> Result<RunOutcome> {
     // Its snapshots name the machine's interrupt hardware (a LAPIC or none).
     runner.snapshot = l.snapshot.map(|ctx| SaveContext { irqchip, ..ctx });
     runner.pages = l.pages.clone();
+    runner.halt = watched.then(|| HaltWatch::new(&Board::new(1, None), 0));
     let supervised = supervise(deadlines, move |stop| {
         let mut runner = runner;
         let end = runner.run_loop(stop);

@@ -26,6 +26,7 @@ use crate::devices::{le_value, Devices, FirstN, PortAction};
 use crate::error::{Error, Result};
 use crate::snapshot::save::{self, Running, SaveContext, Trigger};
 use crate::vstate::dump::RegisterDump;
+use crate::vstate::halt::HaltWatch;
 use crate::vstate::stop::{StopFlag, StopReason};
 use crate::xstate_manager::{EditOutcome, XstateManager};
 
@@ -65,6 +66,10 @@ pub(crate) struct VcpuRunner {
     /// A restore's stored pages: a page that fails stops the loop
     /// ([`RunEnd::SnapshotMemory`]), and a snapshot waits for every page.
     pub pages: Option<crate::snapshot::pager::Pages>,
+    /// This vCPU's part in the halt watch (with an in-kernel LAPIC, where
+    /// a HLT stays in KVM): each watch kick, it looks whether it waits
+    /// with nothing to wake it, and ends the run when every vCPU does.
+    pub halt: Option<HaltWatch>,
 }
 
 /// Failed snapshot messages kept for the report: a guest asking again and
@@ -167,6 +172,7 @@ impl VcpuRunner {
             pausable: false,
             xcr0_since_run: None,
             pages: None,
+            halt: None,
         }
     }
 
@@ -214,7 +220,10 @@ impl VcpuRunner {
             let (action, protocol_exit) =
                 match handle_exit(step, &mut self.devices, &self.mem, &mut self.exits) {
                     Next::Port(action, protocol) => (action, protocol),
-                    Next::Interrupted => continue,
+                    Next::Interrupted => match self.stuck(stop) {
+                        Some(end) => return Ok(LoopExit::Ended(end)),
+                        None => continue,
+                    },
                     Next::Fatal(f) => return Ok(LoopExit::Ended(self.crash(f))),
                 };
             self.exits.total += 1;
@@ -359,7 +368,10 @@ impl VcpuRunner {
                     return Ok(self.page_failure().unwrap_or(LoopExit::Stopped))
                 }
                 RawNext::Interrupted if stop.requested().is_some() => return Ok(LoopExit::Stopped),
-                RawNext::Interrupted => continue,
+                RawNext::Interrupted => match self.stuck(stop) {
+                    Some(end) => return Ok(LoopExit::Ended(end)),
+                    None => continue,
+                },
                 RawNext::Fatal(f) => return Ok(LoopExit::Ended(self.crash(f))),
                 RawNext::Report => None,
                 RawNext::Exit(status) => Some(status),
@@ -372,6 +384,21 @@ impl VcpuRunner {
                 None => self.exits.total += 1,
             }
         }
+    }
+
+    /// After a kick out of `KVM_RUN`: the run's end when the halt watch
+    /// finds every vCPU waiting with nothing to wake it (a crash, with this
+    /// vCPU's registers). A stop request is dealt with first, at the top
+    /// of the loop.
+    fn stuck(&mut self, stop: &StopFlag) -> Option<RunEnd> {
+        if stop.requested().is_some() {
+            return None;
+        }
+        let why = self
+            .halt
+            .as_mut()?
+            .on_kick(&self.vcpu, stop.watch_round())?;
+        Some(self.crash(Fatal::Exit(why)))
     }
 
     /// The run ends with a crash: say why and dump the registers.

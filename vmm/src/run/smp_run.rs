@@ -13,6 +13,7 @@ use crate::devices::Devices;
 use crate::error::{Error, Result};
 use crate::snapshot::save::{self, PausedSmp, PausedVcpu, SaveContext, Trigger};
 use crate::vstate::dump::RegisterDump;
+use crate::vstate::halt::{self, Board, HaltWatch};
 use crate::vstate::machine::Machine;
 use crate::vstate::smp;
 use crate::vstate::stop::{supervise_all_with, Deadlines, StopFlag, StopReason, VcpuBody};
@@ -36,23 +37,35 @@ pub(super) fn execute_smp(l: Launch) -> Result<RunOutcome> {
         aps,
         irqchip,
     } = l.machine;
+    // Shared with the halt watch, which reads the full irqchip's IOAPIC.
+    let vm = std::sync::Arc::new(vm);
+    let board = Board::new(
+        aps.len() + 1,
+        (irqchip == smp::Irqchip::Full).then(|| vm.clone()),
+    );
     let serial_sink = l.devices.serial.writer().sink();
     let xstate_sync = l.xstate.policy();
     let run_start = Instant::now();
     // With somewhere to write it, a snapshot pauses every vCPU first.
     let pausable = l.snapshot.is_some();
     let clock = (run_start, l.start);
-    let runner = |vcpu, mut devices: Devices, xstate| {
+    let runner = |index, vcpu, mut devices: Devices, xstate| {
         devices.snapshots = pausable;
         let mut r = VcpuRunner::new(vcpu, devices, xstate, &mem, clock, l.raw);
         r.pausable = pausable;
         r.pages = l.pages.clone();
+        r.halt = Some(HaltWatch::new(&board, index));
         r
     };
     let mut buses = vcpu_buses(l.devices, aps.len(), serial_sink).into_iter();
-    let mut runners = vec![runner(vcpu, buses.next().expect("the BSP's bus"), l.xstate)];
-    for (ap, devices) in aps.into_iter().zip(buses) {
-        runners.push(runner(ap.vcpu, devices, ap.xstate));
+    let mut runners = vec![runner(
+        0,
+        vcpu,
+        buses.next().expect("the BSP's bus"),
+        l.xstate,
+    )];
+    for (i, (ap, devices)) in aps.into_iter().zip(buses).enumerate() {
+        runners.push(runner(i + 1, ap.vcpu, devices, ap.xstate));
     }
     let machine = SmpMachine {
         vm: &vm,
@@ -190,6 +203,8 @@ fn supervise_smp(
         let deadlines = Deadlines {
             timeout: deadline.map(|d| d.saturating_duration_since(Instant::now())),
             snapshot_after,
+            // Several vCPUs always have LAPICs, where a HLT stays in KVM.
+            watch_every: Some(halt::WATCH_EVERY),
         };
         let (timed, ended_by, timed_out) =
             supervise_all_with(deadlines, bodies, |((_, end, stopped), _, _)| {

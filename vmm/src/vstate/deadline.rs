@@ -180,6 +180,12 @@ impl KickTimer {
         self.set(timespec(first), timespec(KICK_EVERY))
     }
 
+    /// Fire every `period` from now on.
+    pub fn every(&self, period: Duration) -> io::Result<()> {
+        let period = period.max(Duration::from_nanos(1));
+        self.set(timespec(period), timespec(period))
+    }
+
     /// No more expiries.
     pub fn disarm(&self) -> io::Result<()> {
         self.set(timespec(Duration::ZERO), timespec(Duration::ZERO))
@@ -218,12 +224,13 @@ fn timespec(d: Duration) -> libc::timespec {
 mod tests {
     use super::*;
 
-    extern "C" fn ignore(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {}
-
     fn arm(snapshot_ms: Option<u64>, timeout_ms: Option<u64>) -> Option<Schedule> {
         // The timer fires in these tests: its signal must not end them.
+        // The one kick handler of the process, as the supervisors install
+        // it (with SA_RESTART, which `super::super::stop`'s tests of the
+        // same process rely on).
+        super::super::stop::install_kick_handler().unwrap();
         let signal = vmm_sys_util::signal::SIGRTMIN();
-        vmm_sys_util::signal::register_signal_handler(signal, ignore).unwrap();
         Schedule::arm(
             snapshot_ms.map(Duration::from_millis),
             timeout_ms.map(Duration::from_millis),

@@ -6,6 +6,7 @@
 //! - [`xfd`]: `IA32_XFD`/`IA32_XFD_ERR` saved and restored with the vCPU
 //!   where KVM has XFD (dynamic xfeatures such as AMX).
 //! - `dump`: register dumps for crash reports.
+//! - `halt`: a guest whose vCPUs all wait with nothing to wake them.
 //! - `stop`: why and how a running vCPU is stopped from outside.
 //! - `deadline`: one vCPU's deadlines as requests and a kicking timer,
 //!   without a watching thread.
@@ -14,6 +15,7 @@
 
 pub(crate) mod deadline;
 pub(crate) mod dump;
+pub(crate) mod halt;
 pub(crate) mod machine;
 pub(crate) mod pc;
 pub(crate) mod smp;

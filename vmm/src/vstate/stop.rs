@@ -8,13 +8,13 @@
 //! landing outside `KVM_RUN` is lost, so the supervisor repeats it until the
 //! thread finishes.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use vmm_sys_util::signal::{register_signal_handler, Killable, SIGRTMIN};
 
-use super::deadline::{Due, DueAt, Schedule};
+use super::deadline::{Due, DueAt, KickTimer, Schedule};
 use crate::error::{Result, VcpuError};
 
 /// Why the VMM interrupts the vCPU thread.
@@ -38,6 +38,9 @@ pub struct StopFlag {
     request: AtomicU8,
     /// Deadlines that become requests by themselves ([`supervise`]).
     schedule: Option<Schedule>,
+    /// Rounds of the halt watch's kicks so far (see [`super::halt`]):
+    /// bumped by [`supervise_all_with`] before each round.
+    watch_round: AtomicU64,
 }
 
 impl StopFlag {
@@ -66,6 +69,12 @@ impl StopFlag {
         }
     }
 
+    /// The halt watch's round: a vCPU thread that finds it changed since
+    /// its last look was kicked to look again.
+    pub fn watch_round(&self) -> u64 {
+        self.watch_round.load(Ordering::SeqCst)
+    }
+
     /// The pending request, if any: one made, else a deadline that passed.
     pub fn requested(&self) -> Option<StopReason> {
         match self.request.load(Ordering::Relaxed) {
@@ -88,6 +97,10 @@ pub struct Deadlines {
     pub timeout: Option<Duration>,
     /// Stop for a snapshot after this long (only when one can be written).
     pub snapshot_after: Option<Duration>,
+    /// Kick the vCPUs this often so that each looks whether it waits with
+    /// nothing to wake it ([`super::halt`]); `None` where a halt cannot
+    /// stay in KVM (no in-kernel LAPIC).
+    pub watch_every: Option<Duration>,
 }
 
 /// What a supervised vCPU thread returned.
@@ -107,8 +120,28 @@ fn kick_signal() -> libc::c_int {
 /// Install the no-op handler of the kick signal: its only job is to make
 /// `KVM_RUN` return `EINTR` (the signal's default action would end the
 /// process).
+///
+/// With `SA_RESTART`: the halt watch kicks a vCPU thread every
+/// [`super::halt::WATCH_EVERY`] wherever it is, and a kick that lands in
+/// another system call of that thread (a snapshot's write, a wait for the
+/// native worker) must restart it rather than fail it with `EINTR`.
+/// `KVM_RUN` itself is never restarted: KVM returns a plain `EINTR` for
+/// a pending signal, which `SA_RESTART` does not cover.
 pub(crate) fn install_kick_handler() -> Result<()> {
     register_signal_handler(kick_signal(), kick_handler).map_err(VcpuError::KickHandler)?;
+    // SAFETY: `act` is a live local the kernel fills with the handler just
+    // installed, then reads back with SA_RESTART added; no other thread
+    // changes this signal's action.
+    unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(kick_signal(), std::ptr::null(), &mut act) != 0 {
+            return Err(VcpuError::KickHandler(vmm_sys_util::errno::Error::last()).into());
+        }
+        act.sa_flags |= libc::SA_RESTART;
+        if libc::sigaction(kick_signal(), &act, std::ptr::null_mut()) != 0 {
+            return Err(VcpuError::KickHandler(vmm_sys_util::errno::Error::last()).into());
+        }
+    }
     Ok(())
 }
 
@@ -132,13 +165,27 @@ pub fn supervise<R>(
     deadlines: Deadlines,
     body: impl FnOnce(&StopFlag) -> R,
 ) -> Result<Supervised<R>> {
-    if deadlines.timeout.is_some() || deadlines.snapshot_after.is_some() {
+    if deadlines.timeout.is_some()
+        || deadlines.snapshot_after.is_some()
+        || deadlines.watch_every.is_some()
+    {
         install_kick_handler()?;
     }
     let stop = StopFlag {
         request: AtomicU8::new(0),
         schedule: Schedule::arm(deadlines.snapshot_after, deadlines.timeout, kick_signal())
             .map_err(VcpuError::Timer)?,
+        watch_round: AtomicU64::new(0),
+    };
+    // The halt watch: a second timer, repeating, so a kick lost outside
+    // KVM_RUN only delays the next look (every kick is a look here).
+    let _watch = match deadlines.watch_every {
+        Some(every) => {
+            let timer = KickTimer::for_this_thread(kick_signal()).map_err(VcpuError::Timer)?;
+            timer.every(every).map_err(VcpuError::Timer)?;
+            Some(timer)
+        }
+        None => None,
     };
     // A panic in the vCPU loop is the error it was on a thread of its own,
     // not the end of the process.
@@ -174,6 +221,7 @@ pub fn supervise_all_with<R: Send + 'static>(
     let Deadlines {
         timeout,
         snapshot_after,
+        watch_every,
     } = deadlines;
     install_kick_handler()?;
     let stop = Arc::new(StopFlag::new());
@@ -185,6 +233,7 @@ pub fn supervise_all_with<R: Send + 'static>(
     let mut ended_by = None;
     let mut timed_out = false;
     let mut done = 0;
+    let mut next_watch = watch_every.and_then(|every| Instant::now().checked_add(every));
     while done < n {
         let wait = if stop.requested().is_some() {
             // Stopping: kick again every 1 ms until all threads are out. A
@@ -194,10 +243,15 @@ pub fn supervise_all_with<R: Send + 'static>(
             // 10 ms); a kick costs one tgkill.
             Duration::from_millis(1)
         } else {
-            at.first().map_or(Duration::from_secs(3600), |d| {
-                d.saturating_duration_since(Instant::now())
-            })
+            [at.first(), next_watch]
+                .into_iter()
+                .flatten()
+                .min()
+                .map_or(Duration::from_secs(3600), |d| {
+                    d.saturating_duration_since(Instant::now())
+                })
         };
+        let mut watch_now = false;
         match rx.recv_timeout(wait) {
             Ok(i) => {
                 let handle = handles[i].take().ok_or(VcpuError::ThreadPanicked)?;
@@ -224,9 +278,18 @@ pub fn supervise_all_with<R: Send + 'static>(
                     Some(Due::Snapshot) => stop.request(StopReason::Snapshot),
                     _ => {}
                 }
+                // A watch round: every vCPU looks once whether it waits.
+                let now = Instant::now();
+                if let (Some(at), Some(every)) = (next_watch, watch_every) {
+                    if now >= at && stop.requested().is_none() {
+                        stop.watch_round.fetch_add(1, Ordering::SeqCst);
+                        watch_now = true;
+                        next_watch = now.checked_add(every);
+                    }
+                }
             }
         }
-        if stop.requested().is_some() {
+        if stop.requested().is_some() || watch_now {
             for h in handles.iter().flatten() {
                 if !h.is_finished() {
                     let _ = h.kill(kick_signal());
@@ -321,6 +384,7 @@ mod tests {
         let deadlines = Deadlines {
             timeout: Some(Duration::from_millis(20)),
             snapshot_after: None,
+            watch_every: None,
         };
         let s = supervise(deadlines, move |stop| {
             (std::thread::current().id() == here, wait_for_request(stop))
@@ -335,6 +399,7 @@ mod tests {
         let deadlines = Deadlines {
             timeout: Some(Duration::from_secs(600)),
             snapshot_after: Some(Duration::from_secs(300)),
+            watch_every: None,
         };
         let begin = Instant::now();
         let s = supervise(deadlines, |stop| stop.requested()).unwrap();
@@ -349,6 +414,7 @@ mod tests {
         let deadlines = Deadlines {
             timeout: Some(Duration::from_millis(80)),
             snapshot_after: Some(Duration::from_millis(10)),
+            watch_every: None,
         };
         let s = supervise(deadlines, |stop| {
             let first = wait_for_request(stop);
@@ -361,11 +427,40 @@ mod tests {
         assert!(s.timed_out);
     }
 
+    /// The halt watch's timer kicks the body's thread every period, and
+    /// with `SA_RESTART` a kick restarts the other system calls it lands
+    /// in: a blocking read across many kicks returns its data, where
+    /// without the flag it failed with `EINTR`.
+    #[test]
+    fn watch_kicks_interrupt_a_pause_and_restart_a_read() {
+        let deadlines = Deadlines {
+            watch_every: Some(Duration::from_millis(2)),
+            ..Deadlines::default()
+        };
+        let (mut reader, mut writer) = std::io::pipe().unwrap();
+        let writes = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            std::io::Write::write_all(&mut writer, b"x").unwrap();
+        });
+        let s = supervise(deadlines, move |_| {
+            // SAFETY: pause only waits for a signal.
+            let paused = unsafe { libc::pause() };
+            let mut byte = [0u8; 1];
+            // One read(2), as a vCPU thread's other system calls are.
+            let read = std::io::Read::read(&mut reader, &mut byte).map_err(|e| e.kind());
+            (paused, read, byte)
+        })
+        .unwrap();
+        writes.join().unwrap();
+        assert_eq!(s.value, (-1, Ok(1), *b"x"));
+    }
+
     #[test]
     fn a_panicking_body_is_an_error_not_a_crash() {
         let deadlines = Deadlines {
             timeout: Some(Duration::from_secs(600)),
             snapshot_after: None,
+            watch_every: None,
         };
         let e = supervise(deadlines, |_| -> u32 { panic!("a bug in the vCPU loop") })
             .err()
@@ -385,7 +480,32 @@ mod all_tests {
         Deadlines {
             timeout: Some(Duration::from_millis(ms)),
             snapshot_after: None,
+            watch_every: None,
         }
+    }
+
+    /// Each watch round bumps the round and kicks every thread; without a
+    /// watch the round stays 0.
+    #[test]
+    fn watch_rounds_kick_every_thread() {
+        let wait_for_round = |stop: &StopFlag| {
+            while stop.watch_round() < 3 {
+                // SAFETY: pause only waits for a signal: the round's kick.
+                unsafe { libc::pause() };
+            }
+            stop.watch_round()
+        };
+        let bodies: Vec<VcpuBody<u64>> = vec![Box::new(wait_for_round), Box::new(wait_for_round)];
+        let deadlines = Deadlines {
+            watch_every: Some(Duration::from_millis(2)),
+            ..timeout(600_000)
+        };
+        let (values, _, timed_out) = supervise_all_with(deadlines, bodies, |_| false).unwrap();
+        assert!(values.iter().all(|&r| r >= 3), "{values:?}");
+        assert!(!timed_out);
+        let bodies: Vec<VcpuBody<u64>> = vec![Box::new(|stop: &StopFlag| stop.watch_round())];
+        let (values, _, _) = supervise_all_with(timeout(600_000), bodies, |_| false).unwrap();
+        assert_eq!(values, [0]);
     }
 
     #[test]
@@ -400,6 +520,7 @@ mod all_tests {
         let deadlines = Deadlines {
             timeout: Some(Duration::from_secs(600)),
             snapshot_after: Some(Duration::from_millis(20)),
+            watch_every: None,
         };
         let (values, ended_by, timed_out) =
             supervise_all_with(deadlines, bodies, |_| true).unwrap();
