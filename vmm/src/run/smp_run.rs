@@ -257,6 +257,10 @@ fn supervise_smp(
                     snapshot_errors.push(e.to_string());
                 }
                 runners = results.into_iter().map(|(r, _, _)| r).collect();
+                // The next supervisor counts its watch rounds from 1.
+                for h in runners.iter_mut().filter_map(|r| r.halt.as_mut()) {
+                    h.restart();
+                }
             }
         }
     };

@@ -305,6 +305,17 @@ impl HaltWatch {
         }
     }
 
+    /// The supervisor starts counting rounds again (the run goes on
+    /// after a snapshot that could not be written, under a new
+    /// supervisor): forget this vCPU's looks.
+    pub fn restart(&mut self) {
+        self.last_round = 0;
+        if let Some(slot) = self.board.slots.get(self.index) {
+            slot.since.store(0, Ordering::SeqCst);
+            slot.seen.store(0, Ordering::SeqCst);
+        }
+    }
+
     /// `KVM_RUN` was interrupted in watch round `round` (the supervisor's
     /// count, [`super::stop::StopFlag::watch_round`]): look at the vCPU,
     /// once a round. With one vCPU every interruption is a look (only the
@@ -431,6 +442,16 @@ mod tests {
         assert_eq!(board.tell(1, 3, halt), None, "waiting since round 3 only");
         board.tell(0, 4, halt);
         assert!(board.tell(1, 4, halt).is_some());
+        // Rounds counted again from 1 (a new supervisor): the old looks
+        // are forgotten, and two new rounds are needed.
+        let mut watches: Vec<HaltWatch> = (0..2).map(|i| HaltWatch::new(&board, i)).collect();
+        for w in &mut watches {
+            w.restart();
+        }
+        assert_eq!(board.tell(0, 1, halt), None);
+        assert_eq!(board.tell(1, 1, halt), None);
+        board.tell(0, 2, halt);
+        assert!(board.tell(1, 2, halt).is_some());
         // A vCPU that missed a round's look (a lost kick) holds it back.
         let board = Board::new(2, None);
         board.tell(0, 1, halt);
