@@ -20,7 +20,8 @@
 
 /// Process exit status when the VMM itself failed before or while booting.
 pub const EXIT_VMM_ERROR: i32 = 64;
-/// Process exit status when the guest crashed (triple fault, internal error, ...).
+/// Process exit status when the guest crashed (triple fault, internal
+/// error, every vCPU halted with nothing able to wake it, ...).
 pub const EXIT_GUEST_CRASH: i32 = 65;
 /// Process exit status when the guest exceeded `--timeout`.
 pub const EXIT_TIMEOUT: i32 = 66;
