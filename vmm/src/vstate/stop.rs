@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use vmm_sys_util::signal::{register_signal_handler, Killable, SIGRTMIN};
+use vmm_sys_util::signal::{Killable, SIGRTMIN};
 
 use super::deadline::{Due, DueAt, KickTimer, Schedule};
 use crate::error::{Result, VcpuError};
@@ -127,20 +127,27 @@ fn kick_signal() -> libc::c_int {
 /// native worker) must restart it rather than fail it with `EINTR`.
 /// `KVM_RUN` itself is never restarted: KVM returns a plain `EINTR` for
 /// a pending signal, which `SA_RESTART` does not cover.
+///
+/// One `sigaction` call, not `vmm_sys_util`'s `register_signal_handler`
+/// (which sets `SA_SIGINFO` alone) followed by a second call adding the
+/// flag: between the two, a kick (another run's, or another test's in the
+/// same process) would find the handler without `SA_RESTART`.
 pub(crate) fn install_kick_handler() -> Result<()> {
-    register_signal_handler(kick_signal(), kick_handler).map_err(VcpuError::KickHandler)?;
-    // SAFETY: `act` is a live local the kernel fills with the handler just
-    // installed, then reads back with SA_RESTART added; no other thread
-    // changes this signal's action.
-    unsafe {
-        let mut act: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(kick_signal(), std::ptr::null(), &mut act) != 0 {
-            return Err(VcpuError::KickHandler(vmm_sys_util::errno::Error::last()).into());
-        }
-        act.sa_flags |= libc::SA_RESTART;
-        if libc::sigaction(kick_signal(), &act, std::ptr::null_mut()) != 0 {
-            return Err(VcpuError::KickHandler(vmm_sys_util::errno::Error::last()).into());
-        }
+    let failed = || VcpuError::KickHandler(vmm_sys_util::errno::Error::last());
+    // SAFETY: sigaction is plain data; all-zero is a valid start, and
+    // sigfillset only writes the live local set it is given.
+    let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::sigfillset(&mut act.sa_mask) } != 0 {
+        return Err(failed().into());
+    }
+    act.sa_sigaction = kick_handler as *const () as libc::sighandler_t;
+    act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+    // SAFETY: `act` names a handler that does nothing (async-signal-safe)
+    // for a real-time signal this process uses for kicks only; the kernel
+    // copies `act`, and no old action is asked for.
+    if unsafe { libc::sigaction(kick_signal(), &act, std::ptr::null_mut()) } != 0 {
+        return Err(failed().into());
     }
     Ok(())
 }
