@@ -255,15 +255,15 @@ impl Board {
             },
             _ => Wait::ForSipi,
         };
-        let sources = if self.ioapic.is_some() {
-            "its LAPIC or the IOAPIC"
+        let ioapic = if self.ioapic.is_some() {
+            " or the IOAPIC"
         } else {
-            "its LAPIC"
+            ""
         };
         if let [only] = self.slots.as_slice() {
             return format!(
                 "the guest {} and nothing can wake it (no NMI, SMI or INIT \
-                 pending or able to come from {sources})",
+                 pending or able to come from its LAPIC{ioapic})",
                 wait(only)
             );
         }
@@ -275,13 +275,8 @@ impl Board {
             .collect();
         format!(
             "every vCPU waits and none can wake another: {} (no NMI, SMI or \
-             INIT pending or able to come from a LAPIC{})",
+             INIT pending or able to come from a LAPIC{ioapic})",
             each.join(", "),
-            if self.ioapic.is_some() {
-                " or the IOAPIC"
-            } else {
-                ""
-            }
         )
     }
 }
