@@ -103,7 +103,7 @@ pub fn schema_text(doc: Document) -> String {
 /// The directory cannot be created ([`crate::Error::Io`]), or a
 /// destination is refused or cannot be written ([`crate::Error::Output`]).
 pub fn write_all(dir: &Path) -> Result<Vec<PathBuf>, crate::Error> {
-    std::fs::create_dir_all(dir)?;
+    crate::output::create_dir(dir, "schema directory")?;
     let files: Vec<(PathBuf, Vec<u8>)> = Document::ALL
         .iter()
         .map(|d| (dir.join(d.file_name()), schema_text(*d).into_bytes()))

@@ -123,9 +123,16 @@ pub enum Error {
     /// Encoding JSON output failed.
     #[error("output: JSON: {0}")]
     Json(#[from] serde_json::Error),
-    /// Writing output failed.
-    #[error("output: {0}")]
-    Io(#[from] std::io::Error),
+    /// A file, directory or process the command needs could not be made,
+    /// read or started; `what` names it, so the message says which.
+    #[error("{what}: {source}")]
+    Io {
+        /// The object and the operation, e.g. `cannot create directory x`.
+        what: String,
+        /// What the system answered.
+        #[source]
+        source: std::io::Error,
+    },
     /// A `vmm bench` baseline could not be saved, found or read.
     #[error("baseline: {0}")]
     Baseline(#[from] BaselineError),
@@ -138,6 +145,21 @@ impl Error {
     /// Wrap a failed KVM ioctl with what was being attempted.
     pub fn kvm(what: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> Error {
         move |source| Error::Kvm { what, source }
+    }
+
+    /// Wrap a failed file, directory or process operation with what was
+    /// being attempted and on what, so the message names the object.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let e = std::io::Error::from(std::io::ErrorKind::NotFound);
+    /// let err = vmm::Error::io("cannot create directory /x")(e);
+    /// assert!(err.to_string().starts_with("cannot create directory /x: "));
+    /// ```
+    pub fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+        let what = what.into();
+        move |source| Error::Io { what, source }
     }
 }
 

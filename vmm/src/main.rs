@@ -384,12 +384,21 @@ fn man(args: ManArgs) -> Result<i32, vmm::Error> {
         Some(dir) => {
             // clap_mangen names the pages; they are rendered in a private
             // directory, then each goes to DIR as every file vmm writes.
-            std::fs::create_dir_all(&dir)?;
-            let rendered = tempfile::tempdir()?;
-            clap_mangen::generate_to(cmd, rendered.path())?;
-            let mut pages: Vec<_> = std::fs::read_dir(rendered.path())?
-                .map(|e| e.map(|e| e.path()))
-                .collect::<Result<_, _>>()?;
+            cli::create_dir(&dir, "manual directory")?;
+            let rendered = tempfile::tempdir().map_err(vmm::Error::io(format!(
+                "cannot create a temporary directory in {}",
+                std::env::temp_dir().display()
+            )))?;
+            let render_err = || {
+                vmm::Error::io(format!(
+                    "cannot render the manual pages in {}",
+                    rendered.path().display()
+                ))
+            };
+            clap_mangen::generate_to(cmd, rendered.path()).map_err(render_err())?;
+            let mut pages: Vec<_> = std::fs::read_dir(rendered.path())
+                .and_then(|d| d.map(|e| e.map(|e| e.path())).collect())
+                .map_err(render_err())?;
             pages.sort();
             let files = pages
                 .iter()
@@ -399,13 +408,16 @@ fn man(args: ManArgs) -> Result<i32, vmm::Error> {
                         std::fs::read(p)?,
                     ))
                 })
-                .collect::<Result<Vec<_>, std::io::Error>>()?;
+                .collect::<Result<Vec<_>, std::io::Error>>()
+                .map_err(render_err())?;
             cli::write_set(&files).map_err(|(path, source)| vmm::Error::Output { path, source })?;
             eprintln!("vmm: manual pages written to {}", dir.display());
         }
         None => {
             let mut page = Vec::new();
-            clap_mangen::Man::new(cmd).render(&mut page)?;
+            clap_mangen::Man::new(cmd)
+                .render(&mut page)
+                .map_err(vmm::Error::io("cannot render the manual page"))?;
             stdout::print(&String::from_utf8_lossy(&page))?;
         }
     }

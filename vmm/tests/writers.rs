@@ -123,6 +123,40 @@ fn schema_and_man_refuse_a_link_before_writing_any_file() {
     }
 }
 
+/// The directory itself: something other than a directory at its path,
+/// or a path that cannot be made, is named. Before, both said only
+/// `vmm: output: File exists (os error 17)` (or `Not a directory`),
+/// without the path or what was in the way.
+#[test]
+fn schema_and_man_name_a_directory_they_cannot_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, "keep").unwrap();
+    let under_file = file.join("sub");
+    for (args, what) in [
+        (&["schema"][..], "schema directory"),
+        (&["man", "--dir"][..], "manual directory"),
+    ] {
+        for (target, says) in [
+            (
+                Path::new("/dev/null"),
+                "a character device is there, not a directory",
+            ),
+            (file.as_path(), "a regular file is there, not a directory"),
+            (under_file.as_path(), "cannot create it"),
+        ] {
+            let mut all = args.to_vec();
+            all.push(s(target));
+            let out = vmm_bounded(&all);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(64), "vmm {all:?}: {err}");
+            let named = format!("vmm: {what} {}: {says}", target.display());
+            assert!(err.starts_with(&named), "vmm {all:?}: {err}");
+        }
+    }
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep");
+}
+
 #[test]
 fn plot_refuses_before_the_run_and_replaces_only_with_force() {
     let dir = tempfile::tempdir().unwrap();

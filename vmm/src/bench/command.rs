@@ -244,7 +244,7 @@ fn init_xstate_main(
 /// `vmm bench peers`: the targets found (a missing one is a usage error),
 /// the same guest run under each, the table or JSON printed.
 fn peers_main(runs: u32, exits: u64, timeout: u64, json: bool, quiet: bool) -> Result<i32> {
-    let ours = std::env::current_exe()?;
+    let ours = std::env::current_exe().map_err(Error::io("cannot find vmm's own executable"))?;
     // A PeerError is printed here, not turned into `Error`: the
     // error module stays below the bench modules.
     let (targets, skipped) = match peers::targets(ours, |v| std::env::var_os(v)) {
@@ -294,7 +294,11 @@ fn snapshot_main(
     }
     let dir = tempfile::Builder::new()
         .prefix("vmm-bench-snapshot-")
-        .tempdir()?;
+        .tempdir()
+        .map_err(Error::io(format!(
+            "cannot create a temporary directory in {}",
+            std::env::temp_dir().display()
+        )))?;
     let peers = if peers {
         match snapshot::peer_plans(|v| std::env::var_os(v)) {
             Ok(p) => p,
@@ -313,7 +317,7 @@ fn snapshot_main(
         point,
         timeout: Duration::from_secs(timeout),
         dir: dir.path().to_path_buf(),
-        vmm: std::env::current_exe()?,
+        vmm: std::env::current_exe().map_err(Error::io("cannot find vmm's own executable"))?,
         peers,
     };
     let progress = Progress::new(u64::from(runs) * plan.mem_mib.len() as u64, quiet);
@@ -329,7 +333,7 @@ fn snapshot_main(
 /// `vmm bench startup`: `pairs` pairs of `vmm` and the C floor (built
 /// with `$CC`, else `cc`), the table or JSON printed.
 fn startup_main(pairs: u32, json: bool, quiet: bool) -> Result<i32> {
-    let ours = std::env::current_exe()?;
+    let ours = std::env::current_exe().map_err(Error::io("cannot find vmm's own executable"))?;
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let progress = Progress::new(u64::from(pairs), quiet);
     let measured = startup::run(pairs, &ours, &cc, || progress.inc());

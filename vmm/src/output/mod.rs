@@ -44,6 +44,7 @@
 
 mod atomic;
 mod destination;
+mod dir;
 mod error;
 mod signals;
 pub mod stdout;
@@ -54,6 +55,7 @@ pub use atomic::{write_atomic, write_set, write_with};
 pub use destination::check;
 #[cfg(test)]
 pub(crate) use destination::check_space;
+pub use dir::create_dir;
 pub use error::WriteError;
 pub use temp::temp_name;
 #[cfg(test)]

@@ -69,7 +69,8 @@ pub fn run(plan: &Plan, mut tick: impl FnMut()) -> Result<SnapshotBench> {
         .collect();
     let kernel = plan.dir.join("guest.elf");
     if plan.peers.iter().any(|p| p.binary.is_ok()) {
-        std::fs::write(&kernel, crate::GUEST_KERNEL)?;
+        std::fs::write(&kernel, crate::GUEST_KERNEL)
+            .map_err(Error::io(format!("cannot write {}", kernel.display())))?;
     }
     // The same guest booted and run to its end without a snapshot (the
     // guest passes its point: no snapshot file, so vmm declines): what the
@@ -237,7 +238,8 @@ fn process_start(vmm: &Path) -> Result<f64> {
         .arg("--version")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .status()?;
+        .status()
+        .map_err(Error::io(format!("cannot run {} --version", vmm.display())))?;
     let took = t.elapsed().as_secs_f64() * 1e3;
     if !st.success() {
         return Err(Error::Host(format!(
@@ -345,7 +347,11 @@ fn one(plan: &Plan, mib: u64, s: &mut Samples) -> Result<()> {
         .arg(plan.timeout.as_secs().max(1).to_string())
         .stdin(Stdio::null())
         .stderr(Stdio::piped())
-        .output()?;
+        .output()
+        .map_err(Error::io(format!(
+            "cannot run {} restore",
+            plan.vmm.display()
+        )))?;
     let _ = std::fs::remove_file(&file);
     let v: serde_json::Value = match serde_json::from_slice(&out.stdout) {
         Ok(v) => v,
