@@ -225,6 +225,35 @@ fn a_guest_halted_for_good_is_named_before_the_timeout() {
     }
 }
 
+/// The same with interrupts on (`sti; hlt`, a kernel's idle loop) and
+/// nothing armed to send one: no LAPIC timer, no device. Before, it ran to
+/// `--timeout`. The verdict needs two looks with the vCPU's KVM counters
+/// (HLTs executed, interrupts injected) unmoved, also with one vCPU. With
+/// two, the AP parks with interrupts off once it reported, so the run
+/// mixes both kinds of wait.
+#[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
+#[test]
+fn a_guest_idle_for_good_is_named_before_the_timeout() {
+    if !kvm_or_skip("a_guest_idle_for_good_is_named_before_the_timeout") {
+        return;
+    }
+    for vcpus in ["1", "2"] {
+        let (out, v) = run_bare_json("120", &["--cmdline", "hostile=idle-halt", "--vcpus", vcpus]);
+        assert_eq!(out.status.code(), Some(EXIT_GUEST_CRASH), "{vcpus}: {v:#}");
+        let reason = v["crash"]["reason"].as_str().unwrap_or_default();
+        let idle = "halted with interrupts enabled and none due (HLT, to resume at rip 0x";
+        let named = if vcpus == "1" {
+            reason.starts_with(&format!("the guest {idle}"))
+                && reason.contains("no LAPIC timer armed")
+        } else {
+            reason.starts_with(&format!(
+                "every vCPU waits and none can wake another: vCPU 0 {idle}"
+            )) && reason.contains("vCPU 1 halted with interrupts disabled")
+        };
+        assert!(named, "{vcpus}: {reason}");
+    }
+}
+
 /// A guest cannot pass off as the VMM (64 error, 65 crash, 66 timeout) or
 /// use any status above 63: the run ends as a protocol violation, 67.
 #[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]

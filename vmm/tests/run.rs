@@ -259,8 +259,10 @@ fn halting_guest_ends_the_run() {
 
 /// Several vCPUs have LAPICs, where a HLT stays in KVM. `cli; hlt` on the
 /// boot vCPU with the AP never started is a run nothing can go on with:
-/// the halt watch names both waits. Halts that something could still end
-/// are left to the timeout: interrupts on, or LINT1 unmasked in NMI mode.
+/// the halt watch names both waits; so is `sti; hlt` with no timer armed
+/// and no device (it ran to the timeout before). Halts that something
+/// could still end are left to the timeout: LINT1 unmasked in NMI mode
+/// with interrupts off, or the LAPIC timer counting with them on.
 #[cfg_attr(no_kvm, ignore = "needs /dev/kvm")]
 #[test]
 fn only_a_halt_nothing_can_end_is_ended_by_the_watch() {
@@ -286,8 +288,25 @@ fn only_a_halt_nothing_can_end_is_ended_by_the_watch() {
             && reason.contains("vCPU 1 waits for INIT-SIPI"),
         "{reason}"
     );
-    // sti; hlt: an interrupt may still come.
-    let (code, v) = run("sti-hlt.elf", &[0xfb, 0xf4]);
+    // sti; hlt: nothing is armed to send an interrupt.
+    let (code, v) = run_for("60", "sti-hlt.elf", &[0xfb, 0xf4]);
+    assert_eq!(code, Some(vmm::report::EXIT_GUEST_CRASH), "{v:#}");
+    let reason = v["crash"]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains(
+            "vCPU 0 halted with interrupts enabled and none due (HLT, to resume at rip 0x100002)"
+        ) && reason.contains("no LAPIC timer armed"),
+        "{reason}"
+    );
+    // The LAPIC enabled, its timer one-shot (vector 0x40, divide by 128)
+    // from 0xffffffff, about 550 s at KVM's 1 GHz bus: an interrupt is
+    // due, so `sti; hlt` is left to the timeout.
+    let mut code = vec![0xc7, 0x05, 0xf0, 0x00, 0xe0, 0xfe, 0xff, 0x01, 0x00, 0x00];
+    code.extend_from_slice(&[0xc7, 0x05, 0xe0, 0x03, 0xe0, 0xfe, 0x0a, 0x00, 0x00, 0x00]);
+    code.extend_from_slice(&[0xc7, 0x05, 0x20, 0x03, 0xe0, 0xfe, 0x40, 0x00, 0x00, 0x00]);
+    code.extend_from_slice(&[0xc7, 0x05, 0x80, 0x03, 0xe0, 0xfe, 0xff, 0xff, 0xff, 0xff]);
+    code.extend_from_slice(&[0xfb, 0xf4]);
+    let (code, v) = run("timer-hlt.elf", &code);
     assert_eq!(code, Some(vmm::report::EXIT_TIMEOUT), "{v:#}");
     // The LAPIC enabled (SVR 0x1ff), LINT1 unmasked in NMI mode, then
     // cli; hlt: an NMI may still come (32-bit code, paging off).

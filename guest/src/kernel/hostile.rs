@@ -74,6 +74,12 @@ pub fn run(mode: &str, report: &mut Report, out: &mut Console) -> ExitStatus {
             out.flush();
             syscall::park_forever()
         }
+        // `sti; hlt` for good, no timer or device armed: a kernel's idle
+        // loop with nothing left to wait for; the halt watch ends it too.
+        "idle-halt" => {
+            out.flush();
+            syscall::idle_forever()
+        }
         "edit-xmm" => edit_xmm(out),
         "xsetbv-all" => xsetbv_all(out),
         other => match other.strip_prefix("status-").map(str::parse::<u32>) {

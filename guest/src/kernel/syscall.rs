@@ -21,6 +21,7 @@
 //! | 7 | [`SYS_CPUID_LOOP`] | leaf, count | 0 after `count` CPUIDs (subleaf 0) at CPL0 (exit benchmark) |
 //! | 8 | [`SYS_PARK`] | — | does not return: HLT with interrupts off, nothing else (an AP that is done; see [`super::smp`]) |
 //! | 9 | [`SYS_CPUID_MANY`] | entries, count | 0 after CPUID at CPL0 for each of `count` ≤ 32 [`CpuidQuery`] entries (results written into them); [`SYS_ERR_REFUSED`] above 32 |
+//! | 10 | [`SYS_IDLE`] | — | does not return: HLT with interrupts on, for good (`hostile=idle-halt`; no timer or device is armed) |
 //!
 //! Unknown numbers return [`SYS_ERR_UNKNOWN`]. A new call is a handler
 //! that ends with `iretq` (in boot.rs, or in the `global_asm!` of this file
@@ -41,6 +42,8 @@ pub const SYS_CPUID_LOOP: u64 = 7;
 pub const SYS_PARK: u64 = 8;
 /// CPUID at CPL0 for a list of leaves in one trip (see [`cpuid_many`]).
 pub const SYS_CPUID_MANY: u64 = 9;
+/// Halt for good with interrupts on (nothing is armed to send one).
+pub const SYS_IDLE: u64 = 10;
 /// The most entries one [`SYS_CPUID_MANY`] takes.
 pub const CPUID_MANY_MAX: usize = 32;
 
@@ -249,6 +252,16 @@ pub fn halt_forever() -> ! {
     // SAFETY: SYS_HALT never returns and has no other effect.
     unsafe { syscall3(SYS_HALT, 0, 0, 0) };
     // Unreachable unless the gate is broken; HLT is privileged at CPL3.
+    loop {
+        core::hint::spin_loop();
+    }
+}
+
+/// Halt this CPU for good with interrupts on: `hostile=idle-halt`, a
+/// kernel's idle loop with nothing left to wake it.
+pub fn idle_forever() -> ! {
+    // SAFETY: SYS_IDLE never returns and has no other effect.
+    unsafe { syscall3(SYS_IDLE, 0, 0, 0) };
     loop {
         core::hint::spin_loop();
     }

@@ -30,6 +30,7 @@ pub const HOSTILE_MODES: &[&str] = &[
     "mark-flood",
     "serial-flood",
     "halt",
+    "idle-halt",
     "edit-xmm",
     "xsetbv-all",
     "status-N",

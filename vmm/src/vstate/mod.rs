@@ -7,6 +7,8 @@
 //!   where KVM has XFD (dynamic xfeatures such as AMX).
 //! - `dump`: register dumps for crash reports.
 //! - `halt`: a guest whose vCPUs all wait with nothing to wake them.
+//! - `kvm_stats`: a vCPU's KVM counters, which tell the halt watch it
+//!   stayed in one HLT.
 //! - `stop`: why and how a running vCPU is stopped from outside.
 //! - `deadline`: one vCPU's deadlines as requests and a kicking timer,
 //!   without a watching thread.
@@ -16,6 +18,7 @@
 pub(crate) mod deadline;
 pub(crate) mod dump;
 pub(crate) mod halt;
+pub(crate) mod kvm_stats;
 pub(crate) mod machine;
 pub(crate) mod pc;
 pub(crate) mod smp;

@@ -54,6 +54,13 @@ peer_shutdown:
 3:  hlt
     jmp 3b
 
+/* Idle for good: HLT with interrupts on and nothing armed to send one  */
+/* (hostile=idle-halt). Only the VMM's halt watch ends it.             */
+sys_idle:
+    sti
+    hlt
+    jmp sys_idle
+
 sys_port_writes:                /* port RDI, value RSI, count RDX */
     movl %esi, %eax
     movq %rdx, %rcx
@@ -149,6 +156,7 @@ sys_table:
     .quad sys_cpuid_loop        /* kernel/syscall.rs */
     .quad sys_park              /* boot/ap.s */
     .quad sys_cpuid_many
+    .quad sys_idle
 sys_table_end:
 
     .popsection
