@@ -18,19 +18,32 @@
 //! - another vCPU's IPI, which needs that vCPU to run.
 //!
 //! An AP waiting for INIT-SIPI likewise only wakes for another vCPU.
-//! So the run is over when every vCPU waits in one of those two ways and
-//! no place above can wake one. Nothing is judged of a vCPU the VMM cannot
-//! read fully, one with RFLAGS.IF set (its interrupt may come from a timer
-//! the VMM does not model), one in SMM, or one that may be running a guest
-//! of its own (EFER.SVME or CR4.VMXE: there the gate is not IF).
+//!
+//! A vCPU halted with RFLAGS.IF set (`sti; hlt`, an idle loop) waits for
+//! any interrupt, and those too come from places the VMM can read: its
+//! LAPIC (a request in the IRR, the timer counting or its TSC deadline
+//! set, an unmasked PMC or LINT1 entry), KVM's asynchronous page faults
+//! (`MSR_KVM_ASYNC_PF_EN`), and with the full irqchip the IOAPIC and, by
+//! LINT0, the PICs, fed by the PIT and COM1 where the VM has them (see
+//! [`Lapic::may_interrupt`] and [`chips_may_interrupt`]).
+//!
+//! So the run is over when every vCPU waits in one of those ways and no
+//! place above can wake one. Nothing is judged of a vCPU the VMM cannot
+//! read fully, one in SMM, or one that may be running a guest of its own
+//! (EFER.SVME or CR4.VMXE: there the gate is not IF).
 //!
 //! How it is asked: a vCPU thread looks at itself ([`look`], one
 //! `KVM_GET_MP_STATE` when it is running) each time the supervisor's
 //! watch kicks it out of `KVM_RUN`, every [`WATCH_EVERY`], and tells the
-//! run's [`Board`]. With several vCPUs, a waiting vCPU could have been
-//! woken by another between two looks, so the verdict needs every vCPU
-//! waiting at two looks in a row (the second round of kicks); with one,
-//! the first look is final.
+//! run's [`Board`], with its KVM counters ([`super::kvm_stats`]). A
+//! waiting vCPU can be woken by another, run, and halt again between two
+//! looks; two that wake each other by IPIs can be found halted at every
+//! look. Only the counters (HLTs executed, interrupts injected) show it, so
+//! a vCPU's wait counts from the first of a series of looks that find it in
+//! the same HLT with them unmoved, and the verdict needs every vCPU's
+//! series to span two rounds of kicks. With one vCPU halted with IF clear
+//! the first look is final; with IF set it is not, as its timer may have
+//! been a bus cycle from firing.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
