@@ -100,10 +100,13 @@ pub fn schema_text(doc: Document) -> String {
 /// destination checked before the first is written.
 ///
 /// # Errors
-/// The directory cannot be created ([`crate::Error::Io`]), or a
+/// The directory cannot be used or created ([`crate::Error::OutputDir`]), or a
 /// destination is refused or cannot be written ([`crate::Error::Output`]).
 pub fn write_all(dir: &Path) -> Result<Vec<PathBuf>, crate::Error> {
-    crate::output::create_dir(dir, "schema directory")?;
+    crate::output::create_dir(dir).map_err(|source| crate::Error::OutputDir {
+        what: "schema directory",
+        source,
+    })?;
     let files: Vec<(PathBuf, Vec<u8>)> = Document::ALL
         .iter()
         .map(|d| (dir.join(d.file_name()), schema_text(*d).into_bytes()))

@@ -133,6 +133,16 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The directory a command writes its files into (`vmm schema DIR`,
+    /// `vmm man --dir DIR`) cannot be used or made.
+    #[error("{what}: {source}")]
+    OutputDir {
+        /// Its role: `schema directory`, `manual directory`.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: crate::output::WriteError,
+    },
     /// A `vmm bench` baseline could not be saved, found or read.
     #[error("baseline: {0}")]
     Baseline(#[from] BaselineError),

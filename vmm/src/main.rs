@@ -384,7 +384,10 @@ fn man(args: ManArgs) -> Result<i32, vmm::Error> {
         Some(dir) => {
             // clap_mangen names the pages; they are rendered in a private
             // directory, then each goes to DIR as every file vmm writes.
-            cli::create_dir(&dir, "manual directory")?;
+            cli::create_dir(&dir).map_err(|source| vmm::Error::OutputDir {
+                what: "manual directory",
+                source,
+            })?;
             let rendered = tempfile::tempdir().map_err(vmm::Error::io(format!(
                 "cannot create a temporary directory in {}",
                 std::env::temp_dir().display()

@@ -140,17 +140,23 @@ fn schema_and_man_name_a_directory_they_cannot_use() {
         for (target, says) in [
             (
                 Path::new("/dev/null"),
-                "a character device is there, not a directory",
+                "/dev/null is a character device, not a directory".to_string(),
             ),
-            (file.as_path(), "a regular file is there, not a directory"),
-            (under_file.as_path(), "cannot create it"),
+            (
+                file.as_path(),
+                format!("{} is a regular file, not a directory", file.display()),
+            ),
+            (
+                under_file.as_path(),
+                format!("cannot create directory {}: ", under_file.display()),
+            ),
         ] {
             let mut all = args.to_vec();
             all.push(s(target));
             let out = vmm_bounded(&all);
             let err = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(64), "vmm {all:?}: {err}");
-            let named = format!("vmm: {what} {}: {says}", target.display());
+            let named = format!("vmm: {what}: {says}");
             assert!(err.starts_with(&named), "vmm {all:?}: {err}");
         }
     }

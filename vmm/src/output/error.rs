@@ -58,6 +58,24 @@ pub enum WriteError {
         /// What was found there.
         kind: &'static str,
     },
+    /// The directory a set of files goes into (`vmm schema DIR`) is
+    /// something else.
+    #[error("{} is {kind}, not a directory", path.display())]
+    NotADirectory {
+        /// The path given.
+        path: PathBuf,
+        /// What is there: "a regular file", "a character device", ...
+        kind: &'static str,
+    },
+    /// That directory was missing and could not be made.
+    #[error("cannot create directory {}: {source}", path.display())]
+    CreateDir {
+        /// The path given.
+        path: PathBuf,
+        /// What the file system said.
+        #[source]
+        source: io::Error,
+    },
     /// A file system operation failed.
     #[error("{what} {}: {source}", path.display())]
     Io {
