@@ -52,16 +52,19 @@ fn u16_at(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
 }
 
+/// The descriptors' count and name size a header gives, if believable.
+fn descriptor_shape(header: &[u8]) -> Option<(usize, usize)> {
+    let name_size = u32_at(header, 4)? as usize;
+    let count = u32_at(header, 8)? as usize;
+    (count <= MAX_DESCRIPTORS && name_size != 0 && name_size <= 4096).then_some((count, name_size))
+}
+
 /// Find [`PROGRESS`] given the header and the descriptor block. `None`
 /// when a counter is missing or not one `u64`, or the layout is not
 /// believable.
 pub fn layout(header: &[u8], descriptors: &[u8]) -> Option<Layout> {
-    let name_size = u32_at(header, 4)? as usize;
-    let count = u32_at(header, 8)? as usize;
+    let (count, name_size) = descriptor_shape(header)?;
     let data_offset = u64::from(u32_at(header, 20)?);
-    if count > MAX_DESCRIPTORS || name_size == 0 || name_size > 4096 {
-        return None;
-    }
     let each = DESC_FIXED + name_size;
     let mut counters = vec![None; PROGRESS.len()];
     for i in 0..count {
@@ -116,12 +119,8 @@ impl VcpuStats {
         let file = unsafe { File::from_raw_fd(fd) };
         let mut header = [0u8; HEADER];
         file.read_exact_at(&mut header, 0).ok()?;
-        let count = u32_at(&header, 8)? as usize;
-        let name_size = u32_at(&header, 4)? as usize;
+        let (count, name_size) = descriptor_shape(&header)?;
         let desc_offset = u64::from(u32_at(&header, 16)?);
-        if count > MAX_DESCRIPTORS || name_size > 4096 {
-            return None;
-        }
         let mut descriptors = vec![0u8; count * (DESC_FIXED + name_size)];
         file.read_exact_at(&mut descriptors, desc_offset).ok()?;
         let layout = layout(&header, &descriptors)?;
