@@ -97,6 +97,32 @@ fn the_median_part_is_one_timed_part_of_the_measurement() {
     assert_eq!(m.median_part.0, 1, "{m:?}");
 }
 
+/// A stage the host preempted does not make a short rest look long: the
+/// rest is judged at the fastest stage's rate. (At the average rate, a
+/// first stage of 10^7 cycles made the last 1% of the work, 10^3 cycles,
+/// look like 10^5 and cut it off as a stage of its own.)
+#[test]
+fn a_preempted_stage_does_not_cut_off_a_short_rest() {
+    let spin = |n: u64| {
+        let t = rdtsc_fenced();
+        while rdtsc_fenced() - t < n {}
+    };
+    let mut parts = Vec::new();
+    let mut told = |w, c| parts.push((w, c));
+    let mut st = Stages::on(100, 50_000, &mut told);
+    spin(10_000_000);
+    st.split(30);
+    spin(100_000);
+    st.split(70);
+    spin(100_000);
+    st.split(99);
+    spin(1_000);
+    let cycles = st.finish();
+    let works: Vec<u64> = parts.iter().map(|p| p.0).collect();
+    assert_eq!(works, [30, 40, 30], "{parts:?}");
+    assert_eq!(parts.iter().map(|p| p.1).sum::<u64>(), cycles);
+}
+
 #[test]
 fn a_repetition_alone_in_its_part_is_cut_at_its_stages() {
     // 1 GHz assumed, 1 ms target: each call spins 3 x 10^5 cycles in
