@@ -13,6 +13,12 @@
 //! Readers then take what they need: the whole (bounded) file with
 //! [`InputFile::read_all`], or the open [`std::fs::File`] to stream from.
 //!
+//! Text inputs read whole (guest logs, profiles, baselines) go through
+//! [`read_whole`] instead, which also takes a pipe (`/dev/stdin` under
+//! `qemu ... | vmm features --guest-log /dev/stdin`, or a shell's `<(...)`):
+//! a pipe has no size to check first, so it is read to its end under the
+//! same bound, and refused the moment it passes it.
+//!
 //! Durations given as flags (`--timeout`, `--snapshot-after`) go through
 //! [`parse_seconds`], a clap value parser with one bound, [`MAX_SECONDS`],
 //! so no flag can reach `Duration::from_secs_f64`'s panic or overflow an
@@ -39,7 +45,7 @@ pub enum InputError {
         source: std::io::Error,
     },
     /// Not a regular file: a FIFO would block, a device never ends.
-    #[error("{what} {path} is {kind}, not a regular file")]
+    #[error("{what} {path} is {kind}, not {wanted}")]
     NotRegular {
         /// What the file was for.
         what: &'static str,
@@ -47,6 +53,9 @@ pub enum InputError {
         path: PathBuf,
         /// What it is instead (`a directory`, `a FIFO`, ...).
         kind: &'static str,
+        /// What the reader takes (`a regular file`, `a regular file or a
+        /// pipe`).
+        wanted: &'static str,
     },
     /// Larger than any valid file of its kind.
     #[error("{what} {path} is {len} bytes; the limit is {max} bytes")]
@@ -89,6 +98,28 @@ pub enum InputError {
         /// What it starts with instead (at most as many bytes as expected).
         found: Vec<u8>,
     },
+    /// A pipe carried more than the bound before its end.
+    #[error("{what} {path} is a pipe that carried more than {max} bytes, the limit")]
+    PipeTooLarge {
+        /// What the file was for.
+        what: &'static str,
+        /// The pipe's path.
+        path: PathBuf,
+        /// The caller's bound.
+        max: u64,
+    },
+    /// A pipe ended before its first byte: its writer wrote nothing, or (a
+    /// named FIFO) no writer had it open when it was read.
+    #[error(
+        "{what} {path} is a pipe that ended before its first byte: its writer wrote \
+         nothing, or no writer had it open"
+    )]
+    EmptyPipe {
+        /// What the file was for.
+        what: &'static str,
+        /// The pipe's path.
+        path: PathBuf,
+    },
     /// Reading failed part way.
     #[error("cannot read {what} {path}: {source}")]
     Read {
@@ -118,6 +149,54 @@ pub fn open_regular(
     what: &'static str,
     max_len: u64,
 ) -> Result<InputFile, InputError> {
+    match open_any(path, what, max_len, "a regular file")? {
+        Opened::Regular(f) => Ok(f),
+        Opened::Pipe(_) => Err(InputError::NotRegular {
+            what,
+            path: path.to_path_buf(),
+            kind: "a FIFO",
+            wanted: "a regular file",
+        }),
+    }
+}
+
+/// The whole content of `path`, a regular file or a pipe, of at most
+/// `max_len` bytes; `what` names its role in messages.
+///
+/// A regular file is checked by its size first, as [`open_regular`] does. A
+/// pipe (a named FIFO, or an anonymous one reached as `/dev/stdin` or
+/// `/dev/fd/N`) is read to its end with blocking reads, and refused as soon
+/// as it carries one byte past `max_len`; so a writer that never stops
+/// costs at most the bound in memory, never more. Devices, directories and
+/// sockets are refused by name, as by [`open_regular`].
+///
+/// # Errors
+/// [`InputError::PipeTooLarge`] and [`InputError::EmptyPipe`] for a pipe
+/// past the bound or with nothing in it; otherwise those of
+/// [`open_regular`] and [`InputFile::read_all`].
+pub fn read_whole(path: &Path, what: &'static str, max_len: u64) -> Result<Vec<u8>, InputError> {
+    match open_any(path, what, max_len, "a regular file or a pipe")? {
+        Opened::Regular(f) => f.read_all(),
+        Opened::Pipe(file) => read_pipe(file, path, what, max_len),
+    }
+}
+
+/// What [`open_any`] found at a path.
+enum Opened {
+    /// A regular file within the bound.
+    Regular(InputFile),
+    /// A FIFO, still open with `O_NONBLOCK`.
+    Pipe(File),
+}
+
+/// Open `path` without blocking and sort it: a regular file (size checked)
+/// or a pipe; anything else is refused by name, saying what was `wanted`.
+fn open_any(
+    path: &Path,
+    what: &'static str,
+    max_len: u64,
+    wanted: &'static str,
+) -> Result<Opened, InputError> {
     let open_err = |source| InputError::Open {
         what,
         path: path.to_path_buf(),
@@ -132,6 +211,9 @@ pub fn open_regular(
         .map_err(open_err)?;
     let meta = file.metadata().map_err(open_err)?;
     let ft = meta.file_type();
+    if ft.is_fifo() {
+        return Ok(Opened::Pipe(file));
+    }
     if !ft.is_file() {
         let kind = if ft.is_dir() {
             "a directory"
@@ -150,6 +232,7 @@ pub fn open_regular(
             what,
             path: path.to_path_buf(),
             kind,
+            wanted,
         });
     }
     let len = meta.len();
@@ -161,12 +244,66 @@ pub fn open_regular(
             max: max_len,
         });
     }
-    Ok(InputFile {
+    Ok(Opened::Regular(InputFile {
         file,
         path: path.to_path_buf(),
         what,
         len,
-    })
+    }))
+}
+
+/// Read a pipe opened by [`open_any`] to its end, under `max_len`.
+fn read_pipe(
+    file: File,
+    path: &Path,
+    what: &'static str,
+    max_len: u64,
+) -> Result<Vec<u8>, InputError> {
+    let read_err = |source| InputError::Read {
+        what,
+        path: path.to_path_buf(),
+        source,
+    };
+    // Blocking reads from here: the writer may be slower than we are (a
+    // guest's serial log through `qemu ... |`), and a non-blocking read
+    // would take its pause for the end.
+    set_blocking(&file).map_err(read_err)?;
+    let mut bytes = Vec::new();
+    (&file)
+        .take(max_len.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(read_err)?;
+    if bytes.len() as u64 > max_len {
+        return Err(InputError::PipeTooLarge {
+            what,
+            path: path.to_path_buf(),
+            max: max_len,
+        });
+    }
+    if bytes.is_empty() {
+        return Err(InputError::EmptyPipe {
+            what,
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(bytes)
+}
+
+/// Clear `O_NONBLOCK` on `file`.
+fn set_blocking(file: &File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    // SAFETY: F_GETFL on a descriptor `file` owns reads its flags only.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: F_SETFL on a descriptor `file` owns changes only its status
+    // flags; nothing else refers to them.
+    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 impl InputFile {
@@ -336,6 +473,84 @@ mod tests {
         // Returns at once: no writer is needed to refuse it.
         let e = open_regular(&fifo, "profile", 1 << 20).unwrap_err();
         assert!(e.to_string().contains("is a FIFO"), "{e}");
+    }
+
+    /// A FIFO with no file name of its own, as `/dev/stdin` under a pipe.
+    fn fifo_in(dir: &Path) -> PathBuf {
+        let fifo = dir.join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: `c` is a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        fifo
+    }
+
+    #[test]
+    fn reads_a_pipe_to_its_end_under_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = fifo_in(dir.path());
+        // A writer slower than the reader: pauses between pieces are not
+        // taken for the end.
+        let w = fifo.clone();
+        let writer = std::thread::spawn(move || {
+            let mut f = std::fs::OpenOptions::new().write(true).open(w).unwrap();
+            for piece in [&b"VMMREC1 "[..], b"one ", b"two\n"] {
+                std::io::Write::write_all(&mut f, piece).unwrap();
+                std::thread::sleep(Duration::from_millis(30));
+            }
+        });
+        // Wait for the writer's open, so the read sees it (a FIFO read
+        // with no writer is its end, as for `cat`).
+        let held = wait_for_writer(&fifo);
+        let bytes = read_whole(&fifo, "guest log", 1 << 20).unwrap();
+        drop(held);
+        writer.join().unwrap();
+        assert_eq!(bytes, b"VMMREC1 one two\n");
+
+        // One byte past the bound: refused, and not read on.
+        let w = fifo.clone();
+        let writer = std::thread::spawn(move || {
+            let mut f = std::fs::OpenOptions::new().write(true).open(w).unwrap();
+            // The reader stops at 17 bytes and closes: EPIPE here.
+            let _ = std::io::Write::write_all(&mut f, &[b'x'; 1 << 20]);
+        });
+        let held = wait_for_writer(&fifo);
+        let e = read_whole(&fifo, "profile", 16).unwrap_err();
+        // The last reader gone, the writer's next write fails and it ends.
+        drop(held);
+        writer.join().unwrap();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "profile {} is a pipe that carried more than 16 bytes, the limit",
+                fifo.display()
+            )
+        );
+
+        // No writer: the end at once, named.
+        let e = read_whole(&fifo, "baseline", 16).unwrap_err();
+        assert!(matches!(e, InputError::EmptyPipe { .. }), "{e}");
+        assert!(e.to_string().contains("ended before its first byte"), "{e}");
+
+        // A device is still refused, saying what is taken instead.
+        let e = read_whole(Path::new("/dev/zero"), "guest log", 16).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "guest log /dev/zero is a character device, not a regular file or a pipe"
+        );
+        // A regular file reads as `read_all` does.
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"{}").unwrap();
+        assert_eq!(read_whole(&file, "profile", 16).unwrap(), b"{}");
+        std::fs::write(&file, [b' '; 17]).unwrap();
+        let e = read_whole(&file, "profile", 16).unwrap_err();
+        assert!(matches!(e, InputError::TooLarge { len: 17, .. }), "{e}");
+    }
+
+    /// Block until a writer has `fifo` open (a reader's blocking open waits
+    /// for one), and return that reader: held while `read_whole` reads, it
+    /// keeps the writer's writes from failing for want of a reader.
+    fn wait_for_writer(fifo: &Path) -> File {
+        File::open(fifo).unwrap()
     }
 
     #[test]

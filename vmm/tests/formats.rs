@@ -262,6 +262,35 @@ fn dumps_are_read_by_profile_and_compare() {
         == "opmask: standard offset differs (1088 on A, 1088 on B, 832 on C): \
                       standard-format images (KVM_GET_XSAVE) must be re-laid out when moving \
                       between these hosts"));
+    // Through a pipe (`cpuid -r | vmm features import /dev/stdin -`), the
+    // same dump reads the same, for every reader of dumps.
+    let piped = common::vmm_piped(
+        &["features", "--profile", "/dev/stdin", "--no-boot", "--json"],
+        raw.as_bytes(),
+    );
+    assert!(piped.status.success(), "{}", common::stderr(&piped));
+    let v: serde_json::Value = serde_json::from_slice(&piped.stdout).unwrap();
+    assert_eq!(common::hex(&v["columns"]["cpu"]["xcr0"]), 0x602e7);
+    let out = vmm(&["features", "import", cpuid.to_str().unwrap(), "-"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let from_file: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let piped = common::vmm_piped(&["features", "import", "/dev/stdin", "-"], raw.as_bytes());
+    assert!(piped.status.success(), "{}", common::stderr(&piped));
+    let mut from_pipe: serde_json::Value = serde_json::from_slice(&piped.stdout).unwrap();
+    // Equal but for the source, which names the file.
+    assert!(
+        from_pipe["source"].as_str().unwrap().contains("/dev/stdin"),
+        "{from_pipe}"
+    );
+    from_pipe["source"] = from_file["source"].clone();
+    assert_eq!(from_pipe, from_file);
+    let piped = common::vmm_piped(
+        &["features", "compare", "/dev/stdin", "zen4-genoa", "--json"],
+        raw.as_bytes(),
+    );
+    assert!(piped.status.success(), "{}", common::stderr(&piped));
+    let v: serde_json::Value = serde_json::from_slice(&piped.stdout).unwrap();
+    assert_eq!(common::hex(&v["baseline_xcr0"]), 0x2e7);
     // Text in no known format is refused by name.
     let junk = common::temp_file("junk.txt", b"CPU 0:\nnothing here\n");
     let out = vmm(&["features", "--profile", junk.to_str().unwrap(), "--no-boot"]);

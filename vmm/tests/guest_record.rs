@@ -32,6 +32,19 @@ fn serial_record_reads_back_as_the_binary_report() {
 
     let (out, f) = vmm_json(&["features", "--guest-log", log.to_str().unwrap()]);
     assert!(out.status.success(), "{}", common::stderr(&out));
+    // The same log through a pipe (`qemu ... | vmm features --guest-log
+    // /dev/stdin`) reads the same.
+    let piped = common::vmm_piped(
+        &["features", "--guest-log", "/dev/stdin", "--json"],
+        serial.as_bytes(),
+    );
+    assert!(piped.status.success(), "{}", common::stderr(&piped));
+    let pf: serde_json::Value = serde_json::from_slice(&piped.stdout).unwrap();
+    // Equal but for the name of the source.
+    assert_eq!(pf["source"], "guest log /dev/stdin");
+    for k in ["columns", "components", "consistency", "xcr0", "xss"] {
+        assert_eq!(pf[k], f[k], "{k}");
+    }
     let g = &f["columns"]["guest"];
     let cpuid = &run["guest_cpuid"];
     assert_eq!(hex(&g["xcr0"]), hex(&run["guest_xcr0"]));
@@ -52,6 +65,16 @@ fn serial_record_reads_back_as_the_binary_report() {
     // compare: the guest's own figures, exactly as the binary report has them.
     let (out, c) = vmm_json(&["features", "compare", log.to_str().unwrap()]);
     assert!(out.status.success(), "{}", common::stderr(&out));
+    let piped = common::vmm_piped(
+        &["features", "compare", "/dev/stdin", "--json"],
+        serial.as_bytes(),
+    );
+    assert!(piped.status.success(), "{}", common::stderr(&piped));
+    let mut pc: serde_json::Value = serde_json::from_slice(&piped.stdout).unwrap();
+    // Equal but for the name of the file.
+    assert_eq!(pc["guests"][0]["file"], "/dev/stdin");
+    pc["guests"][0]["file"] = c["guests"][0]["file"].clone();
+    assert_eq!(pc["guests"], c["guests"]);
     assert_eq!(c["hosts"][0]["xcr0_source"], "guest");
     assert_eq!(hex(&c["hosts"][0]["xcr0"]), hex(&cpuid["xcr0_supported"]));
     let guest = &c["guests"][0];
@@ -115,4 +138,44 @@ fn guest_log_errors_name_the_file() {
         "{err}"
     );
     let _ = std::fs::remove_file(&log);
+}
+
+/// A pipe is read to its end and judged as the file would be; one with
+/// nothing in it, or more than the bound, is named as such.
+#[test]
+fn guest_logs_through_a_pipe_are_read_to_their_end() {
+    let out = common::vmm_piped(
+        &["features", "--guest-log", "/dev/stdin"],
+        b"guest: exit: success\n",
+    );
+    assert_eq!(out.status.code(), Some(64));
+    let err = common::stderr(&out);
+    assert!(
+        err.contains("guest log /dev/stdin: no VMMREC1 line in the log"),
+        "{err}"
+    );
+    let out = common::vmm_piped(&["features", "--guest-log", "/dev/stdin"], b"");
+    assert_eq!(out.status.code(), Some(64));
+    let err = common::stderr(&out);
+    assert!(
+        err.contains("guest log /dev/stdin is a pipe that ended before its first byte"),
+        "{err}"
+    );
+    // 16 MiB and one byte: refused at the bound, not read on.
+    let big = vec![b'x'; (16 << 20) + 1];
+    let out = common::vmm_piped(&["features", "compare", "/dev/stdin"], &big);
+    assert_eq!(out.status.code(), Some(64));
+    let err = common::stderr(&out);
+    assert!(
+        err.contains("compare input /dev/stdin is a pipe that carried more than 16777216 bytes"),
+        "{err}"
+    );
+    // A terminal or /dev/null as standard input is a device: refused.
+    let out = common::vmm(&["features", "--guest-log", "/dev/null"]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(
+        common::stderr(&out).contains("is a character device, not a regular file"),
+        "{}",
+        common::stderr(&out)
+    );
 }

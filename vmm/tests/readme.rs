@@ -26,9 +26,12 @@
 //!
 //! `cargo run [--release] -p vmm -- ARGS` runs as the built `vmm ARGS`.
 //! `> FILE` sends the command's stdout to FILE in the scratch directory (a
-//! later command may read it); `2> ...` and pipes are dropped: the
-//! command's own status is what is checked. Every command is killed after
-//! [`LIMIT`].
+//! later command may read it); `2> ...` is dropped, and so is a pipe into
+//! another program: the command's own status is what is checked. A pipe
+//! from `vmm` into `vmm` (`vmm run ... | vmm features --guest-log
+//! /dev/stdin`) runs as a pipeline, the first's stdout the second's stdin;
+//! its status is the first failure's, as under `set -o pipefail`. Every
+//! command is killed after [`LIMIT`].
 //!
 //! The other tests here check the documents against the binary: every
 //! relative link resolves (file and heading), and the lists that drifted
@@ -59,8 +62,18 @@ struct Example {
     args: Vec<String>,
     /// The documented exit status.
     status: i32,
-    /// `> FILE`: where its stdout goes (else nowhere).
+    /// `> FILE`: where its stdout goes (else nowhere; into the next
+    /// command's stdin when there is one).
     stdout: Option<String>,
+    /// `| vmm ARGS`: the `vmm` command that reads this one's stdout.
+    then: Option<Vec<String>>,
+}
+
+impl Example {
+    /// Every `vmm` command of the line: this one and the one it pipes to.
+    fn commands(&self) -> impl Iterator<Item = &Vec<String>> {
+        std::iter::once(&self.args).chain(self.then.iter())
+    }
 }
 
 /// The file of a `> FILE` stdout redirection on the line, if any (`2>`,
@@ -114,6 +127,14 @@ fn words(line: &str) -> Vec<String> {
     out
 }
 
+/// The `vmm` arguments of the command a line pipes its output into, if
+/// that command is `vmm` too.
+fn piped_vmm_args(line: &str) -> Option<Vec<String>> {
+    let code = line.split(" #").next().unwrap_or(line);
+    let (_, rest) = code.split_once(" | ")?;
+    vmm_args(rest)
+}
+
 /// The `vmm` arguments of a command line, if it is a `vmm` command.
 fn vmm_args(line: &str) -> Option<Vec<String>> {
     let w = words(line);
@@ -163,6 +184,7 @@ fn examples(readme: &str) -> Vec<Example> {
                     args,
                     status: documented_status(text),
                     stdout: stdout_file(text),
+                    then: piped_vmm_args(text),
                 });
             }
         };
@@ -209,16 +231,13 @@ fn needs_kvm(args: &[String]) -> bool {
     }
 }
 
-/// Run one example in `dir`, killed after [`LIMIT`]: (status, stderr tail).
-fn run(ex: &Example, dir: &Path) -> (Option<i32>, String) {
-    let stdout = match &ex.stdout {
-        Some(f) => Stdio::from(std::fs::File::create(dir.join(f)).expect("create the > file")),
-        None => Stdio::null(),
-    };
+/// One `vmm` of a pipeline, started in `dir`, with its stderr collected by
+/// a thread.
+fn spawn(args: &[String], dir: &Path, stdin: Stdio, stdout: Stdio) -> Started {
     let mut child = Command::new(vmm_bin())
-        .args(&ex.args)
+        .args(args)
         .current_dir(dir)
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(stdout)
         .stderr(Stdio::piped())
         .spawn()
@@ -229,24 +248,65 @@ fn run(ex: &Example, dir: &Path) -> (Option<i32>, String) {
         let _ = stderr.read_to_string(&mut s);
         s
     });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait for vmm") {
-            break s.code();
+    Started {
+        child,
+        reader,
+        status: None,
+    }
+}
+
+/// A started `vmm` and what is known of its end.
+struct Started {
+    child: std::process::Child,
+    reader: std::thread::JoinHandle<String>,
+    /// `Some(code)` once it ended (`code` `None`: killed by a signal).
+    status: Option<Option<i32>>,
+}
+
+/// Run one example in `dir` (a pipeline of two when it pipes into `vmm`),
+/// every process killed after [`LIMIT`]: (status, stderr tail). The status
+/// is the first failure's, as under `set -o pipefail` (`None`: killed).
+fn run(ex: &Example, dir: &Path) -> (Option<i32>, String) {
+    let last_stdout = || match &ex.stdout {
+        Some(f) => Stdio::from(std::fs::File::create(dir.join(f)).expect("create the > file")),
+        None => Stdio::null(),
+    };
+    let mut procs = Vec::new();
+    match &ex.then {
+        None => procs.push(spawn(&ex.args, dir, Stdio::null(), last_stdout())),
+        Some(next) => {
+            let mut first = spawn(&ex.args, dir, Stdio::null(), Stdio::piped());
+            let pipe = first.child.stdout.take().expect("stdout is piped");
+            procs.push(first);
+            procs.push(spawn(next, dir, Stdio::from(pipe), last_stdout()));
         }
-        if start.elapsed() > LIMIT {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
+    }
+    let start = Instant::now();
+    while procs.iter().any(|p| p.status.is_none()) {
+        for p in procs.iter_mut().filter(|p| p.status.is_none()) {
+            if let Some(s) = p.child.try_wait().expect("wait for vmm") {
+                p.status = Some(s.code());
+            } else if start.elapsed() > LIMIT {
+                let _ = p.child.kill();
+                let _ = p.child.wait();
+                p.status = Some(None);
+            }
         }
         std::thread::sleep(Duration::from_millis(20));
-    };
-    let err = reader.join().unwrap_or_default();
-    let tail: Vec<&str> = err.lines().rev().take(6).collect();
-    (
-        status,
-        tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
-    )
+    }
+    let mut status = Some(0);
+    let mut tail = Vec::new();
+    for p in procs {
+        let code = p.status.expect("every process ended");
+        if status == Some(0) {
+            status = code;
+        }
+        let err = p.reader.join().unwrap_or_default();
+        let mut t: Vec<&str> = err.lines().rev().take(6).collect();
+        t.reverse();
+        tail.extend(t.into_iter().map(str::to_string));
+    }
+    (status, tail.join("\n"))
 }
 
 /// The documents whose commands run, in this order (one scratch directory
@@ -331,8 +391,8 @@ fn minimal_budget(args: &[String]) -> Vec<String> {
 /// `host.json`): what a later command cannot have when this one was
 /// skipped.
 fn file_words(ex: &Example) -> Vec<String> {
-    ex.args
-        .iter()
+    ex.commands()
+        .flatten()
         .chain(ex.stdout.iter())
         .filter(|w| {
             !w.starts_with('-')
@@ -358,7 +418,9 @@ fn extraction_finds_blocks_and_table_cells() {
                 | `vmm man`, `vmm completions bash` | `vmm` in prose |\n\
                 Prose `vmm prose` is not run.\n\
                 | option | meaning |\n|---|---|\n| `vmm in an option table` | no |\n\n\
-                - a list item:\n\n  ```sh\n  vmm schema out > x.txt\n  ```\n";
+                - a list item:\n\n  ```sh\n  vmm schema out > x.txt\n  ```\n\
+                ```sh\nvmm run --serial | vmm features --guest-log /dev/stdin # exit 3\n\
+                vmm man | man -l -\n```\n";
     let ex = examples(text);
     let got: Vec<(usize, Vec<&str>, i32)> = ex
         .iter()
@@ -378,10 +440,23 @@ fn extraction_finds_blocks_and_table_cells() {
             (11, vec!["man"], 0),
             (11, vec!["completions", "bash"], 0),
             (20, vec!["schema", "out"], 0),
+            (23, vec!["run", "--serial"], 3),
+            (24, vec!["man"], 0),
         ]
     );
     assert_eq!(ex[4].stdout.as_deref(), Some("x.txt"));
     assert_eq!(file_words(&ex[4]), vec!["x.txt"]);
+    // A pipe into `vmm` is a pipeline; into another program, dropped.
+    assert_eq!(
+        ex[5].then,
+        Some(
+            ["features", "--guest-log", "/dev/stdin"]
+                .map(String::from)
+                .to_vec()
+        )
+    );
+    assert_eq!(ex[6].then, None);
+    assert!(ex[..5].iter().all(|e| e.then.is_none()));
 }
 
 /// The benchmark rewrite, on the commands the docs show.
@@ -432,6 +507,7 @@ fn benchmarks_run_with_minimal_budgets() {
         .to_vec(),
         status: 0,
         stdout: Some("run.json".into()),
+        then: None,
     };
     assert_eq!(file_words(&snap), vec!["guest.snap", "run.json"]);
 }
@@ -478,8 +554,9 @@ fn every_documented_command_works() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let mut failures = Vec::new();
-    // (args, stdout) already run, and where.
-    let mut done: Vec<(Vec<String>, Option<String>, String)> = Vec::new();
+    // (args, piped into, stdout) already run, and where.
+    type Done = (Vec<String>, Option<Vec<String>>, Option<String>, String);
+    let mut done: Vec<Done> = Vec::new();
     // Files a skipped command would have written, and which command.
     let mut missing: Vec<(String, String)> = Vec::new();
     let mut count = 0;
@@ -489,7 +566,7 @@ fn every_documented_command_works() {
         count += all.len();
         for ex in &all {
             let at = format!("{doc}:{}", ex.line);
-            if needs_kvm(&ex.args) && !kvm {
+            if ex.commands().any(|c| needs_kvm(c)) && !kvm {
                 eprintln!("SKIPPED {at} {} (no KVM)", ex.text);
                 for f in file_words(ex) {
                     if !dir.join(&f).exists() {
@@ -498,31 +575,40 @@ fn every_documented_command_works() {
                 }
                 continue;
             }
-            if let Some((f, by)) = missing
-                .iter()
-                .find(|(f, _)| ex.args.contains(f) && ex.stdout.as_ref() != Some(f))
-            {
+            if let Some((f, by)) = missing.iter().find(|(f, _)| {
+                ex.commands().any(|c| c.contains(f)) && ex.stdout.as_ref() != Some(f)
+            }) {
                 eprintln!("SKIPPED {at} {} (reads {f}, which {by} writes)", ex.text);
                 continue;
             }
-            if let Some((_, _, first)) = done
+            if let Some((_, _, _, first)) = done
                 .iter()
-                .find(|(a, o, _)| *a == ex.args && *o == ex.stdout)
+                .find(|(a, t, o, _)| *a == ex.args && *t == ex.then && *o == ex.stdout)
             {
                 eprintln!("{at} {} -> as {first}", ex.text);
                 continue;
             }
-            done.push((ex.args.clone(), ex.stdout.clone(), at.clone()));
+            done.push((
+                ex.args.clone(),
+                ex.then.clone(),
+                ex.stdout.clone(),
+                at.clone(),
+            ));
             let ran = Example {
                 args: minimal_budget(&ex.args),
+                then: ex.then.as_deref().map(minimal_budget),
                 ..ex.clone()
             };
             let start = Instant::now();
             let (status, err) = run(&ran, &dir);
-            let how = if ran.args == ex.args {
+            let how = if ran.args == ex.args && ran.then == ex.then {
                 String::new()
             } else {
-                format!(" (run as `vmm {}`)", ran.args.join(" "))
+                let then = ran
+                    .then
+                    .as_ref()
+                    .map_or(String::new(), |t| format!(" | vmm {}", t.join(" ")));
+                format!(" (run as `vmm {}{then}`)", ran.args.join(" "))
             };
             eprintln!(
                 "{at} {}{how} -> {status:?} in {:.1} s",

@@ -103,7 +103,7 @@ pub struct Baseline {
 /// Read a baseline file (`--baseline` resolved, or `--compare FILE`) of
 /// benchmark `kind`.
 pub fn load(path: &Path, kind: &Kind) -> Result<Baseline, BaselineError> {
-    let bytes = crate::input::open_regular(path, "baseline", MAX_BASELINE_BYTES)?.read_all()?;
+    let bytes = crate::input::read_whole(path, "baseline", MAX_BASELINE_BYTES)?;
     let b: Baseline = serde_json::from_slice(&bytes).map_err(|source| BaselineError::Parse {
         path: path.to_path_buf(),
         bench: kind.bench,

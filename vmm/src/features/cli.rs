@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::Subcommand;
 
+use super::profile::HostProfile;
 use super::{
     compare_cmd, export, import_cmd, inputs, lint_cmd, save, show, FeaturesError, Inputs, Request,
 };
@@ -192,10 +193,11 @@ pub fn run(args: FeaturesArgs) -> Result<i32, FeaturesError> {
 }
 
 impl ShowArgs {
-    /// What to gather for these options.
-    pub fn request(&self) -> Request<'_> {
+    /// What to gather for these options, with `--profile`'s profile as
+    /// loaded (once) by the caller.
+    pub fn request<'a>(&'a self, profile: Option<&'a HostProfile>) -> Request<'a> {
         Request {
-            profile: self.profile.as_deref(),
+            profile,
             xfeatures: self.xfeatures.as_deref(),
             boot: !self.no_boot,
             timeout: (!self.timeout.is_zero()).then_some(self.timeout),
@@ -203,7 +205,11 @@ impl ShowArgs {
     }
 }
 
-/// Collects the inputs of the view for a profile or this host.
-pub(crate) fn gather(args: &ShowArgs) -> Result<Inputs, FeaturesError> {
-    inputs::gather(&args.request())
+/// Collects the inputs of the view for `profile` (`--profile`'s, loaded)
+/// or this host.
+pub(crate) fn gather(
+    args: &ShowArgs,
+    profile: Option<&HostProfile>,
+) -> Result<Inputs, FeaturesError> {
+    inputs::gather(&args.request(profile))
 }

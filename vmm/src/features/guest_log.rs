@@ -40,11 +40,11 @@ pub fn holds_record(bytes: &[u8]) -> bool {
 }
 
 impl GuestRecord {
-    /// Read a serial log (a regular file of at most [`MAX_GUEST_LOG_BYTES`])
+    /// Read a serial log (a regular file or a pipe, of at most
+    /// [`MAX_GUEST_LOG_BYTES`])
     /// and take its last valid record. Errors name the file.
     pub fn load(path: &Path) -> Result<Self, FeaturesError> {
-        let bytes =
-            crate::input::open_regular(path, "guest log", MAX_GUEST_LOG_BYTES)?.read_all()?;
+        let bytes = crate::input::read_whole(path, "guest log", MAX_GUEST_LOG_BYTES)?;
         Self::parse(path, &bytes)
     }
 
@@ -167,7 +167,7 @@ impl GuestRecord {
 /// CPU). No KVM, no boot.
 pub fn inputs(
     log: &Path,
-    profile: Option<&Path>,
+    profile: Option<&HostProfile>,
     xfeatures: Option<&str>,
 ) -> Result<Inputs, FeaturesError> {
     let g = GuestRecord::load(log)?;

@@ -4,7 +4,6 @@
 //! is kept apart from the comparison so the comparison can be tested on
 //! recorded inputs.
 
-use std::path::Path;
 use std::time::Duration;
 
 use guest::protocol::Report;
@@ -160,8 +159,9 @@ fn policy_for(
 /// What to gather: the options of `vmm features` that pick the inputs.
 #[derive(Clone, Copy, Debug)]
 pub struct Request<'a> {
-    /// A recorded profile to show instead of this host.
-    pub profile: Option<&'a Path>,
+    /// A recorded profile to show instead of this host, loaded once by
+    /// the caller (its file may be a pipe, readable once).
+    pub profile: Option<&'a profile::HostProfile>,
     /// The policy, as for `vmm run` (`None`: everything the source offers).
     pub xfeatures: Option<&'a str>,
     /// Boot the guest for its column.
@@ -172,8 +172,7 @@ pub struct Request<'a> {
 
 /// Collects the inputs of the view for a profile or this host.
 pub fn gather(args: &Request) -> Result<Inputs, FeaturesError> {
-    if let Some(path) = args.profile {
-        let p = super::bundled::load(path)?;
+    if let Some(p) = args.profile {
         let (host, what) = match &p.kvm {
             Some(k) => (*k, "the profile's KVM"),
             None => (p.cpu, "the profile's CPU"),

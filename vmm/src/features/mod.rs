@@ -123,6 +123,7 @@ use crate::schema::Document;
 use cli::{gather, CompareArgs, ImportArgs, LintArgs, SaveArgs, ShowArgs};
 pub use error::FeaturesError;
 pub use inputs::{GuestSeen, GuestState, Inputs, Request};
+use profile::HostProfile;
 pub use view::{FeaturesDocument, FeaturesView};
 
 /// Hints live with the command (not in `error`) because they name the
@@ -179,12 +180,15 @@ fn show(args: &ShowArgs) -> Result<i32, FeaturesError> {
         }
         return Ok(0);
     }
+    // Read once: the file may be a pipe, and two reads of one path need
+    // not agree.
+    let profile = args.profile.as_deref().map(bundled::load).transpose()?;
     let inputs = match &args.guest_log {
-        Some(log) => guest_log::inputs(log, args.profile.as_deref(), args.xfeatures.as_deref())?,
-        None => gather(args)?,
+        Some(log) => guest_log::inputs(log, profile.as_ref(), args.xfeatures.as_deref())?,
+        None => gather(args, profile.as_ref())?,
     };
     let view = view::build(&inputs);
-    let consistency = consistency(args, &inputs)?;
+    let consistency = consistency(args, profile.as_ref(), &inputs)?;
     if args.json {
         print_json(
             Document::Features,
@@ -207,9 +211,13 @@ fn show(args: &ShowArgs) -> Result<i32, FeaturesError> {
 }
 
 /// The lint of the sources `vmm features` shows.
-fn consistency(args: &ShowArgs, inputs: &Inputs) -> Result<lint::LintView, FeaturesError> {
-    Ok(match &args.profile {
-        Some(p) => lint::lint_profile(&bundled::load(p)?),
+fn consistency(
+    args: &ShowArgs,
+    profile: Option<&HostProfile>,
+    inputs: &Inputs,
+) -> Result<lint::LintView, FeaturesError> {
+    Ok(match profile {
+        Some(p) => lint::lint_profile(p),
         None => {
             let seen = match &inputs.guest {
                 GuestState::Booted { seen, .. } => Some(seen),
@@ -357,8 +365,7 @@ fn load_source(path: &std::path::Path) -> Result<compare::Source, FeaturesError>
         // A bundled profile by name, or the error naming the bundled ones.
         return Ok(compare::Source::Host(bundled::load(path)?));
     }
-    let bytes = crate::input::open_regular(path, "compare input", guest_log::MAX_GUEST_LOG_BYTES)?
-        .read_all()?;
+    let bytes = crate::input::read_whole(path, "compare input", guest_log::MAX_GUEST_LOG_BYTES)?;
     if guest_log::holds_record(&bytes) {
         let g = guest_log::GuestRecord::parse(path, &bytes)?;
         return Ok(compare::Source::Guest(g.to_profile()?, g));

@@ -111,14 +111,14 @@ impl HostProfile {
         Self::load_with(path, MAX_PROFILE_BYTES, Self::parse)
     }
 
-    /// Read a regular file of at most `max` bytes as UTF-8 text and hand it
+    /// Read a regular file or a pipe of at most `max` bytes as UTF-8 text and hand it
     /// to `parse`: the one way profile-like files are opened.
     pub fn load_with(
         path: &Path,
         max: u64,
         parse: impl FnOnce(&Path, &str) -> Result<Self, FeaturesError>,
     ) -> Result<Self, FeaturesError> {
-        let bytes = crate::input::open_regular(path, "profile", max)?.read_all()?;
+        let bytes = crate::input::read_whole(path, "profile", max)?;
         let text = String::from_utf8(bytes).map_err(|e| FeaturesError::Profile {
             path: path.to_path_buf(),
             reason: format!("not UTF-8 text: {}", e.utf8_error()),
@@ -495,13 +495,13 @@ mod tests {
     }
 
     #[test]
-    fn load_refuses_what_is_not_a_small_regular_file() {
+    fn load_refuses_what_is_not_a_small_file_or_pipe() {
         let e = HostProfile::load(Path::new("/dev/zero"))
             .unwrap_err()
             .to_string();
         assert_eq!(
             e,
-            "profile /dev/zero is a character device, not a regular file"
+            "profile /dev/zero is a character device, not a regular file or a pipe"
         );
         let dir = tempfile::tempdir().unwrap();
         let big = dir.path().join("big.json");

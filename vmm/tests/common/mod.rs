@@ -65,6 +65,29 @@ pub fn vmm(args: &[&str]) -> Output {
         .expect("cannot start the vmm binary")
 }
 
+/// Run `vmm` with arguments and `input` written into its standard input
+/// through a pipe (by a thread, so a reader that stops early cannot block
+/// the test), for inputs named `/dev/stdin`.
+pub fn vmm_piped(args: &[&str], input: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(vmm_bin())
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("cannot start the vmm binary");
+    let mut stdin = child.stdin.take().expect("stdin is piped");
+    let input = input.to_vec();
+    // A reader that refuses the pipe closes it: EPIPE is not a failure.
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let out = child.wait_with_output().expect("vmm output");
+    writer.join().expect("the writer thread");
+    out
+}
+
 /// Run `vmm ... --json` and parse stdout.
 pub fn vmm_json(args: &[&str]) -> (Output, serde_json::Value) {
     let mut all: Vec<&str> = args.to_vec();
