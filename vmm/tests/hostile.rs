@@ -379,6 +379,26 @@ fn vmm_owned_words_are_refused() {
     }
 }
 
+/// A command line with a character that is not printable ASCII is refused
+/// before any VM exists: a snapshot of such a run was written and then
+/// refused by `vmm restore` ("meta.cmdline holds '\u{1b}'").
+#[test]
+fn command_lines_of_anything_but_printable_ascii_are_refused() {
+    for (cmdline, shown) in [
+        ("quiet \u{1b}]0;owned\u{7}", "holds '\\u{1b}': only"),
+        ("a\tb", "holds '\\t': only"),
+        ("init=/sbin/ünï", "holds 'ü': only"),
+    ] {
+        let out = vmm(&["run", "--cmdline", cmdline]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(EXIT_USAGE), "{cmdline:?}: {err}");
+        assert!(err.contains("the guest command line holds"), "{err}");
+        assert!(err.contains(shown), "{cmdline:?}: {err}");
+        // What the user typed is shown, not obeyed by the terminal.
+        assert!(!err.contains('\u{1b}'), "{err:?}");
+    }
+}
+
 /// A usage error (clap) is 68, not 2 (the guest's CPU-exception status).
 #[test]
 fn usage_errors_have_their_own_status() {

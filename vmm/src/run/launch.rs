@@ -426,8 +426,17 @@ pub(crate) fn check_snapshot_options(after: Option<Duration>, file: Option<&Path
 /// the VMM owns (`guest::protocol::VMM_OWNED_WORDS`: a caller's
 /// `xfeatures=` would replace the policy hint), or one that, with the VMM's
 /// own words, would not fit the guest's `guest::protocol::CMDLINE_MAX`
-/// bytes (the guest would cut it, and with it words it needs).
+/// bytes (the guest would cut it, and with it words it needs), or one
+/// with a character that is not printable ASCII (a snapshot records the
+/// line, and a restore refuses one that holds such a character; our guest
+/// reads words of printable ASCII).
 pub fn check_cmdline_words(cmdline: &str) -> Result<()> {
+    if let Some(c) = cmdline.chars().find(|c| !(' '..='~').contains(c)) {
+        return Err(Error::Argument(format!(
+            "the guest command line holds {c:?}: only printable ASCII (spaces between \
+             words) is passed to the guest"
+        )));
+    }
     if let Some(word) = guest::protocol::vmm_owned_word(cmdline) {
         return Err(Error::Argument(format!(
             "guest command-line word {word:?} is the VMM's own (words the VMM sets: {}); \
