@@ -509,9 +509,9 @@ pub fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
 /// Print `vmm: <error>` on one line to stderr, and `hint: <hint>` on a
 /// second line when there is one: what every command prints on failure.
 pub fn eprint(e: &(dyn std::error::Error + 'static), hint: Option<String>) {
-    eprintln!("vmm: {}", one_line(e));
+    crate::output::terminal::line(format_args!("vmm: {}", one_line(e)));
     if let Some(h) = hint {
-        eprintln!("hint: {h}");
+        crate::output::terminal::line(format_args!("hint: {h}"));
     }
 }
 

@@ -11,6 +11,7 @@ pub mod cli {
     pub use crate::input::parse_seconds;
     pub use crate::native::interleave::DEFAULT_REPS;
     pub use crate::output::stdout::{self, StdoutError, EXIT_CLOSED_PIPE};
+    pub use crate::output::terminal;
     pub use crate::output::{create_dir, write_set};
 
     /// `--plot`: the SVG charts of a run.

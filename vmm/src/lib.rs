@@ -46,6 +46,9 @@
 //!    Schema), `fuzzing` and `internal` (hidden: the fuzz targets' entry
 //!    points, and what the binary and the tests reach that the API does
 //!    not expose).
+// Every message and result reaches the terminal escaped
+// (`output::terminal`): no `print!`/`eprint!` outside the tests.
+#![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
 
 pub(crate) mod arch;
 pub(crate) mod bench;

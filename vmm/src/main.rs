@@ -13,13 +13,16 @@
 //! main thread ends in a plain SIGSEGV instead of Rust's message.
 // The test harness brings its own `main`.
 #![cfg_attr(not(test), no_main)]
+// Messages go through `terminal::line`, results through `stdout::print`:
+// both escape control characters.
+#![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use guest::workloads::Selection;
-use vmm::internal::cli::{self, parse_seconds, stdout, StdoutError, EXIT_CLOSED_PIPE};
+use vmm::internal::cli::{self, parse_seconds, stdout, terminal, StdoutError, EXIT_CLOSED_PIPE};
 use vmm::report::{RunSummary, EXIT_SNAPSHOT_MEMORY, EXIT_USAGE, EXIT_VMM_ERROR};
 use vmm::run::{self, KernelImage, RunConfig, SerialSink, Xfeatures};
 use vmm::schema::Document;
@@ -134,7 +137,7 @@ struct RunArgs {
     /// at full sizes); `aes,quick` runs one workload at small sizes.
     #[arg(long, value_name = "LIST", default_value = "quick")]
     workload: String,
-    /// Extra words for the guest's command line.
+    /// Extra words for the guest's command line (printable ASCII).
     #[arg(long, value_name = "WORDS")]
     cmdline: Option<String>,
     /// vCPUs, each a host thread; more than one adds an in-kernel irqchip
@@ -236,7 +239,9 @@ struct RestoreArgs {
 /// summary printed.
 fn run(args: RunArgs) -> Result<i32, vmm::Error> {
     if args.session.force && args.session.snapshot_file.is_none() && args.plot.is_none() {
-        eprintln!("vmm: --force needs --snapshot-file or --plot: it lets them replace a file");
+        terminal::line(format_args!(
+            "vmm: --force needs --snapshot-file or --plot: it lets them replace a file"
+        ));
         return Ok(EXIT_USAGE);
     }
     if let Some(p) = &args.plot {
@@ -262,17 +267,17 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
     // usage errors, refused before KVM is asked anything.
     let cmdline = words.join(" ");
     if let Err(e) = run::check_cmdline_words(&cmdline) {
-        eprintln!("vmm: --cmdline: {e}");
+        terminal::line(format_args!("vmm: --cmdline: {e}"));
         return Ok(EXIT_USAGE);
     }
     // Say how --xfeatures was understood (implied and dropped components)
     // before booting; an invalid mask stops here, before any VM exists.
     let xfeatures = Xfeatures::request(args.xfeatures.as_deref())?;
     if let Some(r) = xfeatures.resolved() {
-        eprintln!(
+        terminal::line(format_args!(
             "{}",
             vmm::cpuid::describe_resolution(&r.spec, &r.resolution)
-        );
+        ));
     }
     let config = RunConfig {
         kernel,
@@ -337,7 +342,9 @@ fn print_summary(
 fn restore(args: RestoreArgs) -> Result<i32, vmm::Error> {
     let s = &args.session;
     if s.force && s.snapshot_file.is_none() {
-        eprintln!("vmm: --force needs --snapshot-file: it lets the snapshot replace a file");
+        terminal::line(format_args!(
+            "vmm: --force needs --snapshot-file: it lets the snapshot replace a file"
+        ));
         return Ok(EXIT_USAGE);
     }
     let options = vmm::run::restore::RestoreOptions {
@@ -414,7 +421,10 @@ fn man(args: ManArgs) -> Result<i32, vmm::Error> {
                 .collect::<Result<Vec<_>, std::io::Error>>()
                 .map_err(render_err())?;
             cli::write_set(&files).map_err(|(path, source)| vmm::Error::Output { path, source })?;
-            eprintln!("vmm: manual pages written to {}", dir.display());
+            terminal::line(format_args!(
+                "vmm: manual pages written to {}",
+                dir.display()
+            ));
         }
         None => {
             let mut page = Vec::new();
@@ -430,11 +440,11 @@ fn man(args: ManArgs) -> Result<i32, vmm::Error> {
 /// `vmm schema DIR`.
 fn schema(args: SchemaArgs) -> Result<i32, vmm::Error> {
     let written = vmm::catalog::write_all(&args.dir)?;
-    eprintln!(
+    terminal::line(format_args!(
         "vmm: {} schemas written to {}",
         written.len(),
         args.dir.display()
-    );
+    ));
     Ok(0)
 }
 
@@ -503,6 +513,8 @@ fn vmm_main() -> libc::c_int {
                     text = text.replacen("\n\n", &format!("\n\n  tip: {tip}\n\n"), 1);
                 }
             }
+            // Clap quotes the argument it refused, as typed.
+            let text = terminal::escape_controls(&text);
             let _ = std::io::Write::write_all(&mut std::io::stderr(), text.as_bytes());
             return EXIT_USAGE;
         }

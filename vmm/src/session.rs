@@ -203,7 +203,7 @@ fn finish(outcome: &RunOutcome, workload: Option<Selection>, extras: Extras) -> 
     let said = !outcome.snapshot_errors.is_empty();
     if let Some(reason) = extras.snapshot.as_ref().and_then(|s| s.reason.as_ref()) {
         if !said {
-            eprintln!("vmm: warning: {reason}");
+            crate::output::terminal::line(format_args!("vmm: warning: {reason}"));
         }
     }
     summary.xfeatures_resolution = extras.resolution;
@@ -270,12 +270,12 @@ fn mark_spanning(summary: &mut RunSummary, r: &Resumed, report: &guest::protocol
         tsc_khz,
     ) {
         let row = &summary.results[i];
-        eprintln!(
+        crate::output::terminal::line(format_args!(
             "vmm: {} {} size {}: not a measurement, it {}",
             row.name,
             row.variant,
             row.size,
             row.invalid.as_deref().unwrap_or("spans a snapshot")
-        );
+        ));
     }
 }

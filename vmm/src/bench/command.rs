@@ -21,7 +21,7 @@ use exits::Count;
 fn save<T: serde::Serialize>(path: Option<&Path>, bench: &T) -> Result<()> {
     if let Some(path) = path {
         baseline::save(path, bench)?;
-        eprintln!("vmm: baseline saved to {}", path.display());
+        crate::output::terminal::line(format_args!("vmm: baseline saved to {}", path.display()));
     }
     Ok(())
 }

@@ -36,7 +36,8 @@ impl Progress {
 
     /// Say what runs now.
     pub fn step(&self, what: String) {
-        self.bar.set_message(what);
+        self.bar
+            .set_message(crate::output::terminal::escape_controls(&what).into_owned());
     }
 
     /// One boot done.
@@ -51,7 +52,8 @@ impl Progress {
 
     /// A line above the bar (nothing when hidden).
     pub fn println(&self, line: String) {
-        self.bar.println(line);
+        self.bar
+            .println(crate::output::terminal::escape_controls(&line));
     }
 }
 

@@ -275,11 +275,11 @@ pub fn render(c: &Comparison, format: ExportFormat, known: Option<&BTreeSet<Stri
         ExportFormat::Qemu => {
             let (s, unknown) = qemu_cpu(c, known);
             if !unknown.is_empty() {
-                eprintln!(
+                crate::output::terminal::line(format_args!(
                     "vmm: warning: this QEMU does not know {}: left out of -cpu; a newer QEMU \
                      can hide them",
                     unknown.join(", ")
-                );
+                ));
             }
             format!("{s}\n")
         }

@@ -198,7 +198,10 @@ pub fn inputs(
     let r = crate::cpuid::resolve_xfeatures(xfeatures, host.cpu.supported_xcr0(), what)
         .map_err(|e| FeaturesError::Vmm(e.into()))?;
     if let Some(spec) = xfeatures {
-        eprintln!("{}", crate::cpuid::describe_resolution(spec, &r));
+        crate::output::terminal::line(format_args!(
+            "{}",
+            crate::cpuid::describe_resolution(spec, &r)
+        ));
     }
     Ok(Inputs {
         source: format!("guest log {}", g.file),

@@ -203,7 +203,7 @@ fn show(args: &ShowArgs) -> Result<i32, FeaturesError> {
     }
     if view.failed {
         if let GuestState::Failed(why) = &inputs.guest {
-            eprintln!("vmm: features: guest boot failed: {why}");
+            crate::output::terminal::line(format_args!("vmm: features: guest boot failed: {why}"));
         }
         return Ok(EXIT_VMM_ERROR);
     }
@@ -239,7 +239,9 @@ fn lint_cmd(args: &LintArgs) -> Result<i32, FeaturesError> {
                 timeout: (!args.timeout.is_zero()).then_some(args.timeout),
             })?;
             if let GuestState::Failed(why) = &inputs.guest {
-                eprintln!("vmm: features lint: guest boot failed: {why}");
+                crate::output::terminal::line(format_args!(
+                    "vmm: features lint: guest boot failed: {why}"
+                ));
                 return Ok(EXIT_VMM_ERROR);
             }
             let seen = match &inputs.guest {
@@ -276,12 +278,12 @@ fn import_cmd(args: &ImportArgs) -> Result<i32, FeaturesError> {
         return Ok(0);
     }
     profile::write_new(&args.output, &json, args.force)?;
-    eprintln!(
+    crate::output::terminal::line(format_args!(
         "vmm: imported {} as {}: XCR0 {:#x}",
         args.input.display(),
         args.output.display(),
         p.cpu.supported_xcr0()
-    );
+    ));
     Ok(0)
 }
 
@@ -292,7 +294,9 @@ fn save(args: &SaveArgs) -> Result<i32, FeaturesError> {
     }
     let (p, kvm_error) = profile::record_host(args.microarchitecture.as_deref())?;
     if let Some(e) = &kvm_error {
-        eprintln!("vmm: warning: the profile does not record KVM's supported CPUID: {e}");
+        crate::output::terminal::line(format_args!(
+            "vmm: warning: the profile does not record KVM's supported CPUID: {e}"
+        ));
     }
     let json = p.to_json();
     if args.file.as_os_str() == "-" {
@@ -300,7 +304,7 @@ fn save(args: &SaveArgs) -> Result<i32, FeaturesError> {
         return Ok(0);
     }
     profile::write_new(&args.file, &json, args.force)?;
-    eprintln!(
+    crate::output::terminal::line(format_args!(
         "vmm: saved {}: XCR0 {:#x}{}",
         args.file.display(),
         p.cpu.supported_xcr0(),
@@ -308,7 +312,7 @@ fn save(args: &SaveArgs) -> Result<i32, FeaturesError> {
             Some(k) => format!(", KVM {:#x}", k.supported_xcr0()),
             None => String::new(),
         }
-    );
+    ));
     Ok(0)
 }
 

@@ -1,5 +1,7 @@
-//! Writing what `vmm` produces: [`stdout`] for a command's result, and
-//! files (snapshots first) written safely.
+//! Writing what `vmm` produces: [`stdout`] for a command's result,
+//! [`terminal::line`] for its messages (both escaped by
+//! [`terminal::escape_controls`]), and files (snapshots first) written
+//! safely.
 //!
 //! Writing a snapshot file safely. The file holds guest RAM, so it is
 //! treated as private data written into a directory other users may share:
@@ -50,6 +52,7 @@ mod signals;
 pub mod stdout;
 mod sys;
 mod temp;
+pub mod terminal;
 
 pub use atomic::{write_atomic, write_set, write_with};
 pub use destination::check;

@@ -31,7 +31,9 @@ impl From<io::Error> for StdoutError {
     }
 }
 
-/// Write `text` to standard output and flush it.
+/// Write `text` to standard output, control characters escaped
+/// ([`super::terminal::escape_controls`]: a table or JSON document is
+/// unchanged unless a name in it holds one), and flush it.
 ///
 /// # Errors
 /// [`StdoutError::Closed`] when the reader went away, [`StdoutError::Io`]
@@ -50,7 +52,7 @@ pub fn print(text: &str) -> Result<(), StdoutError> {
 /// # Errors
 /// As [`print()`].
 pub fn write_to(w: &mut impl Write, text: &str) -> Result<(), StdoutError> {
-    w.write_all(text.as_bytes())?;
+    w.write_all(super::terminal::escape_controls(text).as_bytes())?;
     w.flush()?;
     Ok(())
 }

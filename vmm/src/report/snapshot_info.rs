@@ -425,7 +425,7 @@ pub fn main(args: SnapshotArgs) -> i32 {
                     match crate::schema::to_json(crate::schema::Document::SnapshotInfo, &i) {
                         Ok(j) => j + "\n",
                         Err(e) => {
-                            eprintln!("vmm: JSON: {e}");
+                            crate::output::terminal::line(format_args!("vmm: JSON: {e}"));
                             return super::EXIT_VMM_ERROR;
                         }
                     }
@@ -440,7 +440,7 @@ pub fn main(args: SnapshotArgs) -> i32 {
                 Ok(()) => 0,
                 Err(StdoutError::Closed) => EXIT_CLOSED_PIPE,
                 Err(e) => {
-                    eprintln!("vmm: output: {e}");
+                    crate::output::terminal::line(format_args!("vmm: output: {e}"));
                     super::EXIT_VMM_ERROR
                 }
             }

@@ -139,7 +139,7 @@ pub fn restore_keeping(
     // validation below refuses the snapshot, naming the state; the
     // kernel's answer is printed first.
     if let Err(e) = crate::arch::amx::permit_policy(snap.meta.policy()) {
-        eprintln!("vmm: warning: dynamic xfeature: {e}");
+        crate::output::terminal::line(format_args!("vmm: warning: dynamic xfeature: {e}"));
     }
     // System ioctls only (KVM_GET_SUPPORTED_CPUID, ...): no VM yet.
     let host = HostKvm::open().map_err(vmm_err)?;

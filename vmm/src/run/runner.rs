@@ -336,7 +336,7 @@ impl VcpuRunner {
                 // Said and kept up to a bound: a guest asking in a loop
                 // must not flood stderr or grow memory.
                 if self.snapshot_errors.len() < MAX_SNAPSHOT_ERRORS {
-                    eprintln!("vmm: {e}; the guest was resumed");
+                    crate::output::terminal::line(format_args!("vmm: {e}; the guest was resumed"));
                     self.snapshot_errors.push(e.to_string());
                 }
                 Ok(None)

@@ -253,7 +253,7 @@ fn supervise_smp(
             SmpSaved::NotWritten(e) => {
                 // Said and kept up to a bound, and the guest goes on.
                 if snapshot_errors.len() < super::runner::MAX_SNAPSHOT_ERRORS {
-                    eprintln!("vmm: {e}; the guest was resumed");
+                    crate::output::terminal::line(format_args!("vmm: {e}; the guest was resumed"));
                     snapshot_errors.push(e.to_string());
                 }
                 runners = results.into_iter().map(|(r, _, _)| r).collect();

@@ -267,10 +267,10 @@ fn keep_tsc_rate(vcpu: &kvm_ioctls::VcpuFd, saved_tsc_khz: u32) -> u32 {
     if saved_tsc_khz != 0 && tsc_khz != saved_tsc_khz {
         match vcpu.set_tsc_khz(saved_tsc_khz) {
             Ok(()) => tsc_khz = saved_tsc_khz,
-            Err(e) => eprintln!(
+            Err(e) => crate::output::terminal::line(format_args!(
                 "vmm: warning: the guest's TSC ran at {saved_tsc_khz} kHz, this vCPU's at {tsc_khz} kHz \
                  and KVM_SET_TSC_KHZ failed ({e}): the guest's time measurements will be off"
-            ),
+            )),
         }
     }
     tsc_khz

@@ -333,7 +333,9 @@ pub fn permit_guest(spec: Option<&str>) -> Result<Permit, PermissionError> {
     let host = XsaveInfo::host().ok();
     let permit = permit_for_request(&mut ArchPrctl, spec, host.as_ref())?;
     if let Permit::Unavailable(why) = &permit {
-        eprintln!("vmm: warning: the guest goes without dynamic xfeatures: {why}");
+        crate::output::terminal::line(format_args!(
+            "vmm: warning: the guest goes without dynamic xfeatures: {why}"
+        ));
     }
     Ok(permit)
 }
