@@ -7,7 +7,9 @@
 //! `vmm run --workload none` whose start-up is measured against a C floor
 //! (`vmm bench startup`). Of what that start-up gave, `vmm` keeps what it
 //! relies on: SIGPIPE ignored (a closed pipe is an error on the write, not
-//! the end of the process) and standard output flushed at the end.
+//! the end of the process), standard descriptors 0-2 open (one closed at
+//! exec is opened on `/dev/null`, see [`open_standard_descriptors`]) and
+//! standard output flushed at the end.
 //! `std::env::args` still works (on glibc the standard library collects
 //! the arguments from `.init_array`). What goes: a stack overflow on the
 //! main thread ends in a plain SIGSEGV instead of Rust's message.
@@ -476,6 +478,7 @@ fn parse() -> Result<Cli, clap::Error> {
 #[cfg(not(test))]
 #[no_mangle]
 pub extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
+    open_standard_descriptors();
     // SAFETY: setting a signal's disposition to SIG_IGN, before any other
     // thread exists, is what Rust's own start-up does for SIGPIPE.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
@@ -492,6 +495,37 @@ pub extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) ->
     // Rust's start-up would flush it on return; an error is as good as lost.
     let _ = std::io::Write::flush(&mut std::io::stdout());
     code
+}
+
+/// Open each of descriptors 0, 1 and 2 that is closed on `/dev/null`, as
+/// Rust's runtime start-up does (and `vmm`'s C entry point skips).
+///
+/// Why: `vmm run >&-` or `2>&-` leaves the number free, and the next file
+/// `vmm` opens takes it: `/dev/kvm` took descriptor 1, and the temporary
+/// file of `vmm features import DUMP out.json 2>&-` took descriptor 2, so
+/// a message written then would have gone into the user's file. One
+/// `poll` tells the closed ones (`POLLNVAL`); a descriptor that cannot be
+/// opened ends the process, as it does under Rust's start-up.
+#[cfg(not(test))]
+fn open_standard_descriptors() {
+    let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
+        fd,
+        events: 0,
+        revents: 0,
+    });
+    // SAFETY: `fds` is an array of three valid pollfd structures; a zero
+    // timeout returns at once.
+    if unsafe { libc::poll(fds.as_mut_ptr(), 3, 0) } < 0 {
+        return;
+    }
+    for p in fds.iter().filter(|p| p.revents & libc::POLLNVAL != 0) {
+        // SAFETY: a constant NUL-terminated path; open returns the lowest
+        // free descriptor, which is `p.fd` as the lower ones are open.
+        let got = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
+        if got != p.fd {
+            std::process::abort();
+        }
+    }
 }
 
 /// The command line's work; its exit status.

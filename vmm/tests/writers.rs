@@ -187,3 +187,42 @@ fn plot_refuses_before_the_run_and_replaces_only_with_force() {
     let out = vmm_bounded(&["run", "--workload", "none", "--force"]);
     assert_eq!(out.status.code(), Some(68));
 }
+
+/// Descriptors 1 and 2 closed at exec (`vmm ... >&- 2>&-`) are opened on
+/// `/dev/null` before `vmm` opens anything: no file `vmm` opens may take
+/// their numbers, where a message or a table would land in it. Before,
+/// the pipe `--guest-log /dev/stdin` opened took descriptor 1 (and the
+/// temporary file of `features import DUMP OUT 2>&-` took 2).
+#[test]
+fn closed_standard_descriptors_are_never_handed_to_a_file() {
+    // `vmm` blocks reading the pipe until the test closes its end.
+    let mut child = Command::new("sh")
+        .args(["-c", r#"exec "$0" "$@" >&- 2>&-"#])
+        .arg(vmm_bin())
+        .args(["features", "--guest-log", "/dev/stdin"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("run sh");
+    let fd = |n: u32| std::fs::read_link(format!("/proc/{}/fd/{n}", child.id())).ok();
+    // Until `vmm` (not `sh`) has opened its standard input's pipe a
+    // second time.
+    let opened = || {
+        let stdin = fd(0).filter(|t| t.to_string_lossy().starts_with("pipe:"));
+        stdin.is_some() && (1..8).any(|n| fd(n) == stdin)
+    };
+    let start = Instant::now();
+    while !opened() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "vmm never opened /dev/stdin"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (one, two) = (fd(1), fd(2));
+    drop(child.stdin.take());
+    let status = child.wait().expect("wait");
+    assert_eq!(one.as_deref(), Some(Path::new("/dev/null")), "descriptor 1");
+    assert_eq!(two.as_deref(), Some(Path::new("/dev/null")), "descriptor 2");
+    // The empty pipe is refused (the message went to /dev/null).
+    assert_eq!(status.code(), Some(64));
+}
