@@ -334,7 +334,12 @@ fn snapshot_main(
 /// with `$CC`, else `cc`), the table or JSON printed.
 fn startup_main(pairs: u32, json: bool, quiet: bool) -> Result<i32> {
     let ours = std::env::current_exe().map_err(Error::io("cannot find vmm's own executable"))?;
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    // Unset or empty: `cc` (build_floor splits a program from its
+    // arguments, as make does).
+    let cc = std::env::var("CC")
+        .ok()
+        .filter(|c| !c.trim().is_empty())
+        .unwrap_or_else(|| "cc".into());
     let progress = Progress::new(u64::from(pairs), quiet);
     let measured = startup::run(pairs, &ours, &cc, || progress.inc());
     drop(progress);

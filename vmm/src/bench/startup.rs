@@ -185,15 +185,21 @@ fn tail(path: &Path) -> String {
     String::from_utf8_lossy(&bytes[from..]).trim().to_string()
 }
 
-/// Compile the floor into `dir` with `cc`; returns the executable.
+/// Compile the floor into `dir` with `cc`; returns the executable. `cc` is
+/// `$CC` as make and the `cc` crate read it: a program and its own
+/// arguments, split at white space (`ccache gcc`, `clang -m64`); empty, it
+/// is `cc`.
 pub fn build_floor(cc: &str, dir: &Path) -> Result<PathBuf, StartupError> {
+    let mut words = cc.split_ascii_whitespace();
+    let program = words.next().unwrap_or("cc");
     let src = dir.join("kvm_floor.c");
     let exe = dir.join("kvm_floor");
     std::fs::write(&src, FLOOR_SOURCE).map_err(|source| StartupError::Scratch {
         path: src.clone(),
         source,
     })?;
-    let out = Command::new(cc)
+    let out = Command::new(program)
+        .args(words)
         .arg("-O2")
         .arg("-o")
         .arg(&exe)
@@ -519,6 +525,38 @@ mod tests {
         assert!(wide.to_table().contains("the machine's noise decides"));
         assert!(b.vmm_to_first_instruction_ms.is_none());
         assert!(b.to_table().contains("(PVH entry: not reported)"));
+    }
+
+    /// `CC="ccache gcc"` is a program and its argument, not a file named
+    /// `ccache gcc` ("did not start: No such file or directory" before).
+    #[test]
+    fn a_cc_with_arguments_runs_its_first_word_with_the_rest() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("fake-cc");
+        let log = dir.path().join("args");
+        // Records its arguments and makes the `-o` file, as a compiler.
+        std::fs::write(
+            &fake,
+            format!(
+                "#!/bin/sh\necho \"$@\" > {}\nwhile [ \"$1\" != -o ]; do shift; done\ntouch \"$2\"\n",
+                log.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let cc = format!("  {} --wrapped  -m64 ", fake.display());
+        let exe = build_floor(&cc, dir.path()).unwrap();
+        assert!(exe.exists());
+        let args = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            args.starts_with(&format!("--wrapped -m64 -O2 -o {}", exe.display())),
+            "{args}"
+        );
+        // An empty CC is `cc`: the error, if any, names no empty program.
+        if let Err(e) = build_floor(" ", dir.path()) {
+            assert!(!e.to_string().contains("``"), "{e}");
+        }
     }
 
     #[test]
