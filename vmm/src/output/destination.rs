@@ -70,6 +70,15 @@ pub fn check(path: &Path, force: bool) -> Result<Destination, WriteError> {
     if !meta.is_dir() {
         return Err(dir_err(io::Error::from_raw_os_error(libc::ENOTDIR)));
     }
+    // A directory removed while a process still has it (a shell's working
+    // directory after `rmdir`) stays a directory with no links, where no
+    // file can be created.
+    if meta.nlink() == 0 {
+        return Err(dir_err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "it was removed: no file can be created in it",
+        )));
+    }
     let c_dir = c_path(&dir).map_err(dir_err)?;
     // SAFETY: `c_dir` is a NUL-terminated path that outlives the call.
     if unsafe { libc::access(c_dir.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {

@@ -151,6 +151,24 @@ fn a_missing_directory_is_named() {
     assert!(e.to_string().contains("missing"), "{e}");
 }
 
+/// A directory removed while still open (a shell's working directory
+/// after `rmdir`, reached here through `/proc/self/fd`) is refused by the
+/// check before the work, not found out at the write (a guest-requested
+/// snapshot into `.` was 'not written (the guest was resumed)').
+#[test]
+fn a_removed_directory_is_refused_by_the_check() {
+    use std::os::fd::AsRawFd;
+    let parent = tempfile::tempdir().unwrap();
+    let gone = parent.path().join("gone");
+    std::fs::create_dir(&gone).unwrap();
+    let held = std::fs::File::open(&gone).unwrap();
+    std::fs::remove_dir(&gone).unwrap();
+    let p = PathBuf::from(format!("/proc/self/fd/{}/x.snap", held.as_raw_fd()));
+    let e = check(&p, false).unwrap_err();
+    assert!(matches!(e, WriteError::Directory { .. }), "{e}");
+    assert!(e.to_string().contains("it was removed"), "{e}");
+}
+
 #[test]
 fn too_little_space_is_refused_naming_the_sizes() {
     let e = check_space(Path::new("/d"), 10 << 20, 5 << 20).unwrap_err();
