@@ -108,11 +108,12 @@ pub enum InputError {
         /// The caller's bound.
         max: u64,
     },
-    /// A pipe ended before its first byte: its writer wrote nothing, or (a
+    /// A pipe ended before its first byte: its writer wrote nothing, an
+    /// earlier argument naming the same pipe read it to its end, or (a
     /// named FIFO) no writer had it open when it was read.
     #[error(
         "{what} {path} is a pipe that ended before its first byte: its writer wrote \
-         nothing, or no writer had it open"
+         nothing, another argument naming it read it first, or no writer had it open"
     )]
     EmptyPipe {
         /// What the file was for.
