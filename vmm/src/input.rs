@@ -182,6 +182,28 @@ pub fn read_whole(path: &Path, what: &'static str, max_len: u64) -> Result<Vec<u
     }
 }
 
+/// What a directory entry is, for messages (`a FIFO`, `a directory`):
+/// the one wording of every reader's and writer's refusals.
+pub(crate) fn kind_of(ft: std::fs::FileType) -> &'static str {
+    if ft.is_file() {
+        "a regular file"
+    } else if ft.is_symlink() {
+        "a symbolic link"
+    } else if ft.is_dir() {
+        "a directory"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_socket() {
+        "a socket"
+    } else {
+        "a file of an unknown kind"
+    }
+}
+
 /// What [`open_any`] found at a path.
 enum Opened {
     /// A regular file within the bound.
@@ -216,23 +238,10 @@ fn open_any(
         return Ok(Opened::Pipe(file));
     }
     if !ft.is_file() {
-        let kind = if ft.is_dir() {
-            "a directory"
-        } else if ft.is_fifo() {
-            "a FIFO"
-        } else if ft.is_char_device() {
-            "a character device"
-        } else if ft.is_block_device() {
-            "a block device"
-        } else if ft.is_socket() {
-            "a socket"
-        } else {
-            "not a file"
-        };
         return Err(InputError::NotRegular {
             what,
             path: path.to_path_buf(),
-            kind,
+            kind: kind_of(ft),
             wanted,
         });
     }

@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 
 use super::destination::{available_space, check, check_space, Destination};
 use super::error::WriteError;
-use super::sys::{flags_unsupported, kind_of, renameat2};
+use super::sys::{flags_unsupported, renameat2};
 use super::temp::{remove_stale_temporaries, TempFile};
+use crate::input::kind_of;
 
 /// What a successful write did besides writing the file.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

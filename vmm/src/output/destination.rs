@@ -9,8 +9,9 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
 use super::error::WriteError;
-use super::sys::{c_path, kind_of};
+use super::sys::c_path;
 use super::{NEW_FILE_MODE, SPACE_MARGIN};
+use crate::input::kind_of;
 
 /// A regular file found at the destination, to be replaced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

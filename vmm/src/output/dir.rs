@@ -22,7 +22,7 @@ pub fn create_dir(dir: &Path) -> Result<(), WriteError> {
         if !meta.is_dir() {
             return Err(WriteError::NotADirectory {
                 path: dir.to_path_buf(),
-                kind: super::sys::kind_of(meta.file_type()),
+                kind: crate::input::kind_of(meta.file_type()),
             });
         }
         return Ok(());
