@@ -276,10 +276,7 @@ fn run(args: RunArgs) -> Result<i32, vmm::Error> {
     // before booting; an invalid mask stops here, before any VM exists.
     let xfeatures = Xfeatures::request(args.xfeatures.as_deref())?;
     if let Some(r) = xfeatures.resolved() {
-        terminal::line(format_args!(
-            "{}",
-            vmm::cpuid::describe_resolution(&r.spec, &r.resolution)
-        ));
+        terminal::line(vmm::cpuid::describe_resolution(&r.spec, &r.resolution));
     }
     let config = RunConfig {
         kernel,

@@ -41,8 +41,8 @@ pub fn holds_record(bytes: &[u8]) -> bool {
 
 impl GuestRecord {
     /// Read a serial log (a regular file or a pipe, of at most
-    /// [`MAX_GUEST_LOG_BYTES`])
-    /// and take its last valid record. Errors name the file.
+    /// [`MAX_GUEST_LOG_BYTES`]) and take its last valid record. Errors name
+    /// the file.
     pub fn load(path: &Path) -> Result<Self, FeaturesError> {
         let bytes = crate::input::read_whole(path, "guest log", MAX_GUEST_LOG_BYTES)?;
         Self::parse(path, &bytes)
@@ -198,10 +198,7 @@ pub fn inputs(
     let r = crate::cpuid::resolve_xfeatures(xfeatures, host.cpu.supported_xcr0(), what)
         .map_err(|e| FeaturesError::Vmm(e.into()))?;
     if let Some(spec) = xfeatures {
-        crate::output::terminal::line(format_args!(
-            "{}",
-            crate::cpuid::describe_resolution(spec, &r)
-        ));
+        crate::output::terminal::line(crate::cpuid::describe_resolution(spec, &r));
     }
     Ok(Inputs {
         source: format!("guest log {}", g.file),

@@ -151,10 +151,7 @@ fn policy_for(
         .map_err(|e| FeaturesError::Vmm(crate::Error::Policy(e)))?;
     // Say how the value was understood, as `vmm run` does.
     if let Some(spec) = spec {
-        crate::output::terminal::line(format_args!(
-            "{}",
-            crate::cpuid::describe_resolution(spec, &r)
-        ));
+        crate::output::terminal::line(crate::cpuid::describe_resolution(spec, &r));
     }
     Ok(r.result)
 }
@@ -235,10 +232,7 @@ pub fn gather(args: &Request) -> Result<Inputs, FeaturesError> {
         if let Ok(r) =
             crate::cpuid::resolve_xfeatures(Some(spec), kvm.xstate.supported_xcr0(), "KVM")
         {
-            crate::output::terminal::line(format_args!(
-                "{}",
-                crate::cpuid::describe_resolution(spec, &r)
-            ));
+            crate::output::terminal::line(crate::cpuid::describe_resolution(spec, &r));
         }
     }
     inputs.kvm = Some(kvm.xstate.info);

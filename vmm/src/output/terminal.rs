@@ -63,8 +63,8 @@ pub fn escape_controls(text: &str) -> Cow<'_, str> {
 /// write that fails (a closed pipe, a full device) is dropped: a message
 /// about a failure must not become a second one, and `eprintln!` would
 /// panic, which aborts `vmm` in its C entry point.
-pub fn line(args: fmt::Arguments<'_>) {
-    let text = args.to_string();
+pub fn line(text: impl fmt::Display) {
+    let text = text.to_string();
     let mut text = escape_controls(&text).into_owned();
     text.push('\n');
     let _ = std::io::stderr().lock().write_all(text.as_bytes());
