@@ -226,3 +226,43 @@ fn closed_standard_descriptors_are_never_handed_to_a_file() {
     // The empty pipe is refused (the message went to /dev/null).
     assert_eq!(status.code(), Some(64));
 }
+
+/// `-` is standard output to `features save` and `features import`; every
+/// other writer refuses it instead of making a file or directory named `-`
+/// in the working directory (`--plot -` and `schema -` made one before).
+#[test]
+fn a_dash_is_standard_output_or_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [
+        vec!["run", "--workload", "none", "--no-native", "--plot", "-"],
+        vec![
+            "run",
+            "--workload",
+            "none",
+            "--no-native",
+            "--snapshot-file",
+            "-",
+            "--snapshot-after",
+            "1",
+        ],
+        vec!["schema", "-"],
+        vec!["man", "--dir", "-"],
+    ] {
+        let out = Command::new(vmm_bin())
+            .args(&args)
+            .current_dir(dir.path())
+            .output()
+            .expect("run vmm");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "vmm {args:?}: {err}");
+        assert!(
+            err.contains("`-` means standard output only to `features save` and `features import`"),
+            "vmm {args:?}: {err}"
+        );
+        assert!(!dir.path().join("-").exists(), "vmm {args:?} made ./-");
+    }
+    // Where `-` is standard output, the document goes there.
+    let out = vmm_bounded(&["features", "import", "zen3-milan", "-"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"name\""));
+}

@@ -52,6 +52,9 @@ impl Destination {
 /// exists and is writable, and the destination is absent or (with `force`)
 /// a regular file. Done before a run starts and again before each write.
 pub fn check(path: &Path, force: bool) -> Result<Destination, WriteError> {
+    if path.as_os_str() == "-" {
+        return Err(WriteError::Dash);
+    }
     let name = path
         .file_name()
         .filter(|_| !path.as_os_str().as_bytes().ends_with(b"/"))

@@ -10,11 +10,16 @@ use super::WriteError;
 ///
 /// # Errors
 ///
+/// `WriteError::Dash`: `dir` is `-` (standard output elsewhere; `./-` is a
+/// directory named so).
 /// `WriteError::NotADirectory`: something other than a directory is at
 /// its path (a file, a device, a symlink to one).
 /// `WriteError::CreateDir`: it cannot be created (a parent is not a
 /// directory, no permission, a read-only file system).
 pub fn create_dir(dir: &Path) -> Result<(), WriteError> {
+    if dir.as_os_str() == "-" {
+        return Err(WriteError::Dash);
+    }
     // `create_dir_all` answers `EEXIST` ("File exists") for a file in the
     // way; say what is there instead. A symlink to a directory is followed,
     // as `mkdir -p` does.
@@ -36,6 +41,13 @@ pub fn create_dir(dir: &Path) -> Result<(), WriteError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dash_is_not_made_a_directory() {
+        let e = create_dir(Path::new("-")).unwrap_err();
+        assert!(matches!(e, WriteError::Dash), "{e}");
+        assert!(!Path::new("-").exists());
+    }
 
     #[test]
     fn a_device_in_the_way_is_named() {

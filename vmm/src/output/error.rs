@@ -15,6 +15,13 @@ pub enum WriteError {
         /// The path given.
         path: PathBuf,
     },
+    /// The path is `-`, which `features save` and `features import` read as
+    /// standard output: a file named so would surprise whoever meant that.
+    #[error(
+        "`-` means standard output only to `features save` and `features import`; write ./- \
+         for a file or directory named -"
+    )]
+    Dash,
     /// Something other than a regular file is at the destination.
     #[error("{} is {kind}: only a regular file may be replaced; it is left as it is", path.display())]
     NotRegular {

@@ -151,6 +151,22 @@ fn a_missing_directory_is_named() {
     assert!(e.to_string().contains("missing"), "{e}");
 }
 
+/// `-` is standard output to `features save` and `import`; to every other
+/// writer it is refused, not made a file named `-` in the working directory.
+#[test]
+fn a_dash_is_not_taken_for_a_file() {
+    let e = check(Path::new("-"), true).unwrap_err();
+    assert!(matches!(e, WriteError::Dash), "{e}");
+    assert!(
+        e.to_string()
+            .contains("write ./- for a file or directory named -"),
+        "{e}"
+    );
+    // ./- is a file named -.
+    let dir = tempfile::tempdir().unwrap();
+    assert!(check(&dir.path().join("-"), false).is_ok());
+}
+
 /// A directory removed while still open (a shell's working directory
 /// after `rmdir`, reached here through `/proc/self/fd`) is refused by the
 /// check before the work, not found out at the write (a guest-requested
