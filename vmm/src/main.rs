@@ -113,12 +113,7 @@ struct RunArgs {
     initrd: Option<PathBuf>,
     /// Guest RAM in MiB, 4 to 1047552: up to 3 GiB below the 32-bit hole,
     /// the rest from 4 GiB; the host backs only what the guest touches.
-    #[arg(
-        long,
-        value_name = "MiB",
-        default_value_t = 64,
-        allow_negative_numbers = true
-    )]
+    #[arg(long, value_name = "MiB", default_value_t = 64)]
     mem: u64,
     /// xfeatures the guest may enable: `0x7`, `x87,sse,avx`, `avx512`,
     /// `host,-avx`, `-avx` (= host minus avx), `all`. Names imply their
@@ -144,12 +139,7 @@ struct RunArgs {
     cmdline: Option<String>,
     /// vCPUs, each a host thread; more than one adds an in-kernel irqchip
     /// and the guest starts the others with INIT-SIPI-SIPI.
-    #[arg(
-        long,
-        value_name = "N",
-        default_value_t = 1,
-        allow_negative_numbers = true
-    )]
+    #[arg(long, value_name = "N", default_value_t = 1)]
     vcpus: u32,
     /// Also show the guest's own serial report (on stderr with --json).
     #[arg(long)]
@@ -457,7 +447,7 @@ fn parse() -> Result<Cli, clap::Error> {
     use clap::{Args, FromArgMatches};
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == "run") {
-        let run = RunArgs::augment_args(clap::Command::new("run"));
+        let run = negative_numbers(RunArgs::augment_args(clap::Command::new("run")));
         if let Ok(args) = run
             .try_get_matches_from(&args[1..])
             .and_then(|m| RunArgs::from_arg_matches(&m))
@@ -467,7 +457,24 @@ fn parse() -> Result<Cli, clap::Error> {
             });
         }
     }
-    Cli::try_parse_from(args)
+    let mut cli = negative_numbers(Cli::command());
+    let mut matches = cli.try_get_matches_from_mut(args)?;
+    Cli::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut cli))
+}
+
+/// `cmd` with every option and argument that takes a value taking one
+/// that looks like a negative number (`--timeout -1`, `--mem -5`), in
+/// every subcommand: its value parser then refuses it with the flag's
+/// range, where clap alone said `unexpected argument '-1' found`.
+fn negative_numbers(cmd: clap::Command) -> clap::Command {
+    cmd.mut_args(|a| {
+        if a.get_action().takes_values() {
+            a.allow_negative_numbers(true)
+        } else {
+            a
+        }
+    })
+    .mut_subcommands(negative_numbers)
 }
 
 /// The process's entry point, called by the C runtime (see the module

@@ -64,6 +64,52 @@ fn a_value_refused_for_what_it_says_is_a_usage_error() {
     }
 }
 
+/// A negative number is a value of the option before it, refused by that
+/// option's own check (its range or its parser), for every option that
+/// takes a number. Before, only `--mem` and `--vcpus` took it; the others
+/// said `unexpected argument '-1' found`, as if a flag had been mistyped.
+#[test]
+fn a_negative_number_is_the_options_value_everywhere() {
+    for (args, says) in [
+        (
+            &["run", "--timeout", "-1"][..],
+            "'-1' for '--timeout <SECONDS>'",
+        ),
+        (
+            &["run", "--snapshot-after", "-1"][..],
+            "'-1' for '--snapshot-after <SECONDS>'",
+        ),
+        (&["run", "--native-reps", "-1"][..], "-1 is not in 1..=15"),
+        (&["run", "--mem", "-5"][..], "'-5' for '--mem <MiB>'"),
+        (
+            &["features", "--timeout", "-1"][..],
+            "'-1' for '--timeout <SECONDS>'",
+        ),
+        (
+            &["bench", "exits", "--budget", "-1"][..],
+            "'-1' for '--budget <SECONDS>'",
+        ),
+        (
+            &["bench", "exits", "--count", "-5"][..],
+            "'-5' for '--count <COUNT>'",
+        ),
+        (
+            &["bench", "snapshot", "--mem", "-64"][..],
+            "'-64' for '--mem <LIST>'",
+        ),
+        (
+            &["bench", "startup", "--pairs", "-3"][..],
+            "-3 is not in 1..=10000",
+        ),
+    ] {
+        let out = vmm(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(68), "vmm {args:?}: {err}");
+        assert!(!err.contains("unexpected argument"), "vmm {args:?}: {err}");
+        assert!(err.contains(says), "vmm {args:?}: {err}");
+    }
+}
+
 /// The other side of the rule: a valid command line this host or a named
 /// file cannot serve is the VMM's failure, 64.
 #[test]
