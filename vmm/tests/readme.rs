@@ -62,8 +62,8 @@ struct Example {
     args: Vec<String>,
     /// The documented exit status.
     status: i32,
-    /// `> FILE`: where its stdout goes (else nowhere; into the next
-    /// command's stdin when there is one).
+    /// `> FILE`: where the line's last command's stdout goes (else
+    /// nowhere); a first command piped into `vmm` writes into the pipe.
     stdout: Option<String>,
     /// `| vmm ARGS`: the `vmm` command that reads this one's stdout.
     then: Option<Vec<String>>,
