@@ -439,14 +439,15 @@ fn baseline_and_plot_refusals_come_before_measuring() {
     check(&["bench", "exits", "--compare", d], "a directory");
     // A baseline through a pipe is read as the file is: a result of
     // another bench is refused before measuring, naming the pipe.
+    let stdin = common::stdin_path();
     let piped = common::vmm_piped(
-        &["bench", "exits", "--compare", "/dev/stdin"],
+        &["bench", "exits", "--compare", stdin],
         br#"{"bench": "init-xstate", "rows": []}"#,
     );
     assert_eq!(piped.status.code(), Some(64), "{}", common::stderr(&piped));
     let err = common::stderr(&piped);
     assert!(
-        err.contains("/dev/stdin") && err.contains("holds a `vmm bench init-xstate` result"),
+        err.contains(stdin) && err.contains("holds a `vmm bench init-xstate` result"),
         "{err}"
     );
     let nowhere = dir.path().join("no/such/x.svg");

@@ -264,8 +264,9 @@ fn dumps_are_read_by_profile_and_compare() {
                       between these hosts"));
     // Through a pipe (`cpuid -r | vmm features import /dev/stdin -`), the
     // same dump reads the same, for every reader of dumps.
+    let stdin = common::stdin_path();
     let piped = common::vmm_piped(
-        &["features", "--profile", "/dev/stdin", "--no-boot", "--json"],
+        &["features", "--profile", stdin, "--no-boot", "--json"],
         raw.as_bytes(),
     );
     assert!(piped.status.success(), "{}", common::stderr(&piped));
@@ -274,18 +275,18 @@ fn dumps_are_read_by_profile_and_compare() {
     let out = vmm(&["features", "import", cpuid.to_str().unwrap(), "-"]);
     assert!(out.status.success(), "{}", common::stderr(&out));
     let from_file: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let piped = common::vmm_piped(&["features", "import", "/dev/stdin", "-"], raw.as_bytes());
+    let piped = common::vmm_piped(&["features", "import", stdin, "-"], raw.as_bytes());
     assert!(piped.status.success(), "{}", common::stderr(&piped));
     let mut from_pipe: serde_json::Value = serde_json::from_slice(&piped.stdout).unwrap();
     // Equal but for the source, which names the file.
     assert!(
-        from_pipe["source"].as_str().unwrap().contains("/dev/stdin"),
+        from_pipe["source"].as_str().unwrap().contains(stdin),
         "{from_pipe}"
     );
     from_pipe["source"] = from_file["source"].clone();
     assert_eq!(from_pipe, from_file);
     let piped = common::vmm_piped(
-        &["features", "compare", "/dev/stdin", "zen4-genoa", "--json"],
+        &["features", "compare", stdin, "zen4-genoa", "--json"],
         raw.as_bytes(),
     );
     assert!(piped.status.success(), "{}", common::stderr(&piped));

@@ -34,14 +34,15 @@ fn serial_record_reads_back_as_the_binary_report() {
     assert!(out.status.success(), "{}", common::stderr(&out));
     // The same log through a pipe (`qemu ... | vmm features --guest-log
     // /dev/stdin`) reads the same.
+    let stdin = common::stdin_path();
     let piped = common::vmm_piped(
-        &["features", "--guest-log", "/dev/stdin", "--json"],
+        &["features", "--guest-log", stdin, "--json"],
         serial.as_bytes(),
     );
     assert!(piped.status.success(), "{}", common::stderr(&piped));
     let pf: serde_json::Value = serde_json::from_slice(&piped.stdout).unwrap();
     // Equal but for the name of the source.
-    assert_eq!(pf["source"], "guest log /dev/stdin");
+    assert_eq!(pf["source"], format!("guest log {stdin}"));
     for k in ["columns", "components", "consistency", "xcr0", "xss"] {
         assert_eq!(pf[k], f[k], "{k}");
     }
@@ -65,14 +66,11 @@ fn serial_record_reads_back_as_the_binary_report() {
     // compare: the guest's own figures, exactly as the binary report has them.
     let (out, c) = vmm_json(&["features", "compare", log.to_str().unwrap()]);
     assert!(out.status.success(), "{}", common::stderr(&out));
-    let piped = common::vmm_piped(
-        &["features", "compare", "/dev/stdin", "--json"],
-        serial.as_bytes(),
-    );
+    let piped = common::vmm_piped(&["features", "compare", stdin, "--json"], serial.as_bytes());
     assert!(piped.status.success(), "{}", common::stderr(&piped));
     let mut pc: serde_json::Value = serde_json::from_slice(&piped.stdout).unwrap();
     // Equal but for the name of the file.
-    assert_eq!(pc["guests"][0]["file"], "/dev/stdin");
+    assert_eq!(pc["guests"][0]["file"], stdin);
     pc["guests"][0]["file"] = c["guests"][0]["file"].clone();
     assert_eq!(pc["guests"], c["guests"]);
     assert_eq!(c["hosts"][0]["xcr0_source"], "guest");
@@ -144,30 +142,35 @@ fn guest_log_errors_name_the_file() {
 /// nothing in it, or more than the bound, is named as such.
 #[test]
 fn guest_logs_through_a_pipe_are_read_to_their_end() {
+    let stdin = common::stdin_path();
     let out = common::vmm_piped(
-        &["features", "--guest-log", "/dev/stdin"],
+        &["features", "--guest-log", stdin],
         b"guest: exit: success\n",
     );
     assert_eq!(out.status.code(), Some(64));
     let err = common::stderr(&out);
     assert!(
-        err.contains("guest log /dev/stdin: no VMMREC1 line in the log"),
+        err.contains(&format!("guest log {stdin}: no VMMREC1 line in the log")),
         "{err}"
     );
-    let out = common::vmm_piped(&["features", "--guest-log", "/dev/stdin"], b"");
+    let out = common::vmm_piped(&["features", "--guest-log", stdin], b"");
     assert_eq!(out.status.code(), Some(64));
     let err = common::stderr(&out);
     assert!(
-        err.contains("guest log /dev/stdin is a pipe that ended before its first byte"),
+        err.contains(&format!(
+            "guest log {stdin} is a pipe that ended before its first byte"
+        )),
         "{err}"
     );
     // 16 MiB and one byte: refused at the bound, not read on.
     let big = vec![b'x'; (16 << 20) + 1];
-    let out = common::vmm_piped(&["features", "compare", "/dev/stdin"], &big);
+    let out = common::vmm_piped(&["features", "compare", stdin], &big);
     assert_eq!(out.status.code(), Some(64));
     let err = common::stderr(&out);
     assert!(
-        err.contains("compare input /dev/stdin is a pipe that carried more than 16777216 bytes"),
+        err.contains(&format!(
+            "compare input {stdin} is a pipe that carried more than 16777216 bytes"
+        )),
         "{err}"
     );
     // A terminal or /dev/null as standard input is a device: refused.

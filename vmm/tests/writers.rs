@@ -199,7 +199,7 @@ fn closed_standard_descriptors_are_never_handed_to_a_file() {
     let mut child = Command::new("sh")
         .args(["-c", r#"exec "$0" "$@" >&- 2>&-"#])
         .arg(vmm_bin())
-        .args(["features", "--guest-log", "/dev/stdin"])
+        .args(["features", "--guest-log", common::stdin_path()])
         .stdin(Stdio::piped())
         .spawn()
         .expect("run sh");
@@ -214,7 +214,7 @@ fn closed_standard_descriptors_are_never_handed_to_a_file() {
     while !opened() {
         assert!(
             start.elapsed() < Duration::from_secs(20),
-            "vmm never opened /dev/stdin"
+            "vmm never opened its standard input"
         );
         std::thread::sleep(Duration::from_millis(5));
     }

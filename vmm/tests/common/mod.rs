@@ -65,9 +65,20 @@ pub fn vmm(args: &[&str]) -> Output {
         .expect("cannot start the vmm binary")
 }
 
+/// The path a user names standard input by: `/dev/stdin`, or where a
+/// system has no such link (the hardware-KVM harness's initramfs: only
+/// udev or systemd makes it), `/proc/self/fd/0`, which it points to.
+pub fn stdin_path() -> &'static str {
+    if std::path::Path::new("/dev/stdin").exists() {
+        "/dev/stdin"
+    } else {
+        "/proc/self/fd/0"
+    }
+}
+
 /// Run `vmm` with arguments and `input` written into its standard input
 /// through a pipe (by a thread, so a reader that stops early cannot block
-/// the test), for inputs named `/dev/stdin`.
+/// the test), for inputs named [`stdin_path`].
 pub fn vmm_piped(args: &[&str], input: &[u8]) -> Output {
     use std::io::Write;
     let mut child = Command::new(vmm_bin())
