@@ -17,19 +17,15 @@ use std::fmt;
 use std::io::Write;
 
 /// Whether `c` changes a terminal's state or the order text is shown in,
-/// rather than showing a character: C0 controls but `\t` and `\n`, DEL and
-/// C1 controls (`U+009B` is a CSI on terminals that read C1 in UTF-8), and
-/// the Unicode bidirectional marks, embeddings, overrides and isolates.
+/// rather than showing a character: what a profile's free text may not
+/// hold ([`xstate::profile::is_unsafe_text_char`]: C0, DEL and C1 controls
+/// — `U+009B` is a CSI on terminals that read C1 in UTF-8 — and the bidi
+/// overrides and isolates) but `\t` and `\n`, which tables and messages
+/// are made of, and also the bidirectional marks (`U+061C`, `U+200E`,
+/// `U+200F`), which reorder the text around them in a line.
 pub fn is_unsafe(c: char) -> bool {
-    matches!(c,
-        '\u{0}'..='\u{8}'
-        | '\u{b}'..='\u{1f}'
-        | '\u{7f}'..='\u{9f}'
-        | '\u{61c}'
-        | '\u{200e}'
-        | '\u{200f}'
-        | '\u{202a}'..='\u{202e}'
-        | '\u{2066}'..='\u{2069}')
+    (xstate::profile::is_unsafe_text_char(c) && !matches!(c, '\t' | '\n'))
+        || matches!(c, '\u{61c}' | '\u{200e}' | '\u{200f}')
 }
 
 /// `text` with each [`is_unsafe`] character written as `\uXXXX` (four hex
@@ -90,6 +86,25 @@ mod tests {
         // Tabs, line breaks and printable text of any script are kept.
         let kept = "a\tb\nc é 漢字 — x";
         assert!(matches!(escape_controls(kept), Cow::Borrowed(_)));
+    }
+
+    /// Exactly these code points, over all of Unicode.
+    #[test]
+    fn the_set_is_c0_but_tab_and_newline_del_c1_and_bidi_controls() {
+        let expected = |c: char| {
+            matches!(c,
+                '\u{0}'..='\u{8}'
+                | '\u{b}'..='\u{1f}'
+                | '\u{7f}'..='\u{9f}'
+                | '\u{61c}'
+                | '\u{200e}'
+                | '\u{200f}'
+                | '\u{202a}'..='\u{202e}'
+                | '\u{2066}'..='\u{2069}')
+        };
+        for c in (0..=0x10_ffff).filter_map(char::from_u32) {
+            assert_eq!(is_unsafe(c), expected(c), "U+{:04X}", u32::from(c));
+        }
     }
 
     #[test]
