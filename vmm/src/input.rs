@@ -476,16 +476,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let e = open_regular(dir.path(), "snapshot", 1 << 20).unwrap_err();
         assert!(e.to_string().contains("is a directory"), "{e}");
-        let fifo = dir.path().join("fifo");
-        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: `c` is a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let fifo = fifo_in(dir.path());
         // Returns at once: no writer is needed to refuse it.
         let e = open_regular(&fifo, "profile", 1 << 20).unwrap_err();
         assert!(e.to_string().contains("is a FIFO"), "{e}");
     }
 
-    /// A FIFO with no file name of its own, as `/dev/stdin` under a pipe.
+    /// A named FIFO in `dir`: a pipe as `read_whole` meets it at any path
+    /// (`/dev/stdin` under `|` leads to an anonymous one, read the same).
     fn fifo_in(dir: &Path) -> PathBuf {
         let fifo = dir.join("fifo");
         let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
