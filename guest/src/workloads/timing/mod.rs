@@ -323,8 +323,8 @@ impl<'a> Stages<'a> {
     /// the fastest rate of its stages so far, this one included: a stage
     /// the host preempted is slow, never fast, and at the average rate one
     /// preempted stage of 10 ms made a 1% rest look long enough to cut).
-    /// Why: short stages measure the exits around them
-    /// more than their work. With every Linpack panel of n = 512 a stage
+    /// Why: short stages measure the exits around them more than their
+    /// work. With every Linpack panel of n = 512 a stage
     /// (58%, 30%, 11% and 2% of the work, the last ones well under a
     /// millisecond with AVX2), the `avx2-fma` row ranged 0.906..1.206 over
     /// 12 runs, 5 of them under 0.97, against 0.978..1.004 uncut.
