@@ -22,7 +22,10 @@
 //! Durations given as flags (`--timeout`, `--snapshot-after`) go through
 //! [`parse_seconds`], a clap value parser with one bound, [`MAX_SECONDS`],
 //! so no flag can reach `Duration::from_secs_f64`'s panic or overflow an
-//! `Instant` deadline.
+//! `Instant` deadline. Counts and sizes (`--vcpus`, `--mem`) go through
+//! [`parse_whole`], which says what is wrong with the text (negative, not
+//! whole, too large) where Rust's integer parser says "invalid digit"; the
+//! flag's own range is checked where its reason is known.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -439,6 +442,67 @@ pub fn parse_seconds(text: &str) -> Result<Duration, SecondsError> {
     Duration::try_from_secs_f64(v).map_err(|_| SecondsError::OutOfRange(text.to_string()))
 }
 
+/// Why a count or size flag's text is not a whole number.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WholeError {
+    /// A minus sign: `--mem -5`.
+    #[error("{0} is negative")]
+    Negative(String),
+    /// Anything else that is not decimal digits: `1.5`, `4k`, ``.
+    #[error("{0:?} is not a whole number")]
+    NotWhole(String),
+    /// More than the flag's type holds.
+    #[error("{text} is too large (at most {max})")]
+    TooLarge {
+        /// The text given.
+        text: String,
+        /// The type's largest value.
+        max: u64,
+    },
+}
+
+/// A count or size flag's value: decimal digits (a leading `+` allowed, as
+/// Rust's parser does), no larger than `T` holds. Written for clap's
+/// `value_parser`, so a bad value is a usage error naming the flag.
+///
+/// # Errors
+///
+/// [`WholeError`] naming which of the three faults the text has.
+pub fn parse_whole<T>(text: &str) -> Result<T, WholeError>
+where
+    T: std::str::FromStr<Err = std::num::ParseIntError> + TryFrom<u64> + Into<u64> + Copy,
+{
+    let t = text.trim();
+    let e = match t.parse::<T>() {
+        Ok(v) => return Ok(v),
+        Err(e) => e,
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if t.strip_prefix('-').is_some_and(digits) {
+        Err(WholeError::Negative(t.to_string()))
+    } else if *e.kind() == std::num::IntErrorKind::PosOverflow {
+        Err(WholeError::TooLarge {
+            text: t.to_string(),
+            max: largest::<T>(),
+        })
+    } else {
+        Err(WholeError::NotWhole(text.to_string()))
+    }
+}
+
+/// The largest value of an unsigned `T` no wider than 64 bits.
+fn largest<T: TryFrom<u64> + Into<u64> + Copy>() -> u64 {
+    // Halve from u64::MAX until T holds it: at most 64 steps, no table of
+    // types to keep in step.
+    let mut m = u64::MAX;
+    loop {
+        if let Ok(v) = T::try_from(m) {
+            return v.into();
+        }
+        m >>= 1;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -462,6 +526,39 @@ mod tests {
         assert_eq!(
             parse_seconds("ten").unwrap_err().to_string(),
             "\"ten\" is not a number of seconds"
+        );
+    }
+
+    #[test]
+    fn whole_numbers_name_what_is_wrong_with_the_text() {
+        assert_eq!(parse_whole::<u32>("8"), Ok(8));
+        assert_eq!(parse_whole::<u64>(" +64 "), Ok(64));
+        assert_eq!(parse_whole::<u32>("0"), Ok(0));
+        assert_eq!(parse_whole::<u32>("4294967295"), Ok(u32::MAX));
+        for neg in ["-1", "-0", "-64"] {
+            assert_eq!(
+                parse_whole::<u64>(neg),
+                Err(WholeError::Negative(neg.into()))
+            );
+        }
+        for bad in ["1.5", "x", "", "-", "-x", "4k", "0x10", "--1"] {
+            let e = parse_whole::<u32>(bad).unwrap_err();
+            assert_eq!(e, WholeError::NotWhole(bad.into()), "{bad:?}");
+            assert_eq!(e.to_string(), format!("{bad:?} is not a whole number"));
+        }
+        assert_eq!(
+            parse_whole::<u32>("4294967296").unwrap_err().to_string(),
+            "4294967296 is too large (at most 4294967295)"
+        );
+        assert_eq!(
+            parse_whole::<u64>("18446744073709551616")
+                .unwrap_err()
+                .to_string(),
+            "18446744073709551616 is too large (at most 18446744073709551615)"
+        );
+        assert_eq!(
+            parse_whole::<u64>("-5").unwrap_err().to_string(),
+            "-5 is negative"
         );
     }
 

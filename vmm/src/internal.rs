@@ -8,7 +8,7 @@
 pub mod cli {
     pub use crate::bench::{main as bench, BenchArgs};
     pub use crate::features::cli::{main as features, FeaturesArgs};
-    pub use crate::input::parse_seconds;
+    pub use crate::input::{parse_seconds, parse_whole, SecondsError, WholeError};
     pub use crate::native::interleave::DEFAULT_REPS;
     pub use crate::output::stdout::{self, StdoutError, EXIT_CLOSED_PIPE};
     pub use crate::output::terminal;

@@ -24,7 +24,9 @@ use std::time::Duration;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use guest::workloads::Selection;
-use vmm::internal::cli::{self, parse_seconds, stdout, terminal, StdoutError, EXIT_CLOSED_PIPE};
+use vmm::internal::cli::{
+    self, parse_seconds, parse_whole, stdout, terminal, StdoutError, EXIT_CLOSED_PIPE,
+};
 use vmm::report::{RunSummary, EXIT_SNAPSHOT_MEMORY, EXIT_USAGE, EXIT_VMM_ERROR};
 use vmm::run::{self, KernelImage, RunConfig, SerialSink, Xfeatures};
 use vmm::schema::Document;
@@ -113,7 +115,7 @@ struct RunArgs {
     initrd: Option<PathBuf>,
     /// Guest RAM in MiB, 4 to 1047552: up to 3 GiB below the 32-bit hole,
     /// the rest from 4 GiB; the host backs only what the guest touches.
-    #[arg(long, value_name = "MiB", default_value_t = 64)]
+    #[arg(long, value_name = "MiB", default_value_t = 64, value_parser = parse_whole::<u64>)]
     mem: u64,
     /// xfeatures the guest may enable: `0x7`, `x87,sse,avx`, `avx512`,
     /// `host,-avx`, `-avx` (= host minus avx), `all`. Names imply their
@@ -139,7 +141,7 @@ struct RunArgs {
     cmdline: Option<String>,
     /// vCPUs, each a host thread; more than one adds an in-kernel irqchip
     /// and the guest starts the others with INIT-SIPI-SIPI.
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = parse_whole::<u32>)]
     vcpus: u32,
     /// Also show the guest's own serial report (on stderr with --json).
     #[arg(long)]

@@ -175,14 +175,33 @@ fn a_command_line_the_guest_would_cut_is_a_usage_error() {
 }
 
 /// A negative number is a bad value, said as one, not an unknown option
-/// (`--mem -5` was "unexpected argument '-5'", issue 38 §5).
+/// (`--mem -5` was "unexpected argument '-5'", issue 38 §5), and a count
+/// or size says what is wrong with its text: `--vcpus -1` was "-1 is not
+/// in 0..=4294967295" (clap's u32 range, not the option's) and `--mem 1.5`
+/// "invalid digit found in string".
 #[test]
 fn a_negative_number_is_an_invalid_value() {
-    for args in [["run", "--mem", "-5"], ["run", "--vcpus", "-1"]] {
-        let out = vmm(&args);
+    for (args, says) in [
+        (&["run", "--mem", "-5"][..], "-5 is negative"),
+        (&["run", "--vcpus", "-1"], "-1 is negative"),
+        (&["run", "--mem", "1.5"], "\"1.5\" is not a whole number"),
+        (&["run", "--vcpus", "two"], "\"two\" is not a whole number"),
+        (
+            &["run", "--vcpus", "4294967296"],
+            "4294967296 is too large (at most 4294967295)",
+        ),
+        (
+            &["bench", "snapshot", "--mem", "64,-64"],
+            "-64 is negative (MiB)",
+        ),
+    ] {
+        let out = vmm(args);
         assert_eq!(out.status.code(), Some(68), "vmm {args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.starts_with("vmm: invalid value"), "vmm {args:?}: {err}");
+        assert!(err.contains(says), "vmm {args:?}: {err}");
+        assert!(!err.contains("invalid digit"), "vmm {args:?}: {err}");
+        assert!(!err.contains("0..="), "vmm {args:?}: {err}");
     }
 }
 

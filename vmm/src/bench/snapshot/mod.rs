@@ -556,10 +556,7 @@ fn ms(s: Option<&Spread>) -> String {
 pub fn parse_mem(list: &str) -> std::result::Result<Vec<u64>, String> {
     list.split(',')
         .map(|w| {
-            let v: u64 = w
-                .trim()
-                .parse()
-                .map_err(|e| format!("{w:?} is not a number of MiB: {e}"))?;
+            let v: u64 = crate::input::parse_whole(w).map_err(|e| format!("{e} (MiB)"))?;
             if (MIN_MEM_MIB..=MAX_MEM_MIB).contains(&v) {
                 Ok(v)
             } else {
