@@ -17,7 +17,9 @@
 //! [`read_whole`] instead, which also takes a pipe (`/dev/stdin` under
 //! `qemu ... | vmm features --guest-log /dev/stdin`, or a shell's `<(...)`):
 //! a pipe has no size to check first, so it is read to its end under the
-//! same bound, and refused the moment it passes it.
+//! same bound, and refused the moment it passes it. There `-` names
+//! standard input ([`is_stdin`]), as it does to `cat`; a file named `-` is
+//! `./-`.
 //!
 //! Durations given as flags (`--timeout`, `--snapshot-after`) go through
 //! [`parse_seconds`], a clap value parser with one bound, [`MAX_SECONDS`],
@@ -29,6 +31,7 @@
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
+use std::os::fd::AsFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -168,10 +171,12 @@ pub fn open_regular(
 /// `max_len` bytes; `what` names its role in messages.
 ///
 /// A regular file is checked by its size first, as [`open_regular`] does. A
-/// pipe (a named FIFO, or an anonymous one reached as `/dev/stdin` or
-/// `/dev/fd/N`) is read to its end with blocking reads, and refused as soon
-/// as it carries one byte past `max_len`; so a writer that never stops
-/// costs at most the bound in memory, never more. Devices, directories and
+/// pipe (a named FIFO, or an anonymous one reached as `/dev/stdin`,
+/// `/dev/fd/N` or `-`) is read to its end with blocking reads, and refused
+/// as soon as it carries one byte past `max_len`; so a writer that never
+/// stops costs at most the bound in memory, never more. `-` is standard
+/// input itself, whatever it is: a pipe, a redirected file, or a terminal
+/// or `/dev/null`, refused as devices. Devices, directories and
 /// sockets are refused by name, as by [`open_regular`].
 ///
 /// # Errors
@@ -179,10 +184,44 @@ pub fn open_regular(
 /// past the bound or with nothing in it; otherwise those of
 /// [`open_regular`] and [`InputFile::read_all`].
 pub fn read_whole(path: &Path, what: &'static str, max_len: u64) -> Result<Vec<u8>, InputError> {
-    match open_any(path, what, max_len, "a regular file or a pipe")? {
+    if is_stdin(path) {
+        // Standard input as it is, not reopened through /dev/stdin: that
+        // link is missing where no udev made it (an initramfs), and reopening
+        // a socket fails. Messages say what `-` stood for.
+        let shown = Path::new("- (standard input)");
+        let file = std::io::stdin()
+            .as_fd()
+            .try_clone_to_owned()
+            .map(File::from)
+            .map_err(|source| InputError::Open {
+                what,
+                path: shown.to_path_buf(),
+                source,
+            })?;
+        let opened = sort(file, shown, what, max_len, "a regular file or a pipe")?;
+        return read_opened(opened, shown, what, max_len);
+    }
+    let opened = open_any(path, what, max_len, "a regular file or a pipe")?;
+    read_opened(opened, path, what, max_len)
+}
+
+/// The whole content of what [`open_any`] or [`sort`] found.
+fn read_opened(
+    opened: Opened,
+    path: &Path,
+    what: &'static str,
+    max_len: u64,
+) -> Result<Vec<u8>, InputError> {
+    match opened {
         Opened::Regular(f) => f.read_all(),
         Opened::Pipe(file) => read_pipe(file, path, what, max_len),
     }
+}
+
+/// Whether `path` is `-`, which the readers of whole text files
+/// ([`read_whole`]) take as standard input.
+pub fn is_stdin(path: &Path) -> bool {
+    path.as_os_str() == "-"
 }
 
 /// What a directory entry is, for messages (`a FIFO`, `a directory`):
@@ -235,7 +274,22 @@ fn open_any(
         .custom_flags(libc::O_NONBLOCK)
         .open(path)
         .map_err(open_err)?;
-    let meta = file.metadata().map_err(open_err)?;
+    sort(file, path, what, max_len, wanted)
+}
+
+/// Sort an open `file` as [`open_any`] does.
+fn sort(
+    file: File,
+    path: &Path,
+    what: &'static str,
+    max_len: u64,
+    wanted: &'static str,
+) -> Result<Opened, InputError> {
+    let meta = file.metadata().map_err(|source| InputError::Open {
+        what,
+        path: path.to_path_buf(),
+        source,
+    })?;
     let ft = meta.file_type();
     if ft.is_fifo() {
         return Ok(Opened::Pipe(file));

@@ -270,3 +270,76 @@ fn imports_name_the_format_and_the_fault() {
     assert!(err.contains("pseudo-file"), "{err}");
     assert!(!err.contains("the limit is 0 bytes"), "{err}");
 }
+
+/// `-` is standard input to every reader of a whole text file, as it is to
+/// `cat`: a profile, a compare input, an import dump (here on to `-`,
+/// standard output), a bench `--compare` file. It was read as a file named
+/// `-` ("no bundled profile has this name", "cannot open guest log -").
+/// Standard input that is no pipe or file (`/dev/null`, a terminal) is
+/// refused by kind rather than waited on; a file named `-` is `./-`.
+#[test]
+fn a_dash_reads_standard_input() {
+    let profile = profile_text().to_string();
+    let via_file = {
+        let dir = TempDir::new("dash");
+        let p = dir.path("p.json");
+        std::fs::write(&p, &profile).unwrap();
+        vmm(&["features", "--profile", s(&p), "--json"])
+    };
+    assert!(via_file.status.success(), "{}", stderr(&via_file));
+    let piped = common::vmm_piped(
+        &["features", "--profile", "-", "--json"],
+        profile.as_bytes(),
+    );
+    assert!(piped.status.success(), "{}", stderr(&piped));
+    let a: serde_json::Value = serde_json::from_slice(&via_file.stdout).unwrap();
+    let b: serde_json::Value = serde_json::from_slice(&piped.stdout).unwrap();
+    for k in ["columns", "components", "xcr0", "xss"] {
+        assert_eq!(a[k], b[k], "{k}");
+    }
+
+    let out = common::vmm_piped(
+        &["features", "compare", "-", "zen3-milan"],
+        profile.as_bytes(),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let out = common::vmm_piped(&["features", "import", "-", "-"], profile.as_bytes());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let imported: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(imported["leaf_0xd"], profile_text()["leaf_0xd"]);
+
+    // Read, checked and refused as a result of another benchmark, before
+    // anything is measured: no KVM needed.
+    let out = common::vmm_piped(
+        &["bench", "exits", "--quick", "--compare", "-"],
+        br#"{"schema_version": 1}"#,
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(EXIT_VMM_ERROR), "{err}");
+    assert!(
+        err.contains("baseline: - is not a `vmm bench exits --json` result"),
+        "{err}"
+    );
+
+    // Standard input on /dev/null (this helper's): refused by kind, at once.
+    assert_vmm_error(
+        &["features", "--profile", "-"],
+        &["profile - (standard input) is a character device, not a regular file or a pipe"],
+    );
+    assert_vmm_error(
+        &["features", "--guest-log", "-"],
+        &["guest log - (standard input) is a character device"],
+    );
+
+    // A file named `-` is still reachable as `./-`.
+    let dir = TempDir::new("dash-file");
+    std::fs::write(dir.path("-"), &profile).unwrap();
+    let out = Command::new(vmm_bin())
+        .args(["features", "--profile", "./-"])
+        .current_dir(&dir.0)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+}

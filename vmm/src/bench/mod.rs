@@ -254,7 +254,7 @@ pub struct BaselineArgs {
     #[arg(long, value_name = "NAME", conflicts_with = "compare")]
     pub baseline: Option<String>,
     /// Compare this run with FILE, any `--json` output of the same
-    /// `vmm bench` subcommand.
+    /// `vmm bench` subcommand (`-`: standard input).
     #[arg(long, value_name = "FILE.json")]
     pub compare: Option<PathBuf>,
     /// Where baselines are kept [default: $XDG_DATA_HOME/vmm/bench, else

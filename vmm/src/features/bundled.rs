@@ -124,13 +124,13 @@ impl Bundled {
 }
 
 /// A `--profile` or `compare` argument: a bundled profile by name, else a
-/// file. A missing file whose name looks like a profile name (no `/`, no
+/// file (`-`: standard input). A missing file whose name looks like a profile name (no `/`, no
 /// `.json`) is reported with the bundled names.
 pub fn load(arg: &Path) -> Result<HostProfile, FeaturesError> {
     if let Some(b) = arg.to_str().and_then(find) {
         return b.load();
     }
-    if !arg.exists() {
+    if !arg.exists() && !crate::input::is_stdin(arg) {
         let s = arg.to_string_lossy();
         if !s.contains('/') && !s.ends_with(".json") {
             return Err(FeaturesError::UnknownProfile(s.into_owned()));

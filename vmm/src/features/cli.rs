@@ -30,8 +30,8 @@ pub struct FeaturesArgs {
 pub struct ShowArgs {
     /// Show a recorded CPU instead of this host (no KVM, no boot): the name
     /// of a bundled profile (see --list-profiles) or a profile file
-    /// (`vmm features save` output). A bundled name wins over a file of the
-    /// same name; write ./NAME for the file.
+    /// (`vmm features save` output; `-`: standard input). A bundled name
+    /// wins over a file of the same name; write ./NAME for the file.
     #[arg(long, value_name = "NAME|FILE")]
     pub profile: Option<PathBuf>,
     /// List the CPU profiles bundled with vmm (name, CPU, XCR0, source).
@@ -46,8 +46,8 @@ pub struct ShowArgs {
     #[arg(long)]
     pub no_boot: bool,
     /// Take the guest column from the VMMREC1 record in a serial log of
-    /// our guest under any VMM (no boot; a pipe such as /dev/stdin is read
-    /// to its end). Alone, the CPU column is the CPUID the guest saw; with
+    /// our guest under any VMM (no boot; `-` is standard input, and a pipe
+    /// is read to its end). Alone, the CPU column is the CPUID the guest saw; with
     /// --profile, the profile's.
     #[arg(long, value_name = "FILE")]
     pub guest_log: Option<PathBuf>,
@@ -79,8 +79,9 @@ pub enum FeaturesCommand {
 /// `vmm features import`.
 #[derive(clap::Args, Debug)]
 pub struct ImportArgs {
-    /// The dump to read (format detected from its content), or a bundled
-    /// profile's name (a bundled name wins over a file of the same name).
+    /// The dump to read (format detected from its content; `-`: standard
+    /// input), or a bundled profile's name (a bundled name wins over a file
+    /// of the same name).
     #[arg(value_name = "DUMP|NAME")]
     pub input: PathBuf,
     /// Where to write the profile (`-` for stdout).
@@ -137,8 +138,8 @@ pub struct CompareArgs {
     /// Profiles to compare: bundled profile names (see
     /// `vmm features --list-profiles`), profile files (`vmm features save`
     /// output), and serial logs of our guest under any VMM (their VMMREC1
-    /// record), files told apart by content; a bundled name wins over a
-    /// file of the same name.
+    /// record), files told apart by content (`-`: standard input); a bundled
+    /// name wins over a file of the same name.
     #[arg(value_name = "NAME|FILE|LOG", required = true, num_args = 1..)]
     pub profiles: Vec<PathBuf>,
     /// Check on which hosts state with this XSTATE_BV can be restored.

@@ -365,7 +365,8 @@ fn compare_cmd(args: &CompareArgs) -> Result<i32, FeaturesError> {
 /// a guest log; JSON (or an empty file) is a profile, checked as one;
 /// anything else is refused by name.
 fn load_source(path: &std::path::Path) -> Result<compare::Source, FeaturesError> {
-    if path.to_str().and_then(bundled::find).is_some() || !path.exists() {
+    let named = path.to_str().and_then(bundled::find).is_some();
+    if named || (!path.exists() && !crate::input::is_stdin(path)) {
         // A bundled profile by name, or the error naming the bundled ones.
         return Ok(compare::Source::Host(bundled::load(path)?));
     }
