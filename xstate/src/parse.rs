@@ -363,6 +363,9 @@ impl Op {
 }
 
 /// Underscore-free copy of a short numeric string, without allocation.
+/// Leading zeros are dropped, so `0x` followed by any number of zeros and
+/// a 64-bit value parses, as the decimal form does (Rust's integer parser
+/// takes leading zeros of any length).
 struct Digits {
     buf: [u8; 32],
     len: usize,
@@ -377,6 +380,15 @@ impl Digits {
         }
         core::str::from_utf8(&self.buf[..self.len]).unwrap_or("x")
     }
+
+    fn push(&mut self, c: u8) {
+        if self.len == self.buf.len() {
+            self.overflow = true;
+        } else {
+            self.buf[self.len] = c;
+            self.len += 1;
+        }
+    }
 }
 
 trait ReplaceUnderscores {
@@ -390,16 +402,16 @@ impl ReplaceUnderscores for str {
             len: 0,
             overflow: false,
         };
+        let mut zeros = false;
         for &c in self.as_bytes() {
-            if c == b'_' {
-                continue;
+            match c {
+                b'_' => {}
+                b'0' if d.len == 0 => zeros = true,
+                _ => d.push(c),
             }
-            if d.len == d.buf.len() {
-                d.overflow = true;
-                break;
-            }
-            d.buf[d.len] = c;
-            d.len += 1;
+        }
+        if d.len == 0 && zeros {
+            d.push(b'0');
         }
         d
     }
@@ -411,6 +423,8 @@ impl ReplaceUnderscores for str {
 pub struct Token {
     buf: [u8; 32],
     len: u8,
+    /// The token was longer than what is kept: shown with a trailing `…`.
+    cut: bool,
 }
 
 impl Token {
@@ -424,12 +438,18 @@ impl Token {
         Self {
             buf,
             len: end as u8,
+            cut: end < s.len(),
         }
     }
 
-    /// The token text.
+    /// The token text (its first 32 bytes at most: see [`Token::is_cut`]).
     pub fn as_str(&self) -> &str {
         core::str::from_utf8(&self.buf[..self.len as usize]).unwrap_or("?")
+    }
+
+    /// Whether the token was longer than [`Token::as_str`] holds.
+    pub fn is_cut(&self) -> bool {
+        self.cut
     }
 }
 
@@ -441,7 +461,11 @@ impl fmt::Debug for Token {
 
 impl fmt::Display for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.write_str(self.as_str())?;
+        if self.cut {
+            f.write_str("…")?;
+        }
+        Ok(())
     }
 }
 

@@ -97,11 +97,55 @@ fn parse_errors() {
         XfeatureMask::parse("bit99", SPR),
         Err(MaskError::UnknownName(_))
     ));
-    // A very long token is truncated in the error, not a panic.
+    // A very long token is truncated in the error, not a panic, and the
+    // message shows that it was (it read as the whole token before).
     let long = "é".repeat(40);
+    match XfeatureMask::parse(&long, SPR) {
+        Err(e @ MaskError::UnknownName(t)) => {
+            assert!(t.is_cut() && t.as_str().len() <= 32);
+            assert!(
+                e.to_string().contains(&format!("`{}…`", "é".repeat(16))),
+                "{e}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    match XfeatureMask::parse("0x1ffffffffffffffffffffffffffffffffffff", SPR) {
+        Err(e @ MaskError::BadNumber(t)) => {
+            assert!(t.is_cut());
+            assert!(e.to_string().contains("ffff…` in xfeature mask"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    match XfeatureMask::parse("0xzz", SPR) {
+        Err(MaskError::BadNumber(t)) => assert!(!t.is_cut()),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Leading zeros never make a number too long: the decimal form took any
+/// number of them (Rust's parser does), the hex form refused more than 32
+/// digits in all ("invalid number" for `0x` + 40 zeros + `7`).
+#[test]
+fn leading_zeros_are_not_digits_that_count() {
+    let zeros = "0".repeat(100);
+    assert_eq!(XfeatureMask::parse(&format!("0x{zeros}7"), SPR), Ok(m(0x7)));
+    assert_eq!(XfeatureMask::parse(&format!("{zeros}7"), SPR), Ok(m(0x7)));
+    assert_eq!(
+        XfeatureMask::parse(&format!("0x{zeros}_0000_0003"), SPR),
+        Ok(m(0x3))
+    );
+    assert_eq!(XfeatureMask::parse("0x0000", SPR), Ok(m(0)));
+    for bad in ["0x", "0x_", "0x__"] {
+        assert!(
+            matches!(XfeatureMask::parse(bad, SPR), Err(MaskError::BadNumber(_))),
+            "{bad}"
+        );
+    }
+    // Significant digits still count: 17 of them overflow 64 bits.
     assert!(matches!(
-        XfeatureMask::parse(&long, SPR),
-        Err(MaskError::UnknownName(_))
+        XfeatureMask::parse(&format!("0x{zeros}1_0000_0000_0000_0000"), SPR),
+        Err(MaskError::BadNumber(_))
     ));
 }
 
