@@ -114,9 +114,10 @@ pub enum InputError {
         /// The caller's bound.
         max: u64,
     },
-    /// A pipe ended before its first byte: its writer wrote nothing, an
-    /// earlier argument naming the same pipe read it to its end, or (a
-    /// named FIFO) no writer had it open when it was read.
+    /// A pipe (or standard input's socket) ended before its first byte:
+    /// its writer wrote nothing, an earlier argument naming the same pipe
+    /// read it to its end, or (a named FIFO) no writer had it open when it
+    /// was read.
     #[error(
         "{what} {path} is a pipe that ended before its first byte: its writer wrote \
          nothing, another argument naming it read it first, or no writer had it open"
@@ -175,8 +176,8 @@ pub fn open_regular(
 /// `/dev/fd/N` or `-`) is read to its end with blocking reads, and refused
 /// as soon as it carries one byte past `max_len`; so a writer that never
 /// stops costs at most the bound in memory, never more. `-` is standard
-/// input itself, whatever it is: a pipe, a redirected file, or a terminal
-/// or `/dev/null`, refused as devices. Devices, directories and
+/// input itself, whatever it is: a pipe, a socket or a redirected file is
+/// read; a terminal or `/dev/null` is refused as a device. Devices, directories and
 /// sockets are refused by name, as by [`open_regular`].
 ///
 /// # Errors
@@ -198,7 +199,21 @@ pub fn read_whole(path: &Path, what: &'static str, max_len: u64) -> Result<Vec<u
                 path: shown.to_path_buf(),
                 source,
             })?;
-        let opened = sort(file, shown, what, max_len, "a regular file or a pipe")?;
+        // A socket (a socketpair from a supervisor, inetd) is read to its
+        // end as a pipe is; by path only a pipe is, as a socket cannot be
+        // opened.
+        let socket = file.metadata().is_ok_and(|m| m.file_type().is_socket());
+        let opened = if socket {
+            Opened::Pipe(file)
+        } else {
+            sort(
+                file,
+                shown,
+                what,
+                max_len,
+                "a regular file, a pipe or a socket",
+            )?
+        };
         return read_opened(opened, shown, what, max_len);
     }
     let opened = open_any(path, what, max_len, "a regular file or a pipe")?;
@@ -250,7 +265,8 @@ pub(crate) fn kind_of(ft: std::fs::FileType) -> &'static str {
 enum Opened {
     /// A regular file within the bound.
     Regular(InputFile),
-    /// A FIFO, still open with `O_NONBLOCK`.
+    /// A FIFO (opened with `O_NONBLOCK`), or standard input's socket: a
+    /// stream read to its end.
     Pipe(File),
 }
 

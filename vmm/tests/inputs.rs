@@ -322,10 +322,30 @@ fn a_dash_reads_standard_input() {
         "{err}"
     );
 
+    // A socket (a supervisor's socketpair) is read to its end, as a pipe.
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    let child = Command::new(vmm_bin())
+        .args(["features", "--profile", "-", "--json"])
+        .stdin(std::os::fd::OwnedFd::from(theirs))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut ours = ours;
+        ours.write_all(profile.as_bytes()).unwrap();
+        ours.shutdown(std::net::Shutdown::Write).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let c: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(c["xcr0"], a["xcr0"]);
+
     // Standard input on /dev/null (this helper's): refused by kind, at once.
     assert_vmm_error(
         &["features", "--profile", "-"],
-        &["profile - (standard input) is a character device, not a regular file or a pipe"],
+        &["profile - (standard input) is a character device, not a regular file, a pipe or a socket"],
     );
     assert_vmm_error(
         &["features", "--guest-log", "-"],
