@@ -519,15 +519,18 @@ impl Board {
         if ioapic_wakes(vm) {
             return true;
         }
-        let idle = |s: &&Slot| s.wait.load(Ordering::SeqCst) == IDLE_HALT;
-        if !self.slots.iter().any(|s| idle(&s)) {
-            return false;
-        }
-        let lint0 = self
+        // One pass: is any vCPU in an IF-set halt, and has any of those
+        // LINT0 open?
+        let (idle, lint0) = self
             .slots
             .iter()
-            .filter(idle)
-            .any(|s| s.lint0.load(Ordering::SeqCst));
+            .filter(|s| s.wait.load(Ordering::SeqCst) == IDLE_HALT)
+            .fold((false, false), |(_, l), s| {
+                (true, l || s.lint0.load(Ordering::SeqCst))
+            });
+        if !idle {
+            return false;
+        }
         read_chips(vm).is_none_or(|c| chips_may_interrupt(&c, lint0))
     }
 
