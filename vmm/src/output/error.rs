@@ -47,7 +47,7 @@ pub enum WriteError {
         source: io::Error,
     },
     /// The directory's file system has no room for the file.
-    #[error("directory {}: not enough free space: the snapshot needs {needed} bytes (with a {SPACE_MARGIN}-byte margin), {available} are available", dir.display())]
+    #[error("directory {}: not enough free space: the file needs {needed} bytes (with a {SPACE_MARGIN}-byte margin), {available} are available", dir.display())]
     NoSpace {
         /// The directory.
         dir: PathBuf,
@@ -58,7 +58,7 @@ pub enum WriteError {
     },
     /// The destination changed between the check and the rename; the entry
     /// found there was put back.
-    #[error("{} changed while the snapshot was written (it is now {kind}); it is left as it is", path.display())]
+    #[error("{} changed while the file was written (it is now {kind}); it is left as it is", path.display())]
     Changed {
         /// The destination.
         path: PathBuf,

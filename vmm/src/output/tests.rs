@@ -191,7 +191,7 @@ fn too_little_space_is_refused_naming_the_sizes() {
     assert_eq!(
         e.to_string(),
         format!(
-            "directory /d: not enough free space: the snapshot needs {} bytes (with a {SPACE_MARGIN}-byte margin), {} are available",
+            "directory /d: not enough free space: the file needs {} bytes (with a {SPACE_MARGIN}-byte margin), {} are available",
             (10 << 20) + SPACE_MARGIN,
             5 << 20
         )
