@@ -31,8 +31,13 @@ pub enum VcpuCountError {
         /// `KVM_CAP_MAX_VCPUS`.
         max: u32,
     },
-    /// More than the guest kernel brings up.
-    #[error("--vcpus {asked}: the guest kernel supports at most {max} CPUs (guest MAX_CPUS)")]
+    /// More than vmm's machine holds: what its embedded guest brings up,
+    /// which its machine tables and snapshot sections are sized for,
+    /// whatever kernel boots.
+    #[error(
+        "--vcpus {asked}: vmm runs at most {max} vCPUs with any kernel (its embedded guest's \
+         MAX_CPUS, which its snapshots follow)"
+    )]
     AboveGuest {
         /// What was asked.
         asked: u32,

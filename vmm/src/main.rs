@@ -139,8 +139,9 @@ struct RunArgs {
     /// Extra words for the guest's command line (printable ASCII).
     #[arg(long, value_name = "WORDS")]
     cmdline: Option<String>,
-    /// vCPUs, each a host thread; more than one adds an in-kernel irqchip
-    /// and the guest starts the others with INIT-SIPI-SIPI.
+    /// vCPUs, each a host thread: 1 to 8, and no more than KVM allows;
+    /// more than one adds an in-kernel irqchip and the guest starts the
+    /// others with INIT-SIPI-SIPI.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = parse_whole::<u32>)]
     vcpus: u32,
     /// Also show the guest's own serial report (on stderr with --json).

@@ -243,7 +243,7 @@ fn bad_vcpu_counts_are_refused_by_name() {
     for (n, says) in [
         ("0", "--vcpus 0: a guest needs at least one vCPU"),
         ("100000", "KVM allows at most"),
-        ("9", "the guest kernel supports at most 8 CPUs"),
+        ("9", "--vcpus 9: vmm runs at most 8 vCPUs with any kernel"),
     ] {
         let out = common::vmm(&["run", "--workload", "none", "--vcpus", n]);
         assert_eq!(out.status.code(), Some(68), "{n}: {}", common::stderr(&out));
@@ -255,6 +255,17 @@ fn bad_vcpu_counts_are_refused_by_name() {
     }
     let out = common::vmm(&["run", "--workload", "none", "--vcpus", "x"]);
     assert_eq!(out.status.code(), Some(68));
+    // The limit is vmm's, not the kernel's: another kernel was told that
+    // "the guest kernel supports at most 8 CPUs".
+    let elf = common::temp_file("vcpus-limit.elf", &common::tiny_pvh_elf(&[0xf4], true));
+    let out = common::vmm(&["run", "--kernel", elf.to_str().unwrap(), "--vcpus", "9"]);
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(68), "{err}");
+    assert!(
+        err.contains("vmm runs at most 8 vCPUs with any kernel"),
+        "{err}"
+    );
+    assert!(!err.contains("the guest kernel supports"), "{err}");
 }
 
 /// The same guest image under QEMU microvm `-smp 2`: the guest counts two
