@@ -128,6 +128,17 @@ pub enum InputError {
         /// The pipe's path.
         path: PathBuf,
     },
+    /// `-` where only a file will do: a kernel, an initrd or a snapshot is
+    /// read in place (mapped, sought in), so standard input cannot stand
+    /// for it.
+    #[error(
+        "`-` (standard input) cannot stand for a {what}: kernels, initrds and snapshots are \
+         read in place (mapped, sought in); name the file (./- for one named -)"
+    )]
+    StdinNotAFile {
+        /// What the file was for.
+        what: &'static str,
+    },
     /// Reading failed part way.
     #[error("cannot read {what} {path}: {source}")]
     Read {
@@ -157,6 +168,9 @@ pub fn open_regular(
     what: &'static str,
     max_len: u64,
 ) -> Result<InputFile, InputError> {
+    if is_stdin(path) {
+        return Err(InputError::StdinNotAFile { what });
+    }
     match open_any(path, what, max_len, "a regular file")? {
         Opened::Regular(f) => Ok(f),
         Opened::Pipe(_) => Err(InputError::NotRegular {
@@ -231,6 +245,22 @@ fn read_opened(
         Opened::Regular(f) => f.read_all(),
         Opened::Pipe(file) => read_pipe(file, path, what, max_len),
     }
+}
+
+/// A kernel, initrd or snapshot path from the command line: `-` is refused
+/// as it is said (a usage error, 68), because these files are read in
+/// place (mapped, sought in) and standard input cannot stand for one.
+/// `open_regular` refuses it too, for callers that did not come through
+/// the command line.
+///
+/// # Errors
+///
+/// `InputError::StdinNotAFile` for `-`.
+pub fn parse_in_place(text: &str) -> Result<PathBuf, InputError> {
+    if text == "-" {
+        return Err(InputError::StdinNotAFile { what: "file" });
+    }
+    Ok(PathBuf::from(text))
 }
 
 /// Whether `path` is `-`, which the readers of whole text files

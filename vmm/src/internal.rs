@@ -8,11 +8,11 @@
 pub mod cli {
     pub use crate::bench::{main as bench, BenchArgs};
     pub use crate::features::cli::{main as features, FeaturesArgs};
-    pub use crate::input::{parse_seconds, parse_whole, SecondsError, WholeError};
+    pub use crate::input::{parse_in_place, parse_seconds, parse_whole, SecondsError, WholeError};
     pub use crate::native::interleave::DEFAULT_REPS;
     pub use crate::output::stdout::{self, StdoutError, EXIT_CLOSED_PIPE};
     pub use crate::output::terminal;
-    pub use crate::output::{create_dir, write_set};
+    pub use crate::output::{create_dir, parse_destination, write_set};
 
     /// `--plot`: the SVG charts of a run.
     pub mod plot {

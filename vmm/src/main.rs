@@ -25,7 +25,8 @@ use std::time::Duration;
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use guest::workloads::Selection;
 use vmm::internal::cli::{
-    self, parse_seconds, parse_whole, stdout, terminal, StdoutError, EXIT_CLOSED_PIPE,
+    self, parse_destination, parse_in_place, parse_seconds, parse_whole, stdout, terminal,
+    StdoutError, EXIT_CLOSED_PIPE,
 };
 use vmm::report::{RunSummary, EXIT_SNAPSHOT_MEMORY, EXIT_USAGE, EXIT_VMM_ERROR};
 use vmm::run::{self, KernelImage, RunConfig, SerialSink, Xfeatures};
@@ -82,7 +83,7 @@ struct CompletionsArgs {
 struct ManArgs {
     /// Write vmm.1 and one page per subcommand (vmm-run.1, ...) into DIR
     /// instead of printing the top page.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_parser = parse_destination)]
     dir: Option<PathBuf>,
 }
 
@@ -90,7 +91,7 @@ struct ManArgs {
 #[derive(clap::Args)]
 struct SchemaArgs {
     /// Directory to write `<document>.schema.json` files into (created if missing).
-    #[arg(value_name = "DIR")]
+    #[arg(value_name = "DIR", value_parser = parse_destination)]
     dir: PathBuf,
 }
 
@@ -107,11 +108,11 @@ struct RunArgs {
     /// A kernel to boot instead of the embedded guest: a PVH ELF, or a
     /// 64-bit Linux bzImage (Linux boot protocol). A Linux kernel gets a
     /// PC: irqchip, PIT, COM1 on IRQ 4, the i8042 reset.
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", value_parser = parse_in_place)]
     kernel: Option<PathBuf>,
     /// An initramfs for a Linux --kernel (PVH module list, or the bzImage
     /// zero page's ramdisk fields), placed at the top of low RAM.
-    #[arg(long, value_name = "PATH", requires = "kernel")]
+    #[arg(long, value_name = "PATH", requires = "kernel", value_parser = parse_in_place)]
     initrd: Option<PathBuf>,
     /// Guest RAM in MiB, 4 to 1047552: up to 3 GiB below the 32-bit hole,
     /// the rest from 4 GiB; the host backs only what the guest touches.
@@ -149,7 +150,7 @@ struct RunArgs {
     serial: bool,
     /// Also draw the switch strategies' cycles and the workloads'
     /// guest/native ratios as an SVG bar chart into FILE.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_parser = parse_destination)]
     plot: Option<PathBuf>,
     /// Where the kernel starts: `auto` = vmm's direct 64-bit entry when the
     /// image declares one (the embedded guest does), else PVH; `pvh` = the
@@ -188,7 +189,7 @@ struct SessionArgs {
     snapshot_after: Option<Duration>,
     /// Where to write a snapshot: after --snapshot-after, or when the guest
     /// asks for one (SNAPSHOT_PORT).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", value_parser = parse_destination)]
     snapshot_file: Option<PathBuf>,
     /// Let the snapshot (and `vmm run`'s --plot) replace a regular file
     /// already at its path (never a symlink, device, FIFO or directory; its
@@ -216,6 +217,7 @@ impl SessionArgs {
 #[derive(clap::Args)]
 struct RestoreArgs {
     /// The snapshot file (it is only read).
+    #[arg(value_parser = parse_in_place)]
     file: PathBuf,
     /// When the VMM moves the guest's xsave state across exits (default: as
     /// when the snapshot was taken).

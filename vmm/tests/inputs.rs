@@ -363,3 +363,27 @@ fn a_dash_reads_standard_input() {
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
 }
+
+/// Kernels, initrds and snapshots are read in place (mapped, sought in),
+/// so `-` cannot stand for one: refused as what it says, a usage error
+/// (68), naming why. It was "cannot open kernel -: No such file or
+/// directory" (64), which read as if `-` meant standard input but it was
+/// empty.
+#[test]
+fn a_dash_is_no_file_read_in_place() {
+    let dir = TempDir::new("dash-in-place");
+    let elf = dir.path("k.elf");
+    std::fs::write(&elf, tiny_pvh_elf(&[0xf4], true)).unwrap();
+    for args in [
+        vec!["run", "--kernel", "-"],
+        vec!["run", "--kernel", s(&elf), "--initrd", "-"],
+        vec!["restore", "-"],
+        vec!["snapshot", "info", "-"],
+    ] {
+        assert_usage_error(
+            &args,
+            &["`-` (standard input) cannot stand for a file: kernels, initrds and snapshots are read in place"],
+        );
+        assert_eq!(vmm(&args).status.code(), Some(68), "{args:?}");
+    }
+}

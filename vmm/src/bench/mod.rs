@@ -236,7 +236,7 @@ pub struct OutputArgs {
     #[arg(long)]
     pub quiet: bool,
     /// Also draw the results as an SVG bar chart into FILE.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_parser = crate::output::parse_destination)]
     pub plot: Option<PathBuf>,
     /// Let --plot replace a regular file already at FILE (never a symlink,
     /// device, FIFO or directory).
@@ -259,7 +259,7 @@ pub struct BaselineArgs {
     pub compare: Option<PathBuf>,
     /// Where baselines are kept [default: $XDG_DATA_HOME/vmm/bench, else
     /// ~/.local/share/vmm/bench].
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_parser = crate::output::parse_destination)]
     pub baseline_dir: Option<PathBuf>,
 }
 

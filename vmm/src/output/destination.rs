@@ -48,6 +48,22 @@ impl Destination {
     }
 }
 
+/// A destination path from the command line (`--plot`, `--snapshot-file`,
+/// `schema DIR`, `man --dir`, `--baseline-dir`): `-` is refused as it is
+/// said, before anything runs, so it is a usage error (68) like any other
+/// value refused for what it is. `check` refuses it too, for callers
+/// that did not come through the command line.
+///
+/// # Errors
+///
+/// `WriteError::Dash` for `-`.
+pub fn parse_destination(text: &str) -> Result<PathBuf, WriteError> {
+    if text == "-" {
+        return Err(WriteError::Dash);
+    }
+    Ok(PathBuf::from(text))
+}
+
 /// Check where a snapshot may go, without writing anything: the directory
 /// exists and is writable, and the destination is absent or (with `force`)
 /// a regular file. Done before a run starts and again before each write.

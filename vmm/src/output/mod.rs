@@ -55,9 +55,9 @@ mod temp;
 pub mod terminal;
 
 pub use atomic::{write_atomic, write_set, write_with};
-pub use destination::check;
 #[cfg(test)]
 pub(crate) use destination::check_space;
+pub use destination::{check, parse_destination};
 pub use dir::create_dir;
 pub use error::WriteError;
 pub use temp::temp_name;

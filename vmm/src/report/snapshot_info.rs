@@ -407,6 +407,7 @@ pub enum SnapshotCommand {
 #[derive(clap::Args)]
 pub struct InfoArgs {
     /// The snapshot file.
+    #[arg(value_parser = crate::input::parse_in_place)]
     pub file: PathBuf,
     /// Print one JSON object instead of the table.
     #[arg(long)]
