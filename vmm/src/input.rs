@@ -189,10 +189,12 @@ pub fn open_regular(
 /// pipe (a named FIFO, or an anonymous one reached as `/dev/stdin`,
 /// `/dev/fd/N` or `-`) is read to its end with blocking reads, and refused
 /// as soon as it carries one byte past `max_len`; so a writer that never
-/// stops costs at most the bound in memory, never more. `-` is standard
-/// input itself, whatever it is: a pipe, a socket or a redirected file is
-/// read; a terminal or `/dev/null` is refused as a device. Devices, directories and
-/// sockets are refused by name, as by [`open_regular`].
+/// stops costs at most the bound in memory, never more. Devices,
+/// directories and sockets are refused by name, as by [`open_regular`].
+///
+/// `-` is standard input itself ([`is_stdin`]): a pipe, a redirected file
+/// or a socket on descriptor 0 is read; a terminal or `/dev/null` is
+/// refused as a device rather than waited on.
 ///
 /// # Errors
 /// [`InputError::PipeTooLarge`] and [`InputError::EmptyPipe`] for a pipe
@@ -200,38 +202,41 @@ pub fn open_regular(
 /// [`open_regular`] and [`InputFile::read_all`].
 pub fn read_whole(path: &Path, what: &'static str, max_len: u64) -> Result<Vec<u8>, InputError> {
     if is_stdin(path) {
-        // Standard input as it is, not reopened through /dev/stdin: that
-        // link is missing where no udev made it (an initramfs), and reopening
-        // a socket fails. Messages say what `-` stood for.
+        // Messages say what `-` stood for.
         let shown = Path::new("- (standard input)");
-        let file = std::io::stdin()
-            .as_fd()
-            .try_clone_to_owned()
-            .map(File::from)
-            .map_err(|source| InputError::Open {
-                what,
-                path: shown.to_path_buf(),
-                source,
-            })?;
-        // A socket (a socketpair from a supervisor, inetd) is read to its
-        // end as a pipe is; by path only a pipe is, as a socket cannot be
-        // opened.
-        let socket = file.metadata().is_ok_and(|m| m.file_type().is_socket());
-        let opened = if socket {
-            Opened::Pipe(file)
-        } else {
-            sort(
-                file,
-                shown,
-                what,
-                max_len,
-                "a regular file, a pipe or a socket",
-            )?
-        };
+        let opened = open_stdin(shown, what, max_len)?;
         return read_opened(opened, shown, what, max_len);
     }
     let opened = open_any(path, what, max_len, "a regular file or a pipe")?;
     read_opened(opened, path, what, max_len)
+}
+
+/// Standard input, sorted as [`open_any`] sorts a path, but for sockets.
+///
+/// Descriptor 0 is duplicated, not reopened through /dev/stdin: that link
+/// is missing where no udev made it (an initramfs), and a socket cannot be
+/// reopened by path. For the same reason a socket here (a supervisor's
+/// socketpair, inetd) is a stream to read to its end, as a pipe is.
+fn open_stdin(shown: &Path, what: &'static str, max_len: u64) -> Result<Opened, InputError> {
+    let file = std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .map(File::from)
+        .map_err(|source| InputError::Open {
+            what,
+            path: shown.to_path_buf(),
+            source,
+        })?;
+    if file.metadata().is_ok_and(|m| m.file_type().is_socket()) {
+        return Ok(Opened::Pipe(file));
+    }
+    sort(
+        file,
+        shown,
+        what,
+        max_len,
+        "a regular file, a pipe or a socket",
+    )
 }
 
 /// The whole content of what [`open_any`] or [`sort`] found.
