@@ -67,10 +67,9 @@ impl RunEnd {
             RunEnd::Exited(0) => None,
             RunEnd::Exited(s) => Some(format!("the guest exited with status {s}")),
             RunEnd::Crashed { reason, .. } => Some(format!("the guest crashed: {reason}")),
-            RunEnd::TimedOut(d) => Some(format!(
-                "the guest was stopped after {:.1} s",
-                d.as_secs_f64()
-            )),
+            RunEnd::TimedOut(d) => {
+                Some(format!("the guest was stopped after {} s", d.as_secs_f64()))
+            }
             RunEnd::Snapshotted(p) => Some(format!("the guest was snapshotted to {}", p.display())),
             RunEnd::ProtocolViolation(why) => Some(format!("the guest broke the protocol: {why}")),
             RunEnd::SnapshotMemory(why) => Some(format!(
@@ -303,6 +302,21 @@ mod tests {
                 ),
                 other => panic!("{s}: {other:?}"),
             }
+        }
+    }
+
+    /// The timeout is said as given: `{:.1}` printed `--timeout 0.01` as
+    /// "stopped after 0.0 s".
+    #[test]
+    fn a_timeout_is_said_as_given() {
+        for (d, says) in [
+            (Duration::from_millis(10), "after 0.01 s"),
+            (Duration::from_micros(1), "after 0.000001 s"),
+            (Duration::from_secs(600), "after 600 s"),
+            (Duration::from_millis(2500), "after 2.5 s"),
+        ] {
+            let f = RunEnd::TimedOut(d).failure().unwrap();
+            assert!(f.ends_with(says), "{f}");
         }
     }
 

@@ -256,7 +256,8 @@ fn run_end(end: &RunEnd) -> (Option<u32>, &'static str, String, i32, Option<Cras
             None,
             "timed_out",
             format!(
-                "the guest ran longer than {:.1} s and was stopped",
+                // As given: `{:.1}` made `--timeout 0.01` "0.0 s".
+                "the guest ran longer than {} s and was stopped",
                 d.as_secs_f64()
             ),
             EXIT_TIMEOUT,
