@@ -575,7 +575,7 @@ pub enum WholeError {
 /// [`WholeError`] naming which of the three faults the text has.
 pub fn parse_whole<T>(text: &str) -> Result<T, WholeError>
 where
-    T: std::str::FromStr<Err = std::num::ParseIntError> + TryFrom<u64> + Into<u64> + Copy,
+    T: std::str::FromStr<Err = std::num::ParseIntError> + Into<u64>,
 {
     let t = text.trim();
     let e = match t.parse::<T>() {
@@ -595,17 +595,10 @@ where
     }
 }
 
-/// The largest value of an unsigned `T` no wider than 64 bits.
-fn largest<T: TryFrom<u64> + Into<u64> + Copy>() -> u64 {
-    // Halve from u64::MAX until T holds it: at most 64 steps, no table of
-    // types to keep in step.
-    let mut m = u64::MAX;
-    loop {
-        if let Ok(v) = T::try_from(m) {
-            return v.into();
-        }
-        m >>= 1;
-    }
+/// The largest value of an unsigned `T` no wider than 64 bits (the
+/// `Into<u64>` bound admits only those).
+fn largest<T: Into<u64>>() -> u64 {
+    u64::MAX >> (64 - 8 * std::mem::size_of::<T>())
 }
 
 #[cfg(test)]
