@@ -262,10 +262,11 @@ fn read_opened(
 ///
 /// `InputError::StdinNotAFile` for `-`.
 pub fn parse_in_place(text: &str) -> Result<PathBuf, InputError> {
-    if text == "-" {
+    let path = PathBuf::from(text);
+    if is_stdin(&path) {
         return Err(InputError::StdinNotAFile { what: "file" });
     }
-    Ok(PathBuf::from(text))
+    Ok(path)
 }
 
 /// Whether `path` is `-`, which the readers of whole text files

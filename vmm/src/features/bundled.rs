@@ -124,8 +124,8 @@ impl Bundled {
 }
 
 /// A `--profile` or `compare` argument: a bundled profile by name, else a
-/// file (`-`: standard input). A missing file whose name looks like a profile name (no `/`, no
-/// `.json`) is reported with the bundled names.
+/// file (`-`: standard input). A missing file whose name looks like a
+/// profile name (no `/`, no `.json`) is reported with the bundled names.
 pub fn load(arg: &Path) -> Result<HostProfile, FeaturesError> {
     if let Some(b) = arg.to_str().and_then(find) {
         return b.load();

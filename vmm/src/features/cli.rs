@@ -47,8 +47,8 @@ pub struct ShowArgs {
     pub no_boot: bool,
     /// Take the guest column from the VMMREC1 record in a serial log of
     /// our guest under any VMM (no boot; `-` is standard input, and a pipe
-    /// is read to its end). Alone, the CPU column is the CPUID the guest saw; with
-    /// --profile, the profile's.
+    /// is read to its end). Alone, the CPU column is the CPUID the guest
+    /// saw; with --profile, the profile's.
     #[arg(long, value_name = "FILE")]
     pub guest_log: Option<PathBuf>,
     /// Stop the guest after this many seconds (0: no limit; at most 7 days).
